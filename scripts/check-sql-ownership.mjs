@@ -1,0 +1,26 @@
+// Each table family's SQL lives in the module that owns it: no sql`...` template elsewhere.
+// Lists the files allowed to hold SQL; any other file under src/ that writes sql`...` fails.
+import { readdirSync, readFileSync, statSync } from "node:fs"
+import { join } from "node:path"
+
+const owners = new Set([
+  "src/Queue/QueueSql.ts", // queue registry, q_<queue>, a_<queue>
+  "src/Migrations.ts" // the schema, schema_migrations
+])
+
+const files = []
+const walk = (dir) => {
+  for (const entry of readdirSync(dir)) {
+    const path = join(dir, entry)
+    if (statSync(path).isDirectory()) walk(path)
+    else if (path.endsWith(".ts")) files.push(path)
+  }
+}
+walk("src")
+
+const offenders = files.filter((f) => !owners.has(f) && /(?<![.\w])sql(<[^>]*>)?`/.test(readFileSync(f, "utf8")))
+if (offenders.length > 0) {
+  console.error(`SQL outside its owning module (add a statement to the owner instead):\n  ${offenders.join("\n  ")}`)
+  process.exit(1)
+}
+console.log(`sql ownership: ok (${files.length} files, ${owners.size} owners)`)

@@ -1,0 +1,317 @@
+/**
+ * Configuration: every knob of effect-pgbus in one Schema, loaded from Effect `Config`
+ * (env `DATABASE_URL`, `PGBUS_*`), overridable in code, validated when the layer is built.
+ *
+ * @since 0.1.0
+ */
+import { Cause, Config, Context, Duration, Effect, Layer, Option, Redacted, Schema, SchemaIssue } from "effect"
+
+/**
+ * A configuration value broke a rule. Raised when the config layer is built, never later.
+ *
+ * @category errors
+ */
+export class ConfigurationError extends Schema.TaggedError<ConfigurationError>()("ConfigurationError", {
+  key: Schema.String,
+  rule: Schema.String,
+  value: Schema.String
+}) {
+  override get message(): string {
+    return `invalid configuration ${this.key}=${this.value}: ${this.rule}`
+  }
+}
+
+/** Identifier rule shared by the schema name and the queue prefix: safe to interpolate into SQL. */
+export const IDENTIFIER_PATTERN = /^[a-z][a-z0-9_]*$/
+
+/** The resolved configuration: what every service reads. */
+export interface PgBusConfigShape {
+  /** PostgreSQL URL; the password stays redacted. */
+  readonly databaseUrl: Redacted.Redacted<string>
+  /** Connections in the pool. */
+  readonly poolSize: number
+  /** PostgreSQL schema that holds every table. */
+  readonly schema: string
+  /** Prefix of every physical queue name: `<prefix>_<queue>`. */
+  readonly queuePrefix: string
+  /** Queue of jobs that name none. */
+  readonly defaultQueue: string
+  /** How long a read message stays invisible before it can be delivered again. */
+  readonly visibilityTimeout: Duration.Duration
+  /** Failed deliveries before a message moves to its dead-letter queue. */
+  readonly maxRetries: number
+  /** Base delay of the exponential retry backoff. */
+  readonly retryBackoff: Duration.Duration
+  /** Cap of the retry backoff. */
+  readonly retryBackoffMax: Duration.Duration
+  /** Random spread added to a retry delay, 0 to 1. */
+  readonly retryBackoffJitter: number
+  /** Interval between polls when no notification arrives. */
+  readonly pollingInterval: Duration.Duration
+  /** Wake readers with LISTEN/NOTIFY (polling stays as the fallback). */
+  readonly listenNotify: boolean
+  /** How long archived messages are kept; `undefined` keeps them forever. */
+  readonly archiveRetention: Duration.Duration | undefined
+  /** Byte cap on a message payload (its JSON text). */
+  readonly maxPayloadSize: number
+}
+
+/** What a caller may pass in code: every key optional, durations as `Duration.Input`. */
+export interface PgBusConfigInput {
+  readonly databaseUrl?: string | Redacted.Redacted<string>
+  readonly poolSize?: number
+  readonly schema?: string
+  readonly queuePrefix?: string
+  readonly defaultQueue?: string
+  readonly visibilityTimeout?: Duration.Input
+  readonly maxRetries?: number
+  readonly retryBackoff?: Duration.Input
+  readonly retryBackoffMax?: Duration.Input
+  readonly retryBackoffJitter?: number
+  readonly pollingInterval?: Duration.Input
+  readonly listenNotify?: boolean
+  readonly archiveRetention?: Duration.Input | null
+  readonly maxPayloadSize?: number
+}
+
+type Kind = "string" | "int" | "number" | "boolean" | "duration" | "optionalDuration" | "secret"
+
+const positive = Schema.makeFilter<Duration.Duration>((d) => Duration.isPositive(d) || "must be greater than zero")
+const PositiveDuration = Schema.Duration.check(positive)
+const NonNegativeInt = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
+const PositiveInt = Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))
+const Identifier = (max: number) =>
+  Schema.String.check(
+    Schema.makeFilter<string>(
+      (s) =>
+        (IDENTIFIER_PATTERN.test(s) && s.length <= max) ||
+        `must match ${IDENTIFIER_PATTERN.source} and have at most ${max} characters`
+    )
+  )
+
+/**
+ * The configuration Schema: the resolved value of every key and the rule it must keep.
+ *
+ * @category schemas
+ */
+export const PgBusConfigSchema = Schema.Struct({
+  databaseUrl: Schema.String.check(
+    Schema.makeFilter<string>((url) => /^postgres(ql)?:\/\//.test(url) || "must be a postgres:// URL")
+  ),
+  poolSize: PositiveInt,
+  schema: Identifier(40),
+  queuePrefix: Identifier(16),
+  defaultQueue: Identifier(30),
+  visibilityTimeout: PositiveDuration,
+  maxRetries: NonNegativeInt,
+  retryBackoff: PositiveDuration,
+  retryBackoffMax: PositiveDuration,
+  retryBackoffJitter: Schema.Number.check(Schema.isBetween({ minimum: 0, maximum: 1 })),
+  pollingInterval: PositiveDuration,
+  listenNotify: Schema.Boolean,
+  archiveRetention: Schema.UndefinedOr(PositiveDuration),
+  maxPayloadSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(64))
+})
+
+interface Field {
+  readonly kind: Kind
+  readonly default: unknown
+  readonly env: string
+}
+
+/** How each key is read (its kind), its default and its environment variable. */
+export const fields = {
+  databaseUrl: { kind: "secret", default: "postgres://postgres@127.0.0.1:5432/postgres", env: "DATABASE_URL" },
+  poolSize: { kind: "int", default: 10, env: "PGBUS_POOL_SIZE" },
+  schema: { kind: "string", default: "pgbus", env: "PGBUS_SCHEMA" },
+  queuePrefix: { kind: "string", default: "pgbus", env: "PGBUS_QUEUE_PREFIX" },
+  defaultQueue: { kind: "string", default: "default", env: "PGBUS_DEFAULT_QUEUE" },
+  visibilityTimeout: { kind: "duration", default: Duration.seconds(30), env: "PGBUS_VISIBILITY_TIMEOUT" },
+  maxRetries: { kind: "int", default: 5, env: "PGBUS_MAX_RETRIES" },
+  retryBackoff: { kind: "duration", default: Duration.seconds(5), env: "PGBUS_RETRY_BACKOFF" },
+  retryBackoffMax: { kind: "duration", default: Duration.seconds(300), env: "PGBUS_RETRY_BACKOFF_MAX" },
+  retryBackoffJitter: { kind: "number", default: 0.15, env: "PGBUS_RETRY_BACKOFF_JITTER" },
+  pollingInterval: { kind: "duration", default: Duration.millis(100), env: "PGBUS_POLLING_INTERVAL" },
+  listenNotify: { kind: "boolean", default: true, env: "PGBUS_LISTEN_NOTIFY" },
+  archiveRetention: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_ARCHIVE_RETENTION" },
+  maxPayloadSize: { kind: "int", default: 131_072, env: "PGBUS_MAX_PAYLOAD_SIZE" }
+} satisfies Record<keyof PgBusConfigShape, Field>
+
+type Key = keyof typeof fields
+
+const show = (value: unknown): string => {
+  if (Redacted.isRedacted(value)) return "<redacted>"
+  if (Duration.isDuration(value)) return Duration.format(value)
+  if (typeof value === "string") return value
+  try {
+    return JSON.stringify(value) ?? String(value)
+  } catch {
+    return String(value)
+  }
+}
+
+/**
+ * Durations from the environment: a bare number is seconds (as the seeds' reference says),
+ * otherwise an Effect duration string such as `500 millis`. In code, `Duration.Input` applies.
+ */
+const parseDuration = (value: unknown, fromEnv: boolean): Duration.Duration | undefined => {
+  if (fromEnv && typeof value === "string") {
+    const trimmed = value.trim()
+    if (/^-?\d+(\.\d+)?$/.test(trimmed)) return Duration.seconds(Number(trimmed))
+    return Option.getOrUndefined(Duration.fromInput(trimmed as Duration.Input))
+  }
+  if (typeof value === "number" && !Number.isFinite(value)) return undefined
+  return Option.getOrUndefined(Duration.fromInput(value as Duration.Input))
+}
+
+const parseValue = (key: Key, raw: unknown, fromEnv: boolean): Effect.Effect<unknown, ConfigurationError> => {
+  const field: Field = fields[key]
+  const fail = (rule: string) => Effect.fail(new ConfigurationError({ key, rule, value: show(raw) }))
+  switch (field.kind) {
+    case "secret":
+    case "string": {
+      const s = Redacted.isRedacted(raw) ? Redacted.value(raw) : raw
+      if (typeof s !== "string") return fail("must be a string")
+      return Effect.succeed(s)
+    }
+    case "int":
+    case "number": {
+      const n = typeof raw === "string" && fromEnv && raw.trim() !== "" ? Number(raw) : raw
+      if (typeof n !== "number" || !Number.isFinite(n)) return fail("must be a finite number")
+      if (field.kind === "int" && !Number.isInteger(n)) return fail("must be an integer")
+      return Effect.succeed(n)
+    }
+    case "boolean": {
+      if (typeof raw === "boolean") return Effect.succeed(raw)
+      if (fromEnv && typeof raw === "string") {
+        const s = raw.trim().toLowerCase()
+        if (["true", "1", "yes", "on"].includes(s)) return Effect.succeed(true)
+        if (["false", "0", "no", "off"].includes(s)) return Effect.succeed(false)
+      }
+      return fail("must be a boolean")
+    }
+    case "duration":
+    case "optionalDuration": {
+      if (field.kind === "optionalDuration" && (raw === null || (fromEnv && raw === "none"))) {
+        return Effect.succeed(undefined)
+      }
+      const d = parseDuration(raw, fromEnv)
+      if (d === undefined) return fail("must be a duration (seconds, or e.g. '500 millis')")
+      return Effect.succeed(d)
+    }
+  }
+}
+
+/** Reads `PGBUS_*` (and `DATABASE_URL`) through the current ConfigProvider. */
+const readEnvironment: Effect.Effect<Partial<Record<Key, string>>, ConfigurationError> = Effect.gen(function* () {
+  const out: Partial<Record<Key, string>> = {}
+  for (const key of Object.keys(fields) as Array<Key>) {
+    const env = fields[key].env
+    const value = yield* Config.option(Config.String(env)).pipe(
+      Effect.mapError(
+        (error) => new ConfigurationError({ key, rule: `cannot read ${env}: ${error.message}`, value: "" })
+      )
+    )
+    if (Option.isSome(value)) out[key] = value.value
+  }
+  if (out.databaseUrl === undefined) {
+    const alt = yield* Config.option(Config.String("PGBUS_DATABASE_URL")).pipe(
+      Effect.orElseSucceed(() => Option.none())
+    )
+    if (Option.isSome(alt)) out.databaseUrl = alt.value
+  }
+  return out
+})
+
+/** The key and rule of the first issue a Schema found (the key is the first path segment). */
+const firstIssue = (issue: SchemaIssue.Issue): { key: string | undefined; rule: string } => {
+  switch (issue._tag) {
+    case "Pointer": {
+      const inner = firstIssue(issue.issue)
+      return { key: String(issue.path[0] ?? inner.key), rule: inner.rule }
+    }
+    case "Composite":
+      return issue.issues[0] ? firstIssue(issue.issues[0]) : { key: undefined, rule: "invalid" }
+    case "Filter":
+      return firstIssue(issue.issue)
+    default:
+      return { key: undefined, rule: SchemaIssue.makeFormatterDefault()(issue) }
+  }
+}
+
+/**
+ * Validates a configuration: defaults, then the environment, then code overrides, checked
+ * against `PgBusConfigSchema`. Fails with a `ConfigurationError` naming the key and the rule.
+ */
+export const resolve = (
+  overrides: PgBusConfigInput = {},
+  environment: Partial<Record<Key, string>> = {}
+): Effect.Effect<PgBusConfigShape, ConfigurationError> =>
+  Effect.gen(function* () {
+    const candidate: Record<string, unknown> = {}
+    const given: Record<string, unknown> = {}
+    for (const key of Object.keys(fields) as Array<Key>) {
+      const field: Field = fields[key]
+      const fromCode = Object.hasOwn(overrides, key) ? (overrides as Record<string, unknown>)[key] : undefined
+      const fromEnv = environment[key]
+      given[key] = fromCode ?? fromEnv ?? field.default
+      candidate[key] =
+        fromCode !== undefined
+          ? yield* parseValue(key, fromCode, false)
+          : fromEnv !== undefined
+            ? yield* parseValue(key, fromEnv, true)
+            : field.default
+    }
+    const decoded = Schema.decodeUnknownExit(PgBusConfigSchema)(candidate)
+    if (decoded._tag === "Failure") {
+      const error = Cause.findErrorOption(decoded.cause)
+      const { key, rule } = Option.isSome(error) ? firstIssue(error.value.issue) : { key: undefined, rule: "invalid" }
+      const name = key ?? "config"
+      return yield* new ConfigurationError({ key: name, rule, value: show(given[name]) })
+    }
+    const valid = decoded.value
+    if (Duration.isLessThan(valid.retryBackoffMax, valid.retryBackoff)) {
+      return yield* new ConfigurationError({
+        key: "retryBackoffMax",
+        rule: "must be at least retryBackoff",
+        value: show(valid.retryBackoffMax)
+      })
+    }
+    if (valid.queuePrefix.length + 1 + valid.defaultQueue.length > 43) {
+      return yield* new ConfigurationError({
+        key: "defaultQueue",
+        rule: "queuePrefix_defaultQueue must have at most 43 characters",
+        value: valid.defaultQueue
+      })
+    }
+    return { ...valid, databaseUrl: Redacted.make(valid.databaseUrl) }
+  })
+
+/**
+ * The configuration service.
+ *
+ * @category services
+ */
+export class PgBusConfig extends Context.Service<PgBusConfig, PgBusConfigShape>()("effect-pgbus/PgBusConfig") {
+  /** Loads the environment through Effect `Config`, applies code overrides, validates. */
+  static readonly layer = (overrides: PgBusConfigInput = {}): Layer.Layer<PgBusConfig, ConfigurationError> =>
+    Layer.effect(
+      PgBusConfig,
+      Effect.flatMap(readEnvironment, (env) => resolve(overrides, env))
+    )
+
+  /** Uses only the given values and the defaults; ignores the environment. */
+  static readonly layerWithoutEnvironment = (
+    overrides: PgBusConfigInput = {}
+  ): Layer.Layer<PgBusConfig, ConfigurationError> => Layer.effect(PgBusConfig, resolve(overrides))
+}
+
+/** The connection target without its password: `host:port/database`. */
+export const describeTarget = (config: PgBusConfigShape): string => {
+  try {
+    const url = new URL(Redacted.value(config.databaseUrl))
+    return `${url.hostname}:${url.port || "5432"}${url.pathname}`
+  } catch {
+    return "unknown"
+  }
+}

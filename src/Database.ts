@@ -1,0 +1,103 @@
+/**
+ * The database: the PgClient layer built from the config, the one clock every time-dependent
+ * statement reads, and the classification of driver errors.
+ *
+ * @since 0.1.0
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Clock, Context, Effect, Layer, Redacted, Schema } from "effect"
+import type { SqlClient } from "effect/sql"
+import type { SqlError } from "effect/sql/SqlError"
+import { PgBusConfig, type PgBusConfigShape } from "./Config.ts"
+
+/**
+ * A database operation failed for a reason that is not part of the domain (connection lost,
+ * deadlock, timeout, ...). `retryable` says whether trying again can help.
+ *
+ * @category errors
+ */
+export class DatabaseError extends Schema.TaggedError<DatabaseError>()("DatabaseError", {
+  operation: Schema.String,
+  reason: Schema.String,
+  sqlState: Schema.optionalKey(Schema.String),
+  detail: Schema.String,
+  retryable: Schema.Boolean
+}) {
+  override get message(): string {
+    return `${this.operation} failed (${this.reason}${this.sqlState ? ` ${this.sqlState}` : ""}): ${this.detail}`
+  }
+}
+
+/** The server's SQLSTATE and message, which the driver keeps on `reason.cause`. */
+export const serverError = (error: SqlError): { readonly code: string | undefined; readonly message: string } => {
+  const cause = (error.reason as { readonly cause?: unknown }).cause
+  if (typeof cause === "object" && cause !== null) {
+    const c = cause as { readonly code?: unknown; readonly message?: unknown }
+    return {
+      code: typeof c.code === "string" ? c.code : undefined,
+      message: typeof c.message === "string" ? c.message : error.message
+    }
+  }
+  return { code: undefined, message: error.message }
+}
+
+/** Turns a driver error into a `DatabaseError` for `operation`. */
+export const toDatabaseError =
+  (operation: string) =>
+  (error: SqlError): DatabaseError => {
+    const server = serverError(error)
+    return new DatabaseError({
+      operation,
+      reason: error.reason._tag,
+      ...(server.code ? { sqlState: server.code } : {}),
+      detail: server.message,
+      retryable: error.isRetryable
+    })
+  }
+
+/**
+ * Which clock time-dependent statements use. `database` (the default) binds null so that
+ * `coalesce($now, now())` takes the server's clock, shared by every host; `effect` binds
+ * Effect's `Clock`, so TestClock drives visibility, due times and retention in tests.
+ *
+ * @category references
+ */
+export const DatabaseClock = Context.Reference<"database" | "effect">("effect-pgbus/DatabaseClock", {
+  defaultValue: () => "database"
+})
+
+/** The `$now` to bind in a time-dependent statement (null means the database's `now()`). */
+export const statementNow: Effect.Effect<Date | null> = Effect.flatMap(DatabaseClock, (clock) =>
+  clock === "database" ? Effect.succeed(null) : Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+)
+
+/** Layer that makes every statement use Effect's `Clock` (TestClock in tests). */
+export const layerEffectClock: Layer.Layer<never> = Layer.succeed(DatabaseClock, "effect")
+
+/** Connection options for the driver from the config (separate fields: see field guide §14.2). */
+export const clientOptions = (config: PgBusConfigShape, applicationName = "effect-pgbus") => {
+  const url = new URL(Redacted.value(config.databaseUrl))
+  const password = decodeURIComponent(url.password)
+  return {
+    host: url.hostname || "127.0.0.1",
+    port: url.port ? Number(url.port) : 5432,
+    database: decodeURIComponent(url.pathname.replace(/^\//, "")) || "postgres",
+    username: decodeURIComponent(url.username) || "postgres",
+    ...(password ? { password: Redacted.make(password) } : {}),
+    maxConnections: config.poolSize,
+    applicationName,
+    preparedStatementCacheSize: 512
+  } as const
+}
+
+/**
+ * The PgClient (and SqlClient) layer built from `PgBusConfig`.
+ *
+ * @category layers
+ */
+export const layer: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, DatabaseError, PgBusConfig> =
+  PgClient.layerFrom(
+    Effect.flatMap(PgBusConfig, (config) =>
+      PgClient.make(clientOptions(config)).pipe(Effect.mapError(toDatabaseError("connect")))
+    )
+  )

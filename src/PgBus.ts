@@ -1,0 +1,43 @@
+/**
+ * The one Layer an app provides: config, database, the notifier and the queue store (jobs,
+ * workflows and the event bus join it as they land), plus `migrate`.
+ *
+ * @since 0.1.0
+ */
+import type { PgClient } from "@effect/sql-pg"
+import { Layer } from "effect"
+import type { SqlClient } from "effect/sql"
+import { type ConfigurationError, PgBusConfig, type PgBusConfigInput } from "./Config.ts"
+import * as Database from "./Database.ts"
+import * as Migrations from "./Migrations.ts"
+import { Notifier } from "./Queue/Notifier.ts"
+import { QueueStore } from "./Queue/QueueStore.ts"
+
+/** Everything `PgBus.layer` provides. */
+export type PgBus = PgBusConfig | PgClient.PgClient | SqlClient.SqlClient | Notifier | QueueStore
+
+/**
+ * effect-pgbus from the environment (`DATABASE_URL`, `PGBUS_*`) with code overrides.
+ *
+ * @category layers
+ */
+export const layer = (
+  options: PgBusConfigInput = {}
+): Layer.Layer<PgBus, ConfigurationError | Database.DatabaseError> => layerFrom(PgBusConfig.layer(options))
+
+/**
+ * effect-pgbus over a config layer of your own (e.g. `PgBusConfig.layerWithoutEnvironment`).
+ *
+ * @category layers
+ */
+export const layerFrom = <E>(config: Layer.Layer<PgBusConfig, E>): Layer.Layer<PgBus, E | Database.DatabaseError> => {
+  const database = Database.layer
+  const notifier = Notifier.layer.pipe(Layer.provideMerge(database))
+  return QueueStore.layer.pipe(Layer.provideMerge(notifier), Layer.provideMerge(config))
+}
+
+/**
+ * Applies pending migrations into the configured schema; `[]` when up to date. Fails with
+ * `MigrationError` (`newer_database`) against a database migrated by newer code.
+ */
+export const migrate = Migrations.migrate

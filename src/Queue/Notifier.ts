@@ -1,0 +1,163 @@
+/**
+ * The notifier: ONE LISTEN connection per process, opened on first use, that turns the
+ * NOTIFY sent with every committed send into wake-ups for the readers of that queue.
+ * Notifications are hints: readers keep polling as the backstop, and poll fast while the
+ * connection is down (notifications sent meanwhile are lost, so every reconnect wakes all).
+ *
+ * @since 0.1.0
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Context, Duration, Effect, Latch, Layer, Queue, Ref, Schedule } from "effect"
+import { PgBusConfig } from "../Config.ts"
+
+/** What the notifier is doing: off by config, not yet needed, listening, or reconnecting. */
+export type NotifierStatus = "disabled" | "idle" | "listening" | "reconnecting"
+
+/** A reader's wake-ups for a set of physical queues; wake-ups coalesce until awaited. */
+export interface Wakeups {
+  /** Waits for a wake-up (true) or the timeout (false); returns at once if one is pending. */
+  readonly await: (timeout: Duration.Duration) => Effect.Effect<boolean>
+}
+
+interface Subscriber {
+  readonly queues: ReadonlySet<string> | "all"
+  readonly latch: Latch.Latch
+  pending: boolean
+}
+
+/** Backoff between LISTEN reconnects: 50 ms doubling, capped at one second, jittered. */
+const reconnectSchedule = Schedule.exponential("50 millis", 2).pipe(
+  Schedule.modifyDelay(({ duration }) => Effect.succeed(Duration.min(duration, Duration.seconds(1)))),
+  Schedule.jittered
+)
+
+/** Notification payload that wakes every reader (sent after a reconnect). */
+export const WAKE_ALL = "*"
+
+/** The wake-up channel of a schema. */
+export const channelName = (schema: string): string => `${schema}_wakeup`
+
+/**
+ * The notifier service.
+ *
+ * @category services
+ */
+export class Notifier extends Context.Service<
+  Notifier,
+  {
+    /** Channel the queue store notifies on; empty when LISTEN/NOTIFY is off. */
+    readonly channel: string
+    /** Registers interest in physical queues (or all) until the scope closes. */
+    readonly subscribe: (
+      queues: ReadonlyArray<string> | "all"
+    ) => Effect.Effect<Wakeups, never, import("effect").Scope.Scope>
+    /** Current state of the LISTEN connection. */
+    readonly status: Effect.Effect<NotifierStatus>
+    /** Wakes subscribers of a queue in this process (used by local senders and tests). */
+    readonly wake: (physicalQueue: string) => Effect.Effect<void>
+    /** Counts of notifications and reconnects, for tests and metrics. */
+    readonly stats: Effect.Effect<{ readonly received: number; readonly connects: number }>
+  }
+>()("effect-pgbus/Notifier") {
+  /** The notifier of this process, listening on the configured schema's channel. */
+  static readonly layer: Layer.Layer<Notifier, never, PgBusConfig | PgClient.PgClient> = Layer.effect(
+    Notifier,
+    Effect.gen(function* () {
+      const config = yield* PgBusConfig
+      const pg = yield* PgClient.PgClient
+      const channel = config.listenNotify ? channelName(config.schema) : ""
+      const subscribers = new Set<Subscriber>()
+      const status = yield* Ref.make<NotifierStatus>(config.listenNotify ? "idle" : "disabled")
+      const counts = { received: 0, connects: 0 }
+      const started = Latch.makeUnsafe(false)
+
+      const deliver = (queue: string) => {
+        for (const s of subscribers) {
+          if (queue === WAKE_ALL || s.queues === "all" || s.queues.has(queue)) {
+            s.pending = true
+            s.latch.openUnsafe()
+          }
+        }
+      }
+
+      const listenOnce = Effect.scoped(
+        Effect.gen(function* () {
+          const inbox = yield* pg.listen(channel)
+          counts.connects++
+          yield* Ref.set(status, "listening")
+          // notifications sent while we were not listening are lost: wake everyone to poll once
+          deliver(WAKE_ALL)
+          while (true) {
+            const n = yield* Queue.take(inbox)
+            counts.received++
+            deliver(n.payload)
+          }
+        })
+      )
+
+      if (config.listenNotify) {
+        yield* started.await.pipe(
+          Effect.andThen(
+            listenOnce.pipe(
+              Effect.tapError((error) =>
+                Ref.set(status, "reconnecting").pipe(
+                  Effect.andThen(Effect.logWarning("pgbus notifier: LISTEN connection lost, polling fast", error))
+                )
+              ),
+              Effect.retry(reconnectSchedule)
+            )
+          ),
+          Effect.forkScoped
+        )
+      }
+
+      const subscribe = (queues: ReadonlyArray<string> | "all") =>
+        Effect.acquireRelease(
+          Effect.sync(() => {
+            const subscriber: Subscriber = {
+              queues: queues === "all" ? "all" : new Set(queues),
+              latch: Latch.makeUnsafe(false),
+              pending: false
+            }
+            subscribers.add(subscriber)
+            started.openUnsafe()
+            return subscriber
+          }),
+          (subscriber) => Effect.sync(() => subscribers.delete(subscriber))
+        ).pipe(
+          Effect.map(
+            (subscriber): Wakeups => ({
+              await: (timeout) =>
+                Effect.suspend(() => {
+                  if (subscriber.pending) {
+                    subscriber.pending = false
+                    subscriber.latch.closeUnsafe()
+                    return Effect.succeed(true)
+                  }
+                  return subscriber.latch.await.pipe(
+                    Effect.timeoutOption(timeout),
+                    Effect.map((woken) => {
+                      subscriber.pending = false
+                      subscriber.latch.closeUnsafe()
+                      return woken._tag === "Some"
+                    })
+                  )
+                })
+            })
+          )
+        )
+
+      return Notifier.of({
+        channel,
+        subscribe,
+        status: Ref.get(status),
+        wake: (queue) => Effect.sync(() => deliver(queue)),
+        stats: Effect.sync(() => ({ ...counts }))
+      })
+    })
+  )
+}
+
+/** How long a reader waits before polling again, given the notifier's state. */
+export const pollDelay = (status: NotifierStatus, pollingInterval: Duration.Duration): Duration.Duration =>
+  status === "reconnecting" ? Duration.min(pollingInterval, Duration.millis(50)) : pollingInterval

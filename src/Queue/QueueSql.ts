@@ -1,0 +1,383 @@
+/**
+ * Every SQL statement on queue tables: the registry (`<schema>.queues`) and each queue's
+ * message table `q_<queue>` and archive `a_<queue>`. Nothing else in the code base touches
+ * them. Queue names reach this module validated (see `QueueName.ts`); they are still bound
+ * as quoted identifiers, never spliced as text.
+ *
+ * Time: every statement takes `$now` and uses `coalesce($now, now())`, so production uses the
+ * database's clock and tests can bind TestClock's.
+ *
+ * @since 0.1.0
+ */
+import { PgTypes } from "@effect/sql-pg"
+import { Result } from "effect"
+import type { SqlClient } from "effect/sql"
+
+/** A message row as stored. */
+export interface MessageRow {
+  readonly msg_id: bigint
+  readonly read_ct: number
+  readonly enqueued_at: Date
+  readonly vt: Date
+  readonly message: unknown
+  readonly headers: unknown
+  readonly last_error: unknown
+}
+
+/** An archived row. */
+export interface ArchivedRow {
+  readonly msg_id: bigint
+  readonly read_ct: number
+  readonly enqueued_at: Date
+  readonly archived_at: Date
+  readonly message: unknown
+  readonly headers: unknown
+}
+
+/** A queue of the registry. */
+export interface QueueRow {
+  readonly name: string
+  readonly dead_letter_of: string | null
+  readonly created_at: Date
+}
+
+/** A queue's figures. */
+export interface MetricsRow {
+  readonly depth: bigint
+  readonly visible: bigint
+  readonly oldest_age_ms: number | null
+  readonly oldest_visible_age_ms: number | null
+  readonly archive_size: bigint
+}
+
+/** A (msg_id, read_ct) pair: the receipt that guards acknowledgements. */
+export interface ReceiptParams {
+  readonly ids: ReadonlyArray<bigint>
+  readonly readCounts: ReadonlyArray<number>
+}
+
+/** One message to insert, its JSON already encoded (its size was checked on that text). */
+export interface EncodedMessage {
+  readonly message: string
+  readonly headers: string | null
+  readonly delayMs: number
+  readonly at: Date | null
+}
+
+const typedArray = (values: ReadonlyArray<unknown>, oid: number): unknown =>
+  Result.getOrThrow(PgTypes.array(values, oid))
+
+const NOW = (sql: SqlClient.SqlClient, now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
+
+/**
+ * Builds the statements for one schema. Each function returns an Effect running one
+ * statement (so that it joins the caller's transaction when one is open).
+ */
+export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyChannel: string) => {
+  const registry = sql(`${schema}.queues`)
+  const messages = (physical: string) => sql(`${schema}.q_${physical}`)
+  const archive = (physical: string) => sql(`${schema}.a_${physical}`)
+  const index = (name: string) => sql(name)
+
+  /** Serialises DDL on one queue across processes (xact-scoped). */
+  const queueLockTransaction = (physical: string) =>
+    sql`SELECT pg_advisory_xact_lock(hashtext(${`${schema}.queue:${physical}`}))`
+
+  const queueCreateMessageTable = (physical: string) =>
+    sql`CREATE TABLE IF NOT EXISTS ${messages(physical)} (
+      msg_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      read_ct integer NOT NULL DEFAULT 0,
+      enqueued_at timestamptz NOT NULL DEFAULT now(),
+      vt timestamptz NOT NULL DEFAULT now(),
+      message jsonb NOT NULL,
+      headers jsonb,
+      claimed_by text,
+      last_error jsonb
+    ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0.02, fillfactor = 90)`
+
+  const queueCreateVisibilityIndex = (physical: string) =>
+    sql`CREATE INDEX IF NOT EXISTS ${index(`q_${physical}_vt_idx`)} ON ${messages(physical)} (vt)`
+
+  const queueCreateArchiveTable = (physical: string) =>
+    sql`CREATE TABLE IF NOT EXISTS ${archive(physical)} (
+      msg_id bigint PRIMARY KEY,
+      read_ct integer NOT NULL,
+      enqueued_at timestamptz NOT NULL,
+      archived_at timestamptz NOT NULL DEFAULT now(),
+      vt timestamptz NOT NULL,
+      message jsonb NOT NULL,
+      headers jsonb
+    ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0)`
+
+  const queueCreateArchiveIndex = (physical: string) =>
+    sql`CREATE INDEX IF NOT EXISTS ${index(`a_${physical}_archived_at_idx`)} ON ${archive(physical)} (archived_at)`
+
+  const queueRegister = (physical: string, deadLetterOf: string | null) =>
+    sql`INSERT INTO ${registry} (name, dead_letter_of) VALUES (${physical}, ${deadLetterOf})
+        ON CONFLICT (name) DO NOTHING`
+
+  const queueDropTables = (physical: string) => sql`DROP TABLE IF EXISTS ${messages(physical)}, ${archive(physical)}`
+
+  const queueUnregister = (physical: string) =>
+    sql<{ readonly name: string }>`DELETE FROM ${registry} WHERE name = ${physical} RETURNING name`
+
+  const queueList = () => sql<QueueRow>`SELECT name, dead_letter_of, created_at FROM ${registry} ORDER BY name`
+
+  const queueFind = (physical: string) =>
+    sql<QueueRow>`SELECT name, dead_letter_of, created_at FROM ${registry} WHERE name = ${physical}`
+
+  // A wake-up rides in the same statement as the insert, so it is sent at commit and never
+  // for a rolled-back send. The uncorrelated sub-select is an InitPlan: one pg_notify per
+  // statement, not one per row.
+  const notifyFilter = (physical: string) =>
+    notifyChannel === "" ? sql`` : sql`WHERE (SELECT true FROM pg_notify(${notifyChannel}, ${physical}))`
+
+  const messageSendOne = (physical: string, m: EncodedMessage, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`WITH m AS (
+        INSERT INTO ${messages(physical)} (enqueued_at, vt, message, headers)
+        VALUES (${NOW(sql, now)},
+                coalesce(${m.at}::timestamptz, ${NOW(sql, now)} + ${PgTypes.float8(m.delayMs)} * interval '1 millisecond'),
+                ${m.message}::jsonb, ${m.headers}::jsonb)
+        RETURNING msg_id)
+      SELECT msg_id FROM m ${notifyFilter(physical)}`
+
+  const messageSendBatch = (physical: string, batch: ReadonlyArray<EncodedMessage>, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`WITH m AS (
+        INSERT INTO ${messages(physical)} (enqueued_at, vt, message, headers)
+        SELECT ${NOW(sql, now)},
+               coalesce(u.at, ${NOW(sql, now)} + u.delay_ms * interval '1 millisecond'),
+               u.message::jsonb, u.headers::jsonb
+        FROM unnest(${typedArray(
+          batch.map((b) => b.message),
+          PgTypes.OID.text
+        )}::text[], ${typedArray(
+          batch.map((b) => b.headers),
+          PgTypes.OID.text
+        )}::text[], ${typedArray(
+          batch.map((b) => b.delayMs),
+          PgTypes.OID.float8
+        )}::float8[], ${typedArray(
+          batch.map((b) => b.at),
+          PgTypes.OID.timestamptz
+        )}::timestamptz[]) WITH ORDINALITY AS u(message, headers, delay_ms, at, ord)
+        ORDER BY u.ord
+        RETURNING msg_id)
+      SELECT msg_id FROM m ${notifyFilter(physical)} ORDER BY msg_id`
+
+  // PGMQ's read: oldest visible first, rows locked by another reader skipped, vt moved on.
+  const messageRead = (
+    physical: string,
+    limit: number,
+    visibilityMs: number,
+    claimedBy: string | null,
+    now: Date | null
+  ) =>
+    sql<MessageRow>`WITH c AS (
+        SELECT msg_id FROM ${messages(physical)}
+        WHERE vt <= ${NOW(sql, now)}
+        ORDER BY msg_id
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED)
+      UPDATE ${messages(physical)} q
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
+          read_ct = q.read_ct + 1,
+          claimed_by = ${claimedBy}
+      FROM c WHERE q.msg_id = c.msg_id
+      RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error`
+
+  const receipts = (r: ReceiptParams) =>
+    sql`unnest(${typedArray(r.ids, PgTypes.OID.int8)}::int8[], ${typedArray(r.readCounts, PgTypes.OID.int4)}::int4[]) AS r(msg_id, read_ct)`
+
+  const messageArchiveReceipts = (physical: string, r: ReceiptParams, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`WITH d AS (
+        DELETE FROM ${messages(physical)} q USING ${receipts(r)}
+        WHERE q.msg_id = r.msg_id AND q.read_ct = r.read_ct
+        RETURNING q.*)
+      INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
+      SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
+      RETURNING msg_id`
+
+  const messageArchiveIds = (physical: string, ids: ReadonlyArray<bigint>, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`WITH d AS (
+        DELETE FROM ${messages(physical)} WHERE msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[])
+        RETURNING *)
+      INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
+      SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
+      RETURNING msg_id`
+
+  const messageDeleteReceipts = (physical: string, r: ReceiptParams) =>
+    sql<{ readonly msg_id: bigint }>`DELETE FROM ${messages(physical)} q USING ${receipts(r)}
+      WHERE q.msg_id = r.msg_id AND q.read_ct = r.read_ct RETURNING q.msg_id`
+
+  const messageDeleteIds = (physical: string, ids: ReadonlyArray<bigint>) =>
+    sql<{ readonly msg_id: bigint }>`DELETE FROM ${messages(physical)}
+      WHERE msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[]) RETURNING msg_id`
+
+  const messageSetVisibilityReceipts = (physical: string, r: ReceiptParams, delayMs: number, now: Date | null) =>
+    sql<{ readonly msg_id: bigint; readonly vt: Date }>`UPDATE ${messages(physical)} q
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(delayMs)} * interval '1 millisecond'
+      FROM ${receipts(r)}
+      WHERE q.msg_id = r.msg_id AND q.read_ct = r.read_ct
+      RETURNING q.msg_id, q.vt`
+
+  const messageSetVisibilityIds = (physical: string, ids: ReadonlyArray<bigint>, delayMs: number, now: Date | null) =>
+    sql<{ readonly msg_id: bigint; readonly vt: Date }>`UPDATE ${messages(physical)}
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(delayMs)} * interval '1 millisecond'
+      WHERE msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[])
+      RETURNING msg_id, vt`
+
+  const messageReleaseReceipts = (physical: string, r: ReceiptParams, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`UPDATE ${messages(physical)} q
+      SET vt = ${NOW(sql, now)}, claimed_by = NULL
+      FROM ${receipts(r)}
+      WHERE q.msg_id = r.msg_id AND q.read_ct = r.read_ct
+      RETURNING q.msg_id`
+
+  const messageRecordFailure = (
+    physical: string,
+    msgId: bigint,
+    readCt: number,
+    retryDelayMs: number,
+    error: string,
+    now: Date | null
+  ) =>
+    sql<{ readonly msg_id: bigint; readonly vt: Date }>`UPDATE ${messages(physical)}
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(retryDelayMs)} * interval '1 millisecond',
+          claimed_by = NULL,
+          last_error = ${error}::jsonb || jsonb_build_object('error_recorded_at',
+            to_char(${NOW(sql, now)} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+      WHERE msg_id = ${msgId} AND read_ct = ${readCt}
+      RETURNING msg_id, vt`
+
+  // Moves one message to the dead-letter queue with the `pgbus_dead_letter` block. The
+  // message's own headers stay beside the block; headers that are not an object are kept
+  // under `pgbus_original_headers`. Error fields come from the given error, else from the
+  // last failure recorded on the row.
+  const messageMoveToDeadLetter = (
+    physical: string,
+    deadLetterPhysical: string,
+    msgId: bigint,
+    readCt: number | null,
+    block: {
+      readonly reason: string
+      readonly source: string
+      readonly maxRetries: number
+      readonly error: string | null
+    },
+    now: Date | null
+  ) =>
+    sql<{ readonly msg_id: bigint }>`WITH d AS (
+        DELETE FROM ${messages(physical)}
+        WHERE msg_id = ${msgId} AND (${readCt}::int4 IS NULL OR read_ct = ${readCt}::int4)
+        RETURNING *)
+      INSERT INTO ${messages(deadLetterPhysical)} (enqueued_at, vt, message, headers)
+      SELECT ${NOW(sql, now)}, ${NOW(sql, now)}, d.message,
+        (CASE WHEN d.headers IS NULL THEN '{}'::jsonb
+              WHEN jsonb_typeof(d.headers) = 'object' THEN d.headers
+              ELSE jsonb_build_object('pgbus_original_headers', d.headers) END)
+        || jsonb_build_object('pgbus_dead_letter',
+             jsonb_strip_nulls(jsonb_build_object(
+               'version', 1,
+               'reason', ${block.reason}::text,
+               'source', ${block.source}::text,
+               'source_queue', ${physical}::text,
+               'attempts', d.read_ct,
+               'max_retries', ${block.maxRetries}::int4,
+               'dead_lettered_at', to_char(${NOW(sql, now)} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+               'retries_from_dlq', CASE WHEN jsonb_typeof(d.headers) = 'object'
+                                        THEN (d.headers ->> 'pgbus_dlq_retries')::int4 END))
+             || coalesce(${block.error}::jsonb, d.last_error, '{}'::jsonb))
+      FROM d
+      RETURNING msg_id`
+
+  // Puts a dead letter back on a queue: a live message must not claim to be dead, so the
+  // block goes and `pgbus_dlq_retries` counts the trip.
+  const messageRetryDeadLetter = (
+    deadLetterPhysical: string,
+    targetPhysical: string,
+    ids: ReadonlyArray<bigint> | null,
+    now: Date | null
+  ) =>
+    sql<{ readonly msg_id: bigint }>`WITH d AS (
+        DELETE FROM ${messages(deadLetterPhysical)}
+        WHERE ${ids === null ? sql`true` : sql`msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[])`}
+        RETURNING *),
+      m AS (
+        INSERT INTO ${messages(targetPhysical)} (enqueued_at, vt, message, headers)
+        SELECT ${NOW(sql, now)}, ${NOW(sql, now)}, d.message,
+          (coalesce(d.headers, '{}'::jsonb) - 'pgbus_dead_letter')
+            || jsonb_build_object('pgbus_dlq_retries', coalesce((d.headers ->> 'pgbus_dlq_retries')::int4, 0) + 1)
+        FROM d ORDER BY d.msg_id
+        RETURNING msg_id)
+      SELECT msg_id FROM m ${notifyFilter(targetPhysical)}`
+
+  const messagePurge = (physical: string) =>
+    sql<{ readonly n: bigint }>`WITH d AS (DELETE FROM ${messages(physical)} RETURNING 1) SELECT count(*) AS n FROM d`
+
+  const messageGet = (physical: string, msgId: bigint) =>
+    sql<MessageRow>`SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error
+      FROM ${messages(physical)} WHERE msg_id = ${msgId}`
+
+  const messageList = (physical: string, limit: number, afterId: bigint | null) =>
+    sql<MessageRow>`SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error
+      FROM ${messages(physical)}
+      WHERE ${afterId}::int8 IS NULL OR msg_id > ${afterId}::int8
+      ORDER BY msg_id LIMIT ${limit}`
+
+  const archiveGet = (physical: string, msgId: bigint) =>
+    sql<ArchivedRow>`SELECT msg_id, read_ct, enqueued_at, archived_at, message, headers
+      FROM ${archive(physical)} WHERE msg_id = ${msgId}`
+
+  const archiveDeleteOlderThan = (physical: string, retentionMs: number, limit: number, now: Date | null) =>
+    sql<{ readonly n: bigint }>`WITH d AS (
+        DELETE FROM ${archive(physical)} WHERE msg_id IN (
+          SELECT msg_id FROM ${archive(physical)}
+          WHERE archived_at < ${NOW(sql, now)} - ${PgTypes.float8(retentionMs)} * interval '1 millisecond'
+          LIMIT ${limit})
+        RETURNING 1)
+      SELECT count(*) AS n FROM d`
+
+  const queueMetrics = (physical: string, now: Date | null) =>
+    sql<MetricsRow>`SELECT count(*) AS depth,
+        count(*) FILTER (WHERE vt <= ${NOW(sql, now)}) AS visible,
+        (extract(epoch FROM ${NOW(sql, now)} - min(enqueued_at)) * 1000)::float8 AS oldest_age_ms,
+        (extract(epoch FROM ${NOW(sql, now)} - min(enqueued_at) FILTER (WHERE vt <= ${NOW(sql, now)})) * 1000)::float8
+          AS oldest_visible_age_ms,
+        (SELECT count(*) FROM ${archive(physical)}) AS archive_size
+      FROM ${messages(physical)}`
+
+  return {
+    queueLockTransaction,
+    queueCreateMessageTable,
+    queueCreateVisibilityIndex,
+    queueCreateArchiveTable,
+    queueCreateArchiveIndex,
+    queueRegister,
+    queueDropTables,
+    queueUnregister,
+    queueList,
+    queueFind,
+    queueMetrics,
+    messageSendOne,
+    messageSendBatch,
+    messageRead,
+    messageArchiveReceipts,
+    messageArchiveIds,
+    messageDeleteReceipts,
+    messageDeleteIds,
+    messageSetVisibilityReceipts,
+    messageSetVisibilityIds,
+    messageReleaseReceipts,
+    messageRecordFailure,
+    messageMoveToDeadLetter,
+    messageRetryDeadLetter,
+    messagePurge,
+    messageGet,
+    messageList,
+    archiveGet,
+    archiveDeleteOlderThan
+  }
+}
+
+/** The statements of one schema. */
+export type QueueSql = ReturnType<typeof makeQueueSql>

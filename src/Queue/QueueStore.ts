@@ -1,0 +1,630 @@
+/**
+ * The queue store: the one door to queue tables. PGMQ's model written from scratch: per queue
+ * a message table and an archive, a dead-letter queue `<queue>_dlq`, claims with
+ * `FOR UPDATE SKIP LOCKED` and a visibility timeout, a NOTIFY with every committed send.
+ * Every operation runs in the caller's SQL transaction when one is open.
+ *
+ * @since 0.1.0
+ */
+import { Clock, Context, Duration, Effect, Layer, Option, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import type { SqlError } from "effect/sql/SqlError"
+import { PgBusConfig } from "../Config.ts"
+import { serverError, statementNow, toDatabaseError } from "../Database.ts"
+import {
+  DEAD_LETTER_HEADER,
+  DeadLetterBlock,
+  type DeadLetterReason,
+  type DeadLetterSource,
+  encodeFailure,
+  type Failure,
+  FailureRecord,
+  type Message,
+  type Receipt
+} from "./Message.ts"
+import { Notifier, pollDelay } from "./Notifier.ts"
+import { InvalidMessage, PayloadTooLarge, type QueueError, QueueNotFound } from "./QueueError.ts"
+import * as QueueName from "./QueueName.ts"
+import { type EncodedMessage, type MessageRow, makeQueueSql, type ReceiptParams } from "./QueueSql.ts"
+
+/** When a sent message becomes visible: after `delay`, or at `at`. */
+export interface SendOptions {
+  readonly delay?: Duration.Input | undefined
+  readonly at?: Date | undefined
+  readonly headers?: Readonly<Record<string, unknown>> | undefined
+}
+
+/** One message of a batch, with its own options. */
+export interface BatchEntry extends SendOptions {
+  readonly message: unknown
+}
+
+/** How many messages to claim and for how long. */
+export interface ReadOptions {
+  /** Most messages to claim (default 1). */
+  readonly limit?: number | undefined
+  /** How long claimed messages stay invisible (default the config's visibility timeout). */
+  readonly visibilityTimeout?: Duration.Input | undefined
+  /** Recorded on each claimed message, so a dead process's claims can be found. */
+  readonly claimedBy?: string | undefined
+}
+
+/** A read that waits for messages. */
+export interface PollOptions extends ReadOptions {
+  /** Longest wait for a first message. */
+  readonly maxWait: Duration.Input
+  /** Polling interval while waiting (default the config's). */
+  readonly pollInterval?: Duration.Input | undefined
+}
+
+/** A registered queue. */
+export interface QueueInfo {
+  readonly name: string
+  readonly physical: string
+  /** For a dead-letter queue, the queue it serves. */
+  readonly deadLetterOf: string | undefined
+  readonly createdAt: Date
+}
+
+/** A queue's figures. */
+export interface QueueMetrics {
+  readonly queue: string
+  /** Messages in the queue, visible or not. */
+  readonly depth: number
+  /** Messages that a read could claim now. */
+  readonly visible: number
+  /** Age of the oldest message, in milliseconds. */
+  readonly oldestAgeMs: number | undefined
+  /** Age of the oldest claimable message, in milliseconds. */
+  readonly oldestVisibleAgeMs: number | undefined
+  /** Rows in the archive. */
+  readonly archiveSize: number
+}
+
+/** A message in a dead-letter queue with its decoded block. */
+export interface DeadLetter extends Message {
+  readonly deadLetter: DeadLetterBlock | undefined
+}
+
+/** What to write into the dead-letter block. */
+export interface DeadLetterOptions {
+  readonly reason?: DeadLetterReason | undefined
+  readonly source: DeadLetterSource
+  /** The failure to name; defaults to the last failure recorded on the message. */
+  readonly failure?: Failure | undefined
+}
+
+/** A message to acknowledge: a receipt (guarded by its read count) or a bare id. */
+export type Target = Receipt | bigint
+
+const toNumber = (n: bigint | number): number => Number(n)
+
+const isObject = (u: unknown): u is Readonly<Record<string, unknown>> =>
+  typeof u === "object" && u !== null && !Array.isArray(u)
+
+const decodeFailure = Schema.decodeUnknownOption(FailureRecord)
+const decodeDeadLetter = Schema.decodeUnknownOption(DeadLetterBlock)
+
+const toMessage = (queue: string, row: MessageRow): Message => ({
+  queue,
+  msgId: row.msg_id,
+  readCt: row.read_ct,
+  enqueuedAt: row.enqueued_at,
+  vt: row.vt,
+  message: row.message,
+  headers: isObject(row.headers) ? row.headers : {},
+  lastError: row.last_error === null ? undefined : Option.getOrUndefined(decodeFailure(row.last_error))
+})
+
+const byMsgId = (a: Message, b: Message) => (a.msgId < b.msgId ? -1 : a.msgId > b.msgId ? 1 : 0)
+
+const splitTargets = (targets: ReadonlyArray<Target>): { receipts: ReceiptParams; ids: Array<bigint> } => {
+  const ids: Array<bigint> = []
+  const receiptIds: Array<bigint> = []
+  const readCounts: Array<number> = []
+  for (const t of targets) {
+    if (typeof t === "bigint") ids.push(t)
+    else {
+      receiptIds.push(t.msgId)
+      readCounts.push(t.readCt)
+    }
+  }
+  return { receipts: { ids: receiptIds, readCounts }, ids }
+}
+
+/**
+ * The queue store service.
+ *
+ * @category services
+ */
+export class QueueStore extends Context.Service<
+  QueueStore,
+  {
+    /** Creates a queue, its archive and its dead-letter queue; does nothing if they exist. */
+    readonly create: (queue: string) => Effect.Effect<void, QueueError>
+    /** Drops a queue with its archive and its dead-letter queue; false if it did not exist. */
+    readonly drop: (queue: string) => Effect.Effect<boolean, QueueError>
+    /** The registered queues (dead-letter queues included). */
+    readonly list: Effect.Effect<ReadonlyArray<QueueInfo>, QueueError>
+    /** Sends one message; returns its id. */
+    readonly send: (queue: string, message: unknown, options?: SendOptions) => Effect.Effect<bigint, QueueError>
+    /** Sends many messages in one statement; returns their ids in order. */
+    readonly sendBatch: (
+      queue: string,
+      entries: ReadonlyArray<BatchEntry>
+    ) => Effect.Effect<ReadonlyArray<bigint>, QueueError>
+    /** Claims up to `limit` visible messages, oldest first, and hides them for the visibility timeout. */
+    readonly read: (queue: string, options?: ReadOptions) => Effect.Effect<ReadonlyArray<Message>, QueueError>
+    /** Like `read`, but waits up to `maxWait` for a message (woken by NOTIFY, else polling). */
+    readonly readWithPoll: (queue: string, options: PollOptions) => Effect.Effect<ReadonlyArray<Message>, QueueError>
+    /** Moves messages to the archive; returns how many moved. */
+    readonly archive: (queue: string, targets: ReadonlyArray<Target>) => Effect.Effect<number, QueueError>
+    /** Deletes messages; returns how many went. */
+    readonly delete: (queue: string, targets: ReadonlyArray<Target>) => Effect.Effect<number, QueueError>
+    /** Sets messages' visibility to now + `delay` (heartbeats); returns how many changed. */
+    readonly setVisibility: (
+      queue: string,
+      targets: ReadonlyArray<Target>,
+      delay: Duration.Input
+    ) => Effect.Effect<number, QueueError>
+    /** Makes claimed messages visible again at once (read counts kept); returns how many. */
+    readonly release: (queue: string, receipts: ReadonlyArray<Receipt>) => Effect.Effect<number, QueueError>
+    /** Records a failed delivery and hides the message for `retryDelay`; false if the claim was lost. */
+    readonly recordFailure: (
+      queue: string,
+      receipt: Receipt,
+      failure: Failure,
+      retryDelay: Duration.Input
+    ) => Effect.Effect<boolean, QueueError>
+    /** Moves a message to `<queue>_dlq` with the dead-letter block; returns its id there. */
+    readonly moveToDeadLetter: (
+      queue: string,
+      target: Target,
+      options: DeadLetterOptions
+    ) => Effect.Effect<Option.Option<bigint>, QueueError>
+    /** Puts dead letters back on their origin queue without the block; returns the new ids. */
+    readonly retryDeadLetters: (
+      deadLetterQueue: string,
+      ids: ReadonlyArray<bigint> | "all"
+    ) => Effect.Effect<ReadonlyArray<bigint>, QueueError>
+    /** Deletes every message of a queue; returns how many. */
+    readonly purge: (queue: string) => Effect.Effect<number, QueueError>
+    /** One message by id (not claimed). */
+    readonly get: (queue: string, msgId: bigint) => Effect.Effect<Option.Option<Message>, QueueError>
+    /** Messages of a queue by id order, a page at a time (not claimed). */
+    readonly browse: (
+      queue: string,
+      options?: { readonly limit?: number; readonly after?: bigint }
+    ) => Effect.Effect<ReadonlyArray<Message>, QueueError>
+    /** Reads a dead-letter block from a message's headers. */
+    readonly deadLetterOf: (message: Message) => DeadLetter
+    /** Whether an archived copy of a message exists. */
+    readonly isArchived: (queue: string, msgId: bigint) => Effect.Effect<boolean, QueueError>
+    /** A queue's figures. */
+    readonly metrics: (queue: string) => Effect.Effect<QueueMetrics, QueueError>
+    /** Deletes archived messages older than the retention; returns how many per queue. */
+    readonly cleanupArchive: (
+      retention?: Duration.Input
+    ) => Effect.Effect<ReadonlyArray<{ readonly queue: string; readonly deleted: number }>, QueueError>
+    /** Validates a queue name (no SQL). */
+    readonly validateName: (queue: string) => Effect.Effect<QueueName.QueueName, QueueError>
+  }
+>()("effect-pgbus/QueueStore") {
+  /** The queue store, on the configured schema. */
+  static readonly layer: Layer.Layer<QueueStore, never, PgBusConfig | SqlClient.SqlClient | Notifier> = Layer.effect(
+    QueueStore,
+    Effect.gen(function* () {
+      const config = yield* PgBusConfig
+      const sql = yield* SqlClient.SqlClient
+      const notifier = yield* Notifier
+      const statements = makeQueueSql(sql, config.schema, notifier.channel)
+      const prefix = config.queuePrefix
+      const defaultVisibilityMs = Duration.toMillis(config.visibilityTimeout)
+
+      const validateName = (queue: string) => QueueName.validate(queue, prefix)
+
+      const fail =
+        (operation: string, queue: string) =>
+        (error: SqlError): QueueError => {
+          const server = serverError(error)
+          if (server.code === "42P01" && !server.message.includes(`"${config.schema}.queues"`)) {
+            return new QueueNotFound({ queue })
+          }
+          return toDatabaseError(`${operation} ${queue}`)(error)
+        }
+
+      const encodeJson = (queue: string, value: unknown, what: string): Effect.Effect<string, QueueError> => {
+        let text: string | undefined
+        try {
+          text = JSON.stringify(value)
+        } catch (e) {
+          return Effect.fail(new InvalidMessage({ queue, reason: `${what} is not JSON: ${String(e)}` }))
+        }
+        if (text === undefined) {
+          return Effect.fail(new InvalidMessage({ queue, reason: `${what} is not JSON (undefined or a function)` }))
+        }
+        return Effect.succeed(text)
+      }
+
+      const encode = (queue: string, entry: BatchEntry): Effect.Effect<EncodedMessage, QueueError> =>
+        Effect.gen(function* () {
+          const message = yield* encodeJson(queue, entry.message, "the message")
+          const size = Buffer.byteLength(message, "utf8")
+          if (size > config.maxPayloadSize) {
+            return yield* new PayloadTooLarge({ queue, size, limit: config.maxPayloadSize })
+          }
+          let headers: string | null = null
+          if (entry.headers !== undefined) {
+            if (!isObject(entry.headers)) {
+              return yield* new InvalidMessage({ queue, reason: "headers must be a JSON object" })
+            }
+            headers = yield* encodeJson(queue, entry.headers, "the headers")
+          }
+          let delayMs = 0
+          if (entry.delay !== undefined) {
+            const d = Duration.fromInput(entry.delay)
+            if (Option.isNone(d) || !Duration.isFinite(d.value) || Duration.isNegative(d.value)) {
+              return yield* new InvalidMessage({ queue, reason: "delay must be a finite, non-negative duration" })
+            }
+            delayMs = Duration.toMillis(d.value)
+          }
+          let at: Date | null = null
+          if (entry.at !== undefined) {
+            if (!(entry.at instanceof Date) || Number.isNaN(entry.at.getTime())) {
+              return yield* new InvalidMessage({ queue, reason: "at must be a valid Date" })
+            }
+            if (entry.delay !== undefined) {
+              return yield* new InvalidMessage({ queue, reason: "give either delay or at, not both" })
+            }
+            at = entry.at
+          }
+          return { message, headers, delayMs, at }
+        })
+
+      const durationMs = (queue: string, input: Duration.Input | undefined, fallback: number, what: string) => {
+        if (input === undefined) return Effect.succeed(fallback)
+        const d = Duration.fromInput(input)
+        if (Option.isNone(d) || !Duration.isFinite(d.value) || Duration.isNegative(d.value)) {
+          return Effect.fail(new InvalidMessage({ queue, reason: `${what} must be a finite, non-negative duration` }))
+        }
+        return Effect.succeed(Duration.toMillis(d.value))
+      }
+
+      const create = Effect.fn("QueueStore.create")(function* (queue: string) {
+        const name = yield* validateName(queue)
+        const dead = QueueName.deadLetterOf(name)
+        const makeTables = (physical: string) =>
+          Effect.all(
+            [
+              statements.queueCreateMessageTable(physical),
+              statements.queueCreateVisibilityIndex(physical),
+              statements.queueCreateArchiveTable(physical),
+              statements.queueCreateArchiveIndex(physical)
+            ],
+            { discard: true }
+          )
+        yield* sql
+          .withTransaction(
+            Effect.gen(function* () {
+              yield* statements.queueLockTransaction(name.physical)
+              yield* makeTables(name.physical)
+              yield* statements.queueRegister(name.physical, null)
+              if (!QueueName.isDeadLetter(name)) {
+                yield* makeTables(dead.physical)
+                yield* statements.queueRegister(dead.physical, name.physical)
+              }
+            })
+          )
+          .pipe(Effect.mapError(fail("create queue", queue)))
+      })
+
+      const drop = Effect.fn("QueueStore.drop")(function* (queue: string) {
+        const name = yield* validateName(queue)
+        const dead = QueueName.deadLetterOf(name)
+        return yield* sql
+          .withTransaction(
+            Effect.gen(function* () {
+              yield* statements.queueLockTransaction(name.physical)
+              const removed = yield* statements.queueUnregister(name.physical)
+              yield* statements.queueDropTables(name.physical)
+              if (!QueueName.isDeadLetter(name)) {
+                yield* statements.queueUnregister(dead.physical)
+                yield* statements.queueDropTables(dead.physical)
+              }
+              return removed.length > 0
+            })
+          )
+          .pipe(Effect.mapError(fail("drop queue", queue)))
+      })
+
+      const list = statements.queueList().pipe(
+        Effect.map((rows) =>
+          rows.flatMap((row): Array<QueueInfo> => {
+            const name = QueueName.fromPhysical(row.name, prefix)
+            if (name === undefined) return []
+            const parent = row.dead_letter_of === null ? undefined : QueueName.fromPhysical(row.dead_letter_of, prefix)
+            return [{ name, physical: row.name, deadLetterOf: parent, createdAt: row.created_at }]
+          })
+        ),
+        Effect.mapError(fail("list queues", "*"))
+      )
+
+      const send = Effect.fn("QueueStore.send")(function* (queue: string, message: unknown, options?: SendOptions) {
+        const name = yield* validateName(queue)
+        const encoded = yield* encode(queue, { ...options, message })
+        const now = yield* statementNow
+        const rows = yield* statements
+          .messageSendOne(name.physical, encoded, now)
+          .pipe(Effect.mapError(fail("send to", queue)))
+        return rows[0]!.msg_id
+      })
+
+      const sendBatch = Effect.fn("QueueStore.sendBatch")(function* (
+        queue: string,
+        entries: ReadonlyArray<BatchEntry>
+      ) {
+        const name = yield* validateName(queue)
+        if (entries.length === 0) return [] as ReadonlyArray<bigint>
+        const encoded = yield* Effect.forEach(entries, (entry) => encode(queue, entry))
+        const now = yield* statementNow
+        const rows = yield* statements
+          .messageSendBatch(name.physical, encoded, now)
+          .pipe(Effect.mapError(fail("send batch to", queue)))
+        return rows.map((r) => r.msg_id)
+      })
+
+      const read = Effect.fn("QueueStore.read")(function* (queue: string, options?: ReadOptions) {
+        const name = yield* validateName(queue)
+        const limit = options?.limit ?? 1
+        if (!Number.isInteger(limit) || limit < 1) {
+          return yield* new InvalidMessage({ queue, reason: "limit must be a positive integer" })
+        }
+        const vtMs = yield* durationMs(queue, options?.visibilityTimeout, defaultVisibilityMs, "visibilityTimeout")
+        const now = yield* statementNow
+        const rows = yield* statements
+          .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
+          .pipe(Effect.mapError(fail("read from", queue)))
+        return rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
+      })
+
+      const readWithPoll = (queue: string, options: PollOptions) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const maxWaitMs = yield* durationMs(queue, options.maxWait, 0, "maxWait")
+          const pollMs = yield* durationMs(
+            queue,
+            options.pollInterval,
+            Duration.toMillis(config.pollingInterval),
+            "pollInterval"
+          )
+          // subscribe before the first read, so a send committed in between still wakes us
+          const wakeups = yield* notifier.subscribe([name.physical])
+          const deadline = (yield* Clock.currentTimeMillis) + maxWaitMs
+          while (true) {
+            const messages = yield* read(queue, options)
+            if (messages.length > 0) return messages
+            const remaining = deadline - (yield* Clock.currentTimeMillis)
+            if (remaining <= 0) return messages
+            const status = yield* notifier.status
+            const wait = Duration.min(Duration.millis(remaining), pollDelay(status, Duration.millis(pollMs)))
+            yield* wakeups.await(wait)
+          }
+        }).pipe(Effect.scoped, Effect.withSpan("QueueStore.readWithPoll"))
+
+      const acknowledge =
+        (
+          operation: string,
+          byReceipts: (physical: string, r: ReceiptParams) => Effect.Effect<ReadonlyArray<unknown>, SqlError>,
+          byIds: (physical: string, ids: ReadonlyArray<bigint>) => Effect.Effect<ReadonlyArray<unknown>, SqlError>
+        ) =>
+        (queue: string, targets: ReadonlyArray<Target>) =>
+          Effect.gen(function* () {
+            const name = yield* validateName(queue)
+            if (targets.length === 0) return 0
+            const { receipts, ids } = splitTargets(targets)
+            let n = 0
+            if (receipts.ids.length > 0) {
+              n += (yield* byReceipts(name.physical, receipts).pipe(Effect.mapError(fail(operation, queue)))).length
+            }
+            if (ids.length > 0) {
+              n += (yield* byIds(name.physical, ids).pipe(Effect.mapError(fail(operation, queue)))).length
+            }
+            return n
+          })
+
+      const archive = (queue: string, targets: ReadonlyArray<Target>) =>
+        Effect.flatMap(statementNow, (now) =>
+          acknowledge(
+            "archive in",
+            (p, r) => statements.messageArchiveReceipts(p, r, now),
+            (p, ids) => statements.messageArchiveIds(p, ids, now)
+          )(queue, targets)
+        ).pipe(Effect.withSpan("QueueStore.archive"))
+
+      const remove = acknowledge("delete from", statements.messageDeleteReceipts, statements.messageDeleteIds)
+
+      const setVisibility = (queue: string, targets: ReadonlyArray<Target>, delay: Duration.Input) =>
+        Effect.gen(function* () {
+          const delayMs = yield* durationMs(queue, delay, 0, "delay")
+          const now = yield* statementNow
+          return yield* acknowledge(
+            "set visibility in",
+            (p, r) => statements.messageSetVisibilityReceipts(p, r, delayMs, now),
+            (p, ids) => statements.messageSetVisibilityIds(p, ids, delayMs, now)
+          )(queue, targets)
+        })
+
+      const release = (queue: string, receipts: ReadonlyArray<Receipt>) =>
+        Effect.gen(function* () {
+          const now = yield* statementNow
+          return yield* acknowledge(
+            "release in",
+            (p, r) => statements.messageReleaseReceipts(p, r, now),
+            () => Effect.succeed([])
+          )(queue, receipts)
+        })
+
+      const recordFailure = (queue: string, receipt: Receipt, failure: Failure, retryDelay: Duration.Input) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const delayMs = yield* durationMs(queue, retryDelay, 0, "retryDelay")
+          const now = yield* statementNow
+          const rows = yield* statements
+            .messageRecordFailure(
+              name.physical,
+              receipt.msgId,
+              receipt.readCt,
+              delayMs,
+              JSON.stringify(encodeFailure(failure)),
+              now
+            )
+            .pipe(Effect.mapError(fail("record failure in", queue)))
+          return rows.length > 0
+        })
+
+      const moveToDeadLetter = (queue: string, target: Target, options: DeadLetterOptions) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const dead = QueueName.deadLetterOf(name)
+          const now = yield* statementNow
+          const msgId = typeof target === "bigint" ? target : target.msgId
+          const readCt = typeof target === "bigint" ? null : target.readCt
+          const rows = yield* statements
+            .messageMoveToDeadLetter(
+              name.physical,
+              dead.physical,
+              msgId,
+              readCt,
+              {
+                reason: options.reason ?? "max_retries_exceeded",
+                source: options.source,
+                maxRetries: config.maxRetries,
+                error: options.failure ? JSON.stringify(encodeFailure(options.failure)) : null
+              },
+              now
+            )
+            .pipe(Effect.mapError(fail("dead-letter in", queue)))
+          return Option.fromNullishOr(rows[0]?.msg_id)
+        }).pipe(Effect.withSpan("QueueStore.moveToDeadLetter"))
+
+      const retryDeadLetters = (deadLetterQueue: string, ids: ReadonlyArray<bigint> | "all") =>
+        Effect.gen(function* () {
+          const dead = yield* validateName(deadLetterQueue)
+          const found = yield* statements
+            .queueFind(dead.physical)
+            .pipe(Effect.mapError(fail("find queue", deadLetterQueue)))
+          const origin = found[0]?.dead_letter_of
+          if (!origin) return yield* new QueueNotFound({ queue: deadLetterQueue })
+          if (ids !== "all" && ids.length === 0) return [] as ReadonlyArray<bigint>
+          const now = yield* statementNow
+          const rows = yield* statements
+            .messageRetryDeadLetter(dead.physical, origin, ids === "all" ? null : ids, now)
+            .pipe(Effect.mapError(fail("retry dead letters of", deadLetterQueue)))
+          return rows.map((r) => r.msg_id)
+        })
+
+      const purge = (queue: string) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const rows = yield* statements.messagePurge(name.physical).pipe(Effect.mapError(fail("purge", queue)))
+          return toNumber(rows[0]?.n ?? 0n)
+        })
+
+      const get = (queue: string, msgId: bigint) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const rows = yield* statements.messageGet(name.physical, msgId).pipe(Effect.mapError(fail("get from", queue)))
+          return Option.map(Option.fromNullishOr(rows[0]), (row) => toMessage(queue, row))
+        })
+
+      const browse = (queue: string, options?: { readonly limit?: number; readonly after?: bigint }) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const rows = yield* statements
+            .messageList(name.physical, options?.limit ?? 100, options?.after ?? null)
+            .pipe(Effect.mapError(fail("browse", queue)))
+          return rows.map((row) => toMessage(queue, row))
+        })
+
+      const deadLetterOf = (message: Message): DeadLetter => ({
+        ...message,
+        deadLetter: Option.getOrUndefined(decodeDeadLetter(message.headers[DEAD_LETTER_HEADER]))
+      })
+
+      const isArchived = (queue: string, msgId: bigint) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const rows = yield* statements
+            .archiveGet(name.physical, msgId)
+            .pipe(Effect.mapError(fail("read archive of", queue)))
+          return rows.length > 0
+        })
+
+      const metrics = (queue: string) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const now = yield* statementNow
+          const [row] = yield* statements
+            .queueMetrics(name.physical, now)
+            .pipe(Effect.mapError(fail("metrics of", queue)))
+          return {
+            queue,
+            depth: toNumber(row?.depth ?? 0n),
+            visible: toNumber(row?.visible ?? 0n),
+            oldestAgeMs: row?.oldest_age_ms ?? undefined,
+            oldestVisibleAgeMs: row?.oldest_visible_age_ms ?? undefined,
+            archiveSize: toNumber(row?.archive_size ?? 0n)
+          } satisfies QueueMetrics
+        })
+
+      const CLEANUP_BATCH = 5_000
+      const cleanupArchive = (retention?: Duration.Input) =>
+        Effect.gen(function* () {
+          const keep = retention === undefined ? config.archiveRetention : Duration.fromInputUnsafe(retention)
+          if (keep === undefined) return []
+          const retentionMs = Duration.toMillis(keep)
+          const queues = yield* list
+          const report: Array<{ queue: string; deleted: number }> = []
+          for (const q of queues) {
+            let deleted = 0
+            while (true) {
+              const now = yield* statementNow
+              const [row] = yield* statements
+                .archiveDeleteOlderThan(q.physical, retentionMs, CLEANUP_BATCH, now)
+                .pipe(Effect.mapError(fail("clean archive of", q.name)))
+              const n = toNumber(row?.n ?? 0n)
+              deleted += n
+              if (n < CLEANUP_BATCH) break
+            }
+            if (deleted > 0) report.push({ queue: q.name, deleted })
+          }
+          return report as ReadonlyArray<{ readonly queue: string; readonly deleted: number }>
+        })
+
+      return QueueStore.of({
+        create,
+        drop,
+        list,
+        send,
+        sendBatch,
+        read,
+        readWithPoll,
+        archive,
+        delete: remove,
+        setVisibility,
+        release,
+        recordFailure,
+        moveToDeadLetter,
+        retryDeadLetters,
+        purge,
+        get,
+        browse,
+        deadLetterOf,
+        isArchived,
+        metrics,
+        cleanupArchive,
+        validateName: (queue) => validateName(queue)
+      })
+    })
+  )
+}

@@ -1,0 +1,94 @@
+import { assert, describe, it } from "@effect/vitest"
+import { ConfigProvider, Duration, Effect, Redacted } from "effect"
+import { PgBusConfig, resolve } from "../src/Config.ts"
+
+const fromEnv = (env: Record<string, string>) =>
+  Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
+
+describe("configuration", () => {
+  it.effect("defaults follow the seeds' configuration reference", () =>
+    Effect.gen(function* () {
+      const c = yield* resolve()
+      assert.strictEqual(c.schema, "pgbus")
+      assert.strictEqual(c.queuePrefix, "pgbus")
+      assert.strictEqual(c.defaultQueue, "default")
+      assert.strictEqual(Duration.toSeconds(c.visibilityTimeout), 30)
+      assert.strictEqual(c.maxRetries, 5)
+      assert.strictEqual(Duration.toSeconds(c.retryBackoff), 5)
+      assert.strictEqual(Duration.toSeconds(c.retryBackoffMax), 300)
+      assert.strictEqual(c.retryBackoffJitter, 0.15)
+      assert.strictEqual(Duration.toMillis(c.pollingInterval), 100)
+      assert.isTrue(c.listenNotify)
+      assert.strictEqual(Duration.toDays(c.archiveRetention!), 7)
+      assert.strictEqual(c.maxPayloadSize, 131_072)
+    })
+  )
+
+  it.effect("reads DATABASE_URL and PGBUS_* from the environment; bare numbers are seconds", () =>
+    Effect.gen(function* () {
+      const c = yield* PgBusConfig
+      assert.strictEqual(Redacted.value(c.databaseUrl), "postgres://u:secret@db:5433/app")
+      assert.strictEqual(Duration.toSeconds(c.visibilityTimeout), 45)
+      assert.strictEqual(Duration.toMillis(c.pollingInterval), 250)
+      assert.strictEqual(c.maxRetries, 2)
+      assert.isFalse(c.listenNotify)
+      assert.isUndefined(c.archiveRetention)
+      assert.strictEqual(c.queuePrefix, "myapp")
+      assert.notInclude(String(c.databaseUrl), "secret", "the URL stays redacted when printed")
+    }).pipe(
+      Effect.provide(PgBusConfig.layer()),
+      fromEnv({
+        DATABASE_URL: "postgres://u:secret@db:5433/app",
+        PGBUS_VISIBILITY_TIMEOUT: "45",
+        PGBUS_POLLING_INTERVAL: "250 millis",
+        PGBUS_MAX_RETRIES: "2",
+        PGBUS_LISTEN_NOTIFY: "false",
+        PGBUS_ARCHIVE_RETENTION: "none",
+        PGBUS_QUEUE_PREFIX: "myapp"
+      })
+    )
+  )
+
+  it.effect("code overrides win over the environment", () =>
+    Effect.gen(function* () {
+      const c = yield* PgBusConfig
+      assert.strictEqual(c.maxRetries, 9)
+      assert.strictEqual(Duration.toSeconds(c.visibilityTimeout), 10)
+    }).pipe(
+      Effect.provide(PgBusConfig.layer({ maxRetries: 9, visibilityTimeout: "10 seconds" })),
+      fromEnv({ PGBUS_MAX_RETRIES: "2" })
+    )
+  )
+
+  const invalid: ReadonlyArray<[string, Parameters<typeof resolve>[0], string]> = [
+    ["visibility timeout 0", { visibilityTimeout: 0 }, "visibilityTimeout"],
+    ["negative retries", { maxRetries: -1 }, "maxRetries"],
+    ["fractional retries", { maxRetries: 1.5 }, "maxRetries"],
+    ["a queue prefix with a dash", { queuePrefix: "my-app" }, "queuePrefix"],
+    ["a schema with a quote", { schema: 'x"; drop' }, "schema"],
+    ["jitter above 1", { retryBackoffJitter: 1.5 }, "retryBackoffJitter"],
+    ["a backoff cap below the base", { retryBackoff: "10 seconds", retryBackoffMax: "5 seconds" }, "retryBackoffMax"],
+    ["a pool of 0", { poolSize: 0 }, "poolSize"],
+    ["a non-postgres URL", { databaseUrl: "mysql://x" }, "databaseUrl"],
+    ["a tiny payload cap", { maxPayloadSize: 10 }, "maxPayloadSize"]
+  ]
+  for (const [what, overrides, key] of invalid) {
+    it.effect(`${what} fails with a ConfigurationError naming ${key}`, () =>
+      Effect.gen(function* () {
+        const error = yield* Effect.flip(resolve(overrides))
+        assert.strictEqual(error._tag, "ConfigurationError")
+        assert.strictEqual(error.key, key)
+        assert.isAbove(error.rule.length, 5)
+        assert.include(error.message, key)
+      })
+    )
+  }
+
+  it.effect("an invalid environment value fails the layer, naming the key and the rule", () =>
+    Effect.gen(function* () {
+      const error = yield* Effect.flip(Effect.provide(PgBusConfig.use(Effect.succeed), PgBusConfig.layer()))
+      assert.strictEqual(error.key, "visibilityTimeout")
+      assert.include(error.message, "greater than zero")
+    }).pipe(fromEnv({ PGBUS_VISIBILITY_TIMEOUT: "0" }))
+  )
+})
