@@ -164,6 +164,17 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         RETURNING msg_id)
       SELECT msg_id FROM m ${notifyFilter(physical)} ORDER BY msg_id`
 
+  // The common batch: no headers, no per-message schedule. One array to unnest is about 15%
+  // faster than four (measured by bench:queue).
+  const messageSendBatchPlain = (physical: string, batch: ReadonlyArray<string>, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`WITH m AS (
+        INSERT INTO ${messages(physical)} (enqueued_at, vt, message)
+        SELECT ${NOW(sql, now)}, ${NOW(sql, now)}, u.message::jsonb
+        FROM unnest(${typedArray(batch, PgTypes.OID.text)}::text[]) WITH ORDINALITY AS u(message, ord)
+        ORDER BY u.ord
+        RETURNING msg_id)
+      SELECT msg_id FROM m ${notifyFilter(physical)} ORDER BY msg_id`
+
   // PGMQ's read: oldest visible first, rows locked by another reader skipped, vt moved on.
   const messageRead = (
     physical: string,
@@ -360,6 +371,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     queueMetrics,
     messageSendOne,
     messageSendBatch,
+    messageSendBatchPlain,
     messageRead,
     messageArchiveReceipts,
     messageArchiveIds,

@@ -11,6 +11,7 @@ import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
 import { serverError, statementNow, toDatabaseError } from "../Database.ts"
+import { hotSpan } from "../internal/span.ts"
 import {
   DEAD_LETTER_HEADER,
   DeadLetterBlock,
@@ -221,7 +222,16 @@ export class QueueStore extends Context.Service<
       const prefix = config.queuePrefix
       const defaultVisibilityMs = Duration.toMillis(config.visibilityTimeout)
 
-      const validateName = (queue: string) => QueueName.validate(queue, prefix)
+      const validNames = new Map<string, Effect.Effect<QueueName.QueueName>>()
+      const validateName = (queue: string): Effect.Effect<QueueName.QueueName, QueueError> => {
+        const known = validNames.get(queue)
+        if (known) return known
+        return QueueName.validate(queue, prefix).pipe(
+          Effect.tap((name) =>
+            Effect.sync(() => validNames.size < 10_000 && validNames.set(queue, Effect.succeed(name)))
+          )
+        )
+      }
 
       const fail =
         (operation: string, queue: string) =>
@@ -233,53 +243,63 @@ export class QueueStore extends Context.Service<
           return toDatabaseError(`${operation} ${queue}`)(error)
         }
 
-      const encodeJson = (queue: string, value: unknown, what: string): Effect.Effect<string, QueueError> => {
-        let text: string | undefined
+      const jsonText = (value: unknown): string | undefined => {
         try {
-          text = JSON.stringify(value)
-        } catch (e) {
-          return Effect.fail(new InvalidMessage({ queue, reason: `${what} is not JSON: ${String(e)}` }))
+          return JSON.stringify(value)
+        } catch {
+          return undefined
         }
-        if (text === undefined) {
-          return Effect.fail(new InvalidMessage({ queue, reason: `${what} is not JSON (undefined or a function)` }))
-        }
-        return Effect.succeed(text)
       }
 
-      const encode = (queue: string, entry: BatchEntry): Effect.Effect<EncodedMessage, QueueError> =>
-        Effect.gen(function* () {
-          const message = yield* encodeJson(queue, entry.message, "the message")
+      // Synchronous on purpose: it runs for every message of every batch (bench:queue).
+      const encodeUnsafe = (queue: string, entry: BatchEntry): EncodedMessage | QueueError => {
+        const message = jsonText(entry.message)
+        if (message === undefined) {
+          return new InvalidMessage({ queue, reason: "the message is not JSON (undefined, a function or a bigint)" })
+        }
+        if (message.length * 3 > config.maxPayloadSize) {
           const size = Buffer.byteLength(message, "utf8")
-          if (size > config.maxPayloadSize) {
-            return yield* new PayloadTooLarge({ queue, size, limit: config.maxPayloadSize })
+          if (size > config.maxPayloadSize) return new PayloadTooLarge({ queue, size, limit: config.maxPayloadSize })
+        }
+        let headers: string | null = null
+        if (entry.headers !== undefined) {
+          if (!isObject(entry.headers)) return new InvalidMessage({ queue, reason: "headers must be a JSON object" })
+          const text = jsonText(entry.headers)
+          if (text === undefined) return new InvalidMessage({ queue, reason: "the headers are not JSON" })
+          headers = text
+        }
+        let delayMs = 0
+        if (entry.delay !== undefined) {
+          const d = Duration.fromInput(entry.delay)
+          if (Option.isNone(d) || !Duration.isFinite(d.value) || Duration.isNegative(d.value)) {
+            return new InvalidMessage({ queue, reason: "delay must be a finite, non-negative duration" })
           }
-          let headers: string | null = null
-          if (entry.headers !== undefined) {
-            if (!isObject(entry.headers)) {
-              return yield* new InvalidMessage({ queue, reason: "headers must be a JSON object" })
-            }
-            headers = yield* encodeJson(queue, entry.headers, "the headers")
+          delayMs = Duration.toMillis(d.value)
+        }
+        let at: Date | null = null
+        if (entry.at !== undefined) {
+          if (!(entry.at instanceof Date) || Number.isNaN(entry.at.getTime())) {
+            return new InvalidMessage({ queue, reason: "at must be a valid Date" })
           }
-          let delayMs = 0
-          if (entry.delay !== undefined) {
-            const d = Duration.fromInput(entry.delay)
-            if (Option.isNone(d) || !Duration.isFinite(d.value) || Duration.isNegative(d.value)) {
-              return yield* new InvalidMessage({ queue, reason: "delay must be a finite, non-negative duration" })
-            }
-            delayMs = Duration.toMillis(d.value)
-          }
-          let at: Date | null = null
-          if (entry.at !== undefined) {
-            if (!(entry.at instanceof Date) || Number.isNaN(entry.at.getTime())) {
-              return yield* new InvalidMessage({ queue, reason: "at must be a valid Date" })
-            }
-            if (entry.delay !== undefined) {
-              return yield* new InvalidMessage({ queue, reason: "give either delay or at, not both" })
-            }
-            at = entry.at
-          }
-          return { message, headers, delayMs, at }
-        })
+          if (entry.delay !== undefined)
+            return new InvalidMessage({ queue, reason: "give either delay or at, not both" })
+          at = entry.at
+        }
+        return { message, headers, delayMs, at }
+      }
+
+      const encodeAll = (
+        queue: string,
+        entries: ReadonlyArray<BatchEntry>
+      ): Effect.Effect<ReadonlyArray<EncodedMessage>, QueueError> => {
+        const out: Array<EncodedMessage> = new Array(entries.length)
+        for (let i = 0; i < entries.length; i++) {
+          const encoded = encodeUnsafe(queue, entries[i]!)
+          if ("_tag" in encoded) return Effect.fail(encoded)
+          out[i] = encoded
+        }
+        return Effect.succeed(out)
+      }
 
       const durationMs = (queue: string, input: Duration.Input | undefined, fallback: number, what: string) => {
         if (input === undefined) return Effect.succeed(fallback)
@@ -290,52 +310,54 @@ export class QueueStore extends Context.Service<
         return Effect.succeed(Duration.toMillis(d.value))
       }
 
-      const create = Effect.fn("QueueStore.create")(function* (queue: string) {
-        const name = yield* validateName(queue)
-        const dead = QueueName.deadLetterOf(name)
-        const makeTables = (physical: string) =>
-          Effect.all(
-            [
-              statements.queueCreateMessageTable(physical),
-              statements.queueCreateVisibilityIndex(physical),
-              statements.queueCreateArchiveTable(physical),
-              statements.queueCreateArchiveIndex(physical)
-            ],
-            { discard: true }
-          )
-        yield* sql
-          .withTransaction(
-            Effect.gen(function* () {
-              yield* statements.queueLockTransaction(name.physical)
-              yield* makeTables(name.physical)
-              yield* statements.queueRegister(name.physical, null)
-              if (!QueueName.isDeadLetter(name)) {
-                yield* makeTables(dead.physical)
-                yield* statements.queueRegister(dead.physical, name.physical)
-              }
-            })
-          )
-          .pipe(Effect.mapError(fail("create queue", queue)))
-      })
+      const create = (queue: string) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const dead = QueueName.deadLetterOf(name)
+          const makeTables = (physical: string) =>
+            Effect.all(
+              [
+                statements.queueCreateMessageTable(physical),
+                statements.queueCreateVisibilityIndex(physical),
+                statements.queueCreateArchiveTable(physical),
+                statements.queueCreateArchiveIndex(physical)
+              ],
+              { discard: true }
+            )
+          yield* sql
+            .withTransaction(
+              Effect.gen(function* () {
+                yield* statements.queueLockTransaction(name.physical)
+                yield* makeTables(name.physical)
+                yield* statements.queueRegister(name.physical, null)
+                if (!QueueName.isDeadLetter(name)) {
+                  yield* makeTables(dead.physical)
+                  yield* statements.queueRegister(dead.physical, name.physical)
+                }
+              })
+            )
+            .pipe(Effect.mapError(fail("create queue", queue)))
+        }).pipe(Effect.withSpan("QueueStore.create", { attributes: { queue } }))
 
-      const drop = Effect.fn("QueueStore.drop")(function* (queue: string) {
-        const name = yield* validateName(queue)
-        const dead = QueueName.deadLetterOf(name)
-        return yield* sql
-          .withTransaction(
-            Effect.gen(function* () {
-              yield* statements.queueLockTransaction(name.physical)
-              const removed = yield* statements.queueUnregister(name.physical)
-              yield* statements.queueDropTables(name.physical)
-              if (!QueueName.isDeadLetter(name)) {
-                yield* statements.queueUnregister(dead.physical)
-                yield* statements.queueDropTables(dead.physical)
-              }
-              return removed.length > 0
-            })
-          )
-          .pipe(Effect.mapError(fail("drop queue", queue)))
-      })
+      const drop = (queue: string) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const dead = QueueName.deadLetterOf(name)
+          return yield* sql
+            .withTransaction(
+              Effect.gen(function* () {
+                yield* statements.queueLockTransaction(name.physical)
+                const removed = yield* statements.queueUnregister(name.physical)
+                yield* statements.queueDropTables(name.physical)
+                if (!QueueName.isDeadLetter(name)) {
+                  yield* statements.queueUnregister(dead.physical)
+                  yield* statements.queueDropTables(dead.physical)
+                }
+                return removed.length > 0
+              })
+            )
+            .pipe(Effect.mapError(fail("drop queue", queue)))
+        }).pipe(Effect.withSpan("QueueStore.drop", { attributes: { queue } }))
 
       const list = statements.queueList().pipe(
         Effect.map((rows) =>
@@ -349,43 +371,50 @@ export class QueueStore extends Context.Service<
         Effect.mapError(fail("list queues", "*"))
       )
 
-      const send = Effect.fn("QueueStore.send")(function* (queue: string, message: unknown, options?: SendOptions) {
-        const name = yield* validateName(queue)
-        const encoded = yield* encode(queue, { ...options, message })
-        const now = yield* statementNow
-        const rows = yield* statements
-          .messageSendOne(name.physical, encoded, now)
-          .pipe(Effect.mapError(fail("send to", queue)))
-        return rows[0]!.msg_id
-      })
+      const send = (queue: string, message: unknown, options?: SendOptions) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const [encoded] = yield* encodeAll(queue, [{ ...options, message }])
+          const now = yield* statementNow
+          const rows = yield* statements
+            .messageSendOne(name.physical, encoded!, now)
+            .pipe(Effect.mapError(fail("send to", queue)))
+          return rows[0]!.msg_id
+        }).pipe(hotSpan("QueueStore.send", { queue }))
 
-      const sendBatch = Effect.fn("QueueStore.sendBatch")(function* (
-        queue: string,
-        entries: ReadonlyArray<BatchEntry>
-      ) {
-        const name = yield* validateName(queue)
-        if (entries.length === 0) return [] as ReadonlyArray<bigint>
-        const encoded = yield* Effect.forEach(entries, (entry) => encode(queue, entry))
-        const now = yield* statementNow
-        const rows = yield* statements
-          .messageSendBatch(name.physical, encoded, now)
-          .pipe(Effect.mapError(fail("send batch to", queue)))
-        return rows.map((r) => r.msg_id)
-      })
+      const sendBatch = (queue: string, entries: ReadonlyArray<BatchEntry>) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          if (entries.length === 0) return [] as ReadonlyArray<bigint>
+          const encoded = yield* encodeAll(queue, entries)
+          const now = yield* statementNow
+          const plain = encoded.every((e) => e.headers === null && e.delayMs === 0 && e.at === null)
+          const rows = yield* (
+            plain
+              ? statements.messageSendBatchPlain(
+                  name.physical,
+                  encoded.map((e) => e.message),
+                  now
+                )
+              : statements.messageSendBatch(name.physical, encoded, now)
+          ).pipe(Effect.mapError(fail("send batch to", queue)))
+          return rows.map((r) => r.msg_id)
+        }).pipe(hotSpan("QueueStore.sendBatch", { queue, size: entries.length }))
 
-      const read = Effect.fn("QueueStore.read")(function* (queue: string, options?: ReadOptions) {
-        const name = yield* validateName(queue)
-        const limit = options?.limit ?? 1
-        if (!Number.isInteger(limit) || limit < 1) {
-          return yield* new InvalidMessage({ queue, reason: "limit must be a positive integer" })
-        }
-        const vtMs = yield* durationMs(queue, options?.visibilityTimeout, defaultVisibilityMs, "visibilityTimeout")
-        const now = yield* statementNow
-        const rows = yield* statements
-          .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
-          .pipe(Effect.mapError(fail("read from", queue)))
-        return rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
-      })
+      const read = (queue: string, options?: ReadOptions) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const limit = options?.limit ?? 1
+          if (!Number.isInteger(limit) || limit < 1) {
+            return yield* new InvalidMessage({ queue, reason: "limit must be a positive integer" })
+          }
+          const vtMs = yield* durationMs(queue, options?.visibilityTimeout, defaultVisibilityMs, "visibilityTimeout")
+          const now = yield* statementNow
+          const rows = yield* statements
+            .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
+            .pipe(Effect.mapError(fail("read from", queue)))
+          return rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
+        }).pipe(hotSpan("QueueStore.read", { queue }))
 
       const readWithPoll = (queue: string, options: PollOptions) =>
         Effect.gen(function* () {
@@ -439,7 +468,7 @@ export class QueueStore extends Context.Service<
             (p, r) => statements.messageArchiveReceipts(p, r, now),
             (p, ids) => statements.messageArchiveIds(p, ids, now)
           )(queue, targets)
-        ).pipe(Effect.withSpan("QueueStore.archive"))
+        ).pipe(hotSpan("QueueStore.archive", { queue }))
 
       const remove = acknowledge("delete from", statements.messageDeleteReceipts, statements.messageDeleteIds)
 

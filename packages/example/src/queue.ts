@@ -16,7 +16,8 @@ const program = Effect.gen(function* () {
   let received = 0
   while (received < 3) {
     const messages = yield* queues.readWithPoll("example", { limit: 10, maxWait: "5 seconds" })
-    for (const m of messages) yield* Effect.log(`message ${m.msgId} (delivery ${m.readCt}): ${JSON.stringify(m.message)}`)
+    for (const m of messages)
+      yield* Effect.log(`message ${m.msgId} (delivery ${m.readCt}): ${JSON.stringify(m.message)}`)
     yield* queues.archive("example", messages)
     received += messages.length
   }
