@@ -5,7 +5,8 @@ import { join } from "node:path"
 
 const owners = new Set([
   "src/Queue/QueueSql.ts", // queue registry, q_<queue>, a_<queue>
-  "src/Migrations.ts" // the schema, schema_migrations
+  "src/Migrations.ts", // the schema, schema_migrations
+  "src/Supervisor/ProcessSql.ts" // processes
 ])
 
 const files = []

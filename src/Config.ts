@@ -54,6 +54,34 @@ export interface PgBusConfigShape {
   readonly archiveRetention: Duration.Duration | undefined
   /** Byte cap on a message payload (its JSON text). */
   readonly maxPayloadSize: number
+  /** Worker capsules, in the seeds' string form: `"default, mailers: 10; critical: 5"`. */
+  readonly workers: string
+  /** Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees. */
+  readonly readAhead: number
+  /** Most messages a capsule holds in flight (running + buffered); `undefined` is unlimited. */
+  readonly prefetchLimit: number | undefined
+  /** Re-arm running jobs' visibility on a heartbeat so long jobs are not delivered twice. */
+  readonly visibilityHeartbeat: boolean
+  /** Interval of that heartbeat; `undefined` means a third of the visibility timeout. */
+  readonly visibilityHeartbeatInterval: Duration.Duration | undefined
+  /** On shutdown, how long jobs in flight may take to finish before they are abandoned. */
+  readonly drainTimeout: Duration.Duration
+  /** Port of the supervisor's `/livez` and `/readyz`; `undefined` serves none. */
+  readonly healthPort: number | undefined
+  /** Address the health endpoints bind to. */
+  readonly healthBind: string
+  /** Interval between dispatcher maintenance ticks. */
+  readonly dispatchInterval: Duration.Duration
+  /** Interval between a supervisor's beats into the processes table. */
+  readonly processHeartbeatInterval: Duration.Duration
+  /** A process silent this long is dead: its claimed messages are released at once. */
+  readonly staleProcessThreshold: Duration.Duration
+  /** The app's revision (a git sha, a release), recorded by workers. */
+  readonly appRevision: string | undefined
+  /** Priority sub-queues per queue (`_p0` highest); `undefined` turns priorities off. */
+  readonly priorityLevels: number | undefined
+  /** Priority of jobs that name none, when priorities are on. */
+  readonly defaultPriority: number
 }
 
 /** What a caller may pass in code: every key optional, durations as `Duration.Input`. */
@@ -72,9 +100,32 @@ export interface PgBusConfigInput {
   readonly listenNotify?: boolean
   readonly archiveRetention?: Duration.Input | null
   readonly maxPayloadSize?: number
+  readonly workers?: string
+  readonly readAhead?: number
+  readonly prefetchLimit?: number | null
+  readonly visibilityHeartbeat?: boolean
+  readonly visibilityHeartbeatInterval?: Duration.Input | null
+  readonly drainTimeout?: Duration.Input
+  readonly healthPort?: number | null
+  readonly healthBind?: string
+  readonly dispatchInterval?: Duration.Input
+  readonly processHeartbeatInterval?: Duration.Input
+  readonly staleProcessThreshold?: Duration.Input
+  readonly appRevision?: string | null
+  readonly priorityLevels?: number | null
+  readonly defaultPriority?: number
 }
 
-type Kind = "string" | "int" | "number" | "boolean" | "duration" | "optionalDuration" | "secret"
+type Kind =
+  | "string"
+  | "optionalString"
+  | "int"
+  | "optionalInt"
+  | "number"
+  | "boolean"
+  | "duration"
+  | "optionalDuration"
+  | "secret"
 
 const positive = Schema.makeFilter<Duration.Duration>((d) => Duration.isPositive(d) || "must be greater than zero")
 const PositiveDuration = Schema.Duration.check(positive)
@@ -110,7 +161,21 @@ export const PgBusConfigSchema = Schema.Struct({
   pollingInterval: PositiveDuration,
   listenNotify: Schema.Boolean,
   archiveRetention: Schema.UndefinedOr(PositiveDuration),
-  maxPayloadSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(64))
+  maxPayloadSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(64)),
+  workers: Schema.String.check(Schema.isNonEmpty()),
+  readAhead: NonNegativeInt,
+  prefetchLimit: Schema.UndefinedOr(PositiveInt),
+  visibilityHeartbeat: Schema.Boolean,
+  visibilityHeartbeatInterval: Schema.UndefinedOr(PositiveDuration),
+  drainTimeout: Schema.Duration,
+  healthPort: Schema.UndefinedOr(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 }))),
+  healthBind: Schema.String.check(Schema.isNonEmpty()),
+  dispatchInterval: PositiveDuration,
+  processHeartbeatInterval: PositiveDuration,
+  staleProcessThreshold: PositiveDuration,
+  appRevision: Schema.UndefinedOr(Schema.String),
+  priorityLevels: Schema.UndefinedOr(Schema.Int.check(Schema.isBetween({ minimum: 2, maximum: 10 }))),
+  defaultPriority: NonNegativeInt
 })
 
 interface Field {
@@ -134,7 +199,29 @@ export const fields = {
   pollingInterval: { kind: "duration", default: Duration.millis(100), env: "PGBUS_POLLING_INTERVAL" },
   listenNotify: { kind: "boolean", default: true, env: "PGBUS_LISTEN_NOTIFY" },
   archiveRetention: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_ARCHIVE_RETENTION" },
-  maxPayloadSize: { kind: "int", default: 131_072, env: "PGBUS_MAX_PAYLOAD_SIZE" }
+  maxPayloadSize: { kind: "int", default: 131_072, env: "PGBUS_MAX_PAYLOAD_SIZE" },
+  workers: { kind: "string", default: "default: 5", env: "PGBUS_WORKERS" },
+  readAhead: { kind: "int", default: 0, env: "PGBUS_READ_AHEAD" },
+  prefetchLimit: { kind: "optionalInt", default: undefined, env: "PGBUS_PREFETCH_LIMIT" },
+  visibilityHeartbeat: { kind: "boolean", default: true, env: "PGBUS_VISIBILITY_HEARTBEAT" },
+  visibilityHeartbeatInterval: {
+    kind: "optionalDuration",
+    default: undefined,
+    env: "PGBUS_VISIBILITY_HEARTBEAT_INTERVAL"
+  },
+  drainTimeout: { kind: "duration", default: Duration.seconds(30), env: "PGBUS_DRAIN_TIMEOUT" },
+  healthPort: { kind: "optionalInt", default: undefined, env: "PGBUS_HEALTH_PORT" },
+  healthBind: { kind: "string", default: "127.0.0.1", env: "PGBUS_HEALTH_BIND" },
+  dispatchInterval: { kind: "duration", default: Duration.seconds(1), env: "PGBUS_DISPATCH_INTERVAL" },
+  processHeartbeatInterval: {
+    kind: "duration",
+    default: Duration.seconds(2),
+    env: "PGBUS_PROCESS_HEARTBEAT_INTERVAL"
+  },
+  staleProcessThreshold: { kind: "duration", default: Duration.seconds(10), env: "PGBUS_STALE_PROCESS_THRESHOLD" },
+  appRevision: { kind: "optionalString", default: undefined, env: "PGBUS_APP_REVISION" },
+  priorityLevels: { kind: "optionalInt", default: undefined, env: "PGBUS_PRIORITY_LEVELS" },
+  defaultPriority: { kind: "int", default: 1, env: "PGBUS_DEFAULT_PRIORITY" }
 } satisfies Record<keyof PgBusConfigShape, Field>
 
 type Key = keyof typeof fields
@@ -168,6 +255,19 @@ const parseValue = (key: Key, raw: unknown, fromEnv: boolean): Effect.Effect<unk
   const field: Field = fields[key]
   const fail = (rule: string) => Effect.fail(new ConfigurationError({ key, rule, value: show(raw) }))
   switch (field.kind) {
+    case "optionalString": {
+      if (raw === null) return Effect.succeed(undefined)
+      if (typeof raw !== "string") return fail("must be a string")
+      return Effect.succeed(raw)
+    }
+    case "optionalInt": {
+      if (raw === null || (fromEnv && typeof raw === "string" && ["", "none"].includes(raw.trim()))) {
+        return Effect.succeed(undefined)
+      }
+      const n = typeof raw === "string" && fromEnv ? Number(raw) : raw
+      if (typeof n !== "number" || !Number.isInteger(n)) return fail("must be an integer")
+      return Effect.succeed(n)
+    }
     case "secret":
     case "string": {
       const s = Redacted.isRedacted(raw) ? Redacted.value(raw) : raw
@@ -277,10 +377,34 @@ export const resolve = (
         value: show(valid.retryBackoffMax)
       })
     }
-    if (valid.queuePrefix.length + 1 + valid.defaultQueue.length > 43) {
+    if (!Duration.isGreaterThan(valid.staleProcessThreshold, valid.processHeartbeatInterval)) {
+      return yield* new ConfigurationError({
+        key: "staleProcessThreshold",
+        rule: "must be longer than processHeartbeatInterval",
+        value: show(valid.staleProcessThreshold)
+      })
+    }
+    if (
+      valid.visibilityHeartbeatInterval !== undefined &&
+      !Duration.isLessThan(valid.visibilityHeartbeatInterval, valid.visibilityTimeout)
+    ) {
+      return yield* new ConfigurationError({
+        key: "visibilityHeartbeatInterval",
+        rule: "must be shorter than visibilityTimeout",
+        value: show(valid.visibilityHeartbeatInterval)
+      })
+    }
+    if (valid.priorityLevels !== undefined && valid.defaultPriority >= valid.priorityLevels) {
+      return yield* new ConfigurationError({
+        key: "defaultPriority",
+        rule: `must be below priorityLevels (${valid.priorityLevels})`,
+        value: show(valid.defaultPriority)
+      })
+    }
+    if (valid.queuePrefix.length + 1 + valid.defaultQueue.length > 40) {
       return yield* new ConfigurationError({
         key: "defaultQueue",
-        rule: "queuePrefix_defaultQueue must have at most 43 characters",
+        rule: "queuePrefix_defaultQueue must have at most 40 characters (room for priority sub-queues)",
         value: valid.defaultQueue
       })
     }

@@ -9,12 +9,21 @@ import { Layer } from "effect"
 import type { SqlClient } from "effect/sql"
 import { type ConfigurationError, PgBusConfig, type PgBusConfigInput } from "./Config.ts"
 import * as Database from "./Database.ts"
+import { JobClient } from "./Job/JobClient.ts"
 import * as Migrations from "./Migrations.ts"
 import { Notifier } from "./Queue/Notifier.ts"
 import { QueueStore } from "./Queue/QueueStore.ts"
+import { Processes } from "./Supervisor/Processes.ts"
 
 /** Everything `PgBus.layer` provides. */
-export type PgBus = PgBusConfig | PgClient.PgClient | SqlClient.SqlClient | Notifier | QueueStore
+export type PgBus =
+  | PgBusConfig
+  | PgClient.PgClient
+  | SqlClient.SqlClient
+  | Notifier
+  | QueueStore
+  | JobClient
+  | Processes
 
 /**
  * effect-pgbus from the environment (`DATABASE_URL`, `PGBUS_*`) with code overrides.
@@ -31,9 +40,12 @@ export const layer = (
  * @category layers
  */
 export const layerFrom = <E>(config: Layer.Layer<PgBusConfig, E>): Layer.Layer<PgBus, E | Database.DatabaseError> => {
+  // read bottom to top: config, database, notifier, queue store, then what stands on it
   const database = Database.layer
   const notifier = Notifier.layer.pipe(Layer.provideMerge(database))
-  return QueueStore.layer.pipe(Layer.provideMerge(notifier), Layer.provideMerge(config))
+  const queues = QueueStore.layer.pipe(Layer.provideMerge(notifier))
+  const onQueues = Layer.mergeAll(JobClient.layer, Processes.layer)
+  return onQueues.pipe(Layer.provideMerge(queues), Layer.provideMerge(config))
 }
 
 /**

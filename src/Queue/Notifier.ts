@@ -17,6 +17,8 @@ export type NotifierStatus = "disabled" | "idle" | "listening" | "reconnecting"
 export interface Wakeups {
   /** Waits for a wake-up (true) or the timeout (false); returns at once if one is pending. */
   readonly await: (timeout: Duration.Duration) => Effect.Effect<boolean>
+  /** Wakes this subscriber from inside the process (a worker whose slot freed). */
+  readonly wake: () => void
 }
 
 interface Subscriber {
@@ -127,6 +129,10 @@ export class Notifier extends Context.Service<
         ).pipe(
           Effect.map(
             (subscriber): Wakeups => ({
+              wake: () => {
+                subscriber.pending = true
+                subscriber.latch.openUnsafe()
+              },
               await: (timeout) =>
                 Effect.suspend(() => {
                   if (subscriber.pending) {

@@ -244,6 +244,14 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
       WHERE q.msg_id = r.msg_id AND q.read_ct = r.read_ct
       RETURNING q.msg_id`
 
+  // Fast recovery: the claims of processes found dead become visible at once. A message whose
+  // vt already lapsed, or that a live process re-claimed since, is left alone.
+  const messageReleaseClaimedBy = (physical: string, processIds: ReadonlyArray<string>, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`UPDATE ${messages(physical)}
+      SET vt = ${NOW(sql, now)}, claimed_by = NULL
+      WHERE claimed_by = ANY(${typedArray(processIds, PgTypes.OID.text)}::text[]) AND vt > ${NOW(sql, now)}
+      RETURNING msg_id`
+
   const messageRecordFailure = (
     physical: string,
     msgId: bigint,
@@ -381,6 +389,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageSetVisibilityIds,
     messageReleaseReceipts,
     messageRecordFailure,
+    messageReleaseClaimedBy,
     messageMoveToDeadLetter,
     messageRetryDeadLetter,
     messagePurge,

@@ -188,6 +188,10 @@ export class QueueStore extends Context.Service<
       deadLetterQueue: string,
       ids: ReadonlyArray<bigint> | "all"
     ) => Effect.Effect<ReadonlyArray<bigint>, QueueError>
+    /** Makes every message claimed by the given (dead) processes visible at once; per queue counts. */
+    readonly releaseClaimsOf: (
+      processIds: ReadonlyArray<string>
+    ) => Effect.Effect<ReadonlyArray<{ readonly queue: string; readonly released: number }>, QueueError>
     /** Deletes every message of a queue; returns how many. */
     readonly purge: (queue: string) => Effect.Effect<number, QueueError>
     /** One message by id (not claimed). */
@@ -552,6 +556,22 @@ export class QueueStore extends Context.Service<
           return rows.map((r) => r.msg_id)
         })
 
+      const releaseClaimsOf = (processIds: ReadonlyArray<string>) =>
+        Effect.gen(function* () {
+          if (processIds.length === 0) return []
+          const queues = yield* list
+          const report: Array<{ queue: string; released: number }> = []
+          for (const q of queues) {
+            if (q.deadLetterOf !== undefined) continue
+            const now = yield* statementNow
+            const rows = yield* statements
+              .messageReleaseClaimedBy(q.physical, processIds, now)
+              .pipe(Effect.mapError(fail("release claims in", q.name)))
+            if (rows.length > 0) report.push({ queue: q.name, released: rows.length })
+          }
+          return report as ReadonlyArray<{ readonly queue: string; readonly released: number }>
+        })
+
       const purge = (queue: string) =>
         Effect.gen(function* () {
           const name = yield* validateName(queue)
@@ -645,6 +665,7 @@ export class QueueStore extends Context.Service<
         recordFailure,
         moveToDeadLetter,
         retryDeadLetters,
+        releaseClaimsOf,
         purge,
         get,
         browse,

@@ -1,0 +1,149 @@
+/**
+ * The executor: runs one delivered job message and decides what becomes of it. Running is
+ * effectful (decode, handler under a span and a timeout); deciding is one pure function,
+ * `decide`, from (exit, attempt, policy) to an outcome.
+ *
+ * @since 0.1.0
+ */
+import { Cause, Duration, Effect, Exit, Option, Random, Schema } from "effect"
+import type { Failure, Message } from "../Queue/Message.ts"
+import { JobContext } from "./Job.ts"
+import { Envelope, linkedSpan } from "./JobClient.ts"
+import { JobTimeout, PayloadDecodeError, UnknownJob } from "./JobError.ts"
+import type { RegisteredJob, Registry } from "./Registry.ts"
+import { backoffDelayMs, isExhausted, isLastAttempt, type ResolvedRetryPolicy } from "./Retry.ts"
+
+/**
+ * What becomes of a delivered message.
+ *
+ * @category models
+ */
+export type Outcome =
+  /** The handler succeeded: archive the message. */
+  | { readonly _tag: "Succeeded" }
+  /** The attempt failed: record it and deliver again after `delayMs`. */
+  | { readonly _tag: "Retry"; readonly delayMs: number; readonly failure: Failure }
+  /** No attempt is left (or the delivery is past the limit): move to the dead-letter queue. */
+  | { readonly _tag: "DeadLetter"; readonly failure: Failure | undefined }
+  /** The run was interrupted (shutdown past the drain timeout): give the message back. */
+  | { readonly _tag: "Abandoned" }
+
+/** A failure as recorded: class (a typed error's `_tag`, else its name), message, stack. */
+export const failureOf = (cause: Cause.Cause<unknown>, attempt: number): Failure => {
+  const error = Cause.squash(cause)
+  if (typeof error === "object" && error !== null) {
+    const e = error as { readonly _tag?: unknown; readonly name?: unknown; readonly message?: unknown; stack?: unknown }
+    const errorClass = typeof e._tag === "string" ? e._tag : typeof e.name === "string" ? e.name : "Error"
+    const message = typeof e.message === "string" && e.message !== "" ? e.message : safeString(error)
+    return { errorClass, message, stack: typeof e.stack === "string" ? e.stack : undefined, attempt }
+  }
+  return { errorClass: typeof error, message: safeString(error), attempt }
+}
+
+const safeString = (u: unknown): string => {
+  try {
+    return typeof u === "string" ? u : (JSON.stringify(u) ?? String(u))
+  } catch {
+    return String(u)
+  }
+}
+
+/**
+ * Decides a delivery's outcome from the run's exit: success archives, interruption gives the
+ * message back, a failure retries with backoff until the last allowed attempt, then
+ * dead-letters. Pure: `random` in [0, 1) spreads the delay.
+ */
+export const decide = (
+  exit: Exit.Exit<unknown, unknown>,
+  attempt: number,
+  policy: ResolvedRetryPolicy,
+  random: number
+): Outcome => {
+  if (Exit.isSuccess(exit)) return { _tag: "Succeeded" }
+  if (Cause.hasInterruptsOnly(exit.cause)) return { _tag: "Abandoned" }
+  const failure = failureOf(exit.cause, attempt)
+  if (isLastAttempt(policy, attempt)) return { _tag: "DeadLetter", failure }
+  return { _tag: "Retry", delayMs: backoffDelayMs(policy, attempt, random), failure }
+}
+
+const decodeEnvelope = Schema.decodeUnknownOption(Envelope)
+
+/** Finds the job a message names (undefined when the message is not a job envelope). */
+export const jobOf = (
+  registry: Registry["Service"],
+  message: Message
+): { readonly name: string; readonly registered: RegisteredJob | undefined; readonly payload: unknown } => {
+  const envelope = decodeEnvelope(message.message)
+  if (Option.isNone(envelope)) return { name: "(not a job envelope)", registered: undefined, payload: undefined }
+  return {
+    name: envelope.value.job,
+    registered: registry.jobs.get(envelope.value.job),
+    payload: envelope.value.payload
+  }
+}
+
+/**
+ * Runs one delivered message and returns its outcome. Never fails: an unknown job, a payload
+ * that no longer decodes, a typed failure, a defect and a timeout are all failures of the
+ * delivery, retried and then dead-lettered by the policy.
+ */
+export const execute = (
+  registry: Registry["Service"],
+  defaultPolicy: ResolvedRetryPolicy,
+  message: Message
+): Effect.Effect<Outcome> => {
+  const { name, registered, payload } = jobOf(registry, message)
+  const policy = registered?.policy ?? defaultPolicy
+  if (isExhausted(policy, message.readCt)) {
+    // delivered past the limit without a recorded verdict (the process running it died)
+    return Effect.succeed({ _tag: "DeadLetter", failure: undefined })
+  }
+  const run: Effect.Effect<unknown, unknown> =
+    registered === undefined
+      ? payload === undefined && name === "(not a job envelope)"
+        ? Effect.fail(new PayloadDecodeError({ job: name, issue: "the message is not a job envelope" }))
+        : Effect.fail(new UnknownJob({ job: name, queue: message.queue }))
+      : Effect.flatMap(registered.decode(payload), (decoded): Effect.Effect<unknown, unknown> => {
+          const handler = registered
+            .run(decoded, {
+              job: name,
+              queue: message.queue,
+              msgId: message.msgId,
+              attempt: message.readCt,
+              enqueuedAt: message.enqueuedAt,
+              headers: message.headers
+            })
+            .pipe(
+              Effect.provideService(JobContext, {
+                job: name,
+                queue: message.queue,
+                msgId: message.msgId,
+                attempt: message.readCt,
+                enqueuedAt: message.enqueuedAt,
+                headers: message.headers
+              })
+            )
+          const timeout = registered.job.timeout
+          return timeout === undefined
+            ? handler
+            : handler.pipe(
+                Effect.timeoutOrElse({
+                  duration: timeout,
+                  orElse: () => Effect.fail(new JobTimeout({ job: name, timeoutMs: Duration.toMillis(timeout) }))
+                })
+              )
+        })
+  const link = linkedSpan(message.headers)
+  return run.pipe(
+    Effect.withSpan(
+      "pgbus.job.execute",
+      {
+        attributes: { queue: message.queue, job: name, msg_id: String(message.msgId), attempt: message.readCt },
+        ...(link ? { links: [{ span: link, attributes: { "pgbus.link": "enqueue" } }] } : {})
+      },
+      { captureStackTrace: false }
+    ),
+    Effect.exit,
+    Effect.flatMap((exit) => Effect.map(Random.next, (random) => decide(exit, message.readCt, policy, random)))
+  )
+}

@@ -1,0 +1,139 @@
+/**
+ * Job definitions: a name, a Schema for the payload, a queue, a retry policy, a timeout and a
+ * handler. `Job.make` checks the options where the job is defined.
+ *
+ * @since 0.1.0
+ */
+import { Context, Duration, type Effect, type Schema } from "effect"
+import * as QueueName from "../Queue/QueueName.ts"
+import { type EnqueueOptions, JobClient } from "./JobClient.ts"
+import { type EnqueueError, InvalidJobDefinition } from "./JobError.ts"
+import type { JobRef } from "./JobRef.ts"
+import { checkPolicy, type RetryPolicy } from "./Retry.ts"
+
+export { type JobRef, jobRef } from "./JobRef.ts"
+
+/**
+ * What a running job knows about itself; provided to every handler.
+ *
+ * @category services
+ */
+export class JobContext extends Context.Service<
+  JobContext,
+  {
+    readonly job: string
+    readonly queue: string
+    readonly msgId: bigint
+    /** Delivery number, 1 for the first. */
+    readonly attempt: number
+    readonly enqueuedAt: Date
+    readonly headers: Readonly<Record<string, unknown>>
+  }
+>()("effect-pgbus/JobContext") {}
+
+/** The options of `Job.make`. */
+export interface JobOptions<P> {
+  /** Schema of the payload: it is encoded at enqueue and decoded before the handler runs. */
+  readonly payload: Schema.ConstraintCodec<P, unknown>
+  /** Queue (default: the config's `defaultQueue`). */
+  readonly queue?: string | undefined
+  /** Priority sub-queue, 0 highest (used when the config sets `priorityLevels`). */
+  readonly priority?: number | undefined
+  /** Overrides of the config's retry policy. */
+  readonly retry?: RetryPolicy | undefined
+  /** Longest run of one attempt; a longer one fails with `JobTimeout`. */
+  readonly timeout?: Duration.Input | undefined
+}
+
+const TypeId = "~effect-pgbus/Job"
+
+/**
+ * A job definition.
+ *
+ * @category models
+ */
+export interface Job<out Name extends string, in out P, out A = unknown, out E = unknown, out R = never> {
+  readonly [TypeId]: typeof TypeId
+  readonly name: Name
+  readonly payload: Schema.ConstraintCodec<P, unknown>
+  readonly queue: string | undefined
+  readonly priority: number | undefined
+  readonly retry: RetryPolicy | undefined
+  readonly timeout: Duration.Duration | undefined
+  readonly handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
+  /** Enqueues one job (joins the caller's transaction); returns where it is. */
+  readonly enqueue: (payload: P, options?: EnqueueOptions) => Effect.Effect<JobRef, EnqueueError, JobClient>
+  /** Enqueues many jobs in one statement; returns where they are, in order. */
+  readonly enqueueMany: (
+    payloads: Iterable<P>,
+    options?: EnqueueOptions
+  ) => Effect.Effect<ReadonlyArray<JobRef>, EnqueueError, JobClient>
+}
+
+/** Any job, for registries and lists. */
+export interface AnyJob {
+  readonly [TypeId]: typeof TypeId
+  readonly name: string
+  readonly payload: Schema.ConstraintCodec<unknown, unknown>
+  readonly queue: string | undefined
+  readonly priority: number | undefined
+  readonly retry: RetryPolicy | undefined
+  readonly timeout: Duration.Duration | undefined
+  readonly handler: (payload: never, context: JobContext["Service"]) => Effect.Effect<unknown, unknown, unknown>
+}
+
+/** The services a job's handler needs. */
+export type Requirements<J> = J extends Job<string, infer _P, infer _A, infer _E, infer R> ? R : never
+
+/** Whether a value is a job definition. */
+export const isJob = (u: unknown): u is AnyJob => typeof u === "object" && u !== null && TypeId in u
+
+const JOB_NAME = /^[A-Za-z][A-Za-z0-9_.:-]{0,127}$/
+
+/** Checks a definition's options; the reason when invalid. */
+export const validateDefinition = (name: string, options: JobOptions<unknown>): string | undefined => {
+  if (!JOB_NAME.test(name)) return "the name must start with a letter and use letters, digits, _ . : - (at most 128)"
+  if (options.queue !== undefined && !/^[a-z][a-z0-9_]*$/.test(options.queue)) {
+    return `queue ${JSON.stringify(options.queue)} must use lowercase letters, digits and underscores`
+  }
+  if (options.queue !== undefined && options.queue.endsWith(QueueName.DEAD_LETTER_SUFFIX)) {
+    return "a job cannot run on a dead-letter queue"
+  }
+  if (options.priority !== undefined && (!Number.isInteger(options.priority) || options.priority < 0)) {
+    return "priority must be an integer of at least 0 (0 is the highest)"
+  }
+  if (options.timeout !== undefined) {
+    const d = Duration.fromInput(options.timeout)
+    if (d._tag === "None" || !Duration.isPositive(d.value)) return "timeout must be a positive duration"
+  }
+  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout"])
+  for (const key of Object.keys(options)) if (!allowed.has(key)) return `unknown option ${key}`
+  return options.retry === undefined ? undefined : checkPolicy(options.retry)
+}
+
+/**
+ * Defines a job. Throws `InvalidJobDefinition` at definition time for a bad name or option: a
+ * mistake in code, found when the module loads rather than when the first message arrives.
+ */
+export const make = <const Name extends string, P, A, E, R>(
+  name: Name,
+  options: JobOptions<P>,
+  handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
+): Job<Name, P, A, E, R> => {
+  const invalid = validateDefinition(name, options as JobOptions<unknown>)
+  if (invalid !== undefined) throw new InvalidJobDefinition({ job: name, reason: invalid })
+  const job: Job<Name, P, A, E, R> = {
+    [TypeId]: TypeId,
+    name,
+    payload: options.payload,
+    queue: options.queue,
+    priority: options.priority,
+    retry: options.retry,
+    timeout: options.timeout === undefined ? undefined : Duration.fromInputUnsafe(options.timeout),
+    handler,
+    enqueue: (payload, enqueueOptions) => JobClient.use((client) => client.enqueue(job, payload, enqueueOptions)),
+    enqueueMany: (payloads, enqueueOptions) =>
+      JobClient.use((client) => client.enqueueMany(job, payloads, enqueueOptions))
+  }
+  return job
+}

@@ -1,0 +1,71 @@
+/**
+ * Retry backoff: `base * 2^(attempt-1)`, capped, spread by ±jitter, as seed 002 gives it.
+ *
+ * @since 0.1.0
+ */
+import { Duration } from "effect"
+import type { PgBusConfigShape } from "../Config.ts"
+
+/** How a job retries: any key left out takes the config's value. */
+export interface RetryPolicy {
+  /** Deliveries before the dead-letter queue (`maxRetries` of the config). */
+  readonly maxRetries?: number | undefined
+  /** Base delay (default 5 s). */
+  readonly backoff?: Duration.Input | undefined
+  /** Cap of the delay (default 300 s). */
+  readonly backoffMax?: Duration.Input | undefined
+  /** Spread, 0 to 1: the delay is multiplied by a random factor in [1 - jitter, 1 + jitter]. */
+  readonly jitter?: number | undefined
+}
+
+/** A retry policy with every value set. */
+export interface ResolvedRetryPolicy {
+  readonly maxRetries: number
+  readonly backoffMs: number
+  readonly backoffMaxMs: number
+  readonly jitter: number
+}
+
+/** The config's policy with a job's overrides on top. */
+export const resolvePolicy = (config: PgBusConfigShape, policy: RetryPolicy | undefined): ResolvedRetryPolicy => ({
+  maxRetries: policy?.maxRetries ?? config.maxRetries,
+  backoffMs: Duration.toMillis(policy?.backoff ?? config.retryBackoff),
+  backoffMaxMs: Duration.toMillis(policy?.backoffMax ?? config.retryBackoffMax),
+  jitter: policy?.jitter ?? config.retryBackoffJitter
+})
+
+/** Checks a policy; a message when it is invalid. */
+export const checkPolicy = (policy: RetryPolicy): string | undefined => {
+  if (policy.maxRetries !== undefined && (!Number.isInteger(policy.maxRetries) || policy.maxRetries < 0)) {
+    return "retry.maxRetries must be an integer of at least 0"
+  }
+  for (const key of ["backoff", "backoffMax"] as const) {
+    const value = policy[key]
+    if (value !== undefined) {
+      const d = Duration.fromInput(value)
+      if (d._tag === "None" || !Duration.isFinite(d.value) || !Duration.isPositive(d.value)) {
+        return `retry.${key} must be a positive duration`
+      }
+    }
+  }
+  if (policy.jitter !== undefined && !(policy.jitter >= 0 && policy.jitter <= 1)) {
+    return "retry.jitter must be between 0 and 1"
+  }
+  return undefined
+}
+
+/**
+ * The delay before the next delivery after the failure of `attempt` (1 for the first).
+ * `random` is a number in [0, 1) (Effect's `Random` in production, fixed in tests).
+ */
+export const backoffDelayMs = (policy: ResolvedRetryPolicy, attempt: number, random: number): number => {
+  const exponential = policy.backoffMs * 2 ** Math.max(0, attempt - 1)
+  const capped = Math.min(exponential, policy.backoffMaxMs)
+  return Math.max(0, Math.round(capped * (1 + policy.jitter * (2 * random - 1))))
+}
+
+/** Whether the delivery numbered `readCt` is past the policy (it goes to the dead-letter queue unrun). */
+export const isExhausted = (policy: ResolvedRetryPolicy, readCt: number): boolean => readCt > policy.maxRetries
+
+/** Whether a failure of delivery `readCt` was the last allowed one. */
+export const isLastAttempt = (policy: ResolvedRetryPolicy, readCt: number): boolean => readCt >= policy.maxRetries

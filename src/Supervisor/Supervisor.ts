@@ -1,0 +1,195 @@
+/**
+ * The supervisor: one Effect program with one Scope that runs the worker capsules, the
+ * dispatcher (fast recovery of dead processes' claims, archive retention) and the process
+ * heartbeat, logs the boot banner, serves the health endpoints, and drains on interruption
+ * (SIGTERM/SIGINT under `Supervisor.runMain`).
+ *
+ * @since 0.1.0
+ */
+
+import os from "node:os"
+import { NodeRuntime } from "@effect/platform-node"
+import { Cause, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
+import { describeTarget, PgBusConfig } from "../Config.ts"
+import { JobClient, servedQueues } from "../Job/JobClient.ts"
+import { Registry } from "../Job/Registry.ts"
+import { checkSchemaVersion } from "../Migrations.ts"
+import { Notifier } from "../Queue/Notifier.ts"
+import { QueueStore } from "../Queue/QueueStore.ts"
+import { VERSION } from "../version.ts"
+import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
+import { type Readiness, serveHealth } from "./Health.ts"
+import { Processes } from "./Processes.ts"
+import { makeStats, runWorker, type WorkerStats } from "./Worker.ts"
+
+/** The roles a supervisor can run. */
+export type Role = "workers" | "dispatcher"
+
+/** How a supervisor runs: which roles, which capsules. Defaults come from the config. */
+export interface SupervisorOptions {
+  /** Capsules to run (default: parsed from the config's `workers`). */
+  readonly capsules?: ReadonlyArray<Capsule> | undefined
+  /** Only the capsule of this name. */
+  readonly capsule?: string | undefined
+  /** Roles to run (default: all). */
+  readonly roles?: ReadonlyArray<Role> | undefined
+}
+
+/** Archive retention runs at most this often. */
+const ARCHIVE_CLEANUP_EVERY = Duration.hours(1)
+
+/** Runs a maintenance task repeatedly; a failure is logged and the next tick tries again. */
+const repeatMaintenance = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) =>
+  task.pipe(
+    Effect.catchCause((cause) => Effect.logWarning(`pgbus: ${name} failed`, Cause.pretty(cause))),
+    Effect.repeat(Schedule.spaced(every)),
+    Effect.forever
+  )
+
+/**
+ * Runs the supervisor until interrupted, then drains. Provide `Registry.layer([...jobs])` and
+ * `PgBus.layer()`; run it with `Supervisor.runMain` so a drained shutdown exits 0.
+ */
+export const runWith = (options: SupervisorOptions = {}) =>
+  Effect.gen(function* () {
+    const config = yield* PgBusConfig
+    const store = yield* QueueStore
+    const notifier = yield* Notifier
+    const registry = yield* Registry
+    const client = yield* JobClient
+    const processes = yield* Processes
+    const readiness = yield* Ref.make<Readiness>("BOOTING")
+    const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher"]
+    const allCapsules = options.capsules
+      ? yield* Effect.forEach(options.capsules, validateCapsule)
+      : yield* parseWorkers(config.workers)
+    const capsules = options.capsule === undefined ? allCapsules : allCapsules.filter((c) => c.name === options.capsule)
+    if (options.capsule !== undefined && capsules.length === 0) {
+      return yield* Effect.die(
+        new Error(`no capsule named ${options.capsule} (have: ${allCapsules.map((c) => c.name).join(", ")})`)
+      )
+    }
+    const runsWorkers = roles.includes("workers")
+    const processId = crypto.randomUUID()
+    const capacity = runsWorkers ? capsules.reduce((n, c) => n + c.concurrency, 0) : 0
+    const stats: Array<WorkerStats> = runsWorkers ? capsules.map(makeStats) : []
+
+    yield* checkSchemaVersion()
+
+    // Boot banner: what actually booted, never the password.
+    const banner = [
+      `boot: effect-pgbus ${VERSION} pid=${process.pid} host=${os.hostname()}`,
+      `boot: connection=${describeTarget(config)} schema=${config.schema} pool=${config.poolSize}`,
+      `boot: listen_notify=${config.listenNotify} visibility_timeout=${Duration.format(config.visibilityTimeout)} max_retries=${config.maxRetries}`,
+      `boot: roles=${roles.join(",")} jobs=${[...registry.jobs.keys()].join(",") || "(none)"}`,
+      ...(runsWorkers
+        ? capsules.map(
+            (c) =>
+              `boot: capsule=${c.name} queues=${c.queues.join(",")} concurrency=${c.concurrency} read_ahead=${c.readAhead ?? config.readAhead}`
+          )
+        : [])
+    ]
+    for (const line of banner) yield* Effect.logInfo(`[pgbus] ${line}`)
+
+    // Queues of the capsules and of the registered jobs exist before anyone reads or sends.
+    const queues = new Set([...registry.queues, ...capsules.flatMap((c) => c.queues)])
+    for (const q of queues) for (const physical of servedQueues(config, q)) yield* client.ensureQueue(physical)
+
+    yield* processes.register({
+      id: processId,
+      pid: process.pid,
+      host: os.hostname(),
+      roles,
+      capsules: capsules.map((c) => ({ name: c.name, queues: c.queues, concurrency: c.concurrency })),
+      capacity,
+      appRevision: config.appRevision,
+      version: VERSION
+    })
+    yield* Effect.addFinalizer(() =>
+      processes.unregister(processId).pipe(
+        Effect.catch((e) => Effect.logWarning("pgbus: could not unregister the process", e)),
+        Effect.andThen(Effect.logInfo("[pgbus] stopped"))
+      )
+    )
+
+    yield* Effect.forkScoped(
+      repeatMaintenance(
+        "process heartbeat",
+        Effect.gen(function* () {
+          const busy = stats.reduce((n, s) => n + s.running, 0)
+          const alive = yield* processes.beat(processId, busy, capacity)
+          if (!alive) {
+            yield* Effect.logError(
+              "pgbus: this process was taken for dead (no beat within the stale threshold); its claims were released"
+            )
+          }
+        }),
+        config.processHeartbeatInterval
+      )
+    )
+
+    if (roles.includes("dispatcher")) {
+      yield* Effect.forkScoped(
+        repeatMaintenance("reaping stale processes", processes.reapStale, config.dispatchInterval)
+      )
+      yield* Effect.forkScoped(
+        repeatMaintenance(
+          "archive retention",
+          Effect.flatMap(store.cleanupArchive(), (report) =>
+            report.length === 0
+              ? Effect.void
+              : Effect.logInfo(
+                  `pgbus: archive retention deleted ${report.map((r) => `${r.deleted} from ${r.queue}`).join(", ")}`
+                )
+          ),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      )
+    }
+
+    if (config.healthPort !== undefined) {
+      const report = Effect.map(Ref.get(readiness), (status) => {
+        const live = stats.filter((s) => s.healthy).length
+        const degraded = status === "OK" && live < stats.length
+        return { status: degraded ? ("DEGRADED" as const) : status, expected: stats.length, live }
+      })
+      yield* Layer.build(serveHealth(config.healthPort, config.healthBind, report))
+      yield* Effect.logInfo(`[pgbus] health endpoints on http://${config.healthBind}:${config.healthPort}`)
+    }
+
+    // Draining flips readiness first (this finalizer is added last, so it runs first).
+    yield* Effect.addFinalizer(() =>
+      Ref.set(readiness, "DRAINING").pipe(Effect.andThen(Effect.logInfo("[pgbus] draining")))
+    )
+    yield* Ref.set(readiness, "OK")
+    yield* Effect.logInfo("[pgbus] ready")
+
+    if (!runsWorkers) return yield* Effect.never
+    yield* Effect.forEach(
+      capsules,
+      (capsule, i) =>
+        Effect.scoped(runWorker(capsule, { config, store, notifier, registry, processId }, stats[i]!)).pipe(
+          Effect.annotateLogs({ capsule: capsule.name })
+        ),
+      { concurrency: "unbounded", discard: true }
+    )
+    return yield* Effect.never
+  }).pipe(Effect.scoped)
+
+/** Runs the supervisor with the config's capsules and every role. */
+export const run = runWith()
+
+/** The process's live figures (for tests and the CLI): not a database read. */
+export type { WorkerStats }
+
+/**
+ * Teardown for `runMain`: a program stopped by SIGTERM/SIGINT that drained exits 0, like a
+ * program that finished; failures keep Effect's exit codes.
+ */
+export const teardown: Runtime.Teardown = (exit, onExit) => {
+  if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return onExit(0)
+  return Runtime.defaultTeardown(exit, onExit)
+}
+
+/** `NodeRuntime.runMain` with the supervisor's teardown: SIGTERM drains, then exits 0. */
+export const runMain = <E, A>(effect: Effect.Effect<A, E>): void => NodeRuntime.runMain(effect, { teardown })

@@ -1,0 +1,303 @@
+/**
+ * A worker runs one capsule: a read loop that claims up to its free slots (plus `readAhead`)
+ * from its queues in priority order, `concurrency` executor fibers, a flusher that archives
+ * successes in batches, and a heartbeat that keeps the visibility of every message in flight
+ * from lapsing. Closing its scope drains it: stop claiming, give buffered messages back at
+ * once, let running jobs finish up to the drain timeout, give back what is left.
+ *
+ * @since 0.1.0
+ */
+import { Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
+import type { PgBusConfigShape } from "../Config.ts"
+import { execute, type Outcome } from "../Job/Executor.ts"
+import { servedQueues } from "../Job/JobClient.ts"
+import type { Registry } from "../Job/Registry.ts"
+import { resolvePolicy } from "../Job/Retry.ts"
+import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
+import type { Notifier } from "../Queue/Notifier.ts"
+import { pollDelay } from "../Queue/Notifier.ts"
+import type { QueueStore } from "../Queue/QueueStore.ts"
+import type { Capsule } from "./Capsule.ts"
+
+/** Live figures of a worker, read by the supervisor's heartbeat and health. */
+export interface WorkerStats {
+  readonly capsule: string
+  /** Jobs running now. */
+  running: number
+  /** Messages claimed and waiting for a slot. */
+  buffered: number
+  readonly capacity: number
+  succeeded: number
+  retried: number
+  deadLettered: number
+  abandoned: number
+  /** False while the read loop is backing off after a database error. */
+  healthy: boolean
+}
+
+/** What a worker needs. */
+export interface WorkerDeps {
+  readonly config: PgBusConfigShape
+  readonly store: QueueStore["Service"]
+  readonly notifier: Notifier["Service"]
+  readonly registry: Registry["Service"]
+  /** Recorded as `claimed_by` on every claimed message (fast recovery of a dead process). */
+  readonly processId: string
+}
+
+const keyOf = (m: Message) => `${m.queue}\u0000${m.msgId}`
+
+const groupMessagesByQueue = (messages: Iterable<Message>): Map<string, Array<Message>> => {
+  const out = new Map<string, Array<Message>>()
+  for (const m of messages) {
+    const list = out.get(m.queue)
+    if (list) list.push(m)
+    else out.set(m.queue, [m])
+  }
+  return out
+}
+
+const groupByQueue = (messages: Iterable<Message>): Map<string, Array<Receipt>> => {
+  const out = new Map<string, Array<Receipt>>()
+  for (const [queue, list] of groupMessagesByQueue(messages)) out.set(queue, list.map(receiptOf))
+  return out
+}
+
+/** Creates the figures of a capsule. */
+export const makeStats = (capsule: Capsule): WorkerStats => ({
+  capsule: capsule.name,
+  running: 0,
+  buffered: 0,
+  capacity: capsule.concurrency,
+  succeeded: 0,
+  retried: 0,
+  deadLettered: 0,
+  abandoned: 0,
+  healthy: true
+})
+
+/**
+ * Runs a capsule until interrupted, then drains it. Needs a Scope: the drain runs when it closes.
+ */
+export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats) =>
+  Effect.gen(function* () {
+    const { config, store, notifier, registry, processId } = deps
+    const queues = capsule.queues.flatMap((q) => servedQueues(config, q))
+    const physical = queues.map((q) => `${config.queuePrefix}_${q}`)
+    const readAhead = capsule.readAhead ?? config.readAhead
+    const prefetchLimit = capsule.prefetchLimit ?? config.prefetchLimit
+    const visibilityMs = Duration.toMillis(config.visibilityTimeout)
+    const defaultPolicy = resolvePolicy(config, undefined)
+
+    const wakeups = yield* notifier.subscribe(physical)
+    const work = yield* Queue.unbounded<Message>()
+    /** Every message this worker holds a claim on: buffered, running, or succeeded but not yet archived. */
+    const inFlight = new Map<string, Message>()
+    const completed: Array<Message> = []
+    let stopping = false
+    let queuesMayHaveMore = true
+    const flushLock = yield* Semaphore.make(1)
+    const flushSignal = Latch.makeUnsafe(false)
+
+    const forget = (m: Message) => inFlight.delete(keyOf(m))
+
+    // Archives completed messages in one statement per queue. What fails to archive stays in
+    // flight (heartbeated) and goes back on the list for the next flush. Returns false then.
+    const flush: Effect.Effect<boolean> = flushLock.withPermit(
+      Effect.uninterruptible(
+        Effect.gen(function* () {
+          if (completed.length === 0) return true
+          let ok = true
+          const batch = completed.splice(0, completed.length)
+          for (const [queue, messages] of groupMessagesByQueue(batch)) {
+            const archived = yield* Effect.result(store.archive(queue, messages.map(receiptOf)))
+            if (archived._tag === "Failure") {
+              ok = false
+              completed.push(...messages)
+              yield* Effect.logWarning("pgbus: archive failed, will retry", archived.failure)
+              continue
+            }
+            if (archived.success < messages.length) {
+              yield* Effect.logWarning(
+                `pgbus: ${messages.length - archived.success} succeeded job(s) on ${queue} had been delivered again before their archive`
+              )
+            }
+            for (const m of messages) forget(m)
+          }
+          return ok
+        })
+      )
+    )
+
+    const applyOutcome = (m: Message, outcome: Outcome): Effect.Effect<void> => {
+      const receipt = receiptOf(m)
+      switch (outcome._tag) {
+        case "Succeeded":
+          stats.succeeded++
+          completed.push(m)
+          flushSignal.openUnsafe()
+          return Effect.void
+        case "Retry":
+          stats.retried++
+          return store.recordFailure(m.queue, receipt, outcome.failure, Duration.millis(outcome.delayMs)).pipe(
+            Effect.tap((kept) =>
+              Effect.logWarning(
+                `pgbus: job failed (attempt ${m.readCt}), retrying in ${outcome.delayMs} ms: ${outcome.failure.errorClass}: ${outcome.failure.message}`
+              ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId), claim_lost: !kept }))
+            ),
+            Effect.asVoid,
+            Effect.catch((error) => Effect.logError("pgbus: recording a failure failed", error)),
+            Effect.ensuring(Effect.sync(() => forget(m)))
+          )
+        case "DeadLetter":
+          stats.deadLettered++
+          return store
+            .moveToDeadLetter(m.queue, receipt, {
+              source: "worker",
+              ...(outcome.failure ? { failure: outcome.failure } : {})
+            })
+            .pipe(
+              Effect.tap(() =>
+                Effect.logError(
+                  `pgbus: job dead-lettered after ${m.readCt} deliveries${outcome.failure ? `: ${outcome.failure.errorClass}: ${outcome.failure.message}` : ""}`
+                ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId) }))
+              ),
+              Effect.asVoid,
+              Effect.catch((error) => Effect.logError("pgbus: dead-lettering failed", error)),
+              Effect.ensuring(Effect.sync(() => forget(m)))
+            )
+        case "Abandoned":
+          stats.abandoned++
+          return store.release(m.queue, [receipt]).pipe(
+            Effect.asVoid,
+            Effect.catch((error) => Effect.logWarning("pgbus: giving a message back failed", error)),
+            Effect.ensuring(Effect.sync(() => forget(m)))
+          )
+      }
+    }
+
+    const runOne = (m: Message) =>
+      Effect.suspend(() => {
+        stats.buffered = Math.max(0, stats.buffered - 1)
+        stats.running++
+        return execute(registry, defaultPolicy, m).pipe(
+          Effect.onInterrupt(() => applyOutcome(m, { _tag: "Abandoned" })),
+          Effect.flatMap((outcome) => Effect.uninterruptible(applyOutcome(m, outcome))),
+          Effect.ensuring(
+            Effect.sync(() => {
+              stats.running--
+              if (queuesMayHaveMore || completed.length > 0) wakeups.wake()
+            })
+          )
+        )
+      })
+
+    const executor = Effect.forever(Effect.flatMap(Queue.take(work), runOne))
+
+    const flusher = Effect.forever(
+      Effect.gen(function* () {
+        yield* flushSignal.await
+        flushSignal.closeUnsafe()
+        if (!(yield* flush)) {
+          yield* Effect.sleep("1 second")
+          flushSignal.openUnsafe()
+        }
+      })
+    )
+
+    const heartbeatEvery = config.visibilityHeartbeatInterval ?? Duration.millis(Math.max(1, visibilityMs / 3))
+    const heartbeat = Effect.gen(function* () {
+      if (inFlight.size === 0) return
+      for (const [queue, receipts] of groupByQueue(inFlight.values())) {
+        const extended = yield* store
+          .setVisibility(queue, receipts, config.visibilityTimeout)
+          .pipe(
+            Effect.catch((error) => Effect.as(Effect.logWarning("pgbus: heartbeat failed", error), receipts.length))
+          )
+        if (extended < receipts.length) {
+          yield* Effect.logWarning(`pgbus: ${receipts.length - extended} message(s) on ${queue} lost their claim`)
+        }
+      }
+    }).pipe(Effect.repeat(Schedule.spaced(heartbeatEvery)), Effect.forever)
+
+    const claim = Effect.gen(function* () {
+      let want = capsule.concurrency - stats.running - stats.buffered + readAhead
+      if (prefetchLimit !== undefined) want = Math.min(want, prefetchLimit - inFlight.size)
+      if (want <= 0) return 0
+      let claimed = 0
+      for (const queue of queues) {
+        if (want <= 0) break
+        const got = yield* store.read(queue, {
+          limit: want,
+          visibilityTimeout: config.visibilityTimeout,
+          claimedBy: processId
+        })
+        for (const m of got) inFlight.set(keyOf(m), m)
+        stats.buffered += got.length
+        yield* Queue.offerAll(work, got)
+        want -= got.length
+        claimed += got.length
+      }
+      // fewer than asked: every queue was drained, so only a notification (or the poll) is news
+      queuesMayHaveMore = want <= 0
+      return claimed
+    }).pipe(Effect.uninterruptible)
+
+    const readLoop = Effect.gen(function* () {
+      while (!stopping) {
+        const claimed = yield* claim
+        stats.healthy = true
+        if (claimed > 0 && queuesMayHaveMore) continue
+        const status = yield* notifier.status
+        yield* wakeups.await(pollDelay(status, config.pollingInterval))
+      }
+    }).pipe(
+      Effect.tapError((error) =>
+        Effect.sync(() => {
+          stats.healthy = false
+        }).pipe(Effect.andThen(Effect.logWarning("pgbus: worker read failed, retrying", error)))
+      ),
+      Effect.retry(
+        Schedule.exponential("100 millis", 2).pipe(
+          Schedule.modifyDelay(({ duration }) => Effect.succeed(Duration.min(duration, Duration.seconds(5))))
+        )
+      ),
+      Effect.orDie
+    )
+
+    const executors = yield* FiberSet.make()
+    for (let i = 0; i < capsule.concurrency; i++) yield* FiberSet.run(executors, executor)
+    const flusherFiber = yield* Effect.forkScoped(flusher)
+    if (config.visibilityHeartbeat) yield* Effect.forkScoped(heartbeat)
+
+    // Added after the fibers above, so it runs before they are interrupted.
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function* () {
+        stopping = true
+        const buffered = yield* Queue.clear(work)
+        stats.buffered = 0
+        if (buffered.length > 0) {
+          for (const [queue, receipts] of groupByQueue(buffered)) {
+            yield* store
+              .release(queue, receipts)
+              .pipe(Effect.catch((e) => Effect.as(Effect.logWarning("pgbus: release failed", e), 0)))
+          }
+          for (const m of buffered) forget(m)
+          yield* Effect.logInfo(`pgbus: gave ${buffered.length} buffered message(s) back`)
+        }
+        const waited = yield* Effect.repeat(
+          Effect.sync(() => stats.running),
+          { until: (running) => running === 0, schedule: Schedule.spaced("10 millis") }
+        ).pipe(Effect.timeoutOption(config.drainTimeout))
+        if (waited._tag === "None") {
+          yield* Effect.logWarning(`pgbus: drain timeout: abandoning ${stats.running} running job(s)`)
+        }
+        // interrupting executors gives back what still runs; then archive what succeeded
+        yield* FiberSet.clear(executors)
+        yield* Fiber.interrupt(flusherFiber)
+        yield* flush
+      }).pipe(Effect.annotateLogs({ capsule: capsule.name }))
+    )
+
+    return yield* readLoop
+  })

@@ -1,0 +1,407 @@
+import { assert, describe, expect, layer } from "@effect/vitest"
+import { Duration, Effect, Exit, Option, Schema, Tracer } from "effect"
+import { SqlClient } from "effect/sql"
+import * as Job from "../src/Job/Job.ts"
+import { JobClient, TRACEPARENT } from "../src/Job/JobClient.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { Processes } from "../src/Supervisor/Processes.ts"
+import { eventually, startSupervisor } from "./support/jobs.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+let n = 0
+const unique = (base: string) => `${base}_${n++}`
+
+const Payload = Schema.Struct({ id: Schema.Number })
+
+layer(
+  TestDatabase.layer({
+    visibilityTimeout: "30 seconds",
+    retryBackoff: "200 millis",
+    retryBackoffMax: "10 seconds",
+    maxRetries: 3,
+    pollingInterval: "50 millis"
+  }),
+  { excludeTestServices: true }
+)("jobs", (it) => {
+  describe("enqueue", () => {
+    it.effect("a bad payload fails with InvalidPayload and writes nothing", () =>
+      Effect.gen(function* () {
+        const queue = unique("badpayload")
+        const job = Job.make("Typed", { payload: Payload, queue }, () => Effect.void)
+        const error = yield* job.enqueue({ id: "not a number" } as unknown as { id: number }).pipe(Effect.flip)
+        assert.strictEqual(error._tag, "InvalidPayload")
+        const store = yield* QueueStore
+        const depth = yield* store.metrics(queue).pipe(
+          Effect.map((m) => m.depth),
+          Effect.catchTag("QueueNotFound", () => Effect.succeed(0))
+        )
+        assert.strictEqual(depth, 0)
+      })
+    )
+
+    it.effect("an enqueue inside a transaction that rolls back runs nothing", () =>
+      Effect.gen(function* () {
+        const queue = unique("rollback")
+        const ran: Array<number> = []
+        const job = Job.make("RolledBack", { payload: Payload, queue }, ({ id }) => Effect.sync(() => ran.push(id)))
+        const client = yield* JobClient
+        yield* client.ensureQueue(queue)
+        const sql = yield* SqlClient.SqlClient
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+        const exit = yield* sql
+          .withTransaction(Effect.andThen(job.enqueue({ id: 1 }), Effect.fail("abort" as const)))
+          .pipe(Effect.exit)
+        assert.isTrue(Exit.isFailure(exit))
+        yield* job.enqueue({ id: 2 })
+        yield* eventually(
+          "the committed job ran",
+          Effect.sync(() => ran.includes(2))
+        )
+        yield* Effect.sleep("200 millis")
+        assert.deepStrictEqual(ran, [2])
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect("enqueueMany sends many jobs in one statement, in order", () =>
+      Effect.gen(function* () {
+        const queue = unique("many")
+        const job = Job.make("Many", { payload: Payload, queue }, () => Effect.void)
+        const refs = yield* job.enqueueMany([{ id: 1 }, { id: 2 }, { id: 3 }])
+        assert.strictEqual(refs.length, 3)
+        assert.isTrue(refs[0]!.msgId < refs[1]!.msgId && refs[1]!.msgId < refs[2]!.msgId)
+        const store = yield* QueueStore
+        const rows = yield* store.browse(queue)
+        assert.deepStrictEqual(
+          rows.map((r) => r.message),
+          [1, 2, 3].map((id) => ({ job: "Many", payload: { id } }))
+        )
+      })
+    )
+  })
+
+  describe("execution", () => {
+    it.effect("a job that succeeds runs exactly once and is archived", () =>
+      Effect.gen(function* () {
+        const queue = unique("success")
+        const runs: Array<{ id: number; attempt: number }> = []
+        const job = Job.make("Succeeds", { payload: Payload, queue }, ({ id }, ctx) =>
+          Effect.sync(() => runs.push({ id, attempt: ctx.attempt }))
+        )
+        const store = yield* QueueStore
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 3 }] })
+        const refs = yield* job.enqueueMany(Array.from({ length: 20 }, (_, id) => ({ id })))
+        yield* eventually(
+          "all archived",
+          Effect.map(store.metrics(queue), (m) => m.archiveSize === 20)
+        )
+        yield* Effect.sleep("200 millis")
+        assert.strictEqual(runs.length, 20)
+        assert.deepStrictEqual(
+          runs.map((r) => r.id).sort((a, b) => a - b),
+          Array.from({ length: 20 }, (_, i) => i)
+        )
+        assert.isTrue(runs.every((r) => r.attempt === 1))
+        for (const ref of refs) assert.isTrue(yield* store.isArchived(queue, ref.msgId))
+        assert.strictEqual((yield* store.metrics(queue)).depth, 0)
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect("a failing job is retried with the seed's backoff and dead-lettered with a complete block", () =>
+      Effect.gen(function* () {
+        const queue = unique("failing")
+        const attempts: Array<number> = []
+        const job = Job.make("AlwaysFails", { payload: Payload, queue }, (_, ctx) =>
+          Effect.sync(() => attempts.push(ctx.attempt)).pipe(
+            Effect.andThen(Effect.fail(new Error(`boom ${ctx.attempt}`)))
+          )
+        )
+        const store = yield* QueueStore
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 1 }] })
+        const ref = yield* job.enqueue({ id: 7 })
+
+        // after each failure the row carries vt = failure time + delay; check the delay's band
+        const deltas: Array<number> = []
+        for (const attempt of [1, 2]) {
+          let seen: { vt: Date; recorded: string } | undefined
+          yield* eventually(
+            `failure ${attempt} recorded`,
+            Effect.map(store.get(queue, ref.msgId), (row) => {
+              const e = Option.getOrUndefined(row)?.lastError
+              if (e?.error_attempt === attempt && e.error_recorded_at) {
+                seen = { vt: Option.getOrThrow(row).vt, recorded: e.error_recorded_at }
+                return true
+              }
+              return false
+            })
+          )
+          deltas.push(seen!.vt.getTime() - Date.parse(seen!.recorded))
+        }
+        // base 200 ms: 200 * 2^(attempt-1), ±15%
+        expect(deltas[0]).toBeGreaterThanOrEqual(170)
+        expect(deltas[0]).toBeLessThanOrEqual(230)
+        expect(deltas[1]).toBeGreaterThanOrEqual(340)
+        expect(deltas[1]).toBeLessThanOrEqual(460)
+
+        yield* eventually(
+          "dead-lettered",
+          Effect.map(store.browse(`${queue}_dlq`), (rows) => rows.length === 1)
+        )
+        assert.deepStrictEqual(attempts, [1, 2, 3], "maxRetries 3: three deliveries run, then the DLQ")
+        const [dead] = yield* store.browse(`${queue}_dlq`)
+        assert.deepStrictEqual(dead?.message, { job: "AlwaysFails", payload: { id: 7 } })
+        const block = store.deadLetterOf(dead!).deadLetter
+        expect(block).toMatchObject({
+          version: 1,
+          reason: "max_retries_exceeded",
+          source: "worker",
+          source_queue: `pgbus_${queue}`,
+          attempts: 3,
+          max_retries: 3,
+          error_class: "Error",
+          error_message: "boom 3",
+          error_attempt: 3
+        })
+        assert.include(block!.backtrace ?? "", "boom 3")
+        assert.strictEqual((yield* store.metrics(queue)).depth, 0)
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect("a typed failure is recorded by its _tag, and a job can override the retry policy", () =>
+      Effect.gen(function* () {
+        class PaymentDeclined extends Schema.TaggedError<PaymentDeclined>()("PaymentDeclined", {
+          reason: Schema.String
+        }) {}
+        const queue = unique("typed")
+        const job = Job.make("Declines", { payload: Payload, queue, retry: { maxRetries: 1 } }, () =>
+          Effect.fail(new PaymentDeclined({ reason: "card expired" }))
+        )
+        const store = yield* QueueStore
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 1 }] })
+        yield* job.enqueue({ id: 1 })
+        yield* eventually(
+          "dead-lettered on the first failure",
+          Effect.map(store.browse(`${queue}_dlq`), (rows) => rows.length === 1)
+        )
+        const [dead] = yield* store.browse(`${queue}_dlq`)
+        const block = store.deadLetterOf(dead!).deadLetter
+        assert.strictEqual(block?.error_class, "PaymentDeclined")
+        assert.strictEqual(block?.attempts, 1)
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect("a defect and a timeout are failures of the delivery, not of the worker", () =>
+      Effect.gen(function* () {
+        const queue = unique("defects")
+        const ran: Array<string> = []
+        const Dies = Job.make("Dies", { payload: Payload, queue, retry: { maxRetries: 1 } }, () =>
+          Effect.die(new TypeError("undefined is not a function"))
+        )
+        const Slow = Job.make(
+          "Slow",
+          { payload: Payload, queue, retry: { maxRetries: 1 }, timeout: "100 millis" },
+          () => Effect.sleep("5 seconds")
+        )
+        const Fine = Job.make("Fine", { payload: Payload, queue }, () => Effect.sync(() => ran.push("fine")))
+        const store = yield* QueueStore
+        yield* startSupervisor([Dies, Slow, Fine], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+        yield* Dies.enqueue({ id: 1 })
+        yield* Slow.enqueue({ id: 2 })
+        yield* Fine.enqueue({ id: 3 })
+        yield* eventually(
+          "both dead-lettered",
+          Effect.map(store.browse(`${queue}_dlq`), (rows) => rows.length === 2)
+        )
+        const classes = (yield* store.browse(`${queue}_dlq`)).map((m) => store.deadLetterOf(m).deadLetter?.error_class)
+        assert.sameMembers(classes as Array<string>, ["TypeError", "JobTimeout"])
+        yield* eventually(
+          "the good job still ran",
+          Effect.sync(() => ran.length === 1)
+        )
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect(
+      "an unknown job and an undecodable payload end in the DLQ with the reason; the worker keeps running",
+      () =>
+        Effect.gen(function* () {
+          const queue = unique("poison")
+          const ran: Array<number> = []
+          const Good = Job.make("Good", { payload: Payload, queue }, ({ id }) => Effect.sync(() => ran.push(id)))
+          const store = yield* QueueStore
+          const client = yield* JobClient
+          yield* client.ensureQueue(queue)
+          yield* store.send(queue, { job: "NobodyKnowsMe", payload: {} })
+          yield* store.send(queue, { job: "Good", payload: { id: "not a number" } })
+          yield* store.send(queue, "not even an envelope")
+          yield* startSupervisor([Good], { capsules: [{ name: "c", queues: [queue], concurrency: 1 }] })
+          yield* Good.enqueue({ id: 42 })
+          yield* eventually(
+            "three dead letters",
+            Effect.map(store.browse(`${queue}_dlq`), (rows) => rows.length === 3),
+            "20 seconds"
+          )
+          const classes = (yield* store.browse(`${queue}_dlq`)).map(
+            (m) => store.deadLetterOf(m).deadLetter?.error_class
+          )
+          assert.sameMembers(classes as Array<string>, ["UnknownJob", "PayloadDecodeError", "PayloadDecodeError"])
+          const unknown = (yield* store.browse(`${queue}_dlq`)).find(
+            (m) => store.deadLetterOf(m).deadLetter?.error_class === "UnknownJob"
+          )
+          assert.include(store.deadLetterOf(unknown!).deadLetter?.error_message ?? "", "NobodyKnowsMe")
+          assert.deepStrictEqual(ran, [42])
+        }).pipe(Effect.scoped)
+    )
+  })
+
+  describe("visibility and wake-ups", () => {
+    it.effect("a job running 3x the visibility timeout is not delivered a second time", () =>
+      Effect.gen(function* () {
+        const queue = unique("long")
+        const runs: Array<number> = []
+        const job = Job.make("Long", { payload: Payload, queue }, (_, ctx) =>
+          Effect.sync(() => runs.push(ctx.attempt)).pipe(Effect.andThen(Effect.sleep("1800 millis")))
+        )
+        const store = yield* QueueStore
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+        const ref = yield* job.enqueue({ id: 1 })
+        yield* eventually("archived", store.isArchived(queue, ref.msgId))
+        assert.deepStrictEqual(runs, [1])
+      }).pipe(
+        Effect.scoped,
+        Effect.provide(TestDatabase.layer({ visibilityTimeout: "600 millis", pollingInterval: "50 millis" }), {
+          local: true
+        })
+      )
+    )
+
+    it.effect("an idle worker starts a job within milliseconds of its commit (LISTEN), not at its next poll", () =>
+      Effect.gen(function* () {
+        const queue = unique("latency")
+        const started: Array<number> = []
+        const job = Job.make("Ping", { payload: Schema.Struct({ sentAt: Schema.Number }), queue }, ({ sentAt }) =>
+          Effect.sync(() => started.push(performance.now() - sentAt))
+        )
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+        yield* Effect.sleep("300 millis")
+        for (let i = 0; i < 10; i++) {
+          yield* job.enqueue({ sentAt: performance.now() })
+          yield* Effect.sleep("30 millis")
+        }
+        yield* eventually(
+          "all ten ran",
+          Effect.sync(() => started.length === 10)
+        )
+        const sorted = [...started].sort((a, b) => a - b)
+        // the poll interval is 5 s here: only a notification explains a start within 250 ms
+        assert.isBelow(sorted[5]!, 250, `median pickup ${sorted[5]} ms`)
+      }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "5 seconds" }), { local: true }))
+    )
+
+    it.effect("with LISTEN/NOTIFY off, jobs still run (polling)", () =>
+      Effect.gen(function* () {
+        const queue = unique("polling")
+        const ran: Array<number> = []
+        const job = Job.make("Polled", { payload: Payload, queue }, ({ id }) => Effect.sync(() => ran.push(id)))
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+        yield* job.enqueueMany([{ id: 1 }, { id: 2 }])
+        yield* eventually(
+          "both ran",
+          Effect.sync(() => ran.length === 2)
+        )
+      }).pipe(
+        Effect.scoped,
+        Effect.provide(TestDatabase.layer({ listenNotify: false, pollingInterval: "50 millis" }), { local: true })
+      )
+    )
+
+    it.effect("dropping the LISTEN connection does not stop jobs", () =>
+      Effect.gen(function* () {
+        const queue = unique("droplisten")
+        const ran: Array<number> = []
+        const job = Job.make("AfterDrop", { payload: Payload, queue }, ({ id }) => Effect.sync(() => ran.push(id)))
+        const sql = yield* SqlClient.SqlClient
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+        yield* job.enqueue({ id: 1 })
+        yield* eventually(
+          "first ran",
+          Effect.sync(() => ran.length === 1)
+        )
+        const killed = yield* sql<{ readonly ok: boolean }>`SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE 'LISTEN %'`
+        assert.isAbove(killed.length, 0, "a listener was connected")
+        yield* job.enqueue({ id: 2 })
+        yield* eventually(
+          "second ran after the drop",
+          Effect.sync(() => ran.length === 2)
+        )
+      }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "10 seconds" }), { local: true }))
+    )
+  })
+
+  describe("fast recovery and tracing", () => {
+    it.effect("messages claimed by a process that stopped beating are released at once", () =>
+      Effect.gen(function* () {
+        const queue = unique("recover")
+        const store = yield* QueueStore
+        const processes = yield* Processes
+        const sql = yield* SqlClient.SqlClient
+        yield* store.create(queue)
+        yield* store.sendBatch(queue, [{ message: 1 }, { message: 2 }])
+        yield* processes.register({
+          id: "dead-one",
+          pid: 1,
+          host: "gone",
+          roles: ["workers"],
+          capsules: [],
+          capacity: 1,
+          appRevision: undefined,
+          version: "test"
+        })
+        const claimed = yield* store.read(queue, { limit: 2, visibilityTimeout: "1 hour", claimedBy: "dead-one" })
+        assert.strictEqual(claimed.length, 2)
+        assert.strictEqual((yield* store.read(queue)).length, 0)
+        // its last beat was long ago
+        yield* sql`UPDATE pgbus.processes SET last_beat_at = now() - interval '1 hour' WHERE id = 'dead-one'`
+        const report = yield* processes.reapStale
+        assert.deepStrictEqual(report.deadProcesses, ["dead-one"])
+        assert.deepStrictEqual(report.released, [{ queue, released: 2 }])
+        const again = yield* store.read(queue, { limit: 2 })
+        assert.strictEqual(again.length, 2)
+        assert.isTrue(again.every((m) => m.readCt === 2))
+        assert.strictEqual((yield* processes.list).filter((p) => p.id === "dead-one").length, 0)
+      })
+    )
+
+    it.effect("an enqueue inside a span carries its trace context; the execution span links to it", () =>
+      Effect.gen(function* () {
+        const queue = unique("trace")
+        const spans: Array<Tracer.Span> = []
+        const tracer = Tracer.make({
+          span: (options) => {
+            const span = new Tracer.NativeSpan(options)
+            spans.push(span)
+            return span
+          }
+        })
+        const job = Job.make("Traced", { payload: Payload, queue }, () => Effect.void)
+        const store = yield* QueueStore
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 1 }] }).pipe(
+          Effect.withTracer(tracer)
+        )
+        const ref = yield* job.enqueue({ id: 1 }).pipe(Effect.withSpan("request"), Effect.withTracer(tracer))
+        const request = spans.find((s) => s.name === "request")!
+        yield* eventually("archived", store.isArchived(queue, ref.msgId))
+        const execution = spans.find((s) => s.name === "pgbus.job.execute")
+        assert.isDefined(execution)
+        assert.strictEqual(execution!.attributes.get("job"), "Traced")
+        assert.strictEqual(execution!.attributes.get("attempt"), 1)
+        const link = execution!.links[0]
+        assert.isDefined(link, "the execution span links back to the enqueue")
+        assert.strictEqual(link!.span.traceId, request.traceId)
+        assert.notStrictEqual(execution!.parent._tag === "Some" ? execution!.parent.value.spanId : "", request.spanId)
+        void TRACEPARENT
+        void Duration
+      }).pipe(Effect.scoped)
+    )
+  })
+})
