@@ -27,6 +27,7 @@ export const serveHealth = (
   host: string,
   readiness: Effect.Effect<ReadinessReport>
 ): Layer.Layer<never, never, never> => {
+  const notAllowed = HttpServerResponse.text("method not allowed", { status: 405 })
   const routes = HttpRouter.use((router) =>
     Effect.all([
       router.add("GET", "/livez", HttpServerResponse.text("ok")),
@@ -37,8 +38,10 @@ export const serveHealth = (
           HttpServerResponse.json(report, { status: report.status === "OK" ? 200 : 503 })
         )
       ),
-      router.add("*", "/livez", HttpServerResponse.text("method not allowed", { status: 405 })),
-      router.add("*", "/readyz", HttpServerResponse.text("method not allowed", { status: 405 }))
+      ...(["POST", "PUT", "PATCH", "DELETE"] as const).flatMap((method) => [
+        router.add(method, "/livez", notAllowed),
+        router.add(method, "/readyz", notAllowed)
+      ])
     ])
   )
   return HttpRouter.serve(routes, { disableLogger: true }).pipe(

@@ -157,22 +157,25 @@ export const runWith = (options: SupervisorOptions = {}) =>
       yield* Effect.logInfo(`[pgbus] health endpoints on http://${config.healthBind}:${config.healthPort}`)
     }
 
-    // Draining flips readiness first (this finalizer is added last, so it runs first).
+    if (runsWorkers) {
+      yield* Effect.forkScoped(
+        Effect.forEach(
+          capsules,
+          (capsule, i) =>
+            Effect.scoped(runWorker(capsule, { config, store, notifier, registry, processId }, stats[i]!)).pipe(
+              Effect.annotateLogs({ capsule: capsule.name })
+            ),
+          { concurrency: "unbounded", discard: true }
+        )
+      )
+    }
+    // Added after the workers were forked, so on shutdown it runs first: readiness says
+    // DRAINING while the workers drain; the health server closes after them.
     yield* Effect.addFinalizer(() =>
       Ref.set(readiness, "DRAINING").pipe(Effect.andThen(Effect.logInfo("[pgbus] draining")))
     )
     yield* Ref.set(readiness, "OK")
     yield* Effect.logInfo("[pgbus] ready")
-
-    if (!runsWorkers) return yield* Effect.never
-    yield* Effect.forEach(
-      capsules,
-      (capsule, i) =>
-        Effect.scoped(runWorker(capsule, { config, store, notifier, registry, processId }, stats[i]!)).pipe(
-          Effect.annotateLogs({ capsule: capsule.name })
-        ),
-      { concurrency: "unbounded", discard: true }
-    )
     return yield* Effect.never
   }).pipe(Effect.scoped)
 

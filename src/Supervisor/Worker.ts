@@ -97,6 +97,15 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     let stopping = false
     let queuesMayHaveMore = true
     const flushLock = yield* Semaphore.make(1)
+    /** Opened by executors when enough capacity is free to be worth a read. */
+    const capacityFreed = Latch.makeUnsafe(false)
+    const total = capsule.concurrency + readAhead
+    /** Free room for claims: slots not running or buffered, read-ahead included, within the prefetch limit. */
+    const room = () => {
+      const free = total - stats.running - stats.buffered
+      return prefetchLimit === undefined ? free : Math.min(free, prefetchLimit - inFlight.size)
+    }
+    const refillAt = Math.max(1, Math.floor(total / 2))
     const flushSignal = Latch.makeUnsafe(false)
 
     const forget = (m: Message) => inFlight.delete(keyOf(m))
@@ -186,7 +195,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           Effect.ensuring(
             Effect.sync(() => {
               stats.running--
-              if (queuesMayHaveMore || completed.length > 0) wakeups.wake()
+              if (queuesMayHaveMore && room() >= refillAt) capacityFreed.openUnsafe()
             })
           )
         )
@@ -221,8 +230,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     }).pipe(Effect.repeat(Schedule.spaced(heartbeatEvery)), Effect.forever)
 
     const claim = Effect.gen(function* () {
-      let want = capsule.concurrency - stats.running - stats.buffered + readAhead
-      if (prefetchLimit !== undefined) want = Math.min(want, prefetchLimit - inFlight.size)
+      let want = room()
       if (want <= 0) return 0
       let claimed = 0
       for (const queue of queues) {
@@ -243,13 +251,25 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       return claimed
     }).pipe(Effect.uninterruptible)
 
+    // While the queues have more, claim only once a good part of the capacity is free (one
+    // read feeds many jobs; in bench:jobs reading at every freed slot cost a read per job).
+    // Once they are drained, any free slot is claimed at the next notification or poll.
     const readLoop = Effect.gen(function* () {
       while (!stopping) {
-        const claimed = yield* claim
-        stats.healthy = true
-        if (claimed > 0 && queuesMayHaveMore) continue
-        const status = yield* notifier.status
-        yield* wakeups.await(pollDelay(status, config.pollingInterval))
+        const want = room()
+        if (want > 0 && (!queuesMayHaveMore || want >= refillAt || stats.buffered === 0)) {
+          capacityFreed.closeUnsafe()
+          yield* claim
+          stats.healthy = true
+          if (queuesMayHaveMore) continue
+        }
+        if (queuesMayHaveMore) {
+          capacityFreed.closeUnsafe()
+          if (room() < refillAt && stats.buffered > 0) yield* capacityFreed.await
+        } else {
+          const status = yield* notifier.status
+          yield* wakeups.await(pollDelay(status, config.pollingInterval))
+        }
       }
     }).pipe(
       Effect.tapError((error) =>

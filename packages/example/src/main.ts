@@ -1,0 +1,20 @@
+/**
+ * The main job (`npm start`): migrate, enqueue a few demo jobs, run the supervisor. Watch the
+ * log: a welcome mail, an invoice sync that fails twice then succeeds, an import that is
+ * dead-lettered. Ctrl-C (SIGINT) or SIGTERM drains and exits 0.
+ */
+import { Effect } from "effect"
+import { PgBus, Supervisor } from "effect-pgbus"
+import { ImportLegacyData, registry, SendWelcome, SyncInvoice } from "./app.ts"
+
+const program = Effect.gen(function* () {
+  yield* PgBus.migrate
+  yield* SendWelcome.enqueue({ userId: "ada" })
+  yield* SendWelcome.enqueue({ userId: "grace" }, { delay: "3 seconds" })
+  yield* SyncInvoice.enqueue({ invoice: 1042 })
+  yield* ImportLegacyData.enqueue({ file: "customers-1998.csv" })
+  yield* Effect.logInfo("example: enqueued 4 demo jobs; starting the supervisor (Ctrl-C to stop)")
+  return yield* Supervisor.run
+}).pipe(Effect.provide(registry), Effect.provide(PgBus.layer({ workers: "default, mailers: 5" })))
+
+Supervisor.runMain(program)
