@@ -253,6 +253,42 @@ layer(
     )
   })
 
+  describe("priorities", () => {
+    it.effect("with priority levels, a worker drains _p0 before it reads _p1 and _p2", () =>
+      Effect.gen(function* () {
+        const queue = unique("prio")
+        const order: Array<string> = []
+        const Low = Job.make("Low", { payload: Payload, queue, priority: 2 }, ({ id }) =>
+          Effect.sync(() => order.push(`low${id}`))
+        )
+        const Normal = Job.make("Normal", { payload: Payload, queue }, ({ id }) =>
+          Effect.sync(() => order.push(`normal${id}`))
+        )
+        const High = Job.make("High", { payload: Payload, queue, priority: 0 }, ({ id }) =>
+          Effect.sync(() => order.push(`high${id}`))
+        )
+        const refs = [
+          ...(yield* Low.enqueueMany([{ id: 1 }, { id: 2 }])),
+          ...(yield* Normal.enqueueMany([{ id: 1 }])),
+          ...(yield* High.enqueueMany([{ id: 1 }, { id: 2 }]))
+        ]
+        assert.deepStrictEqual(
+          refs.map((r) => r.queue),
+          [`${queue}_p2`, `${queue}_p2`, `${queue}_p1`, `${queue}_p0`, `${queue}_p0`]
+        )
+        yield* startSupervisor([Low, Normal, High], { capsules: [{ name: "c", queues: [queue], concurrency: 1 }] })
+        yield* eventually(
+          "all five ran",
+          Effect.sync(() => order.length === 5)
+        )
+        assert.deepStrictEqual(order, ["high1", "high2", "normal1", "low1", "low2"])
+      }).pipe(
+        Effect.scoped,
+        Effect.provide(TestDatabase.layer({ priorityLevels: 3, pollingInterval: "50 millis" }), { local: true })
+      )
+    )
+  })
+
   describe("visibility and wake-ups", () => {
     it.effect("a job running 3x the visibility timeout is not delivered a second time", () =>
       Effect.gen(function* () {
