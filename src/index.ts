@@ -3,6 +3,8 @@
  *
  * @since 0.1.0
  */
+
+export * as Cli from "./Cli/Cli.ts"
 export * as Config from "./Config.ts"
 export { ConfigurationError, PgBusConfig } from "./Config.ts"
 export * as Database from "./Database.ts"

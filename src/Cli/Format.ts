@@ -1,0 +1,69 @@
+/**
+ * Plain-text rendering for the `pgbus` command line: aligned tables, ages, JSON, and the
+ * sensitive-data filter applied to payloads and headers before they are printed.
+ *
+ * @since 0.1.0
+ */
+
+/** What a filtered value is replaced with. */
+export const FILTERED = "[FILTERED]"
+
+/** Keys whose values are never printed (case-insensitive, anywhere in the key). */
+export const SENSITIVE_KEY = /password|passwd|token|secret|authorization|api[_-]?key/i
+
+const isRecord = (u: unknown): u is Readonly<Record<string, unknown>> =>
+  typeof u === "object" && u !== null && !Array.isArray(u)
+
+/** Replaces the values of sensitive-looking keys, at any depth, with `[FILTERED]`. */
+export const filterSensitive = (value: unknown): unknown => {
+  if (Array.isArray(value)) return value.map(filterSensitive)
+  if (isRecord(value)) {
+    const out: Record<string, unknown> = {}
+    for (const [key, inner] of Object.entries(value)) {
+      out[key] = SENSITIVE_KEY.test(key) ? FILTERED : filterSensitive(inner)
+    }
+    return out
+  }
+  return value
+}
+
+/** Renders rows under a header as columns separated by two spaces (no trailing blanks). */
+export const table = (header: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<string>>): string => {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)))
+  const line = (cells: ReadonlyArray<string>) =>
+    cells
+      .map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i] ?? 0)))
+      .join("  ")
+      .trimEnd()
+  return [line(header), ...rows.map(line)].join("\n")
+}
+
+/** An age in milliseconds as `42s`, `3m 4s`, `2h 5m`, `3d 4h`; `-` when there is none. */
+export const age = (ms: number | undefined): string => {
+  if (ms === undefined || !Number.isFinite(ms)) return "-"
+  const s = Math.max(0, Math.floor(ms / 1000))
+  if (s < 60) return `${s}s`
+  const m = Math.floor(s / 60)
+  if (m < 60) return `${m}m ${s % 60}s`
+  const h = Math.floor(m / 60)
+  if (h < 24) return `${h}h ${m % 60}m`
+  return `${Math.floor(h / 24)}d ${h % 24}h`
+}
+
+/** JSON text, pretty-printed and indented by `indent` spaces on every line. */
+export const json = (value: unknown, indent = 0): string => {
+  const text = JSON.stringify(value, (_key, v: unknown) => (typeof v === "bigint" ? v.toString() : v), 2) ?? "null"
+  const pad = " ".repeat(indent)
+  return text
+    .split("\n")
+    .map((l) => pad + l)
+    .join("\n")
+}
+
+/** Key/value lines with the keys padded to one width (multi-line values stay in their column). */
+export const fields = (entries: ReadonlyArray<readonly [string, string]>, indent = 0): string => {
+  const width = Math.max(0, ...entries.map(([k]) => k.length))
+  const pad = " ".repeat(indent)
+  const continuation = `\n${" ".repeat(indent + width + 2)}`
+  return entries.map(([k, v]) => `${pad}${k.padEnd(width)}  ${v.split("\n").join(continuation)}`.trimEnd()).join("\n")
+}
