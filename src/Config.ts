@@ -82,6 +82,20 @@ export interface PgBusConfigShape {
   readonly priorityLevels: number | undefined
   /** Priority of jobs that name none, when priorities are on. */
   readonly defaultPriority: number
+  /** Queue of workflow step messages (a workflow or a step may name another). */
+  readonly workflowQueue: string
+  /** Finished and cancelled runs are deleted after this long; `undefined` keeps them. */
+  readonly workflowRetention: Duration.Duration | undefined
+  /** How often the workflow sweep runs. */
+  readonly workflowSweepInterval: Duration.Duration
+  /** When an in-progress step is stalled, or a scheduled one overdue. */
+  readonly workflowStallThreshold: Duration.Duration
+  /** What the sweep does with a stalled step: pause, reattempt or cancel. */
+  readonly workflowStallAction: "pause" | "reattempt" | "cancel"
+  /** Stack lines kept on a failed step. */
+  readonly workflowErrorBacktraceLines: number
+  /** A wait without a deadline this long counts as stuck. */
+  readonly workflowWaitingVisibilityThreshold: Duration.Duration
 }
 
 /** What a caller may pass in code: every key optional, durations as `Duration.Input`. */
@@ -114,6 +128,13 @@ export interface PgBusConfigInput {
   readonly appRevision?: string | null
   readonly priorityLevels?: number | null
   readonly defaultPriority?: number
+  readonly workflowQueue?: string
+  readonly workflowRetention?: Duration.Input | null
+  readonly workflowSweepInterval?: Duration.Input
+  readonly workflowStallThreshold?: Duration.Input
+  readonly workflowStallAction?: "pause" | "reattempt" | "cancel"
+  readonly workflowErrorBacktraceLines?: number
+  readonly workflowWaitingVisibilityThreshold?: Duration.Input
 }
 
 type Kind =
@@ -175,7 +196,14 @@ export const PgBusConfigSchema = Schema.Struct({
   staleProcessThreshold: PositiveDuration,
   appRevision: Schema.UndefinedOr(Schema.String),
   priorityLevels: Schema.UndefinedOr(Schema.Int.check(Schema.isBetween({ minimum: 2, maximum: 10 }))),
-  defaultPriority: NonNegativeInt
+  defaultPriority: NonNegativeInt,
+  workflowQueue: Identifier(30),
+  workflowRetention: Schema.UndefinedOr(PositiveDuration),
+  workflowSweepInterval: PositiveDuration,
+  workflowStallThreshold: PositiveDuration,
+  workflowStallAction: Schema.Literals(["pause", "reattempt", "cancel"]),
+  workflowErrorBacktraceLines: NonNegativeInt,
+  workflowWaitingVisibilityThreshold: PositiveDuration
 })
 
 interface Field {
@@ -221,7 +249,18 @@ export const fields = {
   staleProcessThreshold: { kind: "duration", default: Duration.seconds(10), env: "PGBUS_STALE_PROCESS_THRESHOLD" },
   appRevision: { kind: "optionalString", default: undefined, env: "PGBUS_APP_REVISION" },
   priorityLevels: { kind: "optionalInt", default: undefined, env: "PGBUS_PRIORITY_LEVELS" },
-  defaultPriority: { kind: "int", default: 1, env: "PGBUS_DEFAULT_PRIORITY" }
+  defaultPriority: { kind: "int", default: 1, env: "PGBUS_DEFAULT_PRIORITY" },
+  workflowQueue: { kind: "string", default: "default", env: "PGBUS_WORKFLOW_QUEUE" },
+  workflowRetention: { kind: "optionalDuration", default: Duration.days(30), env: "PGBUS_WORKFLOW_RETENTION" },
+  workflowSweepInterval: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_WORKFLOW_SWEEP_INTERVAL" },
+  workflowStallThreshold: { kind: "duration", default: Duration.hours(1), env: "PGBUS_WORKFLOW_STALL_THRESHOLD" },
+  workflowStallAction: { kind: "string", default: "pause", env: "PGBUS_WORKFLOW_STALL_ACTION" },
+  workflowErrorBacktraceLines: { kind: "int", default: 50, env: "PGBUS_WORKFLOW_ERROR_BACKTRACE_LINES" },
+  workflowWaitingVisibilityThreshold: {
+    kind: "duration",
+    default: Duration.days(7),
+    env: "PGBUS_WORKFLOW_WAITING_VISIBILITY_THRESHOLD"
+  }
 } satisfies Record<keyof PgBusConfigShape, Field>
 
 type Key = keyof typeof fields

@@ -14,6 +14,8 @@ import * as Migrations from "./Migrations.ts"
 import { Notifier } from "./Queue/Notifier.ts"
 import { QueueStore } from "./Queue/QueueStore.ts"
 import { Processes } from "./Supervisor/Processes.ts"
+import type { WorkflowClient } from "./Workflow/Client.ts"
+import * as WorkflowEngine from "./Workflow/Engine.ts"
 
 /** Everything `PgBus.layer` provides. */
 export type PgBus =
@@ -24,6 +26,8 @@ export type PgBus =
   | QueueStore
   | JobClient
   | Processes
+  | WorkflowClient
+  | WorkflowEngine.WorkflowRunner
 
 /**
  * effect-pgbus from the environment (`DATABASE_URL`, `PGBUS_*`) with code overrides.
@@ -45,7 +49,8 @@ export const layerFrom = <E>(config: Layer.Layer<PgBusConfig, E>): Layer.Layer<P
   const notifier = Notifier.layer.pipe(Layer.provideMerge(database))
   const queues = QueueStore.layer.pipe(Layer.provideMerge(notifier))
   const onQueues = Layer.mergeAll(JobClient.layer, Processes.layer)
-  return onQueues.pipe(Layer.provideMerge(queues), Layer.provideMerge(config))
+  const workflows = WorkflowEngine.layer.pipe(Layer.provideMerge(onQueues))
+  return workflows.pipe(Layer.provideMerge(queues), Layer.provideMerge(config))
 }
 
 /**

@@ -96,7 +96,7 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
   if (options.queue !== undefined && !/^[a-z][a-z0-9_]*$/.test(options.queue)) {
     return `queue ${JSON.stringify(options.queue)} must use lowercase letters, digits and underscores`
   }
-  if (options.queue !== undefined && options.queue.endsWith(QueueName.DEAD_LETTER_SUFFIX)) {
+  if (options.queue?.endsWith(QueueName.DEAD_LETTER_SUFFIX)) {
     return "a job cannot run on a dead-letter queue"
   }
   if (options.priority !== undefined && (!Number.isInteger(options.priority) || options.priority < 0)) {

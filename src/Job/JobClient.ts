@@ -8,6 +8,7 @@
 import { Context, Effect, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
+import type { QueueError } from "../Queue/QueueError.ts"
 import type { BatchEntry, SendOptions } from "../Queue/QueueStore.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type { AnyJob, Job } from "./Job.ts"
@@ -90,7 +91,7 @@ export class JobClient extends Context.Service<
       options?: EnqueueOptions
     ) => Effect.Effect<ReadonlyArray<JobRef>, EnqueueError>
     /** Makes sure a queue (and its DLQ) exists; cached per process. */
-    readonly ensureQueue: (queue: string) => Effect.Effect<void, EnqueueError>
+    readonly ensureQueue: (queue: string) => Effect.Effect<void, QueueError>
   }
 >()("effect-pgbus/JobClient") {
   /** The job client on the queue store. */

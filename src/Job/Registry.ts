@@ -6,6 +6,10 @@
  */
 import { Context, Effect, Layer, Schema } from "effect"
 import { PgBusConfig } from "../Config.ts"
+import { type RegisteredWorkflow, StepMessage, WorkflowRunner } from "../Workflow/Engine.ts"
+import { type AnyWorkflow, isWorkflow } from "../Workflow/Workflow.ts"
+import { InvalidWorkflowDefinition } from "../Workflow/WorkflowError.ts"
+import { STEP_JOB } from "../Workflow/WorkflowSql.ts"
 import { type AnyJob, type JobContext, validateDefinition } from "./Job.ts"
 import { InvalidJobDefinition, PayloadDecodeError } from "./JobError.ts"
 import { type ResolvedRetryPolicy, resolvePolicy } from "./Retry.ts"
@@ -20,13 +24,15 @@ export interface RegisteredJob {
   readonly run: (payload: unknown, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>
 }
 
-/** The services a list of jobs needs. */
-export type JobsRequirements<Jobs extends ReadonlyArray<AnyJob>> = {
+/** The services a list of jobs and workflows needs. */
+export type JobsRequirements<Jobs extends ReadonlyArray<AnyJob | AnyWorkflow>> = {
   readonly [K in keyof Jobs]: Jobs[K] extends {
     readonly handler: (...args: never) => Effect.Effect<unknown, unknown, infer R>
   }
     ? R
-    : never
+    : Jobs[K] extends { readonly body: (...args: never) => Effect.Effect<unknown, unknown, infer R> }
+      ? Exclude<R, import("../Workflow/Runtime.ts").WorkflowRuntime>
+      : never
 }[number]
 
 /**
@@ -39,23 +45,46 @@ export class Registry extends Context.Service<
   {
     /** Registered jobs by name. */
     readonly jobs: ReadonlyMap<string, RegisteredJob>
-    /** The queues the registered jobs use (their own or the default), deduplicated. */
+    /** The queues the registered jobs and workflows use (their own or the defaults), deduplicated. */
     readonly queues: ReadonlyArray<string>
+    /** Registered workflows by name. */
+    readonly workflows: ReadonlyMap<string, RegisteredWorkflow>
   }
 >()("effect-pgbus/Registry") {
   /**
    * A registry of jobs. Fails with `InvalidJobDefinition` for two jobs with one name or a bad
    * definition. Its requirements are the union of the handlers' requirements.
    */
-  static readonly layer = <const Jobs extends ReadonlyArray<AnyJob>>(
-    jobs: Jobs
-  ): Layer.Layer<Registry, InvalidJobDefinition, JobsRequirements<Jobs> | PgBusConfig> =>
+  static readonly layer = <const Jobs extends ReadonlyArray<AnyJob | AnyWorkflow>>(
+    definitions: Jobs
+  ): Layer.Layer<
+    Registry,
+    InvalidJobDefinition | InvalidWorkflowDefinition,
+    JobsRequirements<Jobs> | PgBusConfig | WorkflowRunner
+  > =>
     Layer.effect(
       Registry,
       Effect.gen(function* () {
         const config = yield* PgBusConfig
+        const runner = yield* WorkflowRunner
         const services = yield* Effect.context<JobsRequirements<Jobs>>()
         const byName = new Map<string, RegisteredJob>()
+        const workflows = new Map<string, RegisteredWorkflow>()
+        const jobs: Array<AnyJob> = []
+        for (const definition of definitions) {
+          if (isWorkflow(definition)) {
+            if (workflows.has(definition.name)) {
+              return yield* new InvalidWorkflowDefinition({
+                workflow: definition.name,
+                reason: "two workflows are registered with this name"
+              })
+            }
+            workflows.set(definition.name, {
+              workflow: definition,
+              provide: (effect) => Effect.provide(effect, services) as never
+            })
+          } else jobs.push(definition)
+        }
         for (const job of jobs) {
           if (byName.has(job.name)) {
             return yield* new InvalidJobDefinition({ job: job.name, reason: "two jobs are registered with this name" })
@@ -83,8 +112,40 @@ export class Registry extends Context.Service<
             run: (payload, context) => Effect.provide(handler(payload, context), services)
           })
         }
-        const queues = [...new Set(jobs.map((job) => job.queue ?? config.defaultQueue))]
-        return Registry.of({ jobs: byName, queues })
+        if (byName.has(STEP_JOB)) {
+          return yield* new InvalidJobDefinition({ job: STEP_JOB, reason: "the name is reserved for workflow steps" })
+        }
+        // workflow step messages are jobs of their own, run by the workflow runner
+        const decodeStep = Schema.decodeUnknownEffect(StepMessage)
+        byName.set(STEP_JOB, {
+          job: {
+            ...({} as AnyJob),
+            name: STEP_JOB,
+            payload: StepMessage as never,
+            queue: config.workflowQueue,
+            priority: undefined,
+            retry: undefined,
+            timeout: undefined,
+            handler: (() => Effect.void) as never
+          },
+          policy: resolvePolicy(config, undefined),
+          decode: (payload) =>
+            decodeStep(payload).pipe(
+              Effect.mapError((e) => new PayloadDecodeError({ job: STEP_JOB, issue: e.message }))
+            ),
+          run: (payload, context) =>
+            runner.execute(workflows, payload as StepMessage, { attempt: context.attempt }) as Effect.Effect<
+              unknown,
+              unknown
+            >
+        })
+        const queues = [
+          ...new Set([
+            ...jobs.map((job) => job.queue ?? config.defaultQueue),
+            ...[...workflows.values()].map((w) => w.workflow.queue ?? config.workflowQueue)
+          ])
+        ]
+        return Registry.of({ jobs: byName, queues, workflows })
       })
     )
 }

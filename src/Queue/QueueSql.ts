@@ -11,7 +11,7 @@
  */
 import { PgTypes } from "@effect/sql-pg"
 import { Result } from "effect"
-import type { SqlClient } from "effect/sql"
+import type { SqlClient, Statement } from "effect/sql"
 
 /** A message row as stored. */
 export interface MessageRow {
@@ -174,6 +174,26 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         ORDER BY u.ord
         RETURNING msg_id)
       SELECT msg_id FROM m ${notifyFilter(physical)} ORDER BY msg_id`
+
+  /**
+   * CTEs that send messages from another statement (a workflow transition): `<name>` inserts
+   * one message per row of `rows` (which yields `vt` and `message` columns) and
+   * `<name>_notify` wakes the queue's readers when at least one was sent. The caller
+   * references `notifyRef` in its final SELECT so that the notify CTE runs.
+   */
+  const messageSendCtes = (physical: string, name: string, rows: Statement.Fragment, now: Date | null) => {
+    const ctes = sql`${sql(name)} AS (
+        INSERT INTO ${messages(physical)} (enqueued_at, vt, message)
+        SELECT ${NOW(sql, now)}, greatest(src.vt, ${NOW(sql, now)}), src.message FROM (${rows}) AS src
+        RETURNING msg_id)${
+          notifyChannel === ""
+            ? sql``
+            : sql`, ${sql(`${name}_notify`)} AS (
+        SELECT pg_notify(${notifyChannel}, ${physical}) FROM (SELECT 1 FROM ${sql(name)} LIMIT 1) AS any_sent)`
+        }`
+    const notifyRef = notifyChannel === "" ? sql`0` : sql`(SELECT count(*) FROM ${sql(`${name}_notify`)})`
+    return { ctes, notifyRef }
+  }
 
   // PGMQ's read: oldest visible first, rows locked by another reader skipped, vt moved on.
   const messageRead = (
@@ -380,6 +400,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageSendOne,
     messageSendBatch,
     messageSendBatchPlain,
+    messageSendCtes,
     messageRead,
     messageArchiveReceipts,
     messageArchiveIds,

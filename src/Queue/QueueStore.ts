@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { Clock, Context, Duration, Effect, Layer, Option, Schema } from "effect"
-import { SqlClient } from "effect/sql"
+import { SqlClient, type Statement } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
 import { serverError, statementNow, toDatabaseError } from "../Database.ts"
@@ -211,6 +211,17 @@ export class QueueStore extends Context.Service<
     readonly cleanupArchive: (
       retention?: Duration.Input
     ) => Effect.Effect<ReadonlyArray<{ readonly queue: string; readonly deleted: number }>, QueueError>
+    /**
+     * CTEs that send messages into a queue from another module's statement (one per row of
+     * `rows`, which yields `vt` and `message`), and the reference that makes its NOTIFY run.
+     * The queue must exist; `physical` is its physical name.
+     */
+    readonly messageCtes: (
+      physical: string,
+      name: string,
+      rows: Statement.Fragment,
+      now: Date | null
+    ) => { readonly ctes: Statement.Fragment; readonly notifyRef: Statement.Fragment }
     /** Validates a queue name (no SQL). */
     readonly validateName: (queue: string) => Effect.Effect<QueueName.QueueName, QueueError>
   }
@@ -673,6 +684,7 @@ export class QueueStore extends Context.Service<
         isArchived,
         metrics,
         cleanupArchive,
+        messageCtes: statements.messageSendCtes,
         validateName: (queue) => validateName(queue)
       })
     })

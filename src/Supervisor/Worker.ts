@@ -106,6 +106,11 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       return prefetchLimit === undefined ? free : Math.min(free, prefetchLimit - inFlight.size)
     }
     const refillAt = Math.max(1, Math.floor(total / 2))
+    /** While the queues have more: claim once half the room is free, or when nothing is buffered. */
+    const worthClaiming = () => {
+      const want = room()
+      return want > 0 && (want >= refillAt || stats.buffered === 0)
+    }
     const flushSignal = Latch.makeUnsafe(false)
 
     const forget = (m: Message) => inFlight.delete(keyOf(m))
@@ -195,7 +200,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           Effect.ensuring(
             Effect.sync(() => {
               stats.running--
-              if (queuesMayHaveMore && room() >= refillAt) capacityFreed.openUnsafe()
+              if (queuesMayHaveMore && worthClaiming()) capacityFreed.openUnsafe()
             })
           )
         )
@@ -256,16 +261,16 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     // Once they are drained, any free slot is claimed at the next notification or poll.
     const readLoop = Effect.gen(function* () {
       while (!stopping) {
-        const want = room()
-        if (want > 0 && (!queuesMayHaveMore || want >= refillAt || stats.buffered === 0)) {
+        if (queuesMayHaveMore ? worthClaiming() : room() > 0) {
           capacityFreed.closeUnsafe()
           yield* claim
           stats.healthy = true
           if (queuesMayHaveMore) continue
         }
         if (queuesMayHaveMore) {
+          // full: an executor opens the latch once claiming is worth it again
           capacityFreed.closeUnsafe()
-          if (room() < refillAt && stats.buffered > 0) yield* capacityFreed.await
+          if (!worthClaiming()) yield* capacityFreed.await
         } else {
           const status = yield* notifier.status
           yield* wakeups.await(pollDelay(status, config.pollingInterval))

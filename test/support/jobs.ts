@@ -3,9 +3,10 @@ import { Duration, Effect, Schedule } from "effect"
 import type { AnyJob } from "../../src/Job/Job.ts"
 import { Registry } from "../../src/Job/Registry.ts"
 import * as Supervisor from "../../src/Supervisor/Supervisor.ts"
+import type { AnyWorkflow } from "../../src/Workflow/Workflow.ts"
 
 /** Starts a supervisor for these jobs in the current scope; it drains when the scope closes. */
-export const startSupervisor = <const Jobs extends ReadonlyArray<AnyJob>>(
+export const startSupervisor = <const Jobs extends ReadonlyArray<AnyJob | AnyWorkflow>>(
   jobs: Jobs,
   options: Supervisor.SupervisorOptions = {}
 ) => Supervisor.runWith(options).pipe(Effect.provide(Registry.layer(jobs)), Effect.forkScoped)

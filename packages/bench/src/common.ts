@@ -5,10 +5,10 @@ import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import { SqlClient } from "effect/sql"
-import { PgBusConfig } from "effect-pgbus"
 import type { PgBusConfigInput } from "../../../src/Config.ts"
 import { resolve } from "../../../src/Config.ts"
 import { clientOptions } from "../../../src/Database.ts"
+import { PgBusConfig } from "../../../src/index.ts"
 
 export const serverUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 

@@ -8,7 +8,7 @@ import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import { PgBus, QueueStore } from "effect-pgbus"
+import { PgBus, QueueStore } from "../../../src/index.ts"
 import { benchConfig, benchDatabase, machine, median, rawClient, round } from "./common.ts"
 
 const TOTAL = Number(process.env.BENCH_QUEUE_MESSAGES ?? 20_000)

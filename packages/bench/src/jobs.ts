@@ -1,0 +1,341 @@
+/**
+ * bench:jobs: the job workloads of the team's peer harness (shared/bench/peers) run on
+ * effect-pgbus, graphile-worker 0.18.0 and pg-boss 12.38.0 in one session, on one PostgreSQL
+ * server. Every run is its own Node process (packages/bench/src/peers/<library>.ts) on a freshly
+ * created database, dropped afterwards; runs go round-robin (run 1 of every case, then run 2, ...)
+ * and the tables show medians [min-max].
+ *
+ *   npm run bench:jobs                      # from the repository root (installs the peers first)
+ *   RUNS=1 BENCH_ONLY='^w2' npm run bench:jobs
+ *
+ * Knobs (env): RUNS (3), BENCH_ONLY (regex on the case key, e.g. `ours|graphile`, `^w1`),
+ * BENCH_OURS_READ_AHEAD (tuned read-aheads tried in W1, "90,190"), BENCH_OURS_REPORTED_RA (the
+ * configuration reported as ours, 190), BENCH_OURS_W2_READ_AHEAD (0), BENCH_W1_JOBS (20000),
+ * BENCH_ENQ_SINGLE_JOBS (2000), BENCH_W2_JOBS (1000), BENCH_W2_SPACING_MS (5), BENCH_W2_WARMUP_JOBS
+ * (20), BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), BENCH_PHASE_CAP_MS (120000),
+ * BENCH_RUN_TIMEOUT_MS (per run, 300000), BENCH_RESULTS (append every run's JSON to this file),
+ * DATABASE_URL (the server; default postgres://postgres@127.0.0.1:5432/postgres).
+ *
+ * The last line of stdout is one JSON object:
+ * {"bench":"jobs","ours_jobs_per_s":N,"graphile_jobs_per_s":N,"pgboss_jobs_per_s":N,
+ *  "ours_enqueue_bulk_per_s":N,"ours_insert_ms":N,"ours_p50_ms":N,"ours_p99_ms":N,
+ *  "graphile_p50_ms":N,"graphile_p99_ms":N}
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { appendFileSync } from "node:fs"
+import os from "node:os"
+import { fileURLToPath } from "node:url"
+import { machine, median } from "./common.ts"
+import {
+  CONCURRENCY,
+  dropDatabase,
+  ENQ_SINGLE_JOBS,
+  PHASE_CAP_MS,
+  POOL_MAX,
+  pkgVersion,
+  RESULT_MARK,
+  serverInfo,
+  serverUrl,
+  W1_JOBS,
+  W2_JOBS,
+  W2_SPACING_MS,
+  W2_WARMUP_JOBS
+} from "./peers/common.ts"
+
+type Library = "ours" | "graphile" | "pgboss"
+type Workload = "enq" | "w1" | "w2"
+
+interface Case {
+  readonly key: string
+  readonly library: Library
+  readonly workload: Workload
+  readonly variant: string
+}
+
+/** A run's result line, as printed by a peers/<library>.ts process. */
+interface RunResult {
+  readonly library: string
+  readonly version: string
+  readonly workload: string
+  readonly variant: string
+  readonly peakRssMiB: number
+  readonly result: Readonly<Record<string, unknown>>
+}
+
+const intList = (raw: string | undefined, fallback: ReadonlyArray<number>): ReadonlyArray<number> => {
+  if (raw === undefined || raw.trim() === "") return fallback
+  const out = raw.split(",").map((s) => Number(s.trim()))
+  if (out.some((n) => !Number.isInteger(n) || n < 0)) throw new Error(`not a list of read-aheads: ${raw}`)
+  return out
+}
+
+const RUNS = Number(process.env.RUNS ?? 3)
+const TUNED_RA = intList(process.env.BENCH_OURS_READ_AHEAD, [90, 190]).filter((n) => n !== 0)
+const REPORTED_RA = Number(process.env.BENCH_OURS_REPORTED_RA ?? TUNED_RA[TUNED_RA.length - 1] ?? 0)
+const W2_RA = Number(process.env.BENCH_OURS_W2_READ_AHEAD ?? 0)
+const RUN_TIMEOUT_MS = Number(process.env.BENCH_RUN_TIMEOUT_MS ?? Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
+const ONLY = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : undefined
+const TAG = String(process.pid)
+const LIBRARIES: ReadonlyArray<Library> = ["ours", "graphile", "pgboss"]
+
+const W1_RAS = [...new Set([0, ...TUNED_RA, REPORTED_RA])]
+const ALL_CASES: ReadonlyArray<Case> = [
+  ...LIBRARIES.map((library): Case => ({ key: `enq ${library}`, library, workload: "enq", variant: "default" })),
+  ...W1_RAS.map((ra): Case => ({ key: `w1 ours ra${ra}`, library: "ours", workload: "w1", variant: `ra${ra}` })),
+  { key: "w1 graphile batched", library: "graphile", workload: "w1", variant: "batched" },
+  { key: "w1 pgboss b100", library: "pgboss", workload: "w1", variant: "b100" },
+  { key: `w2 ours ra${W2_RA}`, library: "ours", workload: "w2", variant: `ra${W2_RA}` },
+  { key: "w2 graphile default", library: "graphile", workload: "w2", variant: "default" },
+  { key: "w2 pgboss notify-b1", library: "pgboss", workload: "w2", variant: "notify-b1" }
+]
+const CASES = ALL_CASES.filter((c) => ONLY === undefined || ONLY.test(c.key))
+
+const log = (line: string) => process.stderr.write(`${line}\n`)
+
+// ---------------------------------------------------------------------------------------------
+// Running one case in its own process
+
+let current: ChildProcess | undefined
+
+const runCase = (c: Case, run: number): Promise<RunResult | undefined> =>
+  new Promise((resolve) => {
+    const file = fileURLToPath(new URL(`./peers/${c.library}.ts`, import.meta.url))
+    const child = spawn(
+      process.execPath,
+      [...process.execArgv, file, c.workload, "--variant", c.variant, "--run", String(run)],
+      { env: { ...process.env, BENCH_JOBS_TAG: TAG }, stdio: ["ignore", "pipe", "inherit"] }
+    )
+    current = child
+    let out = ""
+    let result: RunResult | undefined
+    child.stdout?.setEncoding("utf8")
+    child.stdout?.on("data", (chunk: string) => {
+      out += chunk
+      let nl = out.indexOf("\n")
+      while (nl >= 0) {
+        const line = out.slice(0, nl)
+        out = out.slice(nl + 1)
+        if (line.startsWith(RESULT_MARK)) result = JSON.parse(line.slice(RESULT_MARK.length)) as RunResult
+        else if (line.trim() !== "") log(`   ${line}`)
+        nl = out.indexOf("\n")
+      }
+    })
+    const timer = setTimeout(() => {
+      log(`!! ${c.key} run ${run}: no result after ${RUN_TIMEOUT_MS} ms, killing it`)
+      child.kill("SIGKILL")
+    }, RUN_TIMEOUT_MS)
+    child.on("close", (code) => {
+      clearTimeout(timer)
+      current = undefined
+      if (code !== 0) log(`!! ${c.key} run ${run}: exited with ${code}`)
+      // the run's database goes once its process (and every pool in it) is gone
+      dropDatabase(`bench_jobs_${c.library}_${TAG}`)
+        .catch((e) => log(`!! could not drop bench_jobs_${c.library}_${TAG}: ${e instanceof Error ? e.message : e}`))
+        .finally(() => resolve(result))
+    })
+  })
+
+const dropAll = () => Promise.all(LIBRARIES.map((l) => dropDatabase(`bench_jobs_${l}_${TAG}`).catch(() => undefined)))
+
+process.on("SIGINT", () => {
+  current?.kill("SIGKILL")
+  void dropAll().finally(() => process.exit(130))
+})
+
+// ---------------------------------------------------------------------------------------------
+// Figures
+
+const num = (r: RunResult, path: string): number | undefined => {
+  let v: unknown = r.result
+  for (const k of path.split("."))
+    v = typeof v === "object" && v !== null ? (v as Record<string, unknown>)[k] : undefined
+  return typeof v === "number" && Number.isFinite(v) ? v : undefined
+}
+
+const values = (rs: ReadonlyArray<RunResult>, path: string): Array<number> =>
+  rs.map((r) => num(r, path)).filter((v): v is number => v !== undefined)
+
+const medianOf = (rs: ReadonlyArray<RunResult>, path: string): number | undefined => {
+  const xs = values(rs, path)
+  return xs.length === 0 ? undefined : median(xs)
+}
+
+const fmt = (x: number): string => {
+  const a = Math.abs(x)
+  return a >= 100
+    ? String(Math.round(x))
+    : a >= 10
+      ? x.toFixed(1).replace(/\.0$/, "")
+      : String(Math.round(x * 100) / 100)
+}
+
+/** "median [min-max]" of a field over runs. */
+const cell = (rs: ReadonlyArray<RunResult>, path: string, scale = 1): string => {
+  const xs = values(rs, path).map((x) => x * scale)
+  if (xs.length === 0) return "n/a"
+  const m = fmt(median(xs))
+  return xs.length === 1 ? m : `${m} [${fmt(Math.min(...xs))}-${fmt(Math.max(...xs))}]`
+}
+
+const rssCell = (rs: ReadonlyArray<RunResult>): string => {
+  const xs = rs.map((r) => r.peakRssMiB).filter((x) => Number.isFinite(x))
+  return xs.length === 0 ? "n/a" : fmt(median(xs))
+}
+
+const runsCell = (rs: ReadonlyArray<RunResult>, attempted: number): string => {
+  const notDone = rs.filter((r) => r.result.done === false).length
+  const failed = attempted - rs.length
+  return `${rs.length}${notDone > 0 ? ` (${notDone} not done)` : ""}${failed > 0 ? ` (${failed} failed)` : ""}`
+}
+
+const libraryLabel = (library: Library): string =>
+  library === "ours"
+    ? "effect-pgbus (this repo)"
+    : library === "graphile"
+      ? `graphile-worker ${pkgVersion("graphile-worker")}`
+      : `pg-boss ${pkgVersion("pg-boss")}`
+
+const variantLabel = (c: Case): string => {
+  if (c.library !== "ours") return c.variant
+  const ra = Number(c.variant.slice(2))
+  if (c.workload === "w2")
+    return `concurrency ${CONCURRENCY}, read-ahead ${ra}${ra === 0 ? " (default)" : ""}, LISTEN/NOTIFY`
+  const what = ra === 0 ? "default" : "tuned"
+  return `read-ahead ${ra} (${what})${ra === REPORTED_RA && c.workload === "w1" ? " **= ours**" : ""}`
+}
+
+const round = (x: number | undefined, digits = 0): number | null => (x === undefined ? null : Number(x.toFixed(digits)))
+
+// ---------------------------------------------------------------------------------------------
+// Main
+
+const main = async () => {
+  const startedAt = performance.now()
+  const machineLine = machine()
+  const results = new Map<string, Array<RunResult>>(CASES.map((c) => [c.key, []]))
+  let pg = "unknown"
+  try {
+    pg = await serverInfo()
+  } catch (e) {
+    log(`could not read the server version: ${e instanceof Error ? e.message : String(e)}`)
+  }
+  log(`bench:jobs: ${CASES.length} cases × ${RUNS} runs, round-robin; databases bench_jobs_<library>_${TAG}`)
+  for (let run = 1; run <= RUNS; run++) {
+    for (const c of CASES) {
+      const t0 = performance.now()
+      const r = await runCase(c, run)
+      const secs = ((performance.now() - t0) / 1000).toFixed(1)
+      if (r) {
+        results.get(c.key)?.push(r)
+        if (process.env.BENCH_RESULTS) appendFileSync(process.env.BENCH_RESULTS, `${JSON.stringify({ ...r, run })}\n`)
+      }
+      log(`>> run ${run}/${RUNS} ${c.key}: ${r ? "ok" : "FAILED"} (${secs} s)`)
+    }
+  }
+  await dropAll()
+  const totalS = (performance.now() - startedAt) / 1000
+
+  const rowsOf = (workload: Workload) =>
+    CASES.filter((c) => c.workload === workload).map((c) => ({ c, rs: results.get(c.key) ?? [] }))
+  const lines: Array<string> = []
+  const p = (s = "") => lines.push(s)
+
+  p(`## bench:jobs: effect-pgbus vs graphile-worker vs pg-boss (same run, same server)`)
+  p()
+  p(
+    `- Machine: ${machineLine} (start); load at the end ${os
+      .loadavg()
+      .map((x) => x.toFixed(2))
+      .join(" ")}`
+  )
+  p(`- PostgreSQL: ${pg} (server ${new URL(serverUrl).host})`)
+  p(
+    `- Settings: RUNS=${RUNS} (round-robin, medians [min-max]), concurrency ${CONCURRENCY}, pool max ${POOL_MAX}, ` +
+      `W1 ${W1_JOBS} jobs, W1b ${ENQ_SINGLE_JOBS} inserts, W2 ${W2_JOBS} jobs every ${W2_SPACING_MS} ms after ${W2_WARMUP_JOBS} warm-up jobs, ` +
+      `phase cap ${PHASE_CAP_MS} ms, no-op handlers, silent loggers (effect-pgbus: minimum log level Warn), ` +
+      `every run a fresh Node process on a fresh database; total ${totalS.toFixed(0)} s`
+  )
+  p(
+    `- effect-pgbus: Supervisor.runWith, one capsule (concurrency ${CONCURRENCY}), archive on success (default), ` +
+      `LISTEN/NOTIFY on (default); "ours" below = read-ahead ${REPORTED_RA}. graphile-worker and pg-boss as the peer harness configures them at their best.`
+  )
+  p(
+    "- graphile-worker: `batched` = run({ concurrency: 10, pollInterval: 2000, preset: { worker: { localQueue: { size: 100 }, " +
+      "completeJobBatchDelay: 0 } } }), jobs added with workerUtils.addJobs (one call); `default` = the same without the preset " +
+      "(LISTEN/NOTIFY always on). Single inserts: workerUtils.addJob."
+  )
+  p(
+    "- pg-boss: `b100` = work(q, { localConcurrency: 10, batchSize: 100, burstWhenBatchFull: true }), jobs added with " +
+      "boss.insert (one call); `notify-b1` = new PgBoss({ useListenNotify: true }), createQueue(q, { notify: true }), " +
+      "work(q, { localConcurrency: 10, batchSize: 1 }). Single inserts: boss.send."
+  )
+  p()
+  p(`### W1 throughput: ${W1_JOBS} no-op jobs (bulk enqueue in one call, then workers drain; completed = committed)`)
+  p()
+  p(
+    "| library | configuration | runs | bulk enqueue jobs/s | processing jobs/s | PG CPU ms / 1k jobs | Node CPU ms / 1k jobs | peak RSS MiB |"
+  )
+  p("|---|---|---|---|---|---|---|---|")
+  for (const { c, rs } of rowsOf("w1")) {
+    // effect-pgbus archives on success: every completed job must be in the archive
+    const short = values(rs, "archived").filter((n) => n < W1_JOBS)
+    const check = short.length > 0 ? ` (archive short: ${short.join(", ")})` : ""
+    p(
+      `| ${libraryLabel(c.library)} | ${variantLabel(c)}${check} | ${runsCell(rs, RUNS)} | ${cell(rs, "enqueueBulkPerSec")} | ` +
+        `${cell(rs, "jobsPerSec")} | ${cell(rs, "pgCpuMsPerKJob")} | ${cell(rs, "nodeCpuMsPerKJob")} | ${rssCell(rs)} |`
+    )
+  }
+  p()
+  p(
+    `### W1b single-insert enqueue: ${ENQ_SINGLE_JOBS} jobs one insert per call, sequential, then from ${CONCURRENCY} concurrent producers`
+  )
+  p()
+  p(
+    "| library | runs | sequential jobs/s | mean ms / insert | 10 concurrent producers jobs/s | PG CPU s (seq / conc) |"
+  )
+  p("|---|---|---|---|---|---|")
+  for (const { c, rs } of rowsOf("enq")) {
+    p(
+      `| ${libraryLabel(c.library)} | ${runsCell(rs, RUNS)} | ${cell(rs, "sequentialPerSec")} | ${cell(rs, "sequentialMeanMs")} | ` +
+        `${cell(rs, "concurrent10PerSec")} | ${cell(rs, "seqPgCpuS")} / ${cell(rs, "concPgCpuS")} |`
+    )
+  }
+  p()
+  p(
+    `### W2 pickup latency: ${W2_JOBS} single jobs, ${W2_SPACING_MS} ms apart, idle workers (ms, handler start - enqueue call)`
+  )
+  p()
+  p("| library | configuration | runs | received | p50 | p95 | p99 | max | insert p50 | insert p99 | PG CPU s |")
+  p("|---|---|---|---|---|---|---|---|---|---|---|")
+  for (const { c, rs } of rowsOf("w2")) {
+    p(
+      `| ${libraryLabel(c.library)} | ${variantLabel(c)} | ${runsCell(rs, RUNS)} | ${cell(rs, "received")} | ` +
+        `${cell(rs, "latencyMs.p50")} | ${cell(rs, "latencyMs.p95")} | ${cell(rs, "latencyMs.p99")} | ${cell(rs, "latencyMs.max")} | ` +
+        `${cell(rs, "insertMs.p50")} | ${cell(rs, "insertMs.p99")} | ${cell(rs, "pgCpuS")} |`
+    )
+  }
+  p()
+
+  const get = (key: string) => results.get(key) ?? []
+  const oursW1 = get(`w1 ours ra${REPORTED_RA}`)
+  const summary = {
+    bench: "jobs",
+    ours_jobs_per_s: round(medianOf(oursW1, "jobsPerSec")),
+    graphile_jobs_per_s: round(medianOf(get("w1 graphile batched"), "jobsPerSec")),
+    pgboss_jobs_per_s: round(medianOf(get("w1 pgboss b100"), "jobsPerSec")),
+    ours_enqueue_bulk_per_s: round(medianOf(oursW1, "enqueueBulkPerSec")),
+    ours_insert_ms: round(medianOf(get("enq ours"), "sequentialMeanMs"), 2),
+    ours_p50_ms: round(medianOf(get(`w2 ours ra${W2_RA}`), "latencyMs.p50"), 2),
+    ours_p99_ms: round(medianOf(get(`w2 ours ra${W2_RA}`), "latencyMs.p99"), 2),
+    graphile_p50_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p50"), 2),
+    graphile_p99_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p99"), 2)
+  }
+  p(
+    `JSON: ours_jobs_per_s = W1 processing of effect-pgbus at read-ahead ${REPORTED_RA}; ours_enqueue_bulk_per_s = its bulk enqueue; ` +
+      `graphile = batched (W1) / default (W2); pg-boss = b100; ours_insert_ms = W1b sequential mean; p50/p99 = W2 medians over runs.`
+  )
+  p()
+  process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)
+}
+
+await main()

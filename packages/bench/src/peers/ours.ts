@@ -1,0 +1,145 @@
+/**
+ * effect-pgbus on the workloads of the peer harness, driven by the same code as the peers
+ * (./common.ts): jobs defined with `Job.make`, enqueued with `enqueue` / `enqueueMany`, run by
+ * `Supervisor.runWith` with one capsule, archive on success (the default). The Effect programs
+ * run on a `ManagedRuntime` built once per process, so the Promise-based drivers call them
+ * exactly as they call the peers' Promise APIs.
+ *   tsx packages/bench/src/peers/ours.ts <enq|w1|w2> [--variant ra<N>] [--run N]
+ * Variants: `ra<N>` = the capsule's read-ahead (messages claimed beyond the free slots); W1 is
+ * run at ra0 (the default) and tuned values, W2 at ra0 unless told otherwise.
+ */
+import { Effect, Fiber, Layer, ManagedRuntime, References, Schema } from "effect"
+import { Job, JobClient, PgBus, QueueStore, Registry, Supervisor } from "../../../../src/index.ts"
+import { benchConfig } from "../common.ts"
+import {
+  CONCURRENCY,
+  databaseName,
+  emit,
+  enqueueSingle,
+  finishRun,
+  guard,
+  makeLatencyRecorder,
+  measure,
+  POOL_MAX,
+  parseArgs,
+  resetDatabase,
+  round2,
+  runLatency,
+  sleep,
+  timeProcessing,
+  W1_JOBS
+} from "./common.ts"
+
+const args = parseArgs()
+guard()
+const DB = databaseName("ours")
+const variantMatch = /^ra(\d+)$/.exec(args.variant)
+const readAhead = variantMatch ? Number(variantMatch[1]) : 0
+const variant = `ra${readAhead}`
+
+let handled = 0
+const rec = makeLatencyRecorder()
+
+const Single = Job.make("Single", { payload: Schema.Struct({ i: Schema.Number }), queue: "single" }, () => Effect.void)
+const W1 = Job.make("W1", { payload: Schema.Struct({ i: Schema.Number }), queue: "bench" }, () =>
+  Effect.sync(() => {
+    handled++
+  })
+)
+const W2 = Job.make(
+  "W2",
+  { payload: Schema.Struct({ t: Schema.Number, i: Schema.Number, w: Schema.Boolean }), queue: "bench" },
+  (p) =>
+    Effect.sync(() => {
+      rec.record(p.t, p.w)
+    })
+)
+
+// Silent like the peers' loggers: warnings and errors only.
+const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
+
+await resetDatabase(DB)
+const runtime = ManagedRuntime.make(
+  Layer.merge(quiet, PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide(quiet)))
+)
+const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
+  runtime.runPromise(effect.pipe(Effect.provideService(References.MinimumLogLevel, "Warn")))
+
+/** Starts the supervisor (one capsule on `bench`) in the background; the returned function drains it. */
+const startWorkers = (): (() => Promise<void>) => {
+  const fiber = runtime.runFork(
+    Supervisor.runWith({
+      capsules: [{ name: "bench", queues: ["bench"], concurrency: CONCURRENCY, readAhead }]
+    }).pipe(Effect.provide(Registry.layer([W1, W2])), Effect.provideService(References.MinimumLogLevel, "Warn"))
+  )
+  return () => runtime.runPromise(Fiber.interrupt(fiber))
+}
+
+const metrics = () => runP(QueueStore.use((store) => store.metrics("bench")))
+const ensureQueue = (queue: string) => runP(JobClient.use((client) => client.ensureQueue(queue)))
+
+const base = { library: "effect-pgbus", version: "workspace", workload: args.workload, variant }
+
+try {
+  await runP(PgBus.migrate)
+  if (args.workload === "enq") {
+    await ensureQueue("single")
+    const r = await enqueueSingle((i) => runP(Single.enqueue({ i })))
+    emit({
+      ...base,
+      variant: "single-insert",
+      config: { api: "Job.enqueue(payload) via ManagedRuntime.runPromise", poolMax: POOL_MAX },
+      result: r
+    })
+  } else if (args.workload === "w1") {
+    await ensureQueue("bench")
+    const payloads = Array.from({ length: W1_JOBS }, (_, i) => ({ i }))
+    const enq = await measure(() => runP(W1.enqueueMany(payloads)))
+    let stop: () => Promise<void> = async () => {}
+    const proc = await timeProcessing({
+      total: W1_JOBS,
+      handled: () => handled,
+      start: async () => {
+        stop = startWorkers()
+      },
+      remaining: async () => (await metrics()).depth
+    })
+    await stop()
+    const after = await metrics()
+    emit({
+      ...base,
+      config: {
+        capsule: { concurrency: CONCURRENCY, readAhead },
+        poolMax: POOL_MAX,
+        archiveOnSuccess: true,
+        insert: `Job.enqueueMany(${W1_JOBS} payloads) in one call`
+      },
+      result: {
+        enqueueBulkPerSec: Math.round((W1_JOBS / enq.m.wallMs) * 1000),
+        enqueueBulkMs: Math.round(enq.m.wallMs),
+        enqueuePgCpuS: round2(enq.m.pgCpuS),
+        ...proc,
+        archived: after.archiveSize,
+        depthAfter: after.depth
+      }
+    })
+  } else if (args.workload === "w2") {
+    await ensureQueue("bench")
+    const stop = startWorkers()
+    await sleep(500)
+    const r = await runLatency({ rec, send: (p) => runP(W2.enqueue(p)) })
+    await stop()
+    emit({
+      ...base,
+      config: { capsule: { concurrency: CONCURRENCY, readAhead }, listenNotify: true, poolMax: POOL_MAX },
+      result: r
+    })
+  } else {
+    console.error(`unknown workload ${args.workload}`)
+    process.exitCode = 2
+  }
+} finally {
+  await runtime.dispose()
+  await finishRun(DB)
+}
+process.exit(process.exitCode ?? 0)

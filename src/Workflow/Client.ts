@@ -1,0 +1,187 @@
+/**
+ * The workflow client: start runs, find them, list them, act on them. It needs no handlers (a
+ * web process starts and inspects runs that worker processes execute).
+ *
+ * @since 0.1.0
+ */
+import { Context, type Effect, type Schema } from "effect"
+import type { OutsideVerb, RunStatus, StepStatus } from "./States.ts"
+import type { DatabaseError, RunNotFound, StartError, UnknownStep, VerbError } from "./WorkflowError.ts"
+
+/** Options of a start. */
+export interface StartOptions {
+  /** The record the run is about: at most one ongoing run per workflow and subject. */
+  readonly subject?: string | undefined
+  /** A repeated key returns the existing run (`duplicateStart`), whatever its status. */
+  readonly idempotencyKey?: string | undefined
+  /** Tenant scoping: queries and verbs given a resource id only see that resource's runs. */
+  readonly resourceId?: string | undefined
+  /** Who started it, for the audit trail (default "app"). */
+  readonly actor?: string | undefined
+  readonly reason?: string | undefined
+}
+
+/** Who and why, for an outside verb. */
+export interface VerbOptions {
+  readonly actor?: string | undefined
+  readonly reason?: string | undefined
+  /** Only act on a run of this resource. */
+  readonly resourceId?: string | undefined
+}
+
+/** A run as queries return it. */
+export interface RunInfo {
+  readonly id: string
+  readonly workflow: string
+  readonly subject: string | undefined
+  readonly resourceId: string | undefined
+  readonly payload: unknown
+  readonly status: RunStatus
+  readonly currentStep: string | undefined
+  readonly idempotencyKey: string | undefined
+  readonly pausedReason: string | undefined
+  readonly error: unknown
+  readonly output: unknown
+  readonly engineVersion: number
+  readonly definitionVersion: string | undefined
+  readonly definitionHash: string | undefined
+  readonly rerunOf: string | undefined
+  readonly createdAt: Date
+  readonly updatedAt: Date
+  readonly finishedAt: Date | undefined
+  /** The outside verbs the transition table allows now. */
+  readonly availableActions: ReadonlyArray<OutsideVerb>
+}
+
+/** One attempt of a step. */
+export interface StepAttempt {
+  readonly id: bigint
+  readonly name: string
+  readonly attempt: number
+  readonly position: number
+  readonly status: StepStatus
+  readonly queue: string
+  readonly scheduledAt: Date
+  readonly dueAt: Date
+  readonly startedAt: Date | undefined
+  readonly finishedAt: Date | undefined
+  readonly worker: string | undefined
+  readonly appRevision: string | undefined
+  readonly output: unknown
+  readonly error: unknown
+}
+
+/** One audit event. */
+export interface AuditEvent {
+  readonly id: bigint
+  readonly type: string
+  readonly step: string | undefined
+  readonly attempt: number | undefined
+  readonly actor: string
+  readonly reason: string | undefined
+  readonly details: unknown
+  readonly at: Date
+}
+
+/** Progress of a run: steps completed (or skipped) so far. */
+export interface RunProgress {
+  readonly completedSteps: number
+  readonly steps: ReadonlyArray<{ readonly name: string; readonly status: StepStatus; readonly attempts: number }>
+}
+
+/** Filters of `list`. */
+export interface ListOptions {
+  readonly workflow?: string | undefined
+  readonly status?: RunStatus | ReadonlyArray<RunStatus> | undefined
+  readonly subject?: string | undefined
+  readonly resourceId?: string | undefined
+  readonly pausedReason?: string | undefined
+  readonly createdFrom?: Date | undefined
+  readonly createdTo?: Date | undefined
+  /** The `next` cursor of the previous page. */
+  readonly cursor?: string | undefined
+  /** Page size (default 50, at most 500). */
+  readonly limit?: number | undefined
+}
+
+/** A page of runs, newest first. */
+export interface RunPage {
+  readonly runs: ReadonlyArray<RunInfo>
+  /** Cursor of the next page, when there is one. */
+  readonly next: string | undefined
+}
+
+/** What a start needs to know of a workflow (no handler). */
+export interface WorkflowRef<P> {
+  readonly name: string
+  readonly payload: Schema.ConstraintCodec<P, unknown>
+  readonly version: string | undefined
+  readonly queue: string | undefined
+}
+
+/**
+ * A run, with its verbs bound. Verbs re-read the run under its row lock; `info` is the state
+ * when the handle was made.
+ *
+ * @category models
+ */
+export interface RunHandle {
+  readonly id: string
+  readonly info: RunInfo
+  /** True when a start found the run by its idempotency key instead of creating it. */
+  readonly duplicateStart: boolean
+  readonly refresh: Effect.Effect<RunHandle, RunNotFound | DatabaseError>
+  readonly pause: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly resume: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly resumeAt: (step: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly cancel: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly runNow: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly reschedule: (at: Date, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly rerun: (options?: VerbOptions) => Effect.Effect<RunHandle, VerbError | StartError>
+  readonly events: Effect.Effect<ReadonlyArray<AuditEvent>, DatabaseError>
+  readonly steps: Effect.Effect<ReadonlyArray<StepAttempt>, DatabaseError>
+  readonly progress: Effect.Effect<RunProgress, DatabaseError>
+}
+
+/** The client's operations. */
+export interface WorkflowClientShape {
+  readonly start: <P>(
+    workflow: WorkflowRef<P>,
+    payload: P,
+    options?: StartOptions
+  ) => Effect.Effect<RunHandle, StartError>
+  readonly get: (
+    id: string,
+    options?: { readonly resourceId?: string | undefined }
+  ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError>
+  /** The subject's ongoing run of a workflow (else its latest). */
+  readonly findBySubject: (workflow: string, subject: string) => Effect.Effect<RunHandle, RunNotFound | DatabaseError>
+  readonly list: (options?: ListOptions) => Effect.Effect<RunPage, DatabaseError>
+  readonly counts: (options?: {
+    readonly workflow?: string | undefined
+    readonly resourceId?: string | undefined
+  }) => Effect.Effect<Readonly<Record<RunStatus, number>>, DatabaseError>
+  readonly steps: (id: string) => Effect.Effect<ReadonlyArray<StepAttempt>, DatabaseError>
+  readonly events: (id: string) => Effect.Effect<ReadonlyArray<AuditEvent>, DatabaseError>
+  readonly progress: (id: string) => Effect.Effect<RunProgress, DatabaseError>
+  readonly pause: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly resume: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly resumeAt: (
+    id: string,
+    step: string,
+    options?: VerbOptions
+  ) => Effect.Effect<RunInfo, VerbError | UnknownStep>
+  readonly cancel: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly runNow: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly reschedule: (id: string, at: Date, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly rerun: (id: string, options?: VerbOptions) => Effect.Effect<RunHandle, VerbError | StartError>
+}
+
+/**
+ * The workflow client service (provided by `PgBus.layer`).
+ *
+ * @category services
+ */
+export class WorkflowClient extends Context.Service<WorkflowClient, WorkflowClientShape>()(
+  "effect-pgbus/WorkflowClient"
+) {}

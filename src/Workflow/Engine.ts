@@ -1,0 +1,1465 @@
+/**
+ * The workflow engine: the client (start, queries, outside verbs) and the runner that executes a
+ * step's message by replaying the body. Every transition goes through the table in
+ * `States.ts` and a guarded statement in `WorkflowSql.ts`.
+ *
+ * @since 0.1.0
+ */
+
+import { createHash } from "node:crypto"
+import os from "node:os"
+import { Cause, Clock, Context, Duration, Effect, Exit, Layer, Metric, Option, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import type { SqlError } from "effect/sql/SqlError"
+import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
+import { statementNow, toDatabaseError } from "../Database.ts"
+import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
+import type { QueueError } from "../Queue/QueueError.ts"
+import { QueueStore } from "../Queue/QueueStore.ts"
+import type {
+  AuditEvent,
+  ListOptions,
+  RunHandle,
+  RunInfo,
+  RunPage,
+  RunProgress,
+  StartOptions,
+  StepAttempt,
+  VerbOptions,
+  WorkflowClientShape,
+  WorkflowRef
+} from "./Client.ts"
+import { WorkflowClient } from "./Client.ts"
+import { resolve as resolvePolicy } from "./Policies.ts"
+import { type ControlVerb, type RunContext, StepContext, type StepOptions, WorkflowRuntime } from "./Runtime.ts"
+import * as States from "./States.ts"
+import type { AnyWorkflow } from "./Workflow.ts"
+import { checkStep } from "./Workflow.ts"
+import {
+  AlreadyRunning,
+  type DatabaseError,
+  InvalidTransition,
+  InvalidWorkflowDefinition,
+  InvalidWorkflowPayload,
+  NotOngoing,
+  NotPaused,
+  OutputTooLarge,
+  ReplayDivergence,
+  RunNotFound,
+  StepTimeout,
+  UnknownStep
+} from "./WorkflowError.ts"
+import {
+  type ClaimRow,
+  type EventRow,
+  type HistoryEntry,
+  makeWorkflowSql,
+  type NextAction,
+  type RunRow,
+  type StepRow,
+  type WorkflowSql
+} from "./WorkflowSql.ts"
+
+/** Replay rules' version, recorded on every run (bumped if replay ever changes). */
+export const ENGINE_VERSION = 1
+
+// ---------------------------------------------------------------------------------------------
+// Error reporting and metrics
+
+/**
+ * Where step errors are reported (per the policies' `report`). The default logs them.
+ *
+ * @category services
+ */
+export const ErrorReporter = Context.Reference<{
+  readonly report: (
+    error: unknown,
+    context: {
+      readonly workflow: string
+      readonly workflowId: string
+      readonly step: string
+      readonly attempt: number
+      readonly outcome: string
+    }
+  ) => Effect.Effect<void>
+}>("effect-pgbus/Workflow/ErrorReporter", {
+  defaultValue: () => ({
+    report: (error, context) =>
+      Effect.logError(
+        `pgbus: workflow ${context.workflow} step ${context.step} failed (${context.outcome})`,
+        error
+      ).pipe(Effect.annotateLogs({ workflow_id: context.workflowId, attempt: context.attempt }))
+  })
+})
+
+const stepsTotal = Metric.counter("pgbus_workflow_steps_total", { description: "workflow step attempts by outcome" })
+const stepDuration = Metric.histogram("pgbus_workflow_step_duration_seconds", {
+  description: "run time of workflow step attempts",
+  boundaries: Metric.exponentialBoundaries({ start: 0.001, factor: 4, count: 10 })
+})
+const finishedTotal = Metric.counter("pgbus_workflows_finished_total", { description: "runs finished" })
+const pausedTotal = Metric.counter("pgbus_workflows_paused_total", { description: "runs paused by a step" })
+const cancelledTotal = Metric.counter("pgbus_workflows_cancelled_total", { description: "runs cancelled" })
+
+// ---------------------------------------------------------------------------------------------
+// Encoding helpers
+
+const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null
+
+const isSqlError = (u: unknown): u is SqlError => isObject(u) && u._tag === "SqlError"
+
+/** An error as a step row records it: tag, message, cause chain, capped stack, worker, revision. */
+export const encodeError = (error: unknown, backtraceLines: number, worker: string, revision: string | undefined) => {
+  const describe = (e: unknown) =>
+    isObject(e)
+      ? {
+          tag: typeof e._tag === "string" ? e._tag : typeof e.name === "string" ? e.name : "Error",
+          message: typeof e.message === "string" ? e.message : String(e)
+        }
+      : { tag: typeof e, message: String(e) }
+  const causes: Array<{ tag: string; message: string }> = []
+  let cause = isObject(error) ? error.cause : undefined
+  while (cause !== undefined && causes.length < 5) {
+    causes.push(describe(cause))
+    cause = isObject(cause) ? cause.cause : undefined
+  }
+  const stack =
+    isObject(error) && typeof error.stack === "string"
+      ? error.stack.split("\n").slice(0, backtraceLines).join("\n")
+      : undefined
+  return {
+    ...describe(error),
+    ...(causes.length > 0 ? { causes } : {}),
+    ...(stack ? { stack } : {}),
+    worker,
+    ...(revision ? { app_revision: revision } : {})
+  }
+}
+
+const hashNames = (names: ReadonlyArray<string>): string =>
+  createHash("sha256").update(names.join("\u0000")).digest("hex").slice(0, 32)
+
+// ---------------------------------------------------------------------------------------------
+// Row mapping
+
+const toRunInfo = (row: RunRow): RunInfo => ({
+  id: row.id,
+  workflow: row.workflow,
+  subject: row.subject ?? undefined,
+  resourceId: row.resource_id ?? undefined,
+  payload: row.payload,
+  status: row.status,
+  currentStep: row.current_step ?? undefined,
+  idempotencyKey: row.idempotency_key ?? undefined,
+  pausedReason: row.paused_reason ?? undefined,
+  error: row.error ?? undefined,
+  output: row.output ?? undefined,
+  engineVersion: row.engine_version,
+  definitionVersion: row.definition_version ?? undefined,
+  definitionHash: row.definition_hash ?? undefined,
+  rerunOf: row.rerun_of ?? undefined,
+  createdAt: row.created_at,
+  updatedAt: row.updated_at,
+  finishedAt: row.finished_at ?? undefined,
+  availableActions: States.availableActions(row.status)
+})
+
+const toStepAttempt = (row: StepRow): StepAttempt => ({
+  id: row.id,
+  name: row.name,
+  attempt: row.attempt,
+  position: row.position,
+  status: row.status,
+  queue: row.queue,
+  scheduledAt: row.scheduled_at,
+  dueAt: row.due_at,
+  startedAt: row.started_at ?? undefined,
+  finishedAt: row.finished_at ?? undefined,
+  worker: row.worker ?? undefined,
+  appRevision: row.app_revision ?? undefined,
+  output: row.output ?? undefined,
+  error: row.error ?? undefined
+})
+
+const toAuditEvent = (row: EventRow): AuditEvent => ({
+  id: row.id,
+  type: row.type,
+  step: row.step ?? undefined,
+  attempt: row.attempt ?? undefined,
+  actor: row.actor,
+  reason: row.reason ?? undefined,
+  details: row.details ?? undefined,
+  at: row.at
+})
+
+const encodeCursor = (row: RunRow) => Buffer.from(`${row.created_at.toISOString()}|${row.id}`).toString("base64url")
+const decodeCursor = (cursor: string): { readonly createdAt: Date; readonly id: string } | undefined => {
+  const [at, id] = Buffer.from(cursor, "base64url").toString("utf8").split("|")
+  const createdAt = new Date(at ?? "")
+  return id && !Number.isNaN(createdAt.getTime()) ? { createdAt, id } : undefined
+}
+
+// ---------------------------------------------------------------------------------------------
+// The registered side: workflows with their services
+
+/** A workflow ready to execute in this process. */
+export interface RegisteredWorkflow {
+  readonly workflow: AnyWorkflow
+  /** Provides the services the workflow's code needs (captured where it was registered). */
+  readonly provide: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, Exclude<R, never>>
+}
+
+/** The payload of a workflow step message. */
+export const StepMessage = Schema.Struct({
+  workflow: Schema.String,
+  run: Schema.String,
+  step: Schema.NullOr(Schema.String)
+})
+export type StepMessage = typeof StepMessage.Type
+
+/** What the runner knows about the delivery it executes. */
+export interface Delivery {
+  /** The message's read count (above 1: a redelivery). */
+  readonly attempt: number
+}
+
+/**
+ * The runner service: executes workflow step messages.
+ *
+ * @category services
+ */
+export class WorkflowRunner extends Context.Service<
+  WorkflowRunner,
+  {
+    readonly execute: (
+      workflows: ReadonlyMap<string, RegisteredWorkflow>,
+      message: StepMessage,
+      delivery: Delivery
+    ) => Effect.Effect<void, DatabaseError | QueueError>
+  }
+>()("effect-pgbus/WorkflowRunner") {}
+
+// ---------------------------------------------------------------------------------------------
+// The engine
+
+type Stop = { readonly _tag: "applied" } | { readonly _tag: "external" }
+
+interface Target {
+  readonly id: bigint
+  readonly name: string
+  readonly attempt: number
+  readonly position: number
+  readonly reattempts: number
+  readonly queue: string
+}
+
+interface Pending {
+  readonly step: Target
+  readonly status: "completed" | "skipped"
+  readonly output: string | null
+}
+
+/** Builds the engine's services on the database. */
+const make = Effect.gen(function* () {
+  const config = yield* PgBusConfig
+  const sql = yield* SqlClient.SqlClient
+  const store = yield* QueueStore
+  const jobs = yield* JobClient
+  const statements: WorkflowSql = makeWorkflowSql(sql, config.schema, (physical, name, rows, now) =>
+    store.messageCtes(physical, name, rows, now)
+  )
+  const worker = `${os.hostname()}:${process.pid}`
+  const revision = config.appRevision ?? null
+  const db =
+    (operation: string) =>
+    <A>(effect: Effect.Effect<A, SqlError>): Effect.Effect<A, DatabaseError> =>
+      Effect.mapError(effect, toDatabaseError(operation))
+
+  /** The logical and physical queue of a workflow's step messages. */
+  const queueOf = (logical: string, priority?: number) => {
+    const queue = physicalQueueOf(config, { queue: logical, priority: undefined }, { queue: logical, priority })
+    return { queue, physical: `${config.queuePrefix}_${queue}` }
+  }
+
+  const errorJson = (error: unknown) =>
+    JSON.stringify(encodeError(error, config.workflowErrorBacktraceLines, worker, config.appRevision))
+
+  // ---- client ------------------------------------------------------------------------------
+
+  const verbError = (verb: States.OutsideVerb, run: RunRow) => {
+    if (States.isTerminal(run.status) && verb !== "rerun") {
+      return new NotOngoing({ verb, current: run.status, run: run.id })
+    }
+    if (verb === "resume" || verb === "resume_at") return new NotPaused({ verb, current: run.status, run: run.id })
+    return new InvalidTransition({ verb, current: run.status, run: run.id })
+  }
+
+  const getRow = (id: string, resourceId: string | null) =>
+    statements.runGet(id, resourceId).pipe(
+      db("get run"),
+      Effect.flatMap((rows) => (rows[0] ? Effect.succeed(rows[0]) : Effect.fail(new RunNotFound({ id }))))
+    )
+
+  const isUuid = (id: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)
+
+  const makeHandle = (row: RunRow, duplicateStart: boolean): RunHandle => ({
+    id: row.id,
+    info: toRunInfo(row),
+    duplicateStart,
+    refresh: Effect.map(getRow(row.id, null), (r) => makeHandle(r, false)),
+    pause: (o) => client.pause(row.id, o),
+    resume: (o) => client.resume(row.id, o),
+    resumeAt: (step, o) => client.resumeAt(row.id, step, o),
+    cancel: (o) => client.cancel(row.id, o),
+    runNow: (o) => client.runNow(row.id, o),
+    reschedule: (at, o) => client.reschedule(row.id, at, o),
+    rerun: (o) => client.rerun(row.id, o),
+    events: client.events(row.id),
+    steps: client.steps(row.id),
+    progress: client.progress(row.id)
+  })
+
+  const startRun = <P>(
+    workflow: WorkflowRef<P>,
+    payload: P,
+    options: StartOptions,
+    rerunOf: string | null
+  ): Effect.Effect<RunHandle, InvalidWorkflowPayload | AlreadyRunning | QueueError> =>
+    Effect.gen(function* () {
+      const encoded = yield* Schema.encodeEffect(workflow.payload)(payload).pipe(
+        Effect.mapError((e) => new InvalidWorkflowPayload({ workflow: workflow.name, issue: e.message }))
+      )
+      let text: string | undefined
+      try {
+        text = JSON.stringify(encoded)
+      } catch (e) {
+        return yield* new InvalidWorkflowPayload({ workflow: workflow.name, issue: `not JSON: ${String(e)}` })
+      }
+      if (text === undefined) {
+        return yield* new InvalidWorkflowPayload({ workflow: workflow.name, issue: "not JSON" })
+      }
+      const size = Buffer.byteLength(text, "utf8")
+      if (size > config.maxPayloadSize) {
+        return yield* new InvalidWorkflowPayload({
+          workflow: workflow.name,
+          issue: `${size} bytes, over the limit of ${config.maxPayloadSize}`
+        })
+      }
+      const key = options.idempotencyKey?.trim() ? options.idempotencyKey : null
+      const subject = options.subject ?? null
+      const { queue, physical } = queueOf(workflow.queue ?? config.workflowQueue)
+      yield* jobs.ensureQueue(queue)
+      const now = yield* statementNow
+      const id = crypto.randomUUID()
+      const inserted = yield* statements
+        .runStart({
+          id,
+          workflow: workflow.name,
+          subject,
+          resourceId: options.resourceId ?? null,
+          payload: text,
+          idempotencyKey: key,
+          engineVersion: ENGINE_VERSION,
+          definitionVersion: workflow.version ?? null,
+          actor: options.actor ?? "app",
+          reason: options.reason ?? null,
+          physicalQueue: physical,
+          rerunOf,
+          now
+        })
+        .pipe(db("start run"))
+      if (inserted.length > 0) return makeHandle(yield* getRow(id, null).pipe(Effect.orDie), false)
+      const [holder] = yield* statements.runFindConflicting(workflow.name, subject, key).pipe(db("find run"))
+      if (holder === undefined) return yield* Effect.die(new Error("start found neither a new run nor a conflict"))
+      if (key !== null && holder.idempotency_key === key) return makeHandle(holder, true)
+      return yield* new AlreadyRunning({
+        workflow: workflow.name,
+        subject: subject ?? "",
+        run: { id: holder.id, workflow: holder.workflow, status: holder.status }
+      })
+    }).pipe(
+      Effect.withSpan("pgbus.workflow.start", { attributes: { workflow: workflow.name } }, { captureStackTrace: false })
+    )
+
+  /** Runs an outside verb in a transaction: lock, check the table, act, write its event. */
+  const verb = <A, E>(
+    name: States.OutsideVerb,
+    id: string,
+    options: VerbOptions | undefined,
+    act: (run: RunRow, now: Date | null) => Effect.Effect<A, E | SqlError>
+  ): Effect.Effect<
+    A,
+    Exclude<E, SqlError> | RunNotFound | InvalidTransition | NotPaused | NotOngoing | DatabaseError
+  > =>
+    Effect.gen(function* () {
+      if (!isUuid(id)) return yield* new RunNotFound({ id })
+      const now = yield* statementNow
+      return yield* sql
+        .withTransaction(
+          Effect.gen(function* () {
+            const [run] = yield* statements.runLock(id, options?.resourceId ?? null)
+            if (run === undefined) return yield* new RunNotFound({ id })
+            if (!States.isLegal(name, run.status)) return yield* verbError(name, run)
+            return yield* act(run, now)
+          })
+        )
+        .pipe(Effect.mapError((e) => (isSqlError(e) ? toDatabaseError(`workflow ${name}`)(e) : e)))
+    }).pipe(
+      Effect.withSpan(`pgbus.workflow.${name}`, { attributes: { workflow_id: id } }, { captureStackTrace: false })
+    ) as Effect.Effect<
+      A,
+      Exclude<E, SqlError> | RunNotFound | InvalidTransition | NotPaused | NotOngoing | DatabaseError
+    >
+
+  const event = (
+    run: RunRow,
+    type: string,
+    options: VerbOptions | undefined,
+    now: Date | null,
+    extra: { step?: string; attempt?: number; details?: unknown } = {}
+  ) =>
+    statements.eventInsert({
+      runId: run.id,
+      type,
+      step: extra.step ?? null,
+      attempt: extra.attempt ?? null,
+      actor: options?.actor ?? "app",
+      reason: options?.reason ?? null,
+      details: extra.details === undefined ? null : JSON.stringify(extra.details),
+      now
+    })
+
+  const setStatus = (run: RunRow, name: States.Verb, now: Date | null, pausedReason?: string) =>
+    statements.runSetStatus({
+      id: run.id,
+      from: States.fromStates(name),
+      to: States.targetOf(name, run.status),
+      pausedReason: pausedReason ?? null,
+      now
+    })
+
+  const reread = (id: string) => Effect.map(statements.runGet(id, null), (rows) => toRunInfo(rows[0]!))
+
+  const client: WorkflowClientShape = {
+    start: (workflow, payload, options = {}) => startRun(workflow, payload, options, null),
+
+    get: (id, options) =>
+      isUuid(id)
+        ? Effect.map(getRow(id, options?.resourceId ?? null), (row) => makeHandle(row, false))
+        : Effect.fail(new RunNotFound({ id })),
+
+    findBySubject: (workflow, subject) =>
+      statements.runFindBySubject(workflow, subject).pipe(
+        db("find run by subject"),
+        Effect.flatMap((rows) =>
+          rows[0]
+            ? Effect.succeed(makeHandle(rows[0], false))
+            : Effect.fail(new RunNotFound({ id: `${workflow}:${subject}` }))
+        )
+      ),
+
+    list: (options: ListOptions = {}) =>
+      Effect.gen(function* () {
+        const limit = Math.min(500, Math.max(1, options.limit ?? 50))
+        const before = options.cursor ? decodeCursor(options.cursor) : undefined
+        const rows = yield* statements
+          .runList({
+            workflow: options.workflow,
+            status:
+              options.status === undefined
+                ? undefined
+                : typeof options.status === "string"
+                  ? [options.status]
+                  : options.status,
+            subject: options.subject,
+            resourceId: options.resourceId,
+            pausedReason: options.pausedReason,
+            createdFrom: options.createdFrom,
+            createdTo: options.createdTo,
+            before,
+            limit: limit + 1
+          })
+          .pipe(db("list runs"))
+        const page = rows.slice(0, limit)
+        return {
+          runs: page.map(toRunInfo),
+          next: rows.length > limit ? encodeCursor(page[page.length - 1]!) : undefined
+        } satisfies RunPage
+      }),
+
+    counts: (options = {}) =>
+      statements.runCounts(options.workflow ?? null, options.resourceId ?? null).pipe(
+        db("count runs"),
+        Effect.map((rows) => {
+          const out = Object.fromEntries(States.RunStatuses.map((s) => [s, 0])) as Record<States.RunStatus, number>
+          for (const r of rows) out[r.status] = Number(r.n)
+          return out
+        })
+      ),
+
+    steps: (id) =>
+      isUuid(id)
+        ? statements.stepsOf(id).pipe(
+            db("list steps"),
+            Effect.map((rows) => rows.map(toStepAttempt))
+          )
+        : Effect.succeed([]),
+
+    events: (id) =>
+      isUuid(id)
+        ? statements.eventsOf(id).pipe(
+            db("list events"),
+            Effect.map((rows) => rows.map(toAuditEvent))
+          )
+        : Effect.succeed([]),
+
+    progress: (id) =>
+      Effect.map(client.steps(id), (attempts): RunProgress => {
+        const byName = new Map<
+          string,
+          { name: string; status: States.StepStatus; attempts: number; position: number }
+        >()
+        for (const a of attempts) {
+          if (a.name.startsWith("patch:")) continue
+          byName.set(a.name, { name: a.name, status: a.status, attempts: a.attempt, position: a.position })
+        }
+        const steps = [...byName.values()].sort((a, b) => a.position - b.position)
+        return {
+          completedSteps: steps.filter((s) => s.status === "completed" || s.status === "skipped").length,
+          steps: steps.map(({ name, status, attempts }) => ({ name, status, attempts }))
+        }
+      }),
+
+    pause: (id, options) =>
+      verb("pause", id, options, (run, now) =>
+        Effect.gen(function* () {
+          yield* setStatus(run, "pause", now, "manual")
+          yield* event(run, "paused", options, now)
+          return yield* reread(run.id)
+        })
+      ),
+
+    resume: (id, options) =>
+      verb("resume", id, options, (run, now) =>
+        Effect.gen(function* () {
+          const [latest] = yield* statements.stepLatest(run.id)
+          const { physical } = queueOf(latest?.queue || config.workflowQueue)
+          if (latest?.status === "in_progress") {
+            // the step that ran at the outside pause still runs: the run goes on performing it
+            yield* statements.runSetStatus({ id: run.id, from: ["paused"], to: "performing", now })
+            yield* event(run, "resumed", options, now, { details: { transition: "unpause" } })
+          } else if (latest?.status === "failed" || latest?.status === "cancelled") {
+            yield* jobs.ensureQueue(latest.queue)
+            yield* setStatus(run, "resume", now)
+            yield* statements.stepInsertScheduled({
+              workflow: run.workflow,
+              runId: run.id,
+              name: latest.name,
+              attempt: latest.attempt + 1,
+              position: latest.position,
+              queue: latest.queue,
+              physicalQueue: physical,
+              reattempts: 0,
+              actor: options?.actor ?? "app",
+              now
+            })
+            yield* event(run, "resumed", options, now, { step: latest.name, attempt: latest.attempt + 1 })
+          } else if (latest?.status === "scheduled") {
+            yield* setStatus(run, "resume", now)
+            yield* statements.stepReschedule({
+              workflow: run.workflow,
+              stepId: latest.id,
+              runId: run.id,
+              at: latest.due_at,
+              physicalQueue: physical,
+              now
+            })
+            yield* event(run, "resumed", options, now, { step: latest.name, attempt: latest.attempt })
+          } else {
+            yield* setStatus(run, "resume", now)
+            yield* statements.runSendContinue(run.workflow, run.id, queueOf(config.workflowQueue).physical, now)
+            yield* event(run, "resumed", options, now)
+          }
+          return yield* reread(run.id)
+        })
+      ),
+
+    resumeAt: (id, step, options) =>
+      verb("resume_at", id, options, (run, now) =>
+        Effect.gen(function* () {
+          const [latest] = yield* statements.stepLatestNamed(run.id, step)
+          if (latest === undefined || step.startsWith("patch:")) return yield* new UnknownStep({ run: run.id, step })
+          yield* jobs.ensureQueue(latest.queue)
+          yield* statements.stepsCancelOpen(run.id, now)
+          yield* setStatus(run, "resume_at", now)
+          yield* statements.stepInsertScheduled({
+            workflow: run.workflow,
+            runId: run.id,
+            name: latest.name,
+            attempt: latest.attempt + 1,
+            position: latest.position,
+            queue: latest.queue,
+            physicalQueue: queueOf(latest.queue).physical,
+            reattempts: 0,
+            actor: options?.actor ?? "app",
+            now
+          })
+          yield* event(run, "resumed", options, now, {
+            step,
+            attempt: latest.attempt + 1,
+            details: { resume_at: step }
+          })
+          return yield* reread(run.id)
+        })
+      ),
+
+    cancel: (id, options) =>
+      verb("cancel", id, options, (run, now) =>
+        Effect.gen(function* () {
+          yield* statements.stepsCancelOpen(run.id, now)
+          yield* setStatus(run, "cancel", now)
+          yield* event(run, "cancelled", options, now)
+          yield* Metric.update(cancelledTotal.pipe(Metric.withAttributes({ workflow_class: run.workflow })), 1)
+          return yield* reread(run.id)
+        })
+      ),
+
+    runNow: (id, options) =>
+      verb("run_now", id, options, (run, now) =>
+        Effect.gen(function* () {
+          const [latest] = yield* statements.stepLatest(run.id)
+          if (latest?.status !== "scheduled") {
+            return yield* new InvalidTransition({
+              verb: "run_now",
+              current: `${run.status} (no scheduled step)`,
+              run: run.id
+            })
+          }
+          yield* statements.stepReschedule({
+            workflow: run.workflow,
+            stepId: latest.id,
+            runId: run.id,
+            at: null,
+            physicalQueue: queueOf(latest.queue).physical,
+            now
+          })
+          yield* event(run, "run_now", options, now, { step: latest.name, attempt: latest.attempt })
+          return yield* reread(run.id)
+        })
+      ),
+
+    reschedule: (id, at, options) =>
+      verb("reschedule", id, options, (run, now) =>
+        Effect.gen(function* () {
+          const [latest] = yield* statements.stepLatest(run.id)
+          if (latest?.status !== "scheduled") {
+            return yield* new InvalidTransition({
+              verb: "reschedule",
+              current: `${run.status} (no scheduled step)`,
+              run: run.id
+            })
+          }
+          yield* statements.stepReschedule({
+            workflow: run.workflow,
+            stepId: latest.id,
+            runId: run.id,
+            at,
+            physicalQueue: queueOf(latest.queue).physical,
+            now
+          })
+          yield* event(run, "rescheduled", options, now, {
+            step: latest.name,
+            attempt: latest.attempt,
+            details: { at: at.toISOString() }
+          })
+          return yield* reread(run.id)
+        })
+      ),
+
+    rerun: (id, options) =>
+      Effect.gen(function* () {
+        const run = yield* verb("rerun", id, options, (row) => Effect.succeed(row))
+        const ref: WorkflowRef<unknown> = {
+          name: run.workflow,
+          payload: Schema.Unknown,
+          version: run.definition_version ?? undefined,
+          queue: undefined
+        }
+        return yield* startRun(
+          ref,
+          run.payload,
+          {
+            subject: run.subject ?? undefined,
+            resourceId: run.resource_id ?? undefined,
+            actor: options?.actor,
+            reason: options?.reason
+          },
+          run.id
+        )
+      })
+  }
+
+  // ---- runner ------------------------------------------------------------------------------
+
+  const finish = (p: Omit<Parameters<WorkflowSql["stepFinish"]>[0], "worker" | "appRevision">) =>
+    statements.stepFinish({ ...p, worker, appRevision: revision }).pipe(db("apply step outcome"))
+
+  const lateCompletion = (runId: string, step: Target, now: Date | null) =>
+    statements
+      .eventInsert({
+        runId,
+        type: "late_completion_ignored",
+        step: step.name,
+        attempt: step.attempt,
+        actor: "system",
+        reason: "the step was moved on while it ran (cancelled, or found stalled)",
+        details: null,
+        now
+      })
+      .pipe(db("record late completion"))
+
+  /** Executes one claimed run: replays the body and applies what it leads to. */
+  const executeClaimed = (registered: RegisteredWorkflow, claim: ClaimRow) =>
+    Effect.gen(function* () {
+      const def = registered.workflow
+      const runId = claim.id
+      const stepPolicies = new Map<string, StepOptions<unknown>>()
+      const history: ReadonlyArray<HistoryEntry> = claim.history
+      const order: Array<string> = []
+      const latest = new Map<string, HistoryEntry>()
+      for (const h of history) {
+        if (!latest.has(h.name)) order[h.position] = h.name
+        const prev = latest.get(h.name)
+        if (!prev || prev.attempt < h.attempt) latest.set(h.name, h)
+      }
+      const namesSeen: Array<string> = []
+      const seen = new Set<string>()
+      let cursor = 0
+      let target: Target | undefined =
+        claim.step_id === null
+          ? undefined
+          : {
+              id: claim.step_id,
+              name: claim.step_name!,
+              attempt: claim.step_attempt!,
+              position: claim.step_position!,
+              reattempts: claim.step_reattempts ?? 0,
+              queue: history.find((h) => h.id === String(claim.step_id))?.name ? "" : ""
+            }
+      let targetReached = false
+      let pending: Pending | undefined
+      let stop: Stop | undefined
+      let control: ControlVerb | undefined
+      let inStep = false
+      const decoded = yield* Schema.decodeUnknownEffect(def.payload)(claim.payload).pipe(Effect.option)
+      const runContext: RunContext<unknown> = {
+        workflowId: runId,
+        workflow: def.name,
+        subject: claim.subject ?? undefined,
+        resourceId: claim.resource_id ?? undefined,
+        payload: Option.getOrUndefined(decoded)
+      }
+      const defaultQueue = def.queue ?? config.workflowQueue
+
+      const halt = (s: Stop) => {
+        stop = s
+        return Effect.interrupt
+      }
+
+      /** Pauses the run on an error that is not a step's (divergence, a bad option, a glue error). */
+      const pauseWith = (error: unknown, reason: string) =>
+        Effect.gen(function* () {
+          const now = yield* statementNow
+          const errorText = errorJson(error)
+          const message = isObject(error) && typeof error.message === "string" ? error.message : String(error)
+          if (pending !== undefined) {
+            const r = yield* finish({
+              workflow: def.name,
+              runId,
+              stepId: pending.step.id,
+              status: pending.status,
+              output: pending.output,
+              error: null,
+              definitionHash: hashNames(namesSeen),
+              next: { _tag: "pause", reason, error: errorText, message },
+              now
+            })
+            if (r[0]?.applied === 0n) yield* lateCompletion(runId, pending.step, now)
+            pending = undefined
+          } else if (target !== undefined) {
+            const r = yield* finish({
+              workflow: def.name,
+              runId,
+              stepId: target.id,
+              status: "failed",
+              output: null,
+              error: errorText,
+              definitionHash: hashNames(namesSeen),
+              next: { _tag: "pause", reason, error: errorText, message },
+              now
+            })
+            if (r[0]?.applied === 0n) yield* lateCompletion(runId, target, now)
+          } else {
+            yield* statements
+              .runEndFromPerforming({
+                runId,
+                to: "paused",
+                output: null,
+                error: errorText,
+                pausedReason: reason,
+                reason: message,
+                definitionHash: hashNames(namesSeen),
+                now
+              })
+              .pipe(db("pause run"))
+          }
+          yield* Metric.update(
+            pausedTotal.pipe(Metric.withAttributes({ workflow_class: def.name, error_class: reason })),
+            1
+          )
+        })
+
+      const divergence = (expected: string, found: string, position: number) =>
+        Effect.gen(function* () {
+          yield* pauseWith(new ReplayDivergence({ run: runId, position, expected, found }), "version_mismatch")
+          return yield* halt({ _tag: "applied" })
+        })
+
+      /** Applies a finished attempt (or a skip) and what follows it. */
+      const applyOutcome = (
+        step: Target,
+        status: "completed" | "skipped" | "failed" | "cancelled",
+        output: string | null,
+        error: string | null,
+        next: NextAction
+      ) =>
+        Effect.gen(function* () {
+          const now = yield* statementNow
+          const [r] = yield* finish({
+            workflow: def.name,
+            runId,
+            stepId: step.id,
+            status,
+            output,
+            error,
+            definitionHash: hashNames(namesSeen),
+            next,
+            now
+          })
+          if (r === undefined || r.applied === 0n) {
+            yield* lateCompletion(runId, step, now)
+            return undefined
+          }
+          if (r.after === "finished")
+            yield* Metric.update(finishedTotal.pipe(Metric.withAttributes({ workflow_class: def.name })), 1)
+          if (r.after === "cancelled")
+            yield* Metric.update(cancelledTotal.pipe(Metric.withAttributes({ workflow_class: def.name })), 1)
+          return r
+        })
+
+      const recordStep = (step: Target, outcome: string, startedAt: number) =>
+        Effect.flatMap(Clock.currentTimeMillis, (end) =>
+          Effect.all(
+            [
+              Metric.update(
+                stepsTotal.pipe(Metric.withAttributes({ workflow_class: def.name, step: step.name, outcome })),
+                1
+              ),
+              Metric.update(
+                stepDuration.pipe(Metric.withAttributes({ workflow_class: def.name, step: step.name, outcome })),
+                (end - startedAt) / 1000
+              )
+            ],
+            { discard: true }
+          )
+        )
+
+      /** Runs the step whose turn it is (claimed), returning its output to the body. */
+      const runTarget = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: StepOptions<A>) =>
+        Effect.gen(function* () {
+          targetReached = true
+          const startedAt = yield* Clock.currentTimeMillis
+          // guards, under the run's row lock
+          if (def.cancelIf !== undefined || options.skipIf !== undefined) {
+            const guard = yield* sql
+              .withTransaction(
+                Effect.gen(function* () {
+                  yield* statements.runLock(runId, null)
+                  if (def.cancelIf !== undefined && (yield* def.cancelIf(runContext as never))) return "cancel" as const
+                  if (options.skipIf !== undefined && (yield* options.skipIf(runContext))) return "skip" as const
+                  return "run" as const
+                })
+              )
+              .pipe(Effect.exit)
+            if (Exit.isSuccess(guard) && guard.value === "cancel") {
+              yield* applyOutcome(step, "cancelled", null, null, { _tag: "cancel", reason: "cancelIf" })
+              yield* recordStep(step, "cancelled", startedAt)
+              return yield* halt({ _tag: "applied" })
+            }
+            if (Exit.isSuccess(guard) && guard.value === "skip") {
+              pending = { step, status: "skipped", output: null }
+              yield* recordStep(step, "skipped", startedAt)
+              return undefined
+            }
+            if (Exit.isFailure(guard)) {
+              return yield* failed(step, Cause.squash(guard.cause), options, startedAt)
+            }
+          }
+          const stepContext: StepContext["Service"] = {
+            workflowId: runId,
+            workflow: def.name,
+            subject: runContext.subject,
+            resourceId: runContext.resourceId,
+            payload: runContext.payload,
+            step: step.name,
+            attempt: step.attempt,
+            stepIdempotencyKey: `pgbus-wf:${runId}:${step.name}`,
+            attemptIdempotencyKey: `pgbus-wf:${runId}:${step.name}:${step.attempt}`
+          }
+          const timeoutMs =
+            options.timeout === undefined ? undefined : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
+          inStep = true
+          control = undefined
+          const ran = effect.pipe(Effect.provideService(StepContext, stepContext))
+          const exit = yield* (
+            timeoutMs === undefined
+              ? ran
+              : ran.pipe(
+                  Effect.timeoutOrElse({
+                    duration: Duration.millis(timeoutMs),
+                    orElse: () => Effect.fail(new StepTimeout({ step: step.name, timeoutMs }))
+                  })
+                )
+          ).pipe(
+            Effect.withSpan(
+              "pgbus.workflow.step",
+              { attributes: { workflow: def.name, workflow_id: runId, step: step.name, attempt: step.attempt } },
+              { captureStackTrace: false }
+            ),
+            Effect.exit
+          )
+          inStep = false
+          const verbCalled = control as ControlVerb | undefined
+          control = undefined
+          if (verbCalled !== undefined) return yield* controlled(step, verbCalled, startedAt)
+          if (Exit.isFailure(exit)) {
+            if (Cause.hasInterruptsOnly(exit.cause)) return yield* halt({ _tag: "external" })
+            return yield* failed(step, Cause.squash(exit.cause), options, startedAt)
+          }
+          const value = exit.value
+          const encodedOutput = yield* (
+            options.output === undefined
+              ? Effect.succeed(value as unknown)
+              : Schema.encodeEffect(options.output)(value).pipe(Effect.mapError((e) => e as unknown))
+          ).pipe(Effect.result)
+          if (encodedOutput._tag === "Failure") return yield* failed(step, encodedOutput.failure, options, startedAt)
+          let outputText: string | undefined
+          try {
+            outputText = encodedOutput.success === undefined ? undefined : JSON.stringify(encodedOutput.success)
+          } catch (e) {
+            return yield* failed(step, e, options, startedAt)
+          }
+          if (outputText !== undefined) {
+            const size = Buffer.byteLength(outputText, "utf8")
+            if (size > config.maxPayloadSize) {
+              return yield* failed(
+                step,
+                new OutputTooLarge({ step: step.name, size, limit: config.maxPayloadSize }),
+                options,
+                startedAt
+              )
+            }
+          }
+          pending = { step, status: "completed", output: outputText ?? null }
+          yield* recordStep(step, "completed", startedAt)
+          return value
+        })
+
+      /** A flow-control verb called inside the step. */
+      const controlled = (step: Target, verbCalled: ControlVerb, startedAt: number) =>
+        Effect.gen(function* () {
+          switch (verbCalled._tag) {
+            case "skip":
+              pending = { step, status: "skipped", output: null }
+              yield* recordStep(step, "skipped", startedAt)
+              return undefined
+            case "pause":
+              yield* applyOutcome(step, "completed", null, null, {
+                _tag: "pause",
+                reason: "step_pause",
+                error: null,
+                message: verbCalled.reason ?? null
+              })
+              yield* recordStep(step, "paused", startedAt)
+              return yield* halt({ _tag: "applied" })
+            case "cancel":
+              yield* applyOutcome(step, "cancelled", null, null, { _tag: "cancel", reason: verbCalled.reason ?? null })
+              yield* recordStep(step, "cancelled", startedAt)
+              return yield* halt({ _tag: "applied" })
+            case "finish":
+              yield* applyOutcome(step, "completed", null, null, { _tag: "finish", output: null })
+              yield* recordStep(step, "completed", startedAt)
+              return yield* halt({ _tag: "applied" })
+            case "reattempt": {
+              const delayMs =
+                verbCalled.wait === undefined ? 0 : Duration.toMillis(Duration.fromInputUnsafe(verbCalled.wait))
+              yield* applyOutcome(step, "failed", null, errorJson(new Error("reattempt requested by the step")), {
+                _tag: "schedule",
+                name: step.name,
+                attempt: step.attempt + 1,
+                position: step.position,
+                queue: step.queue || defaultQueue,
+                physicalQueue: queueOf(step.queue || defaultQueue).physical,
+                delayMs,
+                reattempts: step.reattempts + 1,
+                reattempt: true
+              })
+              yield* recordStep(step, "reattempted", startedAt)
+              return yield* halt({ _tag: "applied" })
+            }
+          }
+        })
+
+      /** A step failed: the policies decide. */
+      const failed = (step: Target, error: unknown, options: StepOptions<unknown>, startedAt: number) =>
+        Effect.gen(function* () {
+          const resolution = yield* resolvePolicy(error, options.onError ?? [], def.onError, step.reattempts)
+          const reporter = yield* ErrorReporter
+          if (resolution.report) {
+            yield* reporter.report(error, {
+              workflow: def.name,
+              workflowId: runId,
+              step: step.name,
+              attempt: step.attempt,
+              outcome: resolution.action
+            })
+          }
+          const errorText = errorJson(error)
+          const message = isObject(error) && typeof error.message === "string" ? error.message : String(error)
+          switch (resolution.action) {
+            case "skip":
+              pending = { step, status: "skipped", output: null }
+              yield* recordStep(step, "skipped", startedAt)
+              return undefined
+            case "reattempt":
+              yield* applyOutcome(step, "failed", null, errorText, {
+                _tag: "schedule",
+                name: step.name,
+                attempt: step.attempt + 1,
+                position: step.position,
+                queue: step.queue || defaultQueue,
+                physicalQueue: queueOf(step.queue || defaultQueue).physical,
+                delayMs: resolution.waitMs,
+                reattempts: step.reattempts + 1,
+                reattempt: true
+              })
+              yield* recordStep(step, "reattempted", startedAt)
+              return yield* halt({ _tag: "applied" })
+            case "cancel":
+              yield* applyOutcome(step, "failed", null, errorText, { _tag: "cancel", reason: message })
+              yield* recordStep(step, "cancelled", startedAt)
+              return yield* halt({ _tag: "applied" })
+            case "pause":
+              yield* applyOutcome(step, "failed", null, errorText, {
+                _tag: "pause",
+                reason: "error",
+                error: errorText,
+                message
+              })
+              yield* Metric.update(
+                pausedTotal.pipe(
+                  Metric.withAttributes({ workflow_class: def.name, error_class: JSON.parse(errorText).tag })
+                ),
+                1
+              )
+              yield* recordStep(step, "paused", startedAt)
+              return yield* halt({ _tag: "applied" })
+          }
+        })
+
+      /** The body reached a step it has not recorded: schedule it, or claim and run it now. */
+      const reachNew = <A, E, R>(
+        name: string,
+        effect: Effect.Effect<A, E, R>,
+        options: StepOptions<A>,
+        position: number,
+        attempt: number
+      ) =>
+        Effect.gen(function* () {
+          const delayMs = options.wait === undefined ? 0 : Duration.toMillis(Duration.fromInputUnsafe(options.wait))
+          const queue = options.queue ?? defaultQueue
+          const { queue: queueName, physical } = queueOf(queue, options.priority)
+          yield* jobs.ensureQueue(queueName)
+          // run it here and now when nothing stands between: no wait, no guard, same queue
+          const fast =
+            delayMs === 0 &&
+            options.skipIf === undefined &&
+            def.cancelIf === undefined &&
+            queueName === queueOf(pending?.step.queue || defaultQueue).queue
+          const timeoutMs =
+            options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
+          const now = yield* statementNow
+          if (pending !== undefined) {
+            const done = pending
+            pending = undefined
+            const r = yield* applyOutcome(
+              done.step,
+              done.status,
+              done.output,
+              null,
+              fast
+                ? {
+                    _tag: "claim",
+                    name,
+                    attempt,
+                    position,
+                    queue: queueName,
+                    physicalQueue: physical,
+                    reattempts: 0,
+                    timeoutMs
+                  }
+                : {
+                    _tag: "schedule",
+                    name,
+                    attempt,
+                    position,
+                    queue: queueName,
+                    physicalQueue: physical,
+                    delayMs,
+                    reattempts: 0,
+                    reattempt: false
+                  }
+            )
+            if (r === undefined || r.next_status !== "in_progress" || r.next_id === null) {
+              return yield* halt({ _tag: "applied" })
+            }
+            target = { id: r.next_id, name, attempt, position, reattempts: 0, queue: queueName }
+            return yield* runTarget(target, effect, options)
+          }
+          if (delayMs === 0 && options.skipIf === undefined) {
+            const [row] = yield* statements
+              .stepInsertClaimed({
+                runId,
+                name,
+                attempt,
+                position,
+                queue: queueName,
+                reattempts: 0,
+                timeoutMs,
+                worker,
+                appRevision: revision,
+                now
+              })
+              .pipe(db("claim step"))
+            if (row === undefined) return yield* halt({ _tag: "applied" })
+            target = { id: row.id, name, attempt, position, reattempts: 0, queue: queueName }
+            return yield* runTarget(target, effect, options)
+          }
+          yield* statements
+            .stepScheduleNew({
+              workflow: def.name,
+              runId,
+              name,
+              attempt,
+              position,
+              queue: queueName,
+              physicalQueue: physical,
+              delayMs,
+              reattempts: 0,
+              now
+            })
+            .pipe(db("schedule step"))
+          return yield* halt({ _tag: "applied" })
+        })
+
+      const runtime = WorkflowRuntime.of({
+        step: <A, E, R>(name: string, effect: Effect.Effect<A, E, R>, options: StepOptions<A>) =>
+          Effect.gen(function* () {
+            if (stop !== undefined) return yield* Effect.interrupt
+            const invalid = checkStep(name, options as StepOptions<unknown>)
+            if (invalid !== undefined) {
+              yield* pauseWith(new InvalidWorkflowDefinition({ workflow: def.name, reason: invalid }), "error")
+              return yield* halt({ _tag: "applied" })
+            }
+            if (seen.has(name)) {
+              yield* pauseWith(
+                new InvalidWorkflowDefinition({
+                  workflow: def.name,
+                  reason: `step ${name} is yielded twice in one run (step names identify steps)`
+                }),
+                "version_mismatch"
+              )
+              return yield* halt({ _tag: "applied" })
+            }
+            seen.add(name)
+            namesSeen.push(name)
+            stepPolicies.set(name, options as StepOptions<unknown>)
+            const position = cursor++
+            const recorded = order[position]
+            if (recorded !== undefined && recorded !== name) return yield* divergence(recorded, name, position)
+            const entry = latest.get(name)
+            if (target !== undefined && !targetReached && name === target.name) {
+              return yield* runTarget(
+                { ...target, queue: entry?.status === "scheduled" ? target.queue : target.queue },
+                effect,
+                options
+              )
+            }
+            if (entry !== undefined && recorded === name) {
+              if (entry.status === "completed") {
+                if (options.output === undefined) return entry.output as A
+                const value = yield* Schema.decodeUnknownEffect(options.output)(entry.output).pipe(Effect.result)
+                if (value._tag === "Failure") {
+                  yield* pauseWith(value.failure, "version_mismatch")
+                  return yield* halt({ _tag: "applied" })
+                }
+                return value.success
+              }
+              if (entry.status === "skipped") return undefined
+            }
+            if (target !== undefined && !targetReached) {
+              // the claimed step must come before any step the history has not completed
+              return yield* divergence(target.name, name, position)
+            }
+            // a step past the recorded history (or one whose last attempt ended unfinished)
+            const attempt = entry === undefined ? 1 : entry.attempt + 1
+            return yield* reachNew(name, effect, options, position, attempt)
+          }).pipe(Effect.orDie) as Effect.Effect<A | undefined, never, R>,
+
+        control: (verbCalled) =>
+          Effect.suspend(() => {
+            if (inStep) {
+              control = verbCalled
+              return Effect.interrupt
+            }
+            // outside a step: the verb applies after the last completed step
+            return Effect.gen(function* () {
+              const now = yield* statementNow
+              const next: NextAction | undefined =
+                verbCalled._tag === "finish"
+                  ? { _tag: "finish", output: null }
+                  : verbCalled._tag === "cancel"
+                    ? { _tag: "cancel", reason: verbCalled.reason ?? null }
+                    : verbCalled._tag === "pause"
+                      ? { _tag: "pause", reason: "step_pause", error: null, message: verbCalled.reason ?? null }
+                      : undefined
+              if (next === undefined) {
+                yield* pauseWith(
+                  new InvalidWorkflowDefinition({
+                    workflow: def.name,
+                    reason: `${verbCalled._tag} is only meaningful inside a step`
+                  }),
+                  "error"
+                )
+              } else if (pending !== undefined) {
+                const done = pending
+                pending = undefined
+                yield* applyOutcome(done.step, done.status, done.output, null, next)
+              } else {
+                yield* statements
+                  .runEndFromPerforming({
+                    runId,
+                    to: next._tag === "finish" ? "finished" : next._tag === "cancel" ? "cancelled" : "paused",
+                    output: null,
+                    error: null,
+                    pausedReason: next._tag === "pause" ? "step_pause" : null,
+                    reason: next._tag === "cancel" ? next.reason : next._tag === "pause" ? next.message : null,
+                    definitionHash: hashNames(namesSeen),
+                    now
+                  })
+                  .pipe(db("end run"))
+              }
+              return yield* halt({ _tag: "applied" })
+            })
+          }) as Effect.Effect<never>,
+
+        patched: (id) =>
+          Effect.gen(function* () {
+            if (stop !== undefined) return yield* Effect.interrupt
+            const marker = `patch:${id}`
+            const recorded = order[cursor]
+            if (recorded === marker) {
+              cursor++
+              namesSeen.push(marker)
+              return true
+            }
+            if (recorded !== undefined) return false
+            // the run reaches the patch new: record the marker, so that replays take this path
+            const now = yield* statementNow
+            yield* statements.markerInsert({ runId, name: marker, position: cursor, now }).pipe(db("record patch"))
+            order[cursor] = marker
+            cursor++
+            namesSeen.push(marker)
+            return true
+          }).pipe(Effect.orDie)
+      })
+
+      if (Option.isNone(decoded)) {
+        yield* pauseWith(
+          new InvalidWorkflowPayload({ workflow: def.name, issue: "the stored payload no longer decodes" }),
+          "version_mismatch"
+        )
+        return
+      }
+
+      const exit = yield* registered
+        .provide(def.body(runContext as never))
+        .pipe(Effect.provideService(WorkflowRuntime, runtime), Effect.exit)
+      if (stop !== undefined) {
+        if ((stop as Stop)._tag === "external") return yield* Effect.interrupt
+        return
+      }
+      if (Exit.isSuccess(exit)) {
+        if (target !== undefined && !targetReached) {
+          yield* divergence(target.name, "(the end of the workflow)", cursor).pipe(Effect.exit)
+          return
+        }
+        let outputText: string | null = null
+        try {
+          outputText = exit.value === undefined ? null : (JSON.stringify(exit.value) ?? null)
+        } catch {
+          outputText = null
+        }
+        const now = yield* statementNow
+        if (pending !== undefined) {
+          const done = pending
+          pending = undefined
+          yield* applyOutcome(done.step, done.status, done.output, null, { _tag: "finish", output: outputText })
+        } else {
+          const [r] = yield* statements
+            .runEndFromPerforming({
+              runId,
+              to: "finished",
+              output: outputText,
+              error: null,
+              pausedReason: null,
+              reason: null,
+              definitionHash: hashNames(namesSeen),
+              now
+            })
+            .pipe(db("finish run"))
+          if (r !== undefined)
+            yield* Metric.update(finishedTotal.pipe(Metric.withAttributes({ workflow_class: def.name })), 1)
+        }
+        return
+      }
+      if (Cause.hasInterruptsOnly(exit.cause)) return yield* Effect.interrupt
+      yield* pauseWith(Cause.squash(exit.cause), "error")
+    }).pipe(Effect.annotateLogs({ workflow: registered.workflow.name, workflow_id: claim.id }))
+
+  /** A message whose claim failed: a duplicate, or the redelivery of a dead worker's claim. */
+  const unclaimed = (registered: RegisteredWorkflow, message: StepMessage, delivery: Delivery) =>
+    Effect.gen(function* () {
+      if (delivery.attempt <= 1) return
+      const now = yield* statementNow
+      const step =
+        message.step === null
+          ? (yield* statements.stepInProgress(message.run).pipe(db("find step")))[0]
+          : (yield* statements.stepGet(BigInt(message.step)).pipe(db("find step")))[0]
+      if (step === undefined || step.status !== "in_progress") {
+        if (
+          message.step === null &&
+          (yield* statements.runReleaseContinue(message.run, now).pipe(db("release run"))).length > 0
+        ) {
+          yield* execute(new Map([[registered.workflow.name, registered]]), message, { attempt: 1 })
+        }
+        return
+      }
+      // the very message that claimed the step came back while the step is in progress: its
+      // worker died (or lost its heartbeat); the stall action applies
+      yield* statements
+        .eventInsert({
+          runId: message.run,
+          type: "stall_detected",
+          step: step.name,
+          attempt: step.attempt,
+          actor: "system",
+          reason: "the message that claimed the step was delivered again",
+          details: JSON.stringify({ detection: "redelivery", action: config.workflowStallAction }),
+          now
+        })
+        .pipe(db("record stall"))
+      const error = errorJson(new StepTimeout({ step: step.name, timeoutMs: 0 }))
+      const stalled = JSON.stringify({
+        ...JSON.parse(error),
+        tag: "StepStalled",
+        message: `step ${step.name} stalled: its worker stopped`
+      })
+      const { physical } = queueOf(step.queue || config.workflowQueue)
+      const next: NextAction =
+        config.workflowStallAction === "reattempt"
+          ? {
+              _tag: "schedule",
+              name: step.name,
+              attempt: step.attempt + 1,
+              position: step.position,
+              queue: step.queue,
+              physicalQueue: physical,
+              delayMs: 0,
+              reattempts: step.reattempts + 1,
+              reattempt: true
+            }
+          : config.workflowStallAction === "cancel"
+            ? { _tag: "cancel", reason: "stalled" }
+            : { _tag: "pause", reason: "stalled", error: stalled, message: `step ${step.name} stalled` }
+      yield* finish({
+        workflow: registered.workflow.name,
+        runId: message.run,
+        stepId: step.id,
+        status: "failed",
+        output: null,
+        error: stalled,
+        definitionHash: null,
+        next,
+        now
+      })
+    })
+
+  const execute = (
+    workflows: ReadonlyMap<string, RegisteredWorkflow>,
+    message: StepMessage,
+    delivery: Delivery
+  ): Effect.Effect<void, DatabaseError | QueueError> =>
+    Effect.gen(function* () {
+      const registered = workflows.get(message.workflow)
+      if (registered === undefined) {
+        return yield* Effect.die(new Error(`workflow ${message.workflow} is not registered in this process`))
+      }
+      const now = yield* statementNow
+      const claimed =
+        message.step === null
+          ? yield* statements.runClaimContinue(message.run, now).pipe(db("claim run"))
+          : yield* statements
+              .stepClaim({ runId: message.run, stepId: BigInt(message.step), worker, appRevision: revision, now })
+              .pipe(db("claim step"))
+      const claim = claimed[0]
+      if (claim === undefined) return yield* unclaimed(registered, message, delivery)
+      // the registered workflow's services were captured where it was registered
+      yield* executeClaimed(registered, claim) as Effect.Effect<void, DatabaseError>
+    }).pipe(
+      Effect.withSpan(
+        "pgbus.workflow.execute",
+        { attributes: { workflow: message.workflow, workflow_id: message.run, step_id: message.step ?? "" } },
+        { captureStackTrace: false }
+      )
+    )
+
+  return { client, runner: WorkflowRunner.of({ execute }) }
+})
+
+/**
+ * The workflow client and runner on the database.
+ *
+ * @category layers
+ */
+export const layer: Layer.Layer<
+  WorkflowClient | WorkflowRunner,
+  never,
+  PgBusConfig | SqlClient.SqlClient | QueueStore | JobClient
+> = Layer.effectContext(
+  Effect.map(make, ({ client, runner }) =>
+    Context.make(WorkflowClient, client).pipe(Context.add(WorkflowRunner, runner))
+  )
+)
+
+export type { PgBusConfigShape }

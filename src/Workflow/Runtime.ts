@@ -1,0 +1,125 @@
+/**
+ * What a running body talks to: the engine's runtime service, the step context, and the types
+ * of step options and exception policies.
+ *
+ * @since 0.1.0
+ */
+import { Context, type Duration, type Effect, type Schema } from "effect"
+
+// ---------------------------------------------------------------------------------------------
+// Exception policies
+
+/** What a policy does with a failed step. */
+export type PolicyAction = "reattempt" | "cancel" | "pause" | "skip"
+
+/** A verb a policy function picks. */
+export type PolicyDecision =
+  | { readonly _tag: "reattempt"; readonly wait?: Duration.Input | undefined }
+  | { readonly _tag: "cancel" }
+  | { readonly _tag: "pause" }
+  | { readonly _tag: "skip" }
+
+/** When a policy reports the error to the `ErrorReporter`. */
+export type ReportMode = "always" | "never" | "terminal"
+
+/** What an error is matched by: a typed error's `_tag` or a defect's class name, a RegExp on its message, a predicate. */
+export type ErrorMatcher = string | RegExp | ((error: unknown) => boolean)
+
+/**
+ * An exception policy. Without `match` it is blanket.
+ *
+ * @category models
+ */
+export interface ErrorPolicy {
+  readonly match?: ErrorMatcher | ReadonlyArray<ErrorMatcher> | undefined
+  readonly action: PolicyAction | ((error: unknown) => Effect.Effect<PolicyDecision>)
+  /** For `reattempt`: the delay before the next attempt (default none). */
+  readonly wait?: Duration.Input | undefined
+  /** For `reattempt`: consecutive reattempts allowed before `terminalAction` (default unlimited). */
+  readonly maxReattempts?: number | undefined
+  /** What happens once `maxReattempts` are spent (default pause). */
+  readonly terminalAction?: "cancel" | "pause" | "skip" | undefined
+  /** Default `always`; `terminal` skips a reattempt that still has attempts left. */
+  readonly report?: ReportMode | undefined
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run and the step as the body sees them
+
+/** What a body and its guards know about the run. */
+export interface RunContext<P> {
+  /** The run's id. */
+  readonly workflowId: string
+  readonly workflow: string
+  readonly subject: string | undefined
+  readonly resourceId: string | undefined
+  readonly payload: P
+}
+
+/**
+ * What code inside a step knows: the run, the step, the attempt, and a key stable across
+ * attempts for the step's side effects.
+ *
+ * @category services
+ */
+export class StepContext extends Context.Service<
+  StepContext,
+  {
+    readonly workflowId: string
+    readonly workflow: string
+    readonly subject: string | undefined
+    readonly resourceId: string | undefined
+    readonly payload: unknown
+    readonly step: string
+    readonly attempt: number
+    /** `pgbus-wf:<workflow id>:<step>`: the same on every attempt of the step. */
+    readonly stepIdempotencyKey: string
+    /** `<stepIdempotencyKey>:<attempt>`. */
+    readonly attemptIdempotencyKey: string
+  }
+>()("effect-pgbus/Workflow/StepContext") {}
+
+/** Options of a step. Checked when the body reaches the step. */
+export interface StepOptions<A> {
+  /** Delay after the previous step (for the first step: after the start). */
+  readonly wait?: Duration.Input | undefined
+  /** Skips the step when it succeeds with true; runs under the run's row lock. */
+  readonly skipIf?: ((run: RunContext<unknown>) => Effect.Effect<boolean, unknown, unknown>) | undefined
+  /** Longest run of one attempt: a longer one fails with `StepTimeout`. */
+  readonly timeout?: Duration.Input | undefined
+  /** Queue of this step's message. */
+  readonly queue?: string | undefined
+  /** Priority sub-queue of this step's message (when priorities are on). */
+  readonly priority?: number | undefined
+  /** The step's own exception policies, tried first. */
+  readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
+  /** Schema of the output: encoded when stored, decoded on replay (default: JSON as is). */
+  readonly output?: Schema.ConstraintCodec<A, unknown> | undefined
+}
+
+/** Flow-control verbs a body can call. */
+export type ControlVerb =
+  | { readonly _tag: "pause"; readonly reason?: string | undefined }
+  | { readonly _tag: "cancel"; readonly reason?: string | undefined }
+  | { readonly _tag: "reattempt"; readonly wait?: Duration.Input | undefined }
+  | { readonly _tag: "skip" }
+  | { readonly _tag: "finish" }
+
+/**
+ * The engine's side of a running body: each durable operation asks it what to do. Provided by
+ * the runner; a body run anywhere else has none.
+ *
+ * @category services
+ */
+export class WorkflowRuntime extends Context.Service<
+  WorkflowRuntime,
+  {
+    readonly step: <A, E, R>(
+      name: string,
+      effect: Effect.Effect<A, E, R>,
+      options: StepOptions<A>
+    ) => Effect.Effect<A | undefined, never, R>
+    readonly control: (verb: ControlVerb) => Effect.Effect<never>
+    readonly patched: (id: string) => Effect.Effect<boolean>
+  }
+>()("effect-pgbus/Workflow/WorkflowRuntime") {}

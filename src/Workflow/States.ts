@@ -1,0 +1,230 @@
+/**
+ * The workflow transition table: the one rule for which verb is legal in which state. The
+ * runner, the sweep, the outside verbs, `availableActions` and the docs read it.
+ *
+ * @since 0.1.0
+ */
+
+/** States of a run: four ongoing, two terminal. */
+export const RunStatuses = ["ready", "performing", "waiting", "paused", "finished", "cancelled"] as const
+export type RunStatus = (typeof RunStatuses)[number]
+
+/** The ongoing states (one ongoing run per workflow and subject). */
+export const OngoingStatuses: ReadonlyArray<RunStatus> = ["ready", "performing", "waiting", "paused"]
+
+/** States of a step attempt. */
+export const StepStatuses = [
+  "scheduled",
+  "waiting",
+  "in_progress",
+  "completed",
+  "failed",
+  "cancelled",
+  "skipped"
+] as const
+export type StepStatus = (typeof StepStatuses)[number]
+
+/** A row of the table. */
+export interface Transition<Verb extends string = string> {
+  readonly verb: Verb
+  readonly from: ReadonlyArray<RunStatus>
+  /** The state after; `"unchanged"` for verbs that keep the state. */
+  readonly to: RunStatus | "unchanged"
+  readonly steps: string
+}
+
+/** Verbs people and code call from outside a run. */
+export const OutsideVerbs = [
+  "pause",
+  "resume",
+  "resume_at",
+  "cancel",
+  "run_now",
+  "reschedule",
+  "rerun",
+  "skip",
+  "signal"
+] as const
+export type OutsideVerb = (typeof OutsideVerbs)[number]
+
+/** The runner's and the sweep's own moves, never offered as actions. */
+export const InternalVerbs = [
+  "claim",
+  "advance",
+  "finish",
+  "reattempt",
+  "step_pause",
+  "step_cancel",
+  "unpause",
+  "hold",
+  "park",
+  "wake",
+  "resolve",
+  "rewait"
+] as const
+export type InternalVerb = (typeof InternalVerbs)[number]
+
+export type Verb = OutsideVerb | InternalVerb
+
+/** The outside verbs. */
+export const outsideTransitions: ReadonlyArray<Transition<OutsideVerb>> = [
+  {
+    verb: "pause",
+    from: ["ready", "performing", "waiting"],
+    to: "paused",
+    steps: "a running step finishes and records its outcome; nothing new is claimed"
+  },
+  {
+    verb: "resume",
+    from: ["paused"],
+    to: "ready",
+    steps:
+      "a failed step runs again as a new attempt; a completed or skipped one is followed by the next step; a scheduled one is sent again; a waiting one waits again"
+  },
+  { verb: "resume_at", from: ["paused"], to: "ready", steps: "the named step runs as a new attempt" },
+  {
+    verb: "cancel",
+    from: ["ready", "performing", "waiting", "paused"],
+    to: "cancelled",
+    steps: "scheduled and in_progress steps are cancelled; a running step's outcome is ignored"
+  },
+  { verb: "run_now", from: ["ready"], to: "ready", steps: "the scheduled step's wait is cut short and it is sent now" },
+  { verb: "reschedule", from: ["ready"], to: "ready", steps: "the scheduled step moves to the given time" },
+  {
+    verb: "rerun",
+    from: ["finished", "cancelled"],
+    to: "ready",
+    steps: "a new run starts with the same subject and payload"
+  },
+  {
+    verb: "skip",
+    from: ["waiting"],
+    to: "ready",
+    steps:
+      "the waiting step is skipped (a signal it holds is consumed) and the next step is scheduled, or the run finishes after the last"
+  },
+  {
+    verb: "signal",
+    from: ["ready", "performing", "waiting", "paused"],
+    to: "unchanged",
+    steps:
+      "the signal is stored; a waiting step it matches is scheduled again, otherwise it stays pending until a step claims it"
+  }
+]
+
+/** The runner's and the sweep's moves. */
+export const internalTransitions: ReadonlyArray<Transition<InternalVerb>> = [
+  { verb: "claim", from: ["ready"], to: "performing", steps: "the scheduled step moves to in_progress" },
+  {
+    verb: "advance",
+    from: ["performing"],
+    to: "ready",
+    steps: "the step is completed or skipped and the next step is scheduled"
+  },
+  {
+    verb: "finish",
+    from: ["performing", "paused"],
+    to: "finished",
+    steps: "the last step (or one that called finish) completed"
+  },
+  { verb: "reattempt", from: ["performing"], to: "ready", steps: "the step failed and its next attempt is scheduled" },
+  {
+    verb: "step_pause",
+    from: ["performing"],
+    to: "paused",
+    steps: "the step completed after pause, or failed (an error or a stall)"
+  },
+  {
+    verb: "step_cancel",
+    from: ["performing", "paused"],
+    to: "cancelled",
+    steps: "the step called cancel, or cancelIf or a policy cancelled it"
+  },
+  {
+    verb: "unpause",
+    from: ["paused"],
+    to: "performing",
+    steps: "resume while the step that was running at the outside pause is still running: the run goes on performing it"
+  },
+  {
+    verb: "hold",
+    from: ["paused"],
+    to: "paused",
+    steps:
+      "an outcome that arrived after an outside pause: recorded on the step; a completed, skipped or reattempted step has its next row scheduled; the run stays paused"
+  },
+  {
+    verb: "park",
+    from: ["performing"],
+    to: "waiting",
+    steps: "the step waits for a matching signal, a timer or its fan-out batch; nothing is sent until it is woken"
+  },
+  {
+    verb: "wake",
+    from: ["waiting"],
+    to: "ready",
+    steps:
+      "a matching signal arrived, a timer fell due, or the wait timed out with onTimeout run: the step is scheduled again"
+  },
+  {
+    verb: "resolve",
+    from: ["waiting"],
+    to: "performing",
+    steps:
+      "the fan-out batch finished, the wait timed out, or an operator skipped the step: its outcome is applied as for a finished attempt"
+  },
+  {
+    verb: "rewait",
+    from: ["paused"],
+    to: "waiting",
+    steps: "resume on a run paused while its step was waiting: it waits again"
+  }
+]
+
+/** Every row, outside verbs first. */
+export const transitions: ReadonlyArray<Transition<Verb>> = [...outsideTransitions, ...internalTransitions]
+
+const byVerb = new Map<string, Transition<Verb>>(transitions.map((t) => [t.verb, t]))
+
+/** The row of a verb. */
+export const transitionOf = (verb: Verb): Transition<Verb> => byVerb.get(verb)!
+
+/** Whether a verb is legal from a state. */
+export const isLegal = (verb: Verb, from: RunStatus): boolean => transitionOf(verb).from.includes(from)
+
+/** The states a verb may start from (what a guarded UPDATE binds). */
+export const fromStates = (verb: Verb): ReadonlyArray<RunStatus> => transitionOf(verb).from
+
+/** The state a verb leads to from `from` (the same state for `unchanged`). */
+export const targetOf = (verb: Verb, from: RunStatus): RunStatus => {
+  const to = transitionOf(verb).to
+  return to === "unchanged" ? from : to
+}
+
+/** The outside verbs a run in `status` allows. */
+export const availableActions = (status: RunStatus): ReadonlyArray<OutsideVerb> =>
+  outsideTransitions.filter((t) => t.from.includes(status)).map((t) => t.verb)
+
+/** Whether a status is terminal. */
+export const isTerminal = (status: RunStatus): boolean => status === "finished" || status === "cancelled"
+
+/** The table as Markdown, as docs/workflows.md shows it (a test keeps the two equal). */
+export const toMarkdown = (): string => {
+  const table = (rows: ReadonlyArray<Transition>) =>
+    [
+      "| Verb | From | To | Steps |",
+      "| --- | --- | --- | --- |",
+      ...rows.map(
+        (t) => `| \`${t.verb}\` | ${t.from.join(", ")} | ${t.to === "unchanged" ? "(unchanged)" : t.to} | ${t.steps} |`
+      )
+    ].join("\n")
+  return [
+    "The outside verbs:",
+    "",
+    table(outsideTransitions),
+    "",
+    "The runner's and the sweep's own moves, never offered as actions:",
+    "",
+    table(internalTransitions)
+  ].join("\n")
+}

@@ -1,0 +1,254 @@
+/**
+ * Workflow definitions: an Effect generator whose yielded steps are durable. A run replays the
+ * body from the top at each execution; completed steps return their stored output without
+ * running; the step whose turn it is runs; a step that must wait ends the execution.
+ *
+ * @since 0.1.0
+ */
+import { Duration, Effect, type Schema } from "effect"
+import type { RunHandle, StartOptions, WorkflowClientShape } from "./Client.ts"
+import { WorkflowClient } from "./Client.ts"
+import { type ErrorPolicy, type RunContext, StepContext, type StepOptions, WorkflowRuntime } from "./Runtime.ts"
+import type { DatabaseError } from "./WorkflowError.ts"
+import { InvalidWorkflowDefinition, type RunNotFound, type StartError } from "./WorkflowError.ts"
+
+export {
+  type ControlVerb,
+  type ErrorMatcher,
+  type ErrorPolicy,
+  type PolicyAction,
+  type PolicyDecision,
+  type ReportMode,
+  type RunContext,
+  StepContext,
+  type StepOptions,
+  WorkflowRuntime
+} from "./Runtime.ts"
+
+// ---------------------------------------------------------------------------------------------
+// Definitions
+
+/** Options of `Workflow.make`. */
+export interface WorkflowOptions<P, RG> {
+  /** Schema of the payload: encoded at start, decoded for every execution. */
+  readonly payload: Schema.ConstraintCodec<P, unknown>
+  /** The version the author declares; recorded on each run. */
+  readonly version?: string | undefined
+  /** Queue of the run's step messages (default: the config's `workflowQueue`). */
+  readonly queue?: string | undefined
+  /** Runs before every step, under the run's row lock; true cancels the run. */
+  readonly cancelIf?: ((run: RunContext<P>) => Effect.Effect<boolean, unknown, RG>) | undefined
+  /** Workflow-level exception policies (after the step's own). */
+  readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
+}
+
+const TypeId = "~effect-pgbus/Workflow"
+
+/**
+ * A workflow definition.
+ *
+ * @category models
+ */
+export interface Workflow<out Name extends string, in out P, out A = unknown, out E = unknown, out R = never> {
+  readonly [TypeId]: typeof TypeId
+  readonly name: Name
+  readonly payload: Schema.ConstraintCodec<P, unknown>
+  readonly version: string | undefined
+  readonly queue: string | undefined
+  readonly cancelIf: ((run: RunContext<P>) => Effect.Effect<boolean, unknown, R>) | undefined
+  readonly onError: ReadonlyArray<ErrorPolicy>
+  readonly body: (run: RunContext<P>) => Effect.Effect<A, E, R | WorkflowRuntime>
+  /** Starts a run (joins the caller's transaction). */
+  readonly start: (payload: P, options?: StartOptions) => Effect.Effect<RunHandle, StartError, WorkflowClient>
+  /** Finds a run of this workflow by id. */
+  readonly get: (
+    id: string,
+    options?: { readonly resourceId?: string | undefined }
+  ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError, WorkflowClient>
+  /** The subject's ongoing run of this workflow (else its latest). */
+  readonly findBySubject: (subject: string) => Effect.Effect<RunHandle, RunNotFound | DatabaseError, WorkflowClient>
+}
+
+/** Any workflow, for registries. */
+export interface AnyWorkflow {
+  readonly [TypeId]: typeof TypeId
+  readonly name: string
+  readonly payload: Schema.ConstraintCodec<unknown, unknown>
+  readonly version: string | undefined
+  readonly queue: string | undefined
+  readonly cancelIf: ((run: RunContext<never>) => Effect.Effect<boolean, unknown, unknown>) | undefined
+  readonly onError: ReadonlyArray<ErrorPolicy>
+  readonly body: (run: RunContext<never>) => Effect.Effect<unknown, unknown, unknown>
+}
+
+/** Whether a value is a workflow definition. */
+export const isWorkflow = (u: unknown): u is AnyWorkflow => typeof u === "object" && u !== null && TypeId in u
+
+const NAME = /^[A-Za-z][A-Za-z0-9_.:-]{0,127}$/
+const QUEUE = /^[a-z][a-z0-9_]*$/
+
+const checkDuration = (value: Duration.Input | undefined, what: string, allowZero: boolean): string | undefined => {
+  if (value === undefined) return undefined
+  const d = Duration.fromInput(value)
+  if (d._tag === "None" || !Duration.isFinite(d.value)) return `${what} must be a finite duration`
+  if (Duration.isNegative(d.value) || (!allowZero && Duration.isZero(d.value))) {
+    return `${what} must be ${allowZero ? "zero or more" : "positive"}`
+  }
+  return undefined
+}
+
+/** Checks exception policies; the reason when invalid. */
+export const checkPolicies = (policies: ReadonlyArray<ErrorPolicy>, where: string): string | undefined => {
+  const allowed = new Set(["match", "action", "wait", "maxReattempts", "terminalAction", "report"])
+  for (const policy of policies) {
+    for (const key of Object.keys(policy)) if (!allowed.has(key)) return `${where}: unknown policy option ${key}`
+    if (typeof policy.action === "string" && !["reattempt", "cancel", "pause", "skip"].includes(policy.action)) {
+      return `${where}: unknown action ${policy.action}`
+    }
+    const wait = checkDuration(policy.wait, `${where}: wait`, true)
+    if (wait) return wait
+    if (policy.maxReattempts !== undefined && (!Number.isInteger(policy.maxReattempts) || policy.maxReattempts < 0)) {
+      return `${where}: maxReattempts must be an integer of at least 0`
+    }
+    if (policy.terminalAction !== undefined && !["cancel", "pause", "skip"].includes(policy.terminalAction)) {
+      return `${where}: terminalAction must be cancel, pause or skip`
+    }
+    if (policy.report !== undefined && !["always", "never", "terminal"].includes(policy.report)) {
+      return `${where}: report must be always, never or terminal`
+    }
+  }
+  return undefined
+}
+
+/** Checks a step's name and options; the reason when invalid. */
+export const checkStep = (name: string, options: StepOptions<unknown>): string | undefined => {
+  if (typeof name !== "string" || name.length === 0 || name.length > 200) {
+    return "a step name must be a non-empty string of at most 200 characters"
+  }
+  if (name.startsWith("patch:")) return `step ${name}: names starting with "patch:" are reserved`
+  const allowed = new Set(["wait", "skipIf", "timeout", "queue", "priority", "onError", "output"])
+  for (const key of Object.keys(options)) if (!allowed.has(key)) return `step ${name}: unknown option ${key}`
+  const wait = checkDuration(options.wait, `step ${name}: wait`, true)
+  if (wait) return wait
+  const timeout = checkDuration(options.timeout, `step ${name}: timeout`, false)
+  if (timeout) return timeout
+  if (options.queue !== undefined && !QUEUE.test(options.queue)) {
+    return `step ${name}: queue must use lowercase letters, digits and underscores`
+  }
+  if (options.priority !== undefined && (!Number.isInteger(options.priority) || options.priority < 0)) {
+    return `step ${name}: priority must be an integer of at least 0`
+  }
+  return options.onError === undefined ? undefined : checkPolicies(options.onError, `step ${name}`)
+}
+
+/**
+ * Defines a workflow. The body is an Effect generator; `Workflow.step` inside it is durable.
+ * Throws `InvalidWorkflowDefinition` where it is written for a bad name or option.
+ */
+export const make = <const Name extends string, P, Eff extends Effect.Effect<unknown, unknown, unknown>, A, RG = never>(
+  name: Name,
+  options: WorkflowOptions<P, RG>,
+  body: (run: RunContext<P>) => Generator<Eff, A, never>
+): Workflow<
+  Name,
+  P,
+  A,
+  [Eff] extends [never] ? never : [Eff] extends [Effect.Effect<infer _A, infer E, infer _R>] ? E : never,
+  | Exclude<
+      [Eff] extends [never] ? never : [Eff] extends [Effect.Effect<infer _A, infer _E, infer R>] ? R : never,
+      WorkflowRuntime
+    >
+  | RG
+> => {
+  const fail = (reason: string) => {
+    throw new InvalidWorkflowDefinition({ workflow: name, reason })
+  }
+  if (!NAME.test(name)) fail("the name must start with a letter and use letters, digits, _ . : - (at most 128)")
+  const allowed = new Set(["payload", "version", "queue", "cancelIf", "onError"])
+  for (const key of Object.keys(options)) if (!allowed.has(key)) fail(`unknown option ${key}`)
+  if (options.queue !== undefined && !QUEUE.test(options.queue)) {
+    fail("queue must use lowercase letters, digits and underscores")
+  }
+  if (options.version !== undefined && (typeof options.version !== "string" || options.version.length > 100)) {
+    fail("version must be a string of at most 100 characters")
+  }
+  const policies = options.onError ?? []
+  const invalid = checkPolicies(policies, "onError")
+  if (invalid) fail(invalid)
+  const use = <X, Err>(f: (client: WorkflowClientShape) => Effect.Effect<X, Err>) => WorkflowClient.use(f)
+  const definition = {
+    [TypeId]: TypeId as typeof TypeId,
+    name,
+    payload: options.payload,
+    version: options.version,
+    queue: options.queue,
+    cancelIf: options.cancelIf as never,
+    onError: policies,
+    body: (run: RunContext<P>) => Effect.gen(() => body(run)) as never,
+    start: (payload: P, startOptions?: StartOptions) =>
+      use((client) => client.start(definition, payload, startOptions)),
+    get: (id: string, getOptions?: { readonly resourceId?: string | undefined }) =>
+      use((client) => client.get(id, getOptions)),
+    findBySubject: (subject: string) => use((client) => client.findBySubject(name, subject))
+  }
+  return definition
+}
+
+/**
+ * A durable step: runs `effect` once per attempt and stores its output; on replay returns the
+ * stored output. With `skipIf`, a skipped step gives `undefined`.
+ */
+export function step<A, E, R>(
+  name: string,
+  effect: Effect.Effect<A, E, R>,
+  options: StepOptions<A> & { readonly skipIf: NonNullable<StepOptions<A>["skipIf"]> }
+): Effect.Effect<A | undefined, never, R | WorkflowRuntime>
+export function step<A, E, R>(
+  name: string,
+  effect: Effect.Effect<A, E, R>,
+  options?: StepOptions<A>
+): Effect.Effect<A, never, R | WorkflowRuntime>
+export function step<A, E, R>(
+  name: string,
+  effect: Effect.Effect<A, E, R>,
+  options: StepOptions<A> = {}
+): Effect.Effect<A | undefined, never, R | WorkflowRuntime> {
+  return WorkflowRuntime.use((runtime) => runtime.step(name, effect, options))
+}
+
+/** Ends the step and pauses the run after it (the step completes). */
+export const pause = (reason?: string): Effect.Effect<never, never, WorkflowRuntime> =>
+  WorkflowRuntime.use((runtime) => runtime.control({ _tag: "pause", reason }))
+
+/** Cancels the run. */
+export const cancel = (reason?: string): Effect.Effect<never, never, WorkflowRuntime> =>
+  WorkflowRuntime.use((runtime) => runtime.control({ _tag: "cancel", reason }))
+
+/** Fails this attempt of the step and schedules a new one after `wait`. */
+export const reattempt = (
+  options: { readonly wait?: Duration.Input } = {}
+): Effect.Effect<never, never, WorkflowRuntime> =>
+  WorkflowRuntime.use((runtime) => runtime.control({ _tag: "reattempt", wait: options.wait }))
+
+/** Skips the step; the run moves on. */
+export const skip = (): Effect.Effect<never, never, WorkflowRuntime> =>
+  WorkflowRuntime.use((runtime) => runtime.control({ _tag: "skip" }))
+
+/** Completes the step and finishes the run now. */
+export const finish = (): Effect.Effect<never, never, WorkflowRuntime> =>
+  WorkflowRuntime.use((runtime) => runtime.control({ _tag: "finish" }))
+
+/**
+ * A durable branch for changed code: true for runs that reach it new, false for runs whose
+ * recorded history took the old path. Keep the branch until no run recorded the old path.
+ */
+export const patched = (id: string): Effect.Effect<boolean, never, WorkflowRuntime> =>
+  WorkflowRuntime.use((runtime) => runtime.patched(id))
+
+/** The step's context (inside a step). */
+export const context: Effect.Effect<StepContext["Service"], never, StepContext> = StepContext.use(Effect.succeed)
+
+/** The step's idempotency key, stable across attempts (inside a step). */
+export const stepIdempotencyKey: Effect.Effect<string, never, StepContext> = StepContext.use((c) =>
+  Effect.succeed(c.stepIdempotencyKey)
+)

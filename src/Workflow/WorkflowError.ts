@@ -1,0 +1,221 @@
+/**
+ * The errors of workflows, each documented with when it happens.
+ *
+ * @since 0.1.0
+ */
+import { Schema } from "effect"
+import { DatabaseError } from "../Database.ts"
+import type { QueueError } from "../Queue/QueueError.ts"
+
+/**
+ * A workflow definition or a step's options are invalid (a negative wait, an unknown option, a
+ * duplicate step name in one run, two workflows with one name). Raised where the workflow is
+ * defined or registered, or, for step options only known when the body reaches them, fails
+ * that attempt (the run pauses with it).
+ *
+ * @category errors
+ */
+export class InvalidWorkflowDefinition extends Schema.TaggedError<InvalidWorkflowDefinition>()(
+  "InvalidWorkflowDefinition",
+  { workflow: Schema.String, reason: Schema.String }
+) {
+  override get message(): string {
+    return `invalid workflow ${this.workflow}: ${this.reason}`
+  }
+}
+
+/**
+ * The payload does not encode with the workflow's Schema, or is over the size cap. Nothing was
+ * written.
+ *
+ * @category errors
+ */
+export class InvalidWorkflowPayload extends Schema.TaggedError<InvalidWorkflowPayload>()("InvalidWorkflowPayload", {
+  workflow: Schema.String,
+  issue: Schema.String
+}) {
+  override get message(): string {
+    return `invalid payload for workflow ${this.workflow}: ${this.issue}`
+  }
+}
+
+/** A run as errors report it. */
+export const RunSummary = Schema.Struct({ id: Schema.String, workflow: Schema.String, status: Schema.String })
+
+/**
+ * The subject already has an ongoing run of this workflow; `run` is the one holding the slot.
+ *
+ * @category errors
+ */
+export class AlreadyRunning extends Schema.TaggedError<AlreadyRunning>()("AlreadyRunning", {
+  workflow: Schema.String,
+  subject: Schema.String,
+  run: RunSummary
+}) {
+  override get message(): string {
+    return `workflow ${this.workflow} already has an ongoing run for ${this.subject}: ${this.run.id} (${this.run.status})`
+  }
+}
+
+/**
+ * No run with this id (or it belongs to another resource).
+ *
+ * @category errors
+ */
+export class RunNotFound extends Schema.TaggedError<RunNotFound>()("RunNotFound", {
+  id: Schema.String
+}) {
+  override get message(): string {
+    return `workflow run ${this.id} not found`
+  }
+}
+
+/**
+ * A verb that the transition table does not allow from the run's current state. Nothing changed.
+ *
+ * @category errors
+ */
+export class InvalidTransition extends Schema.TaggedError<InvalidTransition>()("InvalidTransition", {
+  verb: Schema.String,
+  current: Schema.String,
+  run: Schema.String
+}) {
+  override get message(): string {
+    return `cannot ${this.verb} run ${this.run}: it is ${this.current}`
+  }
+}
+
+/**
+ * `resume` or `resumeAt` of a run that is not paused. Nothing changed.
+ *
+ * @category errors
+ */
+export class NotPaused extends Schema.TaggedError<NotPaused>()("NotPaused", {
+  verb: Schema.String,
+  current: Schema.String,
+  run: Schema.String
+}) {
+  override get message(): string {
+    return `cannot ${this.verb} run ${this.run}: it is ${this.current}, not paused`
+  }
+}
+
+/**
+ * A verb on a run that is finished or cancelled. Nothing changed.
+ *
+ * @category errors
+ */
+export class NotOngoing extends Schema.TaggedError<NotOngoing>()("NotOngoing", {
+  verb: Schema.String,
+  current: Schema.String,
+  run: Schema.String
+}) {
+  override get message(): string {
+    return `cannot ${this.verb} run ${this.run}: it is ${this.current}`
+  }
+}
+
+/**
+ * `resumeAt` names a step the run has never reached.
+ *
+ * @category errors
+ */
+export class UnknownStep extends Schema.TaggedError<UnknownStep>()("UnknownStep", {
+  run: Schema.String,
+  step: Schema.String
+}) {
+  override get message(): string {
+    return `run ${this.run} has no step ${this.step}`
+  }
+}
+
+/**
+ * The body no longer replays the run's recorded history: a recorded step does not come where
+ * it came, or a name repeats. The run pauses with this error (reason `version_mismatch`).
+ *
+ * @category errors
+ */
+export class ReplayDivergence extends Schema.TaggedError<ReplayDivergence>()("ReplayDivergence", {
+  run: Schema.String,
+  position: Schema.Number,
+  expected: Schema.String,
+  found: Schema.String
+}) {
+  override get message(): string {
+    return `run ${this.run} diverged from its history at step ${this.position}: the history has ${this.expected}, the code reached ${this.found}`
+  }
+}
+
+/**
+ * A step ran longer than its `timeout` (or was found stalled by the sweep).
+ *
+ * @category errors
+ */
+export class StepTimeout extends Schema.TaggedError<StepTimeout>()("StepTimeout", {
+  step: Schema.String,
+  timeoutMs: Schema.Number
+}) {
+  override get message(): string {
+    return `step ${this.step} timed out after ${this.timeoutMs} ms`
+  }
+}
+
+/**
+ * A step output or a payload is larger than `maxPayloadSize`.
+ *
+ * @category errors
+ */
+export class OutputTooLarge extends Schema.TaggedError<OutputTooLarge>()("OutputTooLarge", {
+  step: Schema.String,
+  size: Schema.Number,
+  limit: Schema.Number
+}) {
+  override get message(): string {
+    return `output of step ${this.step} is ${this.size} bytes, over the limit of ${this.limit}`
+  }
+}
+
+/**
+ * A test helper found the run waiting (it names what for), so it cannot run the next step inline.
+ *
+ * @category errors
+ */
+export class StepWaiting extends Schema.TaggedError<StepWaiting>()("StepWaiting", {
+  run: Schema.String,
+  step: Schema.String,
+  waitingFor: Schema.String
+}) {
+  override get message(): string {
+    return `run ${this.run} waits at step ${this.step} for ${this.waitingFor}`
+  }
+}
+
+/**
+ * A test helper was asked to run one step, but another one is next.
+ *
+ * @category errors
+ */
+export class UnexpectedStep extends Schema.TaggedError<UnexpectedStep>()("UnexpectedStep", {
+  run: Schema.String,
+  expected: Schema.String,
+  next: Schema.String
+}) {
+  override get message(): string {
+    return `run ${this.run}: expected step ${this.expected} next, but ${this.next} is`
+  }
+}
+
+/** Errors of starting a run. */
+export type StartError = InvalidWorkflowPayload | AlreadyRunning | QueueError
+
+/** Errors of an outside verb. */
+export type VerbError =
+  | RunNotFound
+  | InvalidTransition
+  | NotPaused
+  | NotOngoing
+  | UnknownStep
+  | DatabaseError
+  | QueueError
+
+export { DatabaseError }

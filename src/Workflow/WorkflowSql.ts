@@ -1,0 +1,696 @@
+/**
+ * Every SQL statement on the workflow tables: runs, step attempts and the audit trail. The
+ * runner's transitions are single statements (data-modifying CTEs): the run row is locked,
+ * each change is a guarded UPDATE, the audit events and the next step's message are written
+ * in the same statement. Messages are written through the queue store's CTE builder, which
+ * owns the queue tables.
+ *
+ * @since 0.1.0
+ */
+import { PgTypes } from "@effect/sql-pg"
+import { Result } from "effect"
+import type { SqlClient, Statement } from "effect/sql"
+import type { RunStatus, StepStatus } from "./States.ts"
+
+/** A run row. */
+export interface RunRow {
+  readonly id: string
+  readonly workflow: string
+  readonly subject: string | null
+  readonly resource_id: string | null
+  readonly payload: unknown
+  readonly status: RunStatus
+  readonly current_step: string | null
+  readonly idempotency_key: string | null
+  readonly paused_reason: string | null
+  readonly paused_at: Date | null
+  readonly error: unknown
+  readonly output: unknown
+  readonly engine_version: number
+  readonly definition_version: string | null
+  readonly definition_hash: string | null
+  readonly rerun_of: string | null
+  readonly actor: string
+  readonly created_at: Date
+  readonly updated_at: Date
+  readonly finished_at: Date | null
+}
+
+/** A step attempt row. */
+export interface StepRow {
+  readonly id: bigint
+  readonly run_id: string
+  readonly name: string
+  readonly attempt: number
+  readonly position: number
+  readonly status: StepStatus
+  readonly queue: string
+  readonly scheduled_at: Date
+  readonly due_at: Date
+  readonly started_at: Date | null
+  readonly finished_at: Date | null
+  readonly timeout_ms: number | null
+  readonly reattempts: number
+  readonly worker: string | null
+  readonly app_revision: string | null
+  readonly output: unknown
+  readonly error: unknown
+}
+
+/** An audit event row. */
+export interface EventRow {
+  readonly id: bigint
+  readonly run_id: string
+  readonly type: string
+  readonly step: string | null
+  readonly attempt: number | null
+  readonly actor: string
+  readonly reason: string | null
+  readonly details: unknown
+  readonly at: Date
+}
+
+/** A step of the history a replay reads (from a claim). */
+export interface HistoryEntry {
+  readonly id: string
+  readonly name: string
+  readonly attempt: number
+  readonly position: number
+  readonly status: StepStatus
+  readonly output: unknown
+  readonly reattempts: number
+}
+
+/** What a claim returns: the run, the claimed step (none for a continue) and the history. */
+export interface ClaimRow extends RunRow {
+  readonly step_id: bigint | null
+  readonly step_name: string | null
+  readonly step_attempt: number | null
+  readonly step_position: number | null
+  readonly step_reattempts: number | null
+  readonly history: ReadonlyArray<HistoryEntry>
+}
+
+/** Builds message CTEs into the queue named (see QueueSql.messageSendCtes). */
+export type MessageCtes = (
+  physicalQueue: string,
+  name: string,
+  rows: Statement.Fragment,
+  now: Date | null
+) => { readonly ctes: Statement.Fragment; readonly notifyRef: Statement.Fragment }
+
+/** The job name of workflow step messages. */
+export const STEP_JOB = "pgbus.workflow.step"
+
+/** What follows a finished attempt. */
+export type NextAction =
+  | {
+      readonly _tag: "schedule"
+      readonly name: string
+      readonly attempt: number
+      readonly position: number
+      readonly queue: string
+      readonly physicalQueue: string
+      readonly delayMs: number
+      readonly reattempts: number
+      /** Write a `step_reattempted` event (a new attempt of the same step). */
+      readonly reattempt: boolean
+    }
+  | {
+      readonly _tag: "claim"
+      readonly name: string
+      readonly attempt: number
+      readonly position: number
+      readonly queue: string
+      readonly physicalQueue: string
+      readonly reattempts: number
+      readonly timeoutMs: number | null
+    }
+  | { readonly _tag: "finish"; readonly output: string | null }
+  | { readonly _tag: "pause"; readonly reason: string; readonly error: string | null; readonly message: string | null }
+  | { readonly _tag: "cancel"; readonly reason: string | null }
+
+/** What a finish statement did. */
+export interface FinishRow {
+  /** The run's status before (null when the run is gone). */
+  readonly before: RunStatus | null
+  /** 1 when the attempt was still in progress and its outcome applied. */
+  readonly applied: bigint
+  readonly next_id: bigint | null
+  readonly next_status: StepStatus | null
+  readonly after: RunStatus | null
+}
+
+const ONGOING = ["ready", "performing", "waiting", "paused"]
+const STEP_EVENT: Record<"completed" | "skipped" | "failed" | "cancelled", string> = {
+  completed: "step_completed",
+  skipped: "step_skipped",
+  failed: "step_failed",
+  cancelled: "step_cancelled"
+}
+
+/** Filters of a run listing. */
+export interface RunFilter {
+  readonly workflow?: string | undefined
+  readonly status?: ReadonlyArray<RunStatus> | undefined
+  readonly subject?: string | undefined
+  readonly resourceId?: string | undefined
+  readonly pausedReason?: string | undefined
+  readonly createdFrom?: Date | undefined
+  readonly createdTo?: Date | undefined
+  /** Cursor: runs created before this (created_at, id). */
+  readonly before?: { readonly createdAt: Date; readonly id: string } | undefined
+  readonly limit: number
+}
+
+/** The statements of one schema. */
+export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messageCtes: MessageCtes) => {
+  const runs = sql(`${schema}.workflow_runs`)
+  const steps = sql(`${schema}.workflow_steps`)
+  const events = sql(`${schema}.workflow_events`)
+  const NOW = (now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
+  const textArray = (values: ReadonlyArray<string>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.text))
+
+  const history = (runRef: Statement.Fragment) => sql`(SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'id', h.id::text, 'name', h.name, 'attempt', h.attempt, 'position', h.position, 'status', h.status,
+        'output', h.output, 'reattempts', h.reattempts) ORDER BY h.position, h.attempt), '[]'::jsonb)
+      FROM ${steps} h WHERE h.run_id = ${runRef})`
+
+  const stepMessage = (workflow: string, stepId: Statement.Fragment, runId: Statement.Fragment) =>
+    sql`jsonb_build_object('job', ${STEP_JOB}::text, 'payload',
+      jsonb_build_object('workflow', ${workflow}::text, 'run', ${runId}, 'step', ${stepId}::text))`
+
+  /** Start: the run, its `started` event and its first message, unless a unique index says no. */
+  const runStart = (p: {
+    readonly id: string
+    readonly workflow: string
+    readonly subject: string | null
+    readonly resourceId: string | null
+    readonly payload: string
+    readonly idempotencyKey: string | null
+    readonly engineVersion: number
+    readonly definitionVersion: string | null
+    readonly actor: string
+    readonly reason: string | null
+    readonly physicalQueue: string
+    readonly rerunOf: string | null
+    readonly now: Date | null
+  }) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      "first_message",
+      sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`NULL`, sql`run.id`)} AS message FROM run`,
+      p.now
+    )
+    return sql<{ readonly id: string; readonly created_at: Date }>`WITH run AS (
+        INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
+                             definition_version, rerun_of, actor, created_at, updated_at)
+        VALUES (${p.id}::uuid, ${p.workflow}, ${p.subject}, ${p.resourceId}, ${p.payload}::jsonb, 'ready',
+                ${p.idempotencyKey}, ${p.engineVersion}, ${p.definitionVersion}, ${p.rerunOf}::uuid, ${p.actor},
+                ${NOW(p.now)}, ${NOW(p.now)})
+        ON CONFLICT DO NOTHING
+        RETURNING id, created_at),
+      started AS (
+        INSERT INTO ${events} (run_id, type, actor, reason, details, at)
+        SELECT run.id, ${p.rerunOf === null ? "started" : "rerun"}, ${p.actor}, ${p.reason},
+          jsonb_strip_nulls(jsonb_build_object('subject', ${p.subject}::text, 'idempotency_key', ${p.idempotencyKey}::text,
+            'rerun_of', ${p.rerunOf}::text)), ${NOW(p.now)}
+        FROM run),
+      ${message.ctes}
+      SELECT run.id::text AS id, run.created_at, ${message.notifyRef} AS notified FROM run`
+  }
+
+  /** The run a start collided with: the one with the key, else the subject's ongoing run. */
+  const runFindConflicting = (workflow: string, subject: string | null, idempotencyKey: string | null) =>
+    sql<RunRow>`SELECT * FROM ${runs}
+      WHERE workflow = ${workflow}
+        AND ((${idempotencyKey}::text IS NOT NULL AND idempotency_key = ${idempotencyKey}::text)
+          OR (${subject}::text IS NOT NULL AND subject = ${subject}::text AND status = ANY(${textArray(ONGOING)}::text[])))
+      ORDER BY (idempotency_key IS NOT DISTINCT FROM ${idempotencyKey}::text) DESC
+      LIMIT 1`
+
+  /** Claims a scheduled, due step of a ready run: step → in_progress, run → performing. */
+  const stepClaim = (p: {
+    readonly runId: string
+    readonly stepId: bigint
+    readonly worker: string
+    readonly appRevision: string | null
+    readonly now: Date | null
+  }) =>
+    sql<ClaimRow>`WITH locked AS (
+        SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'ready' FOR UPDATE),
+      s AS (
+        UPDATE ${steps} st SET status = 'in_progress', started_at = ${NOW(p.now)}, worker = ${p.worker},
+          app_revision = ${p.appRevision}
+        FROM locked
+        WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'scheduled' AND st.due_at <= ${NOW(p.now)}
+        RETURNING st.id, st.name, st.attempt, st.position, st.reattempts),
+      r AS (
+        UPDATE ${runs} ru SET status = 'performing', current_step = s.name, updated_at = ${NOW(p.now)}
+        FROM s WHERE ru.id = ${p.runId}::uuid
+        RETURNING ru.*),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT ${p.runId}::uuid, 'step_started', s.name, s.attempt, 'system', ${NOW(p.now)} FROM s)
+      SELECT r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
+        s.position AS step_position, s.reattempts AS step_reattempts, ${history(sql`r.id`)} AS history
+      FROM r, s`
+
+  /** Claims a ready run with no open step, to find its next step by replay (start, resume). */
+  const runClaimContinue = (runId: string, now: Date | null) =>
+    sql<ClaimRow>`WITH r AS (
+        UPDATE ${runs} SET status = 'performing', updated_at = ${NOW(now)}
+        WHERE id = ${runId}::uuid AND status = 'ready'
+          AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId}::uuid
+                          AND status IN ('scheduled', 'in_progress', 'waiting'))
+        RETURNING *)
+      SELECT r.*, NULL::int8 AS step_id, NULL::text AS step_name, NULL::int4 AS step_attempt,
+        NULL::int4 AS step_position, NULL::int4 AS step_reattempts, ${history(sql`r.id`)} AS history
+      FROM r`
+
+  /** A performing run's first new step, claimed at once (the replay found it due). */
+  const stepInsertClaimed = (p: {
+    readonly runId: string
+    readonly name: string
+    readonly attempt: number
+    readonly position: number
+    readonly queue: string
+    readonly reattempts: number
+    readonly timeoutMs: number | null
+    readonly worker: string
+    readonly appRevision: string | null
+    readonly now: Date | null
+  }) =>
+    sql<{ readonly id: bigint }>`WITH r AS (
+        UPDATE ${runs} SET current_step = ${p.name}, updated_at = ${NOW(p.now)}
+        WHERE id = ${p.runId}::uuid AND status = 'performing' RETURNING id),
+      s AS (
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
+                              timeout_ms, reattempts, worker, app_revision)
+        SELECT r.id, ${p.name}, ${p.attempt}, ${p.position}, 'in_progress', ${p.queue}, ${NOW(p.now)}, ${NOW(p.now)},
+               ${NOW(p.now)}, ${p.timeoutMs}::float8, ${p.reattempts}, ${p.worker}, ${p.appRevision}
+        FROM r RETURNING id, name, attempt),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT ${p.runId}::uuid, t.type, s.name, s.attempt, 'system', ${NOW(p.now)}
+        FROM s, (VALUES (1, 'step_scheduled'), (2, 'step_started')) AS t(ord, type) ORDER BY t.ord)
+      SELECT s.id FROM s`
+
+  /** A performing run's first new step, scheduled for later (the replay found a wait): run → ready. */
+  const stepScheduleNew = (p: {
+    readonly workflow: string
+    readonly runId: string
+    readonly name: string
+    readonly attempt: number
+    readonly position: number
+    readonly queue: string
+    readonly physicalQueue: string
+    readonly delayMs: number
+    readonly reattempts: number
+    readonly now: Date | null
+  }) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      "scheduled_message",
+      sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
+      p.now
+    )
+    return sql<{ readonly id: bigint }>`WITH r AS (
+        UPDATE ${runs} SET status = 'ready', current_step = ${p.name}, updated_at = ${NOW(p.now)}
+        WHERE id = ${p.runId}::uuid AND status = 'performing' RETURNING id),
+      s AS (
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, reattempts)
+        SELECT r.id, ${p.name}, ${p.attempt}, ${p.position}, 'scheduled', ${p.queue}, ${NOW(p.now)},
+               ${NOW(p.now)} + ${PgTypes.float8(p.delayMs)} * interval '1 millisecond', ${p.reattempts}
+        FROM r RETURNING id, name, attempt, due_at),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT ${p.runId}::uuid, 'step_scheduled', s.name, s.attempt, 'system', ${NOW(p.now)} FROM s),
+      ${message.ctes}
+      SELECT s.id, ${message.notifyRef} AS notified FROM s`
+  }
+
+  /** A performing run with no step in progress ends: finished, paused or cancelled (with its event). */
+  const runEndFromPerforming = (p: {
+    readonly runId: string
+    readonly to: "finished" | "paused" | "cancelled"
+    readonly output: string | null
+    readonly error: string | null
+    readonly pausedReason: string | null
+    readonly reason: string | null
+    readonly definitionHash: string | null
+    readonly now: Date | null
+  }) =>
+    sql<{ readonly status: RunStatus }>`WITH r AS (
+        UPDATE ${runs} SET status = ${p.to}, updated_at = ${NOW(p.now)},
+          finished_at = ${p.to === "paused" ? sql`NULL` : NOW(p.now)},
+          paused_at = ${p.to === "paused" ? NOW(p.now) : sql`NULL`},
+          paused_reason = ${p.pausedReason}, error = coalesce(${p.error}::jsonb, error),
+          output = coalesce(${p.output}::jsonb, output),
+          definition_hash = coalesce(${p.definitionHash}::text, definition_hash)
+        WHERE id = ${p.runId}::uuid AND status = 'performing' RETURNING status),
+      e AS (
+        INSERT INTO ${events} (run_id, type, actor, reason, at)
+        SELECT ${p.runId}::uuid, ${p.to}, 'system', ${p.reason}, ${NOW(p.now)} FROM r)
+      SELECT status FROM r`
+
+  /** A performing run whose continue claim died with its worker goes back to ready. */
+  const runReleaseContinue = (runId: string, now: Date | null) =>
+    sql<{ readonly id: string }>`UPDATE ${runs} SET status = 'ready', updated_at = ${NOW(now)}
+      WHERE id = ${runId}::uuid AND status = 'performing'
+        AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId}::uuid
+                        AND status IN ('scheduled', 'in_progress', 'waiting'))
+      RETURNING id`
+
+  /** A step attempt by id. */
+  const stepGet = (stepId: bigint) => sql<StepRow>`SELECT * FROM ${steps} WHERE id = ${stepId}`
+
+  /** The attempt of a run in progress, if any. */
+  const stepInProgress = (runId: string) =>
+    sql<StepRow>`SELECT * FROM ${steps} WHERE run_id = ${runId}::uuid AND status = 'in_progress' ORDER BY id DESC LIMIT 1`
+
+  /**
+   * Applies the outcome of an attempt and what follows, in one statement: the attempt (still
+   * in progress, else nothing is applied), the next step row and its message, the run's state
+   * (performing → the table's target; paused → held), the audit events.
+   */
+  const stepFinish = (p: {
+    readonly workflow: string
+    readonly runId: string
+    readonly stepId: bigint
+    readonly status: "completed" | "skipped" | "failed" | "cancelled"
+    readonly output: string | null
+    readonly error: string | null
+    readonly definitionHash: string | null
+    readonly next: NextAction
+    readonly worker: string
+    readonly appRevision: string | null
+    readonly now: Date | null
+  }) => {
+    const next = p.next
+    const hasNext = next._tag === "schedule" || next._tag === "claim"
+    const claimNow = next._tag === "claim"
+    const nextRow = hasNext
+      ? sql`, m AS (
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
+                              timeout_ms, reattempts, worker, app_revision)
+        SELECT ${p.runId}::uuid, ${next.name}, ${next.attempt}, ${next.position},
+          CASE WHEN n.before = 'performing' AND ${claimNow} THEN 'in_progress' ELSE 'scheduled' END,
+          ${next.queue}, ${NOW(p.now)},
+          ${NOW(p.now)} + ${PgTypes.float8(next._tag === "schedule" ? next.delayMs : 0)} * interval '1 millisecond',
+          CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${NOW(p.now)} END,
+          ${PgTypes.float8(next._tag === "claim" ? next.timeoutMs : null)},
+          ${next.reattempts},
+          CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${p.worker} END,
+          CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${p.appRevision}::text END
+        FROM n RETURNING id, name, attempt, status, due_at)`
+      : sql``
+    const message =
+      hasNext && next._tag === "schedule"
+        ? messageCtes(
+            next.physicalQueue,
+            "next_message",
+            sql`SELECT m.due_at AS vt, ${stepMessage(p.workflow, sql`m.id`, sql`${p.runId}::uuid`)} AS message
+                FROM m, n WHERE m.status = 'scheduled' AND n.before = 'performing'`,
+            p.now
+          )
+        : undefined
+    const target =
+      next._tag === "schedule"
+        ? sql`CASE WHEN n.before = 'performing' THEN 'ready' ELSE n.before END`
+        : next._tag === "claim"
+          ? sql`n.before`
+          : next._tag === "finish"
+            ? sql`'finished'`
+            : next._tag === "pause"
+              ? sql`'paused'`
+              : sql`'cancelled'`
+    const terminal = next._tag === "finish" || next._tag === "cancel"
+    const runUpdate = sql`, r AS (
+        UPDATE ${runs} ru SET status = ${target},
+          current_step = ${hasNext ? sql`${next.name}` : sql`ru.current_step`},
+          updated_at = ${NOW(p.now)},
+          definition_hash = coalesce(${p.definitionHash}::text, ru.definition_hash),
+          finished_at = ${terminal ? NOW(p.now) : sql`ru.finished_at`},
+          paused_at = ${
+            next._tag === "pause"
+              ? sql`coalesce(ru.paused_at, ${NOW(p.now)})`
+              : terminal
+                ? sql`NULL`
+                : sql`ru.paused_at`
+          },
+          paused_reason = ${next._tag === "pause" ? sql`${next.reason}` : terminal ? sql`NULL` : sql`ru.paused_reason`},
+          error = ${next._tag === "pause" ? sql`${next.error}::jsonb` : sql`ru.error`},
+          output = ${next._tag === "finish" ? sql`${next.output}::jsonb` : sql`ru.output`}
+        FROM n WHERE ru.id = ${p.runId}::uuid
+        RETURNING ru.status)`
+    const closeOthers = terminal
+      ? sql`, closed AS (
+        UPDATE ${steps} SET status = 'cancelled', finished_at = ${NOW(p.now)}
+        FROM n WHERE run_id = ${p.runId}::uuid AND ${steps}.id <> ${p.stepId}
+          AND ${steps}.status IN ('scheduled', 'waiting', 'in_progress') AND ${next._tag === "cancel"}
+        RETURNING 1)`
+      : sql``
+    const runEvent =
+      next._tag === "finish"
+        ? sql`SELECT 10, 'finished', NULL::text, NULL::int4, NULL::text FROM n`
+        : next._tag === "pause"
+          ? sql`SELECT 10, 'paused', n.name, n.attempt, ${next.message}::text FROM n WHERE n.before = 'performing'`
+          : next._tag === "cancel"
+            ? sql`SELECT 10, 'cancelled', n.name, n.attempt, ${next.reason}::text FROM n`
+            : sql`SELECT 10, NULL, NULL, NULL, NULL WHERE false`
+    const nextEvents = hasNext
+      ? sql`UNION ALL SELECT 3, 'step_reattempted', n.name, n.attempt, NULL FROM n WHERE ${next._tag === "schedule" && next.reattempt}
+        UNION ALL SELECT 4, 'step_scheduled', m.name, m.attempt, NULL FROM m
+        UNION ALL SELECT 5, 'step_started', m.name, m.attempt, NULL FROM m WHERE m.status = 'in_progress'`
+      : sql``
+    return sql<FinishRow>`WITH locked AS (
+        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid FOR UPDATE),
+      n AS (
+        UPDATE ${steps} st SET status = ${p.status}, finished_at = ${NOW(p.now)},
+          output = ${p.output}::jsonb, error = ${p.error}::jsonb
+        FROM locked
+        WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'in_progress'
+          AND locked.status IN ('performing', 'paused')
+        RETURNING st.id, st.name, st.attempt, locked.status AS before)
+      ${nextRow}
+      ${runUpdate}
+      ${closeOthers},
+      ev AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, at)
+        SELECT ${p.runId}::uuid, x.type, x.step, x.attempt, 'system', x.reason, ${NOW(p.now)} FROM (
+          SELECT 1 AS ord, ${STEP_EVENT[p.status]}::text AS type, n.name AS step, n.attempt AS attempt, NULL::text AS reason FROM n
+          ${nextEvents}
+          UNION ALL ${runEvent}) AS x
+        WHERE x.type IS NOT NULL
+        ORDER BY x.ord)
+      ${message ? sql`, ${message.ctes}` : sql``}
+      SELECT (SELECT status FROM locked) AS before, (SELECT count(*) FROM n) AS applied,
+        ${hasNext ? sql`(SELECT id FROM m)` : sql`NULL::int8`} AS next_id,
+        ${hasNext ? sql`(SELECT status FROM m)` : sql`NULL::text`} AS next_status,
+        (SELECT status FROM r) AS after
+        ${message ? sql`, ${message.notifyRef} AS notified` : sql``}`
+  }
+
+  /** Appends an audit event. */
+  const eventInsert = (p: {
+    readonly runId: string
+    readonly type: string
+    readonly step: string | null
+    readonly attempt: number | null
+    readonly actor: string
+    readonly reason: string | null
+    readonly details: string | null
+    readonly now: Date | null
+  }) =>
+    sql`INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, details, at)
+      VALUES (${p.runId}::uuid, ${p.type}, ${p.step}, ${p.attempt}, ${p.actor}, ${p.reason}, ${p.details}::jsonb, ${NOW(p.now)})`
+
+  /** Records a `patched` marker as a completed step of the run (at its position). */
+  const markerInsert = (p: {
+    readonly runId: string
+    readonly name: string
+    readonly position: number
+    readonly now: Date | null
+  }) =>
+    sql`INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at, finished_at)
+      VALUES (${p.runId}::uuid, ${p.name}, 1, ${p.position}, 'completed', '', ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)})
+      ON CONFLICT (run_id, name, attempt) DO NOTHING`
+
+  // ---- outside verbs: each runs in a transaction that starts with runLock ----
+
+  /** Locks a run (scoped to a resource when given). */
+  const runLock = (id: string, resourceId: string | null) =>
+    sql<RunRow>`SELECT * FROM ${runs}
+      WHERE id = ${id}::uuid AND (${resourceId}::text IS NULL OR resource_id = ${resourceId}::text)
+      FOR UPDATE`
+
+  /** Moves a run to `to`, guarded on `from`. */
+  const runSetStatus = (p: {
+    readonly id: string
+    readonly from: ReadonlyArray<RunStatus>
+    readonly to: RunStatus
+    readonly pausedReason?: string | null
+    readonly now: Date | null
+  }) =>
+    sql<{ readonly status: RunStatus }>`UPDATE ${runs} SET status = ${p.to}, updated_at = ${NOW(p.now)},
+        paused_at = ${p.to === "paused" ? sql`coalesce(paused_at, ${NOW(p.now)})` : sql`NULL`},
+        paused_reason = ${p.to === "paused" ? sql`${p.pausedReason ?? "manual"}::text` : sql`NULL`},
+        error = ${p.to === "paused" ? sql`error` : sql`NULL`},
+        finished_at = ${p.to === "finished" || p.to === "cancelled" ? NOW(p.now) : sql`NULL`}
+      WHERE id = ${p.id}::uuid AND status = ANY(${textArray(p.from)}::text[])
+      RETURNING status`
+
+  /** Cancels every open attempt of a run. */
+  const stepsCancelOpen = (runId: string, now: Date | null) =>
+    sql<{ readonly id: bigint; readonly name: string; readonly attempt: number }>`UPDATE ${steps}
+      SET status = 'cancelled', finished_at = ${NOW(now)}
+      WHERE run_id = ${runId}::uuid AND status IN ('scheduled', 'waiting', 'in_progress')
+      RETURNING id, name, attempt`
+
+  /** The run's latest attempt (its current step). */
+  const stepLatest = (runId: string) =>
+    sql<StepRow>`SELECT * FROM ${steps} WHERE run_id = ${runId}::uuid ORDER BY id DESC LIMIT 1`
+
+  /** The latest attempt of a named step. */
+  const stepLatestNamed = (runId: string, name: string) =>
+    sql<StepRow>`SELECT * FROM ${steps}
+      WHERE run_id = ${runId}::uuid AND name = ${name} ORDER BY attempt DESC LIMIT 1`
+
+  /** A new scheduled attempt of a step and its message (resume, resumeAt). */
+  const stepInsertScheduled = (p: {
+    readonly workflow: string
+    readonly runId: string
+    readonly name: string
+    readonly attempt: number
+    readonly position: number
+    readonly queue: string
+    readonly physicalQueue: string
+    readonly reattempts: number
+    readonly actor: string
+    readonly now: Date | null
+  }) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      "resume_message",
+      sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
+      p.now
+    )
+    return sql<{ readonly id: bigint }>`WITH s AS (
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, reattempts)
+        VALUES (${p.runId}::uuid, ${p.name}, ${p.attempt}, ${p.position}, 'scheduled', ${p.queue}, ${NOW(p.now)},
+                ${NOW(p.now)}, ${p.reattempts})
+        RETURNING id, name, attempt, due_at),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT ${p.runId}::uuid, 'step_scheduled', s.name, s.attempt, ${p.actor}, ${NOW(p.now)} FROM s),
+      ${message.ctes}
+      SELECT s.id, ${message.notifyRef} AS notified FROM s`
+  }
+
+  /** Moves a scheduled step's due time and sends its message for then (run_now, reschedule, resume). */
+  const stepReschedule = (p: {
+    readonly workflow: string
+    readonly stepId: bigint
+    readonly runId: string
+    readonly at: Date | null
+    readonly physicalQueue: string
+    readonly now: Date | null
+  }) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      "rescheduled_message",
+      sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
+      p.now
+    )
+    return sql<{ readonly id: bigint; readonly due_at: Date }>`WITH s AS (
+        UPDATE ${steps} SET due_at = coalesce(${p.at}::timestamptz, ${NOW(p.now)})
+        WHERE id = ${p.stepId} AND status = 'scheduled'
+        RETURNING id, due_at),
+      ${message.ctes}
+      SELECT s.id, s.due_at, ${message.notifyRef} AS notified FROM s`
+  }
+
+  /** Sends a continue message for a run (its next step is found by replay). */
+  const runSendContinue = (workflow: string, runId: string, physicalQueue: string, now: Date | null) => {
+    const message = messageCtes(
+      physicalQueue,
+      "continue_message",
+      sql`SELECT ${NOW(now)} AS vt, ${stepMessage(workflow, sql`NULL`, sql`${runId}::uuid`)} AS message`,
+      now
+    )
+    return sql`WITH ${message.ctes} SELECT ${message.notifyRef} AS notified`
+  }
+
+  // ---- queries ----
+
+  const runGet = (id: string, resourceId: string | null) =>
+    sql<RunRow>`SELECT * FROM ${runs}
+      WHERE id = ${id}::uuid AND (${resourceId}::text IS NULL OR resource_id = ${resourceId}::text)`
+
+  const runFindBySubject = (workflow: string, subject: string) =>
+    sql<RunRow>`SELECT * FROM ${runs}
+      WHERE workflow = ${workflow} AND subject = ${subject}
+      ORDER BY (status = ANY(${textArray(ONGOING)}::text[])) DESC, created_at DESC LIMIT 1`
+
+  const runList = (f: RunFilter) => {
+    const conditions: Array<Statement.Fragment> = []
+    if (f.workflow !== undefined) conditions.push(sql`workflow = ${f.workflow}`)
+    if (f.status !== undefined) conditions.push(sql`status = ANY(${textArray(f.status)}::text[])`)
+    if (f.subject !== undefined) conditions.push(sql`subject = ${f.subject}`)
+    if (f.resourceId !== undefined) conditions.push(sql`resource_id = ${f.resourceId}`)
+    if (f.pausedReason !== undefined) conditions.push(sql`paused_reason = ${f.pausedReason}`)
+    if (f.createdFrom !== undefined) conditions.push(sql`created_at >= ${f.createdFrom}`)
+    if (f.createdTo !== undefined) conditions.push(sql`created_at < ${f.createdTo}`)
+    if (f.before !== undefined) {
+      conditions.push(sql`(created_at, id) < (${f.before.createdAt}::timestamptz, ${f.before.id}::uuid)`)
+    }
+    return sql<RunRow>`SELECT * FROM ${runs}
+      ${conditions.length > 0 ? sql`WHERE ${sql.and(conditions)}` : sql``}
+      ORDER BY created_at DESC, id DESC LIMIT ${f.limit}`
+  }
+
+  const runCounts = (workflow: string | null, resourceId: string | null) =>
+    sql<{ readonly status: RunStatus; readonly n: bigint }>`SELECT status, count(*) AS n FROM ${runs}
+      WHERE (${workflow}::text IS NULL OR workflow = ${workflow}::text)
+        AND (${resourceId}::text IS NULL OR resource_id = ${resourceId}::text)
+      GROUP BY status`
+
+  const stepsOf = (runId: string) =>
+    sql<StepRow>`SELECT * FROM ${steps} WHERE run_id = ${runId}::uuid ORDER BY position, attempt`
+
+  const eventsOf = (runId: string) => sql<EventRow>`SELECT * FROM ${events} WHERE run_id = ${runId}::uuid ORDER BY id`
+
+  return {
+    runStart,
+    runFindConflicting,
+    stepClaim,
+    runClaimContinue,
+    stepInsertClaimed,
+    stepScheduleNew,
+    runEndFromPerforming,
+    runReleaseContinue,
+    stepGet,
+    stepInProgress,
+    stepFinish,
+    eventInsert,
+    markerInsert,
+    runLock,
+    runSetStatus,
+    stepsCancelOpen,
+    stepLatest,
+    stepLatestNamed,
+    stepInsertScheduled,
+    stepReschedule,
+    runSendContinue,
+    runGet,
+    runFindBySubject,
+    runList,
+    runCounts,
+    stepsOf,
+    eventsOf
+  }
+}
+
+/** The statements of one schema. */
+export type WorkflowSql = ReturnType<typeof makeWorkflowSql>
