@@ -223,6 +223,14 @@ export interface Delivery {
   readonly attempt: number
 }
 
+/** What a run would do next, for the test helpers. */
+export type NextWork =
+  | { readonly _tag: "Step"; readonly message: StepMessage; readonly step: string }
+  | { readonly _tag: "Continue"; readonly message: StepMessage }
+  | { readonly _tag: "Waiting"; readonly step: string; readonly waitingFor: string }
+  | { readonly _tag: "Running"; readonly step: string }
+  | { readonly _tag: "Stopped"; readonly status: States.RunStatus }
+
 /**
  * The runner service: executes workflow step messages.
  *
@@ -236,6 +244,8 @@ export class WorkflowRunner extends Context.Service<
       message: StepMessage,
       delivery: Delivery
     ) => Effect.Effect<void, DatabaseError | QueueError>
+    /** What the run would do next (test helpers); a scheduled step is made due now. */
+    readonly next: (runId: string) => Effect.Effect<NextWork, DatabaseError | RunNotFound>
   }
 >()("effect-pgbus/WorkflowRunner") {}
 
@@ -1444,7 +1454,30 @@ const make = Effect.gen(function* () {
       )
     )
 
-  return { client, runner: WorkflowRunner.of({ execute }) }
+  const next = (runId: string): Effect.Effect<NextWork, DatabaseError | RunNotFound> =>
+    Effect.gen(function* () {
+      const run = yield* getRow(runId, null)
+      const [latest] = yield* statements.stepLatest(runId).pipe(db("find step"))
+      if (run.status === "finished" || run.status === "cancelled" || run.status === "paused") {
+        return { _tag: "Stopped", status: run.status } as const
+      }
+      if (latest?.status === "waiting") {
+        return { _tag: "Waiting", step: latest.name, waitingFor: "a signal" } as const
+      }
+      if (latest?.status === "in_progress") return { _tag: "Running", step: latest.name } as const
+      if (latest?.status === "scheduled") {
+        const now = yield* statementNow
+        yield* statements.stepMakeDue(latest.id, now).pipe(db("make step due"))
+        return {
+          _tag: "Step",
+          step: latest.name,
+          message: { workflow: run.workflow, run: runId, step: String(latest.id) }
+        } as const
+      }
+      return { _tag: "Continue", message: { workflow: run.workflow, run: runId, step: null } } as const
+    })
+
+  return { client, runner: WorkflowRunner.of({ execute, next }) }
 })
 
 /**

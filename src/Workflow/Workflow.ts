@@ -202,18 +202,23 @@ export function step<A, E, R>(
   name: string,
   effect: Effect.Effect<A, E, R>,
   options: StepOptions<A> & { readonly skipIf: NonNullable<StepOptions<A>["skipIf"]> }
-): Effect.Effect<A | undefined, never, R | WorkflowRuntime>
+): Effect.Effect<A | undefined, never, Exclude<R, StepContext> | WorkflowRuntime>
 export function step<A, E, R>(
   name: string,
   effect: Effect.Effect<A, E, R>,
   options?: StepOptions<A>
-): Effect.Effect<A, never, R | WorkflowRuntime>
+): Effect.Effect<A, never, Exclude<R, StepContext> | WorkflowRuntime>
 export function step<A, E, R>(
   name: string,
   effect: Effect.Effect<A, E, R>,
   options: StepOptions<A> = {}
-): Effect.Effect<A | undefined, never, R | WorkflowRuntime> {
-  return WorkflowRuntime.use((runtime) => runtime.step(name, effect, options))
+): Effect.Effect<A | undefined, never, Exclude<R, StepContext> | WorkflowRuntime> {
+  // the runtime provides the StepContext to the step
+  return WorkflowRuntime.use((runtime) => runtime.step(name, effect, options)) as Effect.Effect<
+    A | undefined,
+    never,
+    Exclude<R, StepContext> | WorkflowRuntime
+  >
 }
 
 /** Ends the step and pauses the run after it (the step completes). */

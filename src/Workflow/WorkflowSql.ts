@@ -362,6 +362,11 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
                         AND status IN ('scheduled', 'in_progress', 'waiting'))
       RETURNING id`
 
+  /** Makes a scheduled step due now, without a message (test helpers run it inline). */
+  const stepMakeDue = (stepId: bigint, now: Date | null) =>
+    sql<{ readonly id: bigint }>`UPDATE ${steps} SET due_at = least(due_at, ${NOW(now)})
+      WHERE id = ${stepId} AND status = 'scheduled' RETURNING id`
+
   /** A step attempt by id. */
   const stepGet = (stepId: bigint) => sql<StepRow>`SELECT * FROM ${steps} WHERE id = ${stepId}`
 
@@ -672,6 +677,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     runReleaseContinue,
     stepGet,
     stepInProgress,
+    stepMakeDue,
     stepFinish,
     eventInsert,
     markerInsert,

@@ -1,0 +1,64 @@
+/**
+ * Test helpers for workflows, shipped to users: run a run's next step inline (ignoring its
+ * wait) through the real runner, run a named step, speedrun a run until it stops being ready.
+ * They need `PgBus.layer` and the `Registry` of the workflows, and no running supervisor.
+ *
+ * @since 0.1.0
+ */
+import { Effect } from "effect"
+import { Registry } from "../Job/Registry.ts"
+import { WorkflowClient } from "../Workflow/Client.ts"
+import { type NextWork, WorkflowRunner } from "../Workflow/Engine.ts"
+import type { RunStatus } from "../Workflow/States.ts"
+import { StepWaiting, UnexpectedStep } from "../Workflow/WorkflowError.ts"
+
+/** Runs what the run does next, inline; returns what that was. */
+export const performNextStep = (runId: string) =>
+  Effect.gen(function* () {
+    const runner = yield* WorkflowRunner
+    const registry = yield* Registry
+    const work: NextWork = yield* runner.next(runId)
+    if (work._tag === "Step" || work._tag === "Continue") {
+      yield* runner.execute(registry.workflows, work.message, { attempt: 1 })
+    }
+    if (work._tag === "Waiting") {
+      return yield* new StepWaiting({ run: runId, step: work.step, waitingFor: work.waitingFor })
+    }
+    return work
+  })
+
+/** Runs the named step inline; fails with `UnexpectedStep` when another step is next. */
+export const runStepInline = (runId: string, step: string) =>
+  Effect.gen(function* () {
+    const runner = yield* WorkflowRunner
+    const registry = yield* Registry
+    const work = yield* runner.next(runId)
+    if (work._tag === "Waiting") {
+      return yield* new StepWaiting({ run: runId, step: work.step, waitingFor: work.waitingFor })
+    }
+    if (work._tag !== "Step") {
+      return yield* new UnexpectedStep({
+        run: runId,
+        expected: step,
+        next: work._tag === "Continue" ? "(not scheduled yet)" : work._tag
+      })
+    }
+    if (work.step !== step) return yield* new UnexpectedStep({ run: runId, expected: step, next: work.step })
+    yield* runner.execute(registry.workflows, work.message, { attempt: 1 })
+  })
+
+/**
+ * Runs steps inline until the run stops being ready: returns its status (paused, finished,
+ * cancelled), or fails with `StepWaiting` naming what a waiting step waits for.
+ */
+export const speedrun = (runId: string, options: { readonly maxSteps?: number } = {}) =>
+  Effect.gen(function* () {
+    const client = yield* WorkflowClient
+    const limit = options.maxSteps ?? 1_000
+    for (let i = 0; i < limit; i++) {
+      const work = yield* performNextStep(runId)
+      if (work._tag === "Stopped") return work.status
+      if (work._tag === "Running") return (yield* client.get(runId)).info.status
+    }
+    return (yield* client.get(runId)).info.status as RunStatus
+  })
