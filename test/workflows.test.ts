@@ -227,12 +227,13 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
     it.effect("flow control in a step: pause, finish, skip, cancel end the body on the spot", () =>
       Effect.gen(function* () {
         const after: Array<string> = []
+        const verbs = { pause: Workflow.pause, finish: Workflow.finish, skip: Workflow.skip, cancel: Workflow.cancel }
         const make = (verb: "pause" | "finish" | "skip" | "cancel") =>
           Workflow.make(`Verb-${verb}`, { payload: Payload }, function* () {
             yield* Workflow.step(
               "act",
               Effect.gen(function* () {
-                yield* Workflow[verb]()
+                yield* verbs[verb]()
                 after.push(`${verb} continued`)
               })
             )
