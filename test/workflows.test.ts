@@ -547,7 +547,10 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           function* () {
             yield* Workflow.step(
               "s",
-              Effect.suspend(() => (attempts++, Effect.die(new Error("connection reset by peer"))))
+              Effect.suspend(() => {
+                attempts++
+                return Effect.die(new Error("connection reset by peer"))
+              })
             )
           }
         )
