@@ -3,7 +3,7 @@
  * export (a Registry layer); `npm start` runs them through main.ts.
  */
 import { Effect, Schema } from "effect"
-import { Job, Registry } from "effect-pgbus"
+import { Job, Registry, Workflow } from "effect-pgbus"
 
 /** Sends a welcome mail (it only logs). */
 export const SendWelcome = Job.make(
@@ -35,7 +35,36 @@ export const ImportLegacyData = Job.make(
   ({ file }) => Effect.fail(new Error(`cannot parse ${file}: unexpected end of input`))
 )
 
+/**
+ * Onboards a user: a welcome mail, an invoice created and synced, a check after a pause. Each
+ * step is durable: a crash or a deploy in between resumes where the run was.
+ */
+export const Onboarding = Workflow.make(
+  "Onboarding",
+  { payload: Schema.Struct({ userId: Schema.String }), version: "1" },
+  function* ({ payload }) {
+    yield* Workflow.step(
+      "welcome",
+      Effect.map(SendWelcome.enqueue({ userId: payload.userId }), (job) => job.id)
+    )
+    const invoice = yield* Workflow.step(
+      "create-invoice",
+      Effect.gen(function* () {
+        const key = yield* Workflow.stepIdempotencyKey
+        yield* Effect.logInfo(`invoice created for ${payload.userId} (idempotency key ${key})`)
+        return { invoice: payload.userId.length * 1000 + 7 }
+      })
+    )
+    yield* Workflow.step(
+      "sync-invoice",
+      Effect.map(SyncInvoice.enqueue(invoice), (job) => job.id)
+    )
+    yield* Workflow.step("check-in", Effect.logInfo(`checking in with ${payload.userId}`), { wait: "2 seconds" })
+    return invoice.invoice
+  }
+)
+
 /** The example app's registry. */
-export const registry = Registry.layer([SendWelcome, SyncInvoice, ImportLegacyData])
+export const registry = Registry.layer([SendWelcome, SyncInvoice, ImportLegacyData, Onboarding])
 
 export default registry

@@ -5,7 +5,7 @@
  */
 import { Effect } from "effect"
 import { PgBus, Supervisor } from "effect-pgbus"
-import { ImportLegacyData, registry, SendWelcome, SyncInvoice } from "./app.ts"
+import { ImportLegacyData, Onboarding, registry, SendWelcome, SyncInvoice } from "./app.ts"
 
 const program = Effect.gen(function* () {
   yield* PgBus.migrate
@@ -13,7 +13,10 @@ const program = Effect.gen(function* () {
   yield* SendWelcome.enqueue({ userId: "grace" }, { delay: "3 seconds" })
   yield* SyncInvoice.enqueue({ invoice: 1042 })
   yield* ImportLegacyData.enqueue({ file: "customers-1998.csv" })
-  yield* Effect.logInfo("example: enqueued 4 demo jobs; starting the supervisor (Ctrl-C to stop)")
+  const run = yield* Onboarding.start({ userId: `user-${Date.now()}` }, { actor: "example", reason: "demo" })
+  yield* Effect.logInfo(
+    `example: enqueued 4 demo jobs and started Onboarding run ${run.id}; starting the supervisor (Ctrl-C to stop)`
+  )
   return yield* Supervisor.run
 }).pipe(Effect.provide(registry), Effect.provide(PgBus.layer({ workers: "default, mailers: 5" })))
 
