@@ -163,6 +163,21 @@ export const runWith = (options: SupervisorOptions = {}) =>
           capsules,
           (capsule, i) =>
             Effect.scoped(runWorker(capsule, { config, store, notifier, registry, processId }, stats[i]!)).pipe(
+              // a worker that stops (a defect in its machinery) is restarted; readiness says
+              // DEGRADED meanwhile
+              Effect.catchCause((cause) =>
+                Cause.hasInterruptsOnly(cause)
+                  ? Effect.failCause(cause)
+                  : Effect.sync(() => {
+                      stats[i]!.healthy = false
+                    }).pipe(
+                      Effect.andThen(
+                        Effect.logError(`pgbus: capsule ${capsule.name} stopped, restarting`, Cause.pretty(cause))
+                      ),
+                      Effect.andThen(Effect.sleep("1 second"))
+                    )
+              ),
+              Effect.forever,
               Effect.annotateLogs({ capsule: capsule.name })
             ),
           { concurrency: "unbounded", discard: true }

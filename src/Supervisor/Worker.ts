@@ -7,7 +7,7 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
+import { Cause, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
 import { execute, type Outcome } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
@@ -206,7 +206,21 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         )
       })
 
-    const executor = Effect.forever(Effect.flatMap(Queue.take(work), runOne))
+    // An executor never dies: a defect in the machinery around a job is logged, and the
+    // message is left to its visibility timeout (it is still held by the heartbeat until then).
+    const executor = Effect.forever(
+      Effect.flatMap(Queue.take(work), (m) =>
+        runOne(m).pipe(
+          Effect.catchCause((cause) =>
+            Cause.hasInterruptsOnly(cause)
+              ? Effect.failCause(cause)
+              : Effect.logError("pgbus: executing a message failed unexpectedly", Cause.pretty(cause)).pipe(
+                  Effect.andThen(Effect.sync(() => forget(m)))
+                )
+          )
+        )
+      )
+    )
 
     const flusher = Effect.forever(
       Effect.gen(function* () {

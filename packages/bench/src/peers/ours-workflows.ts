@@ -1,0 +1,116 @@
+/**
+ * effect-pgbus on W3 of the peer harness (a 3-step no-op workflow, 1,000 runs), driven by the
+ * same code as the peers (`runW3` in ../workflows.ts): `Workflow.make` with three
+ * `Workflow.step`s (each step its own row with its events, the library's default), started with
+ * `ThreeSteps.start`, run by `Supervisor.runWith` with one capsule on the workflow queue. The
+ * Effect programs run on a `ManagedRuntime` built once per process, so the Promise-based driver
+ * calls them as it calls the peers' Promise APIs.
+ *   tsx packages/bench/src/peers/ours-workflows.ts w3 [--variant ra<N>] [--run N]
+ * Variants: `ra<N>` = the capsule's read-ahead (messages claimed beyond the free slots; 0 is the
+ * default).
+ */
+import { Effect, Fiber, Layer, ManagedRuntime, References, Schema } from "effect"
+import { JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow, WorkflowClient } from "../../../../src/index.ts"
+import { benchConfig } from "../common.ts"
+import { runW3, W3_POLL_MS, W3_RUNS } from "../workflows.ts"
+import {
+  CONCURRENCY,
+  databaseName,
+  emit,
+  finishRun,
+  guard,
+  monitorClient,
+  POOL_MAX,
+  parseArgs,
+  resetDatabase,
+  sleep
+} from "./common.ts"
+
+const args = parseArgs()
+guard()
+const DB = databaseName("wf_ours")
+const variantMatch = /^ra(\d+)$/.exec(args.variant)
+const readAhead = variantMatch ? Number(variantMatch[1]) : 0
+const variant = `ra${readAhead}`
+
+const ThreeSteps = Workflow.make(
+  "ThreeSteps",
+  { payload: Schema.Struct({ n: Schema.Number }) },
+  function* ({ payload }) {
+    const a = yield* Workflow.step("one", Effect.succeed(payload.n + 1))
+    const b = yield* Workflow.step("two", Effect.succeed(a + 1))
+    return yield* Workflow.step("three", Effect.succeed(b + 1))
+  }
+)
+
+// Silent like the peers' loggers: warnings and errors only.
+const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
+
+await resetDatabase(DB)
+const runtime = ManagedRuntime.make(
+  Layer.merge(quiet, PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide(quiet)))
+)
+const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
+  runtime.runPromise(effect.pipe(Effect.provideService(References.MinimumLogLevel, "Warn")))
+
+/** Starts the supervisor (one capsule on the workflow queue) in the background; the returned function drains it. */
+const startWorkers = (queue: string): (() => Promise<void>) => {
+  const fiber = runtime.runFork(
+    Supervisor.runWith({
+      capsules: [{ name: "bench", queues: [queue], concurrency: CONCURRENCY, readAhead }]
+    }).pipe(Effect.provide(Registry.layer([ThreeSteps])), Effect.provideService(References.MinimumLogLevel, "Warn"))
+  )
+  return () => runtime.runPromise(Fiber.interrupt(fiber))
+}
+
+const finished = async () =>
+  (await runP(WorkflowClient.use((client) => client.counts({ workflow: "ThreeSteps" })))).finished
+
+const base = { library: "effect-pgbus", version: "workspace", workload: args.workload, variant }
+
+try {
+  await runP(PgBus.migrate)
+  if (args.workload === "w3") {
+    const config = await runP(PgBusConfig.use(Effect.succeed))
+    const queue = config.workflowQueue
+    // created before the timed phase, as the peers create theirs when they start
+    await runP(JobClient.use((client) => client.ensureQueue(queue)))
+    const stop = startWorkers(queue)
+    await sleep(500)
+    const r = await runW3({ start: (i) => runP(ThreeSteps.start({ n: i })), finished, pollMs: W3_POLL_MS })
+    await stop()
+    // every run finished with n + 3, with one completed row per step
+    const mon = await monitorClient(DB)
+    const check = await mon.query<{ ok: number; steps: number; events: number }>(
+      `SELECT (SELECT count(*)::int FROM ${config.schema}.workflow_runs
+                WHERE status = 'finished' AND output = to_jsonb((payload->>'n')::int + 3)) AS ok,
+              (SELECT count(*)::int FROM ${config.schema}.workflow_steps WHERE status = 'completed') AS steps,
+              (SELECT count(*)::int FROM ${config.schema}.workflow_events) AS events`
+    )
+    await mon.end()
+    emit({
+      ...base,
+      config: {
+        capsule: { queues: [queue], concurrency: CONCURRENCY, readAhead },
+        starters: CONCURRENCY,
+        poolMax: POOL_MAX,
+        listenNotify: true,
+        completion: `WorkflowClient.counts every ${W3_POLL_MS} ms after the starts`
+      },
+      result: {
+        ...r,
+        runsCorrect: check.rows[0]?.ok,
+        stepRows: check.rows[0]?.steps,
+        eventRows: check.rows[0]?.events,
+        expectedRuns: W3_RUNS
+      }
+    })
+  } else {
+    console.error(`unknown workload ${args.workload}`)
+    process.exitCode = 2
+  }
+} finally {
+  await runtime.dispose()
+  await finishRun(DB)
+}
+process.exit(process.exitCode ?? 0)

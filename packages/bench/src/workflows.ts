@@ -1,0 +1,428 @@
+/**
+ * bench:workflows: workload W3 of the team's peer harness (shared/bench/peers) run on
+ * effect-pgbus, DBOS Transact 5.3.0 (`direct`) and pg-workflows 0.15.0 (`workers10`) in one
+ * session, on one PostgreSQL server: 1,000 runs of a 3-step no-op workflow (each step returns its
+ * input + 1), started by 10 concurrent starters, worker concurrency 10, timed from the first start
+ * call to the last run finished. Every run is its own Node process
+ * (packages/bench/src/peers/<library>.ts w3) on a freshly created database, dropped once the
+ * process has exited; runs go round-robin (run 1 of every case, then run 2, ...) and the table
+ * shows medians [min-max].
+ *
+ *   npm run bench:workflows                  # from the repository root (installs the peers first)
+ *   RUNS=1 BENCH_ONLY='ours' npm run bench:workflows
+ *
+ * Knobs (env): RUNS (3), BENCH_ONLY (regex on the case key, e.g. `ours|dbos`),
+ * BENCH_OURS_READ_AHEAD (tuned read-aheads tried besides the default 0, "10"), BENCH_OURS_REPORTED_RA
+ * (the configuration reported as ours in the JSON line, 0 = the default), BENCH_W3_RUNS (1000),
+ * BENCH_W3_POLL_MS (completion polling of effect-pgbus, 10; pg-workflows keeps the harness's 10),
+ * BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), BENCH_PHASE_CAP_MS (120000), BENCH_RUN_TIMEOUT_MS
+ * (per run, 300000), BENCH_RESULTS (append every run's JSON to this file), DATABASE_URL.
+ *
+ * This file also holds the W3 driver the three run processes share (`runW3`); it runs the
+ * orchestrator only when it is the program itself, and loads nothing heavy for the peers.
+ *
+ * The last line of stdout is one JSON object:
+ * {"bench":"workflows","ours_runs_per_s":N,"dbos_runs_per_s":N,"pgworkflows_runs_per_s":N}
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { appendFileSync } from "node:fs"
+import os from "node:os"
+import { resolve } from "node:path"
+import { fileURLToPath } from "node:url"
+import {
+  CONCURRENCY,
+  dropDatabase,
+  measure,
+  monitorClient,
+  now,
+  PHASE_CAP_MS,
+  POOL_MAX,
+  pkgVersion,
+  RESULT_MARK,
+  round2,
+  serverInfo,
+  serverUrl,
+  sleep
+} from "./peers/common.ts"
+
+const env = (key: string, fallback: number): number => {
+  const raw = process.env[key]
+  if (raw === undefined || raw === "") return fallback
+  const n = Number(raw)
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${key} must be a non-negative number, got ${raw}`)
+  return n
+}
+
+/** Runs per measurement. */
+export const W3_RUNS = env("BENCH_W3_RUNS", 1_000)
+/** How often effect-pgbus's completion is polled once every run is started. */
+export const W3_POLL_MS = env("BENCH_W3_POLL_MS", 10)
+
+// ---------------------------------------------------------------------------------------------
+// The W3 driver (shared by the run processes)
+
+/** What one W3 measurement gives. */
+export interface W3Result {
+  readonly done: boolean
+  readonly completed: number
+  readonly allStartedMs: number
+  readonly wallMs: number
+  readonly runsPerSec: number
+  readonly pgCpuS: number
+  readonly nodeCpuS: number
+  /** Completion queries made after the starts (each one a transaction of its own). */
+  readonly polls: number
+}
+
+/**
+ * W3: CONCURRENCY starters call `start(i)` one after the other until W3_RUNS runs are started;
+ * then `finished()` is polled every `pollMs` until it reports W3_RUNS (or the phase cap). Timed
+ * from the first start call. For DBOS `direct` `start` runs the workflow to its end and
+ * `finished` only reads a counter.
+ */
+export const runW3 = async (opts: {
+  readonly start: (i: number) => Promise<unknown>
+  readonly finished: () => Promise<number> | number
+  readonly pollMs: number
+}): Promise<W3Result> => {
+  const t0 = now()
+  const deadline = t0 + PHASE_CAP_MS
+  let startedMs = 0
+  let polls = 0
+  const res = await measure(async () => {
+    let next = 0
+    await Promise.all(
+      Array.from({ length: CONCURRENCY }, async () => {
+        while (next < W3_RUNS && now() < deadline) {
+          const i = next++
+          await opts.start(i)
+        }
+      })
+    )
+    startedMs = now() - t0
+    for (;;) {
+      const n = await opts.finished()
+      polls++
+      if (n >= W3_RUNS || now() > deadline) return n
+      await sleep(opts.pollMs)
+    }
+  })
+  const completed = res.value
+  return {
+    done: completed >= W3_RUNS,
+    completed,
+    allStartedMs: Math.round(startedMs),
+    wallMs: Math.round(res.m.wallMs),
+    runsPerSec: round2((completed / res.m.wallMs) * 1000),
+    pgCpuS: round2(res.m.pgCpuS),
+    nodeCpuS: round2(res.m.nodeCpuS),
+    polls
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The orchestrator
+
+type Library = "ours" | "dbos" | "pgworkflows"
+
+interface Case {
+  readonly key: string
+  readonly library: Library
+  readonly variant: string
+}
+
+/** A run's result line, as printed by a peers/<library>.ts process. */
+interface RunResult {
+  readonly library: string
+  readonly version: string
+  readonly variant: string
+  readonly peakRssMiB: number
+  readonly config: Readonly<Record<string, unknown>>
+  readonly result: Readonly<Record<string, unknown>>
+  /** Added by the orchestrator: the run database's counters once its process has exited. */
+  db?: DbStats
+}
+
+interface DbStats {
+  readonly xactCommit: number
+  readonly xactRollback: number
+  readonly tupInserted: number
+  readonly tupUpdated: number
+  readonly tupDeleted: number
+}
+
+const FILES: Record<Library, string> = { ours: "ours-workflows", dbos: "dbos", pgworkflows: "pgworkflows" }
+/** The database a run process of this library uses (`databaseName` in peers/common.ts). */
+const dbOf = (library: Library, tag: string) => `bench_jobs_wf_${library}_${tag}`
+
+const main = async () => {
+  const { machine, median } = await import("./common.ts")
+  const intList = (raw: string | undefined, fallback: ReadonlyArray<number>): ReadonlyArray<number> => {
+    if (raw === undefined) return fallback
+    if (raw.trim() === "") return []
+    const out = raw.split(",").map((s) => Number(s.trim()))
+    if (out.some((n) => !Number.isInteger(n) || n < 0)) throw new Error(`not a list of read-aheads: ${raw}`)
+    return out
+  }
+  const RUNS = env("RUNS", 3)
+  const TUNED_RA = intList(process.env.BENCH_OURS_READ_AHEAD, [10]).filter((n) => n !== 0)
+  const REPORTED_RA = env("BENCH_OURS_REPORTED_RA", 0)
+  const RUN_TIMEOUT_MS = env("BENCH_RUN_TIMEOUT_MS", Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
+  const ONLY = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : undefined
+  const TAG = String(process.pid)
+  const LIBRARIES: ReadonlyArray<Library> = ["ours", "dbos", "pgworkflows"]
+  const OURS_RAS = [...new Set([0, ...TUNED_RA, REPORTED_RA])]
+  const ALL_CASES: ReadonlyArray<Case> = [
+    ...OURS_RAS.map((ra): Case => ({ key: `w3 ours ra${ra}`, library: "ours", variant: `ra${ra}` })),
+    { key: "w3 dbos direct", library: "dbos", variant: "direct" },
+    { key: "w3 pgworkflows workers10", library: "pgworkflows", variant: "workers10" }
+  ]
+  const CASES = ALL_CASES.filter((c) => ONLY === undefined || ONLY.test(c.key))
+  const log = (line: string) => process.stderr.write(`${line}\n`)
+
+  const admin = async <A>(f: (client: Awaited<ReturnType<typeof monitorClient>>) => Promise<A>): Promise<A> => {
+    const client = await monitorClient(new URL(serverUrl).pathname.slice(1) || "postgres")
+    try {
+      return await f(client)
+    } finally {
+      await client.end()
+    }
+  }
+
+  /**
+   * The database's commit and row counters, read once every backend of the run has exited
+   * (a backend flushes its statistics at exit; an idle one may hold them up to 10 s).
+   */
+  const dbStats = (database: string): Promise<DbStats | undefined> =>
+    admin(async (c) => {
+      const deadline = now() + 10_000
+      while (now() < deadline) {
+        const { rows } = await c.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1",
+          [database]
+        )
+        if ((rows[0]?.n ?? 0) === 0) break
+        await sleep(20)
+      }
+      const { rows } = await c.query<Record<string, string>>(
+        `SELECT xact_commit::text AS c, xact_rollback::text AS r, tup_inserted::text AS i, tup_updated::text AS u,
+           tup_deleted::text AS d FROM pg_stat_database WHERE datname = $1`,
+        [database]
+      )
+      const row = rows[0]
+      if (row === undefined) return undefined
+      return {
+        xactCommit: Number(row.c),
+        xactRollback: Number(row.r),
+        tupInserted: Number(row.i),
+        tupUpdated: Number(row.u),
+        tupDeleted: Number(row.d)
+      }
+    })
+
+  let current: ChildProcess | undefined
+  const runCase = (c: Case, run: number): Promise<RunResult | undefined> =>
+    new Promise((done) => {
+      const file = fileURLToPath(new URL(`./peers/${FILES[c.library]}.ts`, import.meta.url))
+      const child = spawn(
+        process.execPath,
+        [...process.execArgv, file, "w3", "--variant", c.variant, "--run", String(run)],
+        { env: { ...process.env, BENCH_JOBS_TAG: TAG }, stdio: ["ignore", "pipe", "inherit"] }
+      )
+      current = child
+      let out = ""
+      let result: RunResult | undefined
+      child.stdout?.setEncoding("utf8")
+      child.stdout?.on("data", (chunk: string) => {
+        out += chunk
+        let nl = out.indexOf("\n")
+        while (nl >= 0) {
+          const line = out.slice(0, nl)
+          out = out.slice(nl + 1)
+          if (line.startsWith(RESULT_MARK)) result = JSON.parse(line.slice(RESULT_MARK.length)) as RunResult
+          else if (line.trim() !== "") log(`   ${line}`)
+          nl = out.indexOf("\n")
+        }
+      })
+      const timer = setTimeout(() => {
+        log(`!! ${c.key} run ${run}: no result after ${RUN_TIMEOUT_MS} ms, killing it`)
+        child.kill("SIGKILL")
+      }, RUN_TIMEOUT_MS)
+      child.on("close", (code) => {
+        clearTimeout(timer)
+        current = undefined
+        if (code !== 0) log(`!! ${c.key} run ${run}: exited with ${code}`)
+        const database = dbOf(c.library, TAG)
+        // the run's database goes once its process (and every pool in it) is gone
+        dbStats(database)
+          .then((stats) => {
+            if (result && stats) result.db = stats
+          })
+          .catch((e) => log(`!! could not read the counters of ${database}: ${e instanceof Error ? e.message : e}`))
+          .then(() => dropDatabase(database))
+          .catch((e) => log(`!! could not drop ${database}: ${e instanceof Error ? e.message : e}`))
+          .finally(() => done(result))
+      })
+    })
+
+  const dropAll = () => Promise.all(LIBRARIES.map((l) => dropDatabase(dbOf(l, TAG)).catch(() => undefined)))
+  process.on("SIGINT", () => {
+    current?.kill("SIGKILL")
+    void dropAll().finally(() => process.exit(130))
+  })
+
+  // ---- figures
+
+  const num = (r: RunResult, path: string): number | undefined => {
+    let v: unknown = r
+    for (const k of path.split("."))
+      v = typeof v === "object" && v !== null ? (v as Record<string, unknown>)[k] : undefined
+    return typeof v === "number" && Number.isFinite(v) ? v : undefined
+  }
+  /** Commits per run: the database's xact_commit over the whole process, less the completion polls. */
+  const commitsPerRun = (r: RunResult): number | undefined => {
+    const completed = num(r, "result.completed")
+    if (r.db === undefined || !completed) return undefined
+    return (r.db.xactCommit - (num(r, "result.polls") ?? 0)) / completed
+  }
+  const rowWritesPerRun = (r: RunResult): number | undefined => {
+    const completed = num(r, "result.completed")
+    if (r.db === undefined || !completed) return undefined
+    return (r.db.tupInserted + r.db.tupUpdated + r.db.tupDeleted) / completed
+  }
+  const fmt = (x: number): string => {
+    const a = Math.abs(x)
+    return a >= 100
+      ? String(Math.round(x))
+      : a >= 10
+        ? x.toFixed(1).replace(/\.0$/, "")
+        : String(Math.round(x * 100) / 100)
+  }
+  const cellOf = (xs: ReadonlyArray<number>): string => {
+    if (xs.length === 0) return "n/a"
+    const m = fmt(median(xs))
+    return xs.length === 1 ? m : `${m} [${fmt(Math.min(...xs))}-${fmt(Math.max(...xs))}]`
+  }
+  const defined = (xs: ReadonlyArray<number | undefined>) => xs.filter((x): x is number => x !== undefined)
+  const cell = (rs: ReadonlyArray<RunResult>, f: (r: RunResult) => number | undefined, scale = 1) =>
+    cellOf(defined(rs.map(f)).map((x) => x * scale))
+  const medianOf = (rs: ReadonlyArray<RunResult>, path: string): number | undefined => {
+    const xs = defined(rs.map((r) => num(r, path)))
+    return xs.length === 0 ? undefined : median(xs)
+  }
+  const runsCell = (rs: ReadonlyArray<RunResult>, attempted: number): string => {
+    const notDone = rs.filter((r) => r.result.done === false).length
+    const failed = attempted - rs.length
+    return `${rs.length}${notDone > 0 ? ` (${notDone} not done)` : ""}${failed > 0 ? ` (${failed} failed)` : ""}`
+  }
+  const label = (c: Case): string =>
+    c.library === "ours"
+      ? "effect-pgbus (this repo)"
+      : c.library === "dbos"
+        ? `DBOS ${pkgVersion("@dbos-inc/dbos-sdk")}`
+        : `pg-workflows ${pkgVersion("pg-workflows")} (pg-boss ${pkgVersion("pg-boss")})`
+  const configLabel = (c: Case): string => {
+    if (c.library !== "ours") return `\`${c.variant}\``
+    const ra = Number(c.variant.slice(2))
+    return `read-ahead ${ra} (${ra === 0 ? "default" : "tuned"})${ra === REPORTED_RA ? " **= ours**" : ""}`
+  }
+  const round = (x: number | undefined, digits = 0): number | null =>
+    x === undefined ? null : Number(x.toFixed(digits))
+
+  // ---- runs
+
+  const startedAt = now()
+  const machineLine = machine()
+  const results = new Map<string, Array<RunResult>>(CASES.map((c) => [c.key, []]))
+  let pg = "unknown"
+  try {
+    pg = await serverInfo()
+  } catch (e) {
+    log(`could not read the server version: ${e instanceof Error ? e.message : String(e)}`)
+  }
+  log(`bench:workflows: ${CASES.length} cases × ${RUNS} runs, round-robin; databases ${dbOf("ours", TAG)} etc.`)
+  for (let run = 1; run <= RUNS; run++) {
+    for (const c of CASES) {
+      const t0 = now()
+      const r = await runCase(c, run)
+      const secs = ((now() - t0) / 1000).toFixed(1)
+      if (r) {
+        results.get(c.key)?.push(r)
+        if (process.env.BENCH_RESULTS) appendFileSync(process.env.BENCH_RESULTS, `${JSON.stringify({ ...r, run })}\n`)
+      }
+      log(
+        `>> run ${run}/${RUNS} ${c.key}: ${r ? `${r.result.runsPerSec} runs/s${r.result.done === false ? " (NOT DONE)" : ""}` : "FAILED"} (${secs} s)`
+      )
+    }
+  }
+  await dropAll()
+  const totalS = (now() - startedAt) / 1000
+
+  const lines: Array<string> = []
+  const p = (s = "") => lines.push(s)
+  p("## bench:workflows: effect-pgbus vs DBOS vs pg-workflows (W3, same run, same server)")
+  p()
+  p(
+    `- Machine: ${machineLine} (start); load at the end ${os
+      .loadavg()
+      .map((x) => x.toFixed(2))
+      .join(" ")}`
+  )
+  p(`- PostgreSQL: ${pg} (server ${new URL(serverUrl).host})`)
+  p(
+    `- Settings: RUNS=${RUNS} (round-robin, medians [min-max]), ${W3_RUNS} runs of a 3-step no-op workflow (each step returns input + 1), ` +
+      `${CONCURRENCY} concurrent starters, worker concurrency ${CONCURRENCY}, pool max ${POOL_MAX}, phase cap ${PHASE_CAP_MS} ms, ` +
+      `silent loggers, every run a fresh Node process on a fresh database; timed from the first start call to the last run finished; total ${totalS.toFixed(0)} s`
+  )
+  p(
+    `- effect-pgbus: \`Workflow.make\` with 3 \`Workflow.step\`s (each its own row and events, the default), \`ThreeSteps.start({ n })\`, ` +
+      `\`Supervisor.runWith\` with one capsule on the workflow queue (concurrency ${CONCURRENCY}), LISTEN/NOTIFY on (default), ` +
+      `completion = \`WorkflowClient.counts\` finished, polled every ${W3_POLL_MS} ms once every run is started; "ours" = read-ahead ${REPORTED_RA}.`
+  )
+  p(
+    "- DBOS `direct`: `DBOS.registerWorkflow` with 3 `DBOS.runStep`s, each starter `await wf(i)` (runs in-process, checkpointed in " +
+      `PostgreSQL, no queue), systemDatabasePoolSize ${POOL_MAX}.`
+  )
+  p(
+    "- pg-workflows `workers10`: `WORKFLOW_RUN_WORKERS=10` (pg-boss work loops; the engine hard-codes batchSize 1 and a 0.5 s poll), " +
+      "3 `step.run`s, `engine.startWorkflow`, completion polled every 10 ms on `workflow_runs.status` (as the harness)."
+  )
+  p(
+    "- Commits / run = the run database's `xact_commit` over the whole run process (setup included, completion polls removed) / runs finished; " +
+      "row writes / run = its `tup_inserted + tup_updated + tup_deleted` / runs finished. PG CPU = every `postgres` process over the timed phase, " +
+      "Node CPU = the run process; peak RSS its `VmHWM`."
+  )
+  p()
+  p(`### W3 durable workflows: ${W3_RUNS} runs of a 3-step no-op workflow (first start call to last run finished)`)
+  p()
+  p(
+    "| library | configuration | runs | runs/s | wall s | all started after s | PG CPU s | Node CPU s | commits / run | row writes / run | peak RSS MiB |"
+  )
+  p("|---|---|---|---|---|---|---|---|---|---|---|")
+  for (const c of CASES) {
+    const rs = results.get(c.key) ?? []
+    p(
+      `| ${label(c)} | ${configLabel(c)} | ${runsCell(rs, RUNS)} | ${cell(rs, (r) => num(r, "result.runsPerSec"))} | ` +
+        `${cell(rs, (r) => num(r, "result.wallMs"), 1 / 1000)} | ${cell(rs, (r) => num(r, "result.allStartedMs"), 1 / 1000)} | ` +
+        `${cell(rs, (r) => num(r, "result.pgCpuS"))} | ${cell(rs, (r) => num(r, "result.nodeCpuS"))} | ` +
+        `${cell(rs, commitsPerRun)} | ${cell(rs, rowWritesPerRun)} | ${cell(rs, (r) => r.peakRssMiB)} |`
+    )
+  }
+  p()
+  const get = (key: string) => results.get(key) ?? []
+  const summary = {
+    bench: "workflows",
+    ours_runs_per_s: round(medianOf(get(`w3 ours ra${REPORTED_RA}`), "result.runsPerSec"), 1),
+    dbos_runs_per_s: round(medianOf(get("w3 dbos direct"), "result.runsPerSec"), 1),
+    pgworkflows_runs_per_s: round(medianOf(get("w3 pgworkflows workers10"), "result.runsPerSec"), 1)
+  }
+  p(
+    `JSON: medians of runs/s; ours = effect-pgbus at read-ahead ${REPORTED_RA}${REPORTED_RA === 0 ? " (its default)" : ""}, ` +
+      "dbos = DBOS `direct`, pgworkflows = pg-workflows `workers10`."
+  )
+  p()
+  process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)
+}
+
+const isMain = process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)
+if (isMain) await main()
