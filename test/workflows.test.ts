@@ -5,7 +5,7 @@ import { Registry } from "../src/Job/Registry.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { performNextStep, speedrun } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
-import { WorkflowRunner } from "../src/Workflow/Engine.ts"
+import { ErrorReporter, WorkflowRunner } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { eventually } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
@@ -559,6 +559,33 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
         assert.strictEqual(attempts, 3, "the first attempt and two reattempts")
         assert.deepStrictEqual(yield* stepRows(run.id), ["s#1:failed", "s#2:failed", "s#3:failed"])
         void Transient
+      })
+    )
+
+    it.effect("report: always, never, terminal decide what reaches the ErrorReporter", () =>
+      Effect.gen(function* () {
+        const reported: Array<string> = []
+        const reporter = {
+          report: (
+            error: unknown,
+            context: { readonly step: string; readonly outcome: string; readonly attempt: number }
+          ) => Effect.sync(() => reported.push(`${context.step}#${context.attempt}:${context.outcome}`))
+        }
+        const Reports = Workflow.make("Reports", { payload: Payload }, function* () {
+          yield* Workflow.step("never", Effect.fail(new Error("quiet")), {
+            onError: [{ action: "skip", report: "never" }]
+          })
+          yield* Workflow.step("terminal", Effect.fail(new Error("flaky")), {
+            onError: [{ action: "reattempt", maxReattempts: 1, terminalAction: "skip", report: "terminal" }]
+          })
+          yield* Workflow.step("always", Effect.fail(new Error("loud")), { onError: [{ action: "skip" }] })
+        })
+        const run = yield* Reports.start({ id: "r" })
+        assert.strictEqual(
+          yield* speedrun(run.id).pipe(withRegistry([Reports]), Effect.provideService(ErrorReporter, reporter)),
+          "finished"
+        )
+        assert.deepStrictEqual(reported, ["terminal#2:skip", "always#1:skip"])
       })
     )
 
