@@ -96,6 +96,18 @@ export interface PgBusConfigShape {
   readonly workflowErrorBacktraceLines: number
   /** A wait without a deadline this long counts as stuck. */
   readonly workflowWaitingVisibilityThreshold: Duration.Duration
+  /** How long processed-event records are kept for deduplication; `undefined` keeps them. */
+  readonly idempotencyTtl: Duration.Duration | undefined
+  /** Run the transactional outbox poller. */
+  readonly outboxEnabled: boolean
+  /** Interval between outbox poll cycles. */
+  readonly outboxPollInterval: Duration.Duration
+  /** Most outbox entries claimed per cycle. */
+  readonly outboxBatchSize: number
+  /** Published outbox entries are deleted after this long; `undefined` keeps them. */
+  readonly outboxRetention: Duration.Duration | undefined
+  /** The bus's own database, when it is not the app's (outbox entries are written to the app's). */
+  readonly busDatabaseUrl: Redacted.Redacted<string> | undefined
 }
 
 /** What a caller may pass in code: every key optional, durations as `Duration.Input`. */
@@ -135,6 +147,12 @@ export interface PgBusConfigInput {
   readonly workflowStallAction?: "pause" | "reattempt" | "cancel"
   readonly workflowErrorBacktraceLines?: number
   readonly workflowWaitingVisibilityThreshold?: Duration.Input
+  readonly idempotencyTtl?: Duration.Input | null
+  readonly outboxEnabled?: boolean
+  readonly outboxPollInterval?: Duration.Input
+  readonly outboxBatchSize?: number
+  readonly outboxRetention?: Duration.Input | null
+  readonly busDatabaseUrl?: string | Redacted.Redacted<string> | null
 }
 
 type Kind =
@@ -147,6 +165,7 @@ type Kind =
   | "duration"
   | "optionalDuration"
   | "secret"
+  | "optionalSecret"
 
 const positive = Schema.makeFilter<Duration.Duration>((d) => Duration.isPositive(d) || "must be greater than zero")
 const PositiveDuration = Schema.Duration.check(positive)
@@ -203,7 +222,17 @@ export const PgBusConfigSchema = Schema.Struct({
   workflowStallThreshold: PositiveDuration,
   workflowStallAction: Schema.Literals(["pause", "reattempt", "cancel"]),
   workflowErrorBacktraceLines: NonNegativeInt,
-  workflowWaitingVisibilityThreshold: PositiveDuration
+  workflowWaitingVisibilityThreshold: PositiveDuration,
+  idempotencyTtl: Schema.UndefinedOr(PositiveDuration),
+  outboxEnabled: Schema.Boolean,
+  outboxPollInterval: PositiveDuration,
+  outboxBatchSize: PositiveInt,
+  outboxRetention: Schema.UndefinedOr(PositiveDuration),
+  busDatabaseUrl: Schema.UndefinedOr(
+    Schema.String.check(
+      Schema.makeFilter<string>((url) => /^postgres(ql)?:\/\//.test(url) || "must be a postgres:// URL")
+    )
+  )
 })
 
 interface Field {
@@ -260,7 +289,13 @@ export const fields = {
     kind: "duration",
     default: Duration.days(7),
     env: "PGBUS_WORKFLOW_WAITING_VISIBILITY_THRESHOLD"
-  }
+  },
+  idempotencyTtl: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_IDEMPOTENCY_TTL" },
+  outboxEnabled: { kind: "boolean", default: false, env: "PGBUS_OUTBOX_ENABLED" },
+  outboxPollInterval: { kind: "duration", default: Duration.seconds(1), env: "PGBUS_OUTBOX_POLL_INTERVAL" },
+  outboxBatchSize: { kind: "int", default: 100, env: "PGBUS_OUTBOX_BATCH_SIZE" },
+  outboxRetention: { kind: "optionalDuration", default: Duration.days(1), env: "PGBUS_OUTBOX_RETENTION" },
+  busDatabaseUrl: { kind: "optionalSecret", default: undefined, env: "PGBUS_BUS_DATABASE_URL" }
 } satisfies Record<keyof PgBusConfigShape, Field>
 
 type Key = keyof typeof fields
@@ -306,6 +341,12 @@ const parseValue = (key: Key, raw: unknown, fromEnv: boolean): Effect.Effect<unk
       const n = typeof raw === "string" && fromEnv ? Number(raw) : raw
       if (typeof n !== "number" || !Number.isInteger(n)) return fail("must be an integer")
       return Effect.succeed(n)
+    }
+    case "optionalSecret": {
+      if (raw === null || (fromEnv && typeof raw === "string" && raw.trim() === "")) return Effect.succeed(undefined)
+      const s = Redacted.isRedacted(raw) ? Redacted.value(raw) : raw
+      if (typeof s !== "string") return fail("must be a string")
+      return Effect.succeed(s)
     }
     case "secret":
     case "string": {
@@ -406,7 +447,9 @@ export const resolve = (
       const error = Cause.findErrorOption(decoded.cause)
       const { key, rule } = Option.isSome(error) ? firstIssue(error.value.issue) : { key: undefined, rule: "invalid" }
       const name = key ?? "config"
-      return yield* new ConfigurationError({ key: name, rule, value: show(given[name]) })
+      // URLs may carry a password: never echo them
+      const value = name.endsWith("Url") ? "<redacted>" : show(given[name])
+      return yield* new ConfigurationError({ key: name, rule, value })
     }
     const valid = decoded.value
     if (Duration.isLessThan(valid.retryBackoffMax, valid.retryBackoff)) {
@@ -447,7 +490,11 @@ export const resolve = (
         value: valid.defaultQueue
       })
     }
-    return { ...valid, databaseUrl: Redacted.make(valid.databaseUrl) }
+    return {
+      ...valid,
+      databaseUrl: Redacted.make(valid.databaseUrl),
+      busDatabaseUrl: valid.busDatabaseUrl === undefined ? undefined : Redacted.make(valid.busDatabaseUrl)
+    }
   })
 
 /**
