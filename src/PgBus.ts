@@ -28,6 +28,7 @@ export type PgBus =
   | Processes
   | WorkflowClient
   | WorkflowEngine.WorkflowRunner
+  | WorkflowEngine.WorkflowSweep
 
 /**
  * effect-pgbus from the environment (`DATABASE_URL`, `PGBUS_*`) with code overrides.

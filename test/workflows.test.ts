@@ -567,7 +567,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
         const reported: Array<string> = []
         const reporter = {
           report: (
-            error: unknown,
+            _error: unknown,
             context: { readonly step: string; readonly outcome: string; readonly attempt: number }
           ) => Effect.sync(() => reported.push(`${context.step}#${context.attempt}:${context.outcome}`))
         }

@@ -17,6 +17,7 @@ import { checkSchemaVersion } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { VERSION } from "../version.ts"
+import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
 import { type Readiness, serveHealth } from "./Health.ts"
 import { Processes } from "./Processes.ts"
@@ -58,6 +59,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const registry = yield* Registry
     const client = yield* JobClient
     const processes = yield* Processes
+    const sweep = yield* WorkflowSweep
     const readiness = yield* Ref.make<Readiness>("BOOTING")
     const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher"]
     const allCapsules = options.capsules
@@ -129,6 +131,19 @@ export const runWith = (options: SupervisorOptions = {}) =>
     )
 
     if (roles.includes("dispatcher")) {
+      yield* Effect.forkScoped(
+        repeatMaintenance(
+          "workflow sweep",
+          Effect.flatMap(sweep.runOnce, (r) =>
+            r.stalled + r.resent + r.timedOut + r.deleted === 0
+              ? Effect.void
+              : Effect.logInfo(
+                  `pgbus: workflow sweep: ${r.stalled} stalled, ${r.resent} re-sent, ${r.timedOut} timed out, ${r.deleted} deleted`
+                )
+          ),
+          config.workflowSweepInterval
+        )
+      )
       yield* Effect.forkScoped(
         repeatMaintenance("reaping stale processes", processes.reapStale, config.dispatchInterval)
       )

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, Exit, Schema } from "effect"
+import { Effect, Exit, type Option, Schema } from "effect"
 import { WorkflowClient } from "../Workflow/Client.ts"
 import { type ControlVerb, type StepOptions, WorkflowRuntime } from "../Workflow/Runtime.ts"
 import type { Workflow } from "../Workflow/Workflow.ts"
@@ -90,24 +90,32 @@ export const replayHistory = <Name extends string, P, A, E, R>(
       stop = new Stop(report)
       return Effect.interrupt
     }
+    const replayStep = <A, E, R>(name: string, _effect: Effect.Effect<A, E, R>, options: StepOptions<A>) =>
+      Effect.gen(function* () {
+        if (stop) return yield* Effect.interrupt
+        const position = cursor++
+        const recorded = order[position]
+        if (recorded === undefined) return yield* halt({ _tag: "Replayed", steps: position, stoppedAt: name })
+        if (recorded !== name) return yield* halt({ _tag: "Diverged", position, expected: recorded, found: name })
+        const entry = latest.get(name)!
+        if (entry.status === "skipped") return undefined
+        if (entry.status !== "completed") return yield* halt({ _tag: "Replayed", steps: position, stoppedAt: name })
+        if (options.output === undefined) return entry.output as A
+        const decoded = yield* Schema.decodeUnknownEffect(options.output)(entry.output).pipe(Effect.result)
+        if (decoded._tag === "Failure") {
+          return yield* halt({ _tag: "Failed", error: `output of ${name} no longer decodes: ${decoded.failure}` })
+        }
+        return decoded.success
+      }) as Effect.Effect<A | undefined, never, R>
     const runtime = WorkflowRuntime.of({
-      step: <A, E, R>(name: string, _effect: Effect.Effect<A, E, R>, options: StepOptions<A>) =>
-        Effect.gen(function* () {
-          if (stop) return yield* Effect.interrupt
-          const position = cursor++
-          const recorded = order[position]
-          if (recorded === undefined) return yield* halt({ _tag: "Replayed", steps: position, stoppedAt: name })
-          if (recorded !== name) return yield* halt({ _tag: "Diverged", position, expected: recorded, found: name })
-          const entry = latest.get(name)!
-          if (entry.status === "skipped") return undefined
-          if (entry.status !== "completed") return yield* halt({ _tag: "Replayed", steps: position, stoppedAt: name })
-          if (options.output === undefined) return entry.output as A
-          const decoded = yield* Schema.decodeUnknownEffect(options.output)(entry.output).pipe(Effect.result)
-          if (decoded._tag === "Failure") {
-            return yield* halt({ _tag: "Failed", error: `output of ${name} no longer decodes: ${decoded.failure}` })
-          }
-          return decoded.success
-        }) as Effect.Effect<A | undefined, never, R>,
+      step: replayStep,
+      // a poll replays as the step it is: its recorded result
+      poll: <A, E, R>(name: string, check: Effect.Effect<Option.Option<A>, E, R>) =>
+        replayStep(name, check, {}) as unknown as Effect.Effect<
+          { readonly timedOut: false; readonly data: A } | { readonly timedOut: true },
+          never,
+          R
+        >,
       control: (_verb: ControlVerb) => Effect.interrupt,
       patched: (id) =>
         Effect.sync(() => {

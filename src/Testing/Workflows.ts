@@ -7,8 +7,9 @@
  */
 import { Effect } from "effect"
 import { Registry } from "../Job/Registry.ts"
+import type { SignalOptions } from "../Workflow/Client.ts"
 import { WorkflowClient } from "../Workflow/Client.ts"
-import { type NextWork, WorkflowRunner } from "../Workflow/Engine.ts"
+import { type NextWork, WorkflowRunner, WorkflowSweep } from "../Workflow/Engine.ts"
 import type { RunStatus } from "../Workflow/States.ts"
 import { StepWaiting, UnexpectedStep } from "../Workflow/WorkflowError.ts"
 
@@ -62,3 +63,15 @@ export const speedrun = (runId: string, options: { readonly maxSteps?: number } 
     }
     return (yield* client.get(runId)).info.status as RunStatus
   })
+
+/** Sends a signal and runs the step it woke, inline (`StepWaiting` if it woke nothing). */
+export const deliverSignal = (runId: string, name: string, payload: unknown, options: SignalOptions = {}) =>
+  Effect.gen(function* () {
+    const client = yield* WorkflowClient
+    const receipt = yield* client.signal(runId, name, payload, options)
+    yield* performNextStep(runId)
+    return receipt
+  })
+
+/** Applies the waiting step's onTimeout now, whatever its deadline (under notify it stays waiting). */
+export const expireWait = (runId: string) => WorkflowSweep.use((sweep) => sweep.expireWait(runId))

@@ -6,7 +6,7 @@
  */
 import { Context, type Effect, type Schema } from "effect"
 import type { OutsideVerb, RunStatus, StepStatus } from "./States.ts"
-import type { DatabaseError, RunNotFound, StartError, UnknownStep, VerbError } from "./WorkflowError.ts"
+import type { DatabaseError, RunNotFound, SignalError, StartError, UnknownStep, VerbError } from "./WorkflowError.ts"
 
 /** Options of a start. */
 export interface StartOptions {
@@ -27,6 +27,36 @@ export interface VerbOptions {
   readonly reason?: string | undefined
   /** Only act on a run of this resource. */
   readonly resourceId?: string | undefined
+}
+
+/** Options of a signal. */
+export interface SignalOptions {
+  /** A repeated key stores nothing, wakes nothing and returns the stored signal (`duplicate`). Blank is no key. */
+  readonly idempotencyKey?: string | undefined
+  readonly actor?: string | undefined
+  readonly reason?: string | undefined
+  /** The workflow's definition: its declared Schema validates the payload (and matchers run). */
+  readonly workflow?:
+    | {
+        readonly name: string
+        readonly signals: import("./Runtime.ts").SignalDeclarations
+      }
+    | undefined
+  /** Only signal a run of this resource. */
+  readonly resourceId?: string | undefined
+}
+
+/** A stored signal, as `signal` returns it. */
+export interface SignalReceipt {
+  readonly id: bigint
+  readonly runId: string
+  readonly name: string
+  readonly payload: unknown
+  readonly status: "pending" | "claimed" | "consumed"
+  /** True when the idempotency key had been seen: nothing was stored or woken. */
+  readonly duplicate: boolean
+  /** True when a waiting step took it. */
+  readonly claimed: boolean
 }
 
 /** A run as queries return it. */
@@ -117,6 +147,8 @@ export interface WorkflowRef<P> {
   readonly payload: Schema.ConstraintCodec<P, unknown>
   readonly version: string | undefined
   readonly queue: string | undefined
+  /** Declared signals: handles from `start` check payloads against them. */
+  readonly signals?: import("./Runtime.ts").SignalDeclarations | undefined
 }
 
 /**
@@ -141,6 +173,12 @@ export interface RunHandle {
   readonly events: Effect.Effect<ReadonlyArray<AuditEvent>, DatabaseError>
   readonly steps: Effect.Effect<ReadonlyArray<StepAttempt>, DatabaseError>
   readonly progress: Effect.Effect<RunProgress, DatabaseError>
+  readonly signal: (
+    name: string,
+    payload: unknown,
+    options?: SignalOptions
+  ) => Effect.Effect<SignalReceipt, SignalError>
+  readonly skip: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
 }
 
 /** The client's operations. */
@@ -175,6 +213,34 @@ export interface WorkflowClientShape {
   readonly runNow: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
   readonly reschedule: (id: string, at: Date, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
   readonly rerun: (id: string, options?: VerbOptions) => Effect.Effect<RunHandle, VerbError | StartError>
+  /** Sends a signal to a run. */
+  readonly signal: (
+    id: string,
+    name: string,
+    payload: unknown,
+    options?: SignalOptions
+  ) => Effect.Effect<SignalReceipt, SignalError>
+  /** Sends a signal to a subject's ongoing run of a workflow (`missing: "ignore"` gives undefined). */
+  readonly signalSubject: (
+    workflow: string,
+    subject: string,
+    name: string,
+    payload: unknown,
+    options?: SignalOptions & { readonly missing?: "raise" | "ignore" }
+  ) => Effect.Effect<SignalReceipt | undefined, SignalError>
+  /** Skips the step a waiting run waits at (its held signal consumed); the run moves on. */
+  readonly skip: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  /**
+   * Completes whatever the run is stopped on (tests, support tooling): a signal wait gets the
+   * signal (with `data`, default `{}`), a timer is cut short, a paused run is resumed.
+   */
+  readonly fastForward: (
+    id: string,
+    data?: unknown,
+    options?: VerbOptions
+  ) => Effect.Effect<RunInfo, VerbError | SignalError>
+  /** The signals of a run, oldest first. */
+  readonly signals: (id: string) => Effect.Effect<ReadonlyArray<SignalReceipt>, DatabaseError>
 }
 
 /**

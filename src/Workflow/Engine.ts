@@ -23,6 +23,8 @@ import type {
   RunInfo,
   RunPage,
   RunProgress,
+  SignalOptions,
+  SignalReceipt,
   StartOptions,
   StepAttempt,
   VerbOptions,
@@ -31,13 +33,24 @@ import type {
 } from "./Client.ts"
 import { WorkflowClient } from "./Client.ts"
 import { resolve as resolvePolicy } from "./Policies.ts"
-import { type ControlVerb, type RunContext, StepContext, type StepOptions, WorkflowRuntime } from "./Runtime.ts"
+import {
+  type ControlVerb,
+  type ReceivedSignal,
+  type RunContext,
+  type SignalDeclarations,
+  type SignalMatcher,
+  SignalReaders,
+  StepContext,
+  type StepOptions,
+  WorkflowRuntime
+} from "./Runtime.ts"
 import * as States from "./States.ts"
 import type { AnyWorkflow } from "./Workflow.ts"
 import { checkStep } from "./Workflow.ts"
 import {
   AlreadyRunning,
   type DatabaseError,
+  InvalidSignal,
   InvalidTransition,
   InvalidWorkflowDefinition,
   InvalidWorkflowPayload,
@@ -46,8 +59,11 @@ import {
   OutputTooLarge,
   ReplayDivergence,
   RunNotFound,
+  type SignalError,
+  StepStalled,
   StepTimeout,
-  UnknownStep
+  UnknownStep,
+  WaitTimedOut
 } from "./WorkflowError.ts"
 import {
   type ClaimRow,
@@ -56,6 +72,7 @@ import {
   makeWorkflowSql,
   type NextAction,
   type RunRow,
+  type SignalRow,
   type StepRow,
   type WorkflowSql
 } from "./WorkflowSql.ts"
@@ -100,6 +117,10 @@ const stepDuration = Metric.histogram("pgbus_workflow_step_duration_seconds", {
 const finishedTotal = Metric.counter("pgbus_workflows_finished_total", { description: "runs finished" })
 const pausedTotal = Metric.counter("pgbus_workflows_paused_total", { description: "runs paused by a step" })
 const cancelledTotal = Metric.counter("pgbus_workflows_cancelled_total", { description: "runs cancelled" })
+const stallsTotal = Metric.counter("pgbus_workflow_stalls_total", { description: "steps found stalled" })
+const waitOverdueTotal = Metric.counter("pgbus_workflow_wait_overdue_total", {
+  description: "late notices of notify waits (one per deadline, or one for a sweep that missed several)"
+})
 
 // ---------------------------------------------------------------------------------------------
 // Encoding helpers
@@ -107,6 +128,11 @@ const cancelledTotal = Metric.counter("pgbus_workflows_cancelled_total", { descr
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null
 
 const isSqlError = (u: unknown): u is SqlError => isObject(u) && u._tag === "SqlError"
+
+const isTagged = (u: unknown): boolean =>
+  isObject(u) &&
+  typeof u._tag === "string" &&
+  ["RunNotFound", "NotOngoing", "InvalidTransition", "DatabaseError"].includes(u._tag)
 
 /** An error as a step row records it: tag, message, cause chain, capped stack, worker, revision. */
 export const encodeError = (error: unknown, backtraceLines: number, worker: string, revision: string | undefined) => {
@@ -135,6 +161,72 @@ export const encodeError = (error: unknown, backtraceLines: number, worker: stri
     ...(revision ? { app_revision: revision } : {})
   }
 }
+
+/** What `matchSignal` gives when the signal does not match. */
+const NO_MATCH: unique symbol = Symbol("pgbus/no-match")
+
+const isSignalMatcher = (u: unknown): u is SignalMatcher =>
+  typeof u === "object" &&
+  u !== null &&
+  "name" in u &&
+  typeof (u as { name: unknown }).name === "string" &&
+  !Schema.isSchema(u)
+
+/** Whether a declared signal has a predicate (only code that loads the workflow can evaluate it). */
+const declaredMatcher = (workflow: { readonly signals: SignalDeclarations }, name: string): boolean => {
+  const declared = workflow.signals[name]
+  return isSignalMatcher(declared) && declared.matches !== undefined
+}
+
+/**
+ * Matches a stored signal payload against a wait: decodes it with the declared (or the
+ * matcher's) Schema and applies the predicate. Gives the decoded payload, or NO_MATCH. A Schema
+ * or a predicate that fails is an error of the step (the exception policies decide).
+ */
+const matchSignal = (
+  workflow: { readonly signals: SignalDeclarations },
+  waitFor: string | SignalMatcher,
+  payload: unknown
+): Effect.Effect<unknown, unknown> =>
+  Effect.gen(function* () {
+    const name = typeof waitFor === "string" ? waitFor : waitFor.name
+    const declared = workflow.signals[name]
+    const matcher: SignalMatcher | undefined =
+      typeof waitFor !== "string" ? waitFor : isSignalMatcher(declared) ? declared : undefined
+    const schema = matcher?.schema ?? (declared !== undefined && !isSignalMatcher(declared) ? declared : undefined)
+    const decoded = schema === undefined ? payload : yield* Schema.decodeUnknownEffect(schema)(payload)
+    if (matcher?.matches === undefined) return decoded
+    const matches = matcher.matches
+    return yield* Effect.try({ try: () => matches(decoded), catch: (e) => e }).pipe(
+      Effect.map((ok) => (ok ? decoded : NO_MATCH))
+    )
+  })
+
+/** The deadline of a wait when the step parks: a delay (database clock) or a date; a notify period. */
+const waitDeadline = (
+  options: StepOptions<unknown>,
+  run: RunContext<unknown>
+): Effect.Effect<{ readonly ms: number | null; readonly at: Date | null; readonly periodMs: number | null }, unknown> =>
+  // the deadline function's services are the workflow's, provided where it runs
+  Effect.gen(function* () {
+    const timeout = options.waitTimeout
+    if (timeout === undefined) return { ms: null, at: null, periodMs: null }
+    const value = typeof timeout === "function" ? yield* timeout(run) : timeout
+    if (value === undefined) return { ms: null, at: null, periodMs: null }
+    if (value instanceof Date) {
+      if (Number.isNaN(value.getTime())) return yield* Effect.fail(new Error("waitTimeout gave an invalid Date"))
+      return { ms: null, at: value, periodMs: null }
+    }
+    const d = Duration.fromInput(value)
+    if (d._tag === "None" || !Duration.isFinite(d.value) || !Duration.isPositive(d.value)) {
+      return yield* Effect.fail(new Error(`waitTimeout must give a positive duration, a Date or undefined`))
+    }
+    const ms = Duration.toMillis(d.value)
+    return { ms, at: null, periodMs: ms }
+  }) as Effect.Effect<
+    { readonly ms: number | null; readonly at: Date | null; readonly periodMs: number | null },
+    unknown
+  >
 
 const hashNames = (names: ReadonlyArray<string>): string =>
   createHash("sha256").update(names.join("\u0000")).digest("hex").slice(0, 32)
@@ -312,11 +404,12 @@ const make = Effect.gen(function* () {
 
   const isUuid = (id: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)
 
-  const makeHandle = (row: RunRow, duplicateStart: boolean): RunHandle => ({
+  /** A handle made from a definition checks signals against its declared Schemas. */
+  const makeHandle = (row: RunRow, duplicateStart: boolean, definition?: WorkflowRef<unknown>): RunHandle => ({
     id: row.id,
     info: toRunInfo(row),
     duplicateStart,
-    refresh: Effect.map(getRow(row.id, null), (r) => makeHandle(r, false)),
+    refresh: Effect.map(getRow(row.id, null), (r) => makeHandle(r, false, definition)),
     pause: (o) => client.pause(row.id, o),
     resume: (o) => client.resume(row.id, o),
     resumeAt: (step, o) => client.resumeAt(row.id, step, o),
@@ -326,7 +419,17 @@ const make = Effect.gen(function* () {
     rerun: (o) => client.rerun(row.id, o),
     events: client.events(row.id),
     steps: client.steps(row.id),
-    progress: client.progress(row.id)
+    progress: client.progress(row.id),
+    signal: (name, payload, o) =>
+      client.signal(
+        row.id,
+        name,
+        payload,
+        definition?.signals === undefined
+          ? o
+          : { workflow: { name: definition.name, signals: definition.signals }, ...o }
+      ),
+    skip: (o) => client.skip(row.id, o)
   })
 
   const startRun = <P>(
@@ -378,10 +481,11 @@ const make = Effect.gen(function* () {
           now
         })
         .pipe(db("start run"))
-      if (inserted.length > 0) return makeHandle(yield* getRow(id, null).pipe(Effect.orDie), false)
+      // the start returns the new row: no read-back
+      if (inserted[0] !== undefined) return makeHandle(inserted[0], false, workflow)
       const [holder] = yield* statements.runFindConflicting(workflow.name, subject, key).pipe(db("find run"))
       if (holder === undefined) return yield* Effect.die(new Error("start found neither a new run nor a conflict"))
-      if (key !== null && holder.idempotency_key === key) return makeHandle(holder, true)
+      if (key !== null && holder.idempotency_key === key) return makeHandle(holder, true, workflow)
       return yield* new AlreadyRunning({
         workflow: workflow.name,
         subject: subject ?? "",
@@ -449,6 +553,130 @@ const make = Effect.gen(function* () {
     })
 
   const reread = (id: string) => Effect.map(statements.runGet(id, null), (rows) => toRunInfo(rows[0]!))
+
+  const toReceipt = (row: SignalRow, duplicate: boolean): SignalReceipt => ({
+    id: row.id,
+    runId: row.run_id,
+    name: row.name,
+    payload: row.payload,
+    status: row.status,
+    duplicate,
+    claimed: row.status !== "pending"
+  })
+
+  /**
+   * Stores a signal under the run's row lock and, when the run's waiting step waits for it,
+   * claims it and wakes the step (a paused run takes it and stays paused). With the workflow's
+   * definition the payload is checked against its declared Schema and matchers run here: an
+   * error reaches the caller and nothing is stored.
+   */
+  const sendSignal = (
+    id: string,
+    name: string,
+    payload: unknown,
+    options: SignalOptions
+  ): Effect.Effect<SignalReceipt, SignalError> =>
+    Effect.gen(function* () {
+      const definition = options.workflow
+      const declared = definition?.signals[name]
+      const schema = declared === undefined ? undefined : isSignalMatcher(declared) ? declared.schema : declared
+      const encoded =
+        schema === undefined
+          ? payload
+          : yield* Schema.encodeUnknownEffect(schema)(payload).pipe(
+              Effect.mapError(
+                (e) => new InvalidSignal({ workflow: definition?.name ?? "", signal: name, issue: e.message })
+              )
+            )
+      let text: string | undefined
+      try {
+        text = JSON.stringify(encoded ?? {})
+      } catch (e) {
+        return yield* new InvalidSignal({
+          workflow: definition?.name ?? "",
+          signal: name,
+          issue: `not JSON: ${String(e)}`
+        })
+      }
+      const size = Buffer.byteLength(text ?? "", "utf8")
+      if (text === undefined || size > config.maxPayloadSize) {
+        return yield* new InvalidSignal({
+          workflow: definition?.name ?? "",
+          signal: name,
+          issue: text === undefined ? "not JSON" : `${size} bytes, over the limit of ${config.maxPayloadSize}`
+        })
+      }
+      const key = options.idempotencyKey?.trim() ? options.idempotencyKey : null
+      return yield* verb("signal", id, options, (run, now) =>
+        Effect.gen(function* () {
+          if (definition !== undefined && definition.name !== run.workflow) {
+            return yield* new RunNotFound({ id })
+          }
+          if (key !== null) {
+            const [existing] = yield* statements.signalByKey(run.id, key)
+            if (existing !== undefined) {
+              yield* statements.eventInsert({
+                runId: run.id,
+                type: "signal_received",
+                step: null,
+                attempt: null,
+                actor: options.actor ?? "app",
+                reason: options.reason ?? null,
+                details: JSON.stringify({ name, idempotency_key: key, duplicate: true }),
+                now
+              })
+              return toReceipt(existing, true)
+            }
+          }
+          const [stored] = yield* statements.signalInsert({
+            runId: run.id,
+            name,
+            payload: text!,
+            idempotencyKey: key,
+            actor: options.actor ?? "app",
+            reason: options.reason ?? null,
+            now
+          })
+          if (stored === undefined) {
+            const [existing] = yield* statements.signalByKey(run.id, key ?? "")
+            return toReceipt(existing!, true)
+          }
+          const [waiting] = yield* statements.stepWaitingOf(run.id)
+          if (waiting === undefined || waiting.wait_for !== name) return toReceipt(stored, false)
+          const canJudge = !waiting.wait_matcher || (definition !== undefined && declaredMatcher(definition, name))
+          const matched = canJudge
+            ? definition === undefined || (yield* matchSignal(definition, name, stored.payload)) !== NO_MATCH
+            : true
+          if (!matched) return toReceipt(stored, false)
+          const physical = queueOf(waiting.queue || config.workflowQueue).physical
+          if (canJudge) {
+            yield* statements.signalClaim({ runId: run.id, signalId: stored.id, stepId: waiting.id, now })
+          }
+          // a matcher this process cannot run is judged at the gate: wake the step to decide
+          if (run.status === "waiting") {
+            yield* statements.stepWake({
+              workflow: run.workflow,
+              runId: run.id,
+              stepId: waiting.id,
+              timedOut: false,
+              physicalQueue: physical,
+              now
+            })
+          }
+          return {
+            ...toReceipt(stored, false),
+            status: canJudge ? "claimed" : "pending",
+            claimed: canJudge
+          } as SignalReceipt
+        }).pipe(
+          Effect.mapError((e) =>
+            isSqlError(e) || isTagged(e)
+              ? e
+              : new InvalidSignal({ workflow: run.workflow, signal: name, issue: String(e) })
+          )
+        )
+      )
+    }) as Effect.Effect<SignalReceipt, SignalError>
 
   const client: WorkflowClientShape = {
     start: (workflow, payload, options = {}) => startRun(workflow, payload, options, null),
@@ -558,10 +786,30 @@ const make = Effect.gen(function* () {
             // the step that ran at the outside pause still runs: the run goes on performing it
             yield* statements.runSetStatus({ id: run.id, from: ["paused"], to: "performing", now })
             yield* event(run, "resumed", options, now, { details: { transition: "unpause" } })
+          } else if (latest?.status === "waiting") {
+            // paused while it waited: it waits again (its deadline moved by the pause), or runs
+            // now with the signal it took while paused
+            const held = (yield* statements.signalHeldBy(latest.id))[0]
+            yield* statements.runRewait(run.id, latest.id, now)
+            if (held !== undefined) {
+              yield* statements.stepWake({
+                workflow: run.workflow,
+                runId: run.id,
+                stepId: latest.id,
+                timedOut: false,
+                physicalQueue: physical,
+                now
+              })
+            }
+            yield* event(run, "resumed", options, now, {
+              step: latest.name,
+              attempt: latest.attempt,
+              details: { transition: held === undefined ? "rewait" : "wake" }
+            })
           } else if (latest?.status === "failed" || latest?.status === "cancelled") {
             yield* jobs.ensureQueue(latest.queue)
             yield* setStatus(run, "resume", now)
-            yield* statements.stepInsertScheduled({
+            const [next] = yield* statements.stepInsertScheduled({
               workflow: run.workflow,
               runId: run.id,
               name: latest.name,
@@ -573,6 +821,8 @@ const make = Effect.gen(function* () {
               actor: options?.actor ?? "app",
               now
             })
+            // the next attempt runs with the signal the failed one held, without matching again
+            if (next !== undefined) yield* statements.signalTransfer(latest.id, next.id)
             yield* event(run, "resumed", options, now, { step: latest.name, attempt: latest.attempt + 1 })
           } else if (latest?.status === "scheduled") {
             yield* setStatus(run, "resume", now)
@@ -706,7 +956,80 @@ const make = Effect.gen(function* () {
           },
           run.id
         )
-      })
+      }),
+    signal: (id, name, payload, options) => sendSignal(id, name, payload, options ?? {}),
+
+    signalSubject: (workflow, subject, name, payload, options = {}) =>
+      Effect.gen(function* () {
+        const rows = yield* statements.runFindBySubject(workflow, subject).pipe(db("find run by subject"))
+        const run = rows[0]
+        if (run === undefined || States.isTerminal(run.status)) {
+          if (options.missing === "ignore") return undefined
+          return yield* new NotOngoing({
+            verb: "signal",
+            current: run?.status ?? "none",
+            run: `${workflow}:${subject}`
+          })
+        }
+        return yield* sendSignal(run.id, name, payload, options)
+      }),
+
+    skip: (id, options) =>
+      verb("skip", id, options, (run, now) =>
+        Effect.gen(function* () {
+          const [waiting] = yield* statements.stepWaitingOf(run.id)
+          if (waiting === undefined) {
+            return yield* new InvalidTransition({
+              verb: "skip",
+              current: `${run.status} (no waiting step)`,
+              run: run.id
+            })
+          }
+          yield* statements.stepResolveWaiting({
+            workflow: run.workflow,
+            runId: run.id,
+            stepId: waiting.id,
+            outcome: "skip",
+            error: null,
+            actor: options?.actor ?? "app",
+            reason: options?.reason ?? null,
+            eventType: "skipped",
+            eventDetails: null,
+            physicalQueue: queueOf(waiting.queue || config.workflowQueue).physical,
+            now
+          })
+          return yield* reread(run.id)
+        })
+      ),
+
+    fastForward: (id, data, options) =>
+      Effect.gen(function* () {
+        const run = yield* getRow(id, options?.resourceId ?? null)
+        if (run.status === "paused") return yield* client.resume(id, options)
+        if (run.status === "waiting") {
+          const [waiting] = yield* statements.stepWaitingOf(run.id).pipe(db("find waiting step"))
+          if (waiting?.wait_for) {
+            yield* sendSignal(id, waiting.wait_for, data ?? {}, {
+              ...options,
+              reason: options?.reason ?? "fast-forward"
+            })
+          }
+          return toRunInfo(yield* getRow(id, null))
+        }
+        if (run.status === "ready") {
+          const [latest] = yield* statements.stepLatest(run.id).pipe(db("find step"))
+          if (latest?.status === "scheduled") return yield* client.runNow(id, options)
+        }
+        return toRunInfo(run)
+      }),
+
+    signals: (id) =>
+      isUuid(id)
+        ? statements.signalsOf(id).pipe(
+            db("list signals"),
+            Effect.map((rows) => rows.map((row) => toReceipt(row, false)))
+          )
+        : Effect.succeed([])
   }
 
   // ---- runner ------------------------------------------------------------------------------
@@ -761,6 +1084,8 @@ const make = Effect.gen(function* () {
       let stop: Stop | undefined
       let control: ControlVerb | undefined
       let inStep = false
+      /** Set by a poll's check that found nothing yet: the step is checked again later. */
+      let pollRequest: { readonly intervalMs: number; readonly timeoutMs: number | null } | undefined
       const decoded = yield* Schema.decodeUnknownEffect(def.payload)(claim.payload).pipe(Effect.option)
       const runContext: RunContext<unknown> = {
         workflowId: runId,
@@ -889,30 +1214,101 @@ const make = Effect.gen(function* () {
         Effect.gen(function* () {
           targetReached = true
           const startedAt = yield* Clock.currentTimeMillis
-          // guards, under the run's row lock
-          if (def.cancelIf !== undefined || options.skipIf !== undefined) {
+          // guards and the signal gate, under the run's row lock
+          let received: ReceivedSignal | undefined
+          let readers: SignalReaders["Service"] = { woken: false, signalReady: false }
+          const timedOut = claim.step_id === step.id ? claim.step_timed_out === true : false
+          if (def.cancelIf !== undefined || options.skipIf !== undefined || options.waitFor !== undefined) {
+            const waitName =
+              options.waitFor === undefined
+                ? undefined
+                : typeof options.waitFor === "string"
+                  ? options.waitFor
+                  : options.waitFor.name
             const guard = yield* sql
               .withTransaction(
                 Effect.gen(function* () {
                   yield* statements.runLock(runId, null)
-                  if (def.cancelIf !== undefined && (yield* def.cancelIf(runContext as never))) return "cancel" as const
-                  if (options.skipIf !== undefined && (yield* options.skipIf(runContext))) return "skip" as const
-                  return "run" as const
+                  let held: SignalRow | undefined
+                  let candidate: { readonly row: SignalRow; readonly payload: unknown } | undefined
+                  if (waitName !== undefined) {
+                    held = (yield* statements.signalHeldBy(step.id))[0]
+                    if (held === undefined && !timedOut) {
+                      for (const row of yield* statements.signalsPending(runId, waitName)) {
+                        const decoded = yield* matchSignal(def, options.waitFor!, row.payload)
+                        if (decoded !== NO_MATCH) {
+                          candidate = { row, payload: decoded }
+                          break
+                        }
+                      }
+                    }
+                  }
+                  readers = { woken: held !== undefined, signalReady: held !== undefined || candidate !== undefined }
+                  const withReaders = <X, Y, Z>(e: Effect.Effect<X, Y, Z>) =>
+                    Effect.provideService(e, SignalReaders, readers)
+                  if (def.cancelIf !== undefined && (yield* withReaders(def.cancelIf(runContext as never)))) {
+                    return { _tag: "cancel" } as const
+                  }
+                  if (options.skipIf !== undefined && (yield* withReaders(options.skipIf(runContext)))) {
+                    return { _tag: "skip" } as const
+                  }
+                  if (waitName === undefined || timedOut) return { _tag: "run" } as const
+                  const now = yield* statementNow
+                  if (held !== undefined) {
+                    const payload = yield* matchSignal(def, options.waitFor!, held.payload)
+                    return {
+                      _tag: "signal",
+                      signal: {
+                        id: String(held.id),
+                        name: held.name,
+                        payload: payload === NO_MATCH ? held.payload : payload
+                      }
+                    } as const
+                  }
+                  if (candidate !== undefined) {
+                    yield* statements.signalClaim({ runId, signalId: candidate.row.id, stepId: step.id, now })
+                    return {
+                      _tag: "signal",
+                      signal: { id: String(candidate.row.id), name: candidate.row.name, payload: candidate.payload }
+                    } as const
+                  }
+                  // no signal: the step parks (nothing is sent until a signal or the deadline wakes it)
+                  const deadline = yield* waitDeadline(options, runContext)
+                  yield* statements.stepPark({
+                    runId,
+                    stepId: step.id,
+                    waitFor: waitName,
+                    matcher: typeof options.waitFor !== "string" || declaredMatcher(def, waitName),
+                    timeoutMs: deadline.ms,
+                    timeoutAt: deadline.at,
+                    onTimeout: options.onTimeout ?? (deadline.at === null && deadline.ms === null ? null : "pause"),
+                    periodMs: deadline.periodMs,
+                    now
+                  })
+                  return { _tag: "parked" } as const
                 })
               )
               .pipe(Effect.exit)
-            if (Exit.isSuccess(guard) && guard.value === "cancel") {
-              yield* applyOutcome(step, "cancelled", null, null, { _tag: "cancel", reason: "cancelIf" })
-              yield* recordStep(step, "cancelled", startedAt)
-              return yield* halt({ _tag: "applied" })
-            }
-            if (Exit.isSuccess(guard) && guard.value === "skip") {
-              pending = { step, status: "skipped", output: null }
-              yield* recordStep(step, "skipped", startedAt)
-              return undefined
-            }
             if (Exit.isFailure(guard)) {
               return yield* failed(step, Cause.squash(guard.cause), options, startedAt)
+            }
+            switch (guard.value._tag) {
+              case "cancel":
+                yield* applyOutcome(step, "cancelled", null, null, { _tag: "cancel", reason: "cancelIf" })
+                yield* recordStep(step, "cancelled", startedAt)
+                return yield* halt({ _tag: "applied" })
+              case "skip":
+                pending = { step, status: "skipped", output: null }
+                yield* recordStep(step, "skipped", startedAt)
+                return undefined
+              case "parked":
+                yield* recordStep(step, "waiting", startedAt)
+                return yield* halt({ _tag: "applied" })
+              case "signal":
+                received = guard.value.signal
+                break
+              case "run":
+                break
             }
           }
           const stepContext: StepContext["Service"] = {
@@ -924,13 +1320,18 @@ const make = Effect.gen(function* () {
             step: step.name,
             attempt: step.attempt,
             stepIdempotencyKey: `pgbus-wf:${runId}:${step.name}`,
-            attemptIdempotencyKey: `pgbus-wf:${runId}:${step.name}:${step.attempt}`
+            attemptIdempotencyKey: `pgbus-wf:${runId}:${step.name}:${step.attempt}`,
+            signal: received,
+            timedOut
           }
           const timeoutMs =
             options.timeout === undefined ? undefined : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
           inStep = true
           control = undefined
-          const ran = effect.pipe(Effect.provideService(StepContext, stepContext))
+          const ran = effect.pipe(
+            Effect.provideService(StepContext, stepContext),
+            Effect.provideService(SignalReaders, readers)
+          )
           const exit = yield* (
             timeoutMs === undefined
               ? ran
@@ -952,6 +1353,30 @@ const make = Effect.gen(function* () {
           const verbCalled = control as ControlVerb | undefined
           control = undefined
           if (verbCalled !== undefined) return yield* controlled(step, verbCalled, startedAt)
+          const pollAgain = pollRequest
+          pollRequest = undefined
+          if (pollAgain !== undefined) {
+            const now = yield* statementNow
+            const [again] = yield* statements
+              .stepPollAgain({
+                workflow: def.name,
+                runId,
+                stepId: step.id,
+                intervalMs: pollAgain.intervalMs,
+                timeoutMs: pollAgain.timeoutMs,
+                physicalQueue: queueOf(step.queue || defaultQueue).physical,
+                now
+              })
+              .pipe(db("schedule the next check"))
+            if (again !== undefined) {
+              yield* recordStep(step, "polled", startedAt)
+              return yield* halt({ _tag: "applied" })
+            }
+            // past its deadline: the poll ends with timedOut
+            pending = { step, status: "completed", output: JSON.stringify({ timedOut: true }) }
+            yield* recordStep(step, "completed", startedAt)
+            return { timedOut: true } as A
+          }
           if (Exit.isFailure(exit)) {
             if (Cause.hasInterruptsOnly(exit.cause)) return yield* halt({ _tag: "external" })
             return yield* failed(step, Cause.squash(exit.cause), options, startedAt)
@@ -1101,8 +1526,10 @@ const make = Effect.gen(function* () {
           const { queue: queueName, physical } = queueOf(queue, options.priority)
           yield* jobs.ensureQueue(queueName)
           // run it here and now when nothing stands between: no wait, no guard, same queue
+          const dueAt = options.at ?? null
           const fast =
             delayMs === 0 &&
+            dueAt === null &&
             options.skipIf === undefined &&
             def.cancelIf === undefined &&
             queueName === queueOf(pending?.step.queue || defaultQueue).queue
@@ -1136,6 +1563,8 @@ const make = Effect.gen(function* () {
                     queue: queueName,
                     physicalQueue: physical,
                     delayMs,
+                    dueAt,
+                    timeoutMs,
                     reattempts: 0,
                     reattempt: false
                   }
@@ -1146,7 +1575,7 @@ const make = Effect.gen(function* () {
             target = { id: r.next_id, name, attempt, position, reattempts: 0, queue: queueName }
             return yield* runTarget(target, effect, options)
           }
-          if (delayMs === 0 && options.skipIf === undefined) {
+          if (delayMs === 0 && dueAt === null && options.skipIf === undefined) {
             const [row] = yield* statements
               .stepInsertClaimed({
                 runId,
@@ -1175,6 +1604,8 @@ const make = Effect.gen(function* () {
               queue: queueName,
               physicalQueue: physical,
               delayMs,
+              dueAt,
+              timeoutMs,
               reattempts: 0,
               now
             })
@@ -1182,59 +1613,61 @@ const make = Effect.gen(function* () {
           return yield* halt({ _tag: "applied" })
         })
 
-      const runtime = WorkflowRuntime.of({
-        step: <A, E, R>(name: string, effect: Effect.Effect<A, E, R>, options: StepOptions<A>) =>
-          Effect.gen(function* () {
-            if (stop !== undefined) return yield* Effect.interrupt
-            const invalid = checkStep(name, options as StepOptions<unknown>)
-            if (invalid !== undefined) {
-              yield* pauseWith(new InvalidWorkflowDefinition({ workflow: def.name, reason: invalid }), "error")
-              return yield* halt({ _tag: "applied" })
-            }
-            if (seen.has(name)) {
-              yield* pauseWith(
-                new InvalidWorkflowDefinition({
-                  workflow: def.name,
-                  reason: `step ${name} is yielded twice in one run (step names identify steps)`
-                }),
-                "version_mismatch"
-              )
-              return yield* halt({ _tag: "applied" })
-            }
-            seen.add(name)
-            namesSeen.push(name)
-            stepPolicies.set(name, options as StepOptions<unknown>)
-            const position = cursor++
-            const recorded = order[position]
-            if (recorded !== undefined && recorded !== name) return yield* divergence(recorded, name, position)
-            const entry = latest.get(name)
-            if (target !== undefined && !targetReached && name === target.name) {
-              return yield* runTarget(
-                { ...target, queue: entry?.status === "scheduled" ? target.queue : target.queue },
-                effect,
-                options
-              )
-            }
-            if (entry !== undefined && recorded === name) {
-              if (entry.status === "completed") {
-                if (options.output === undefined) return entry.output as A
-                const value = yield* Schema.decodeUnknownEffect(options.output)(entry.output).pipe(Effect.result)
-                if (value._tag === "Failure") {
-                  yield* pauseWith(value.failure, "version_mismatch")
-                  return yield* halt({ _tag: "applied" })
-                }
-                return value.success
+      const runtimeStep = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>, options: StepOptions<A>) =>
+        Effect.gen(function* () {
+          if (stop !== undefined) return yield* Effect.interrupt
+          const invalid = checkStep(name, options as StepOptions<unknown>)
+          if (invalid !== undefined) {
+            yield* pauseWith(new InvalidWorkflowDefinition({ workflow: def.name, reason: invalid }), "error")
+            return yield* halt({ _tag: "applied" })
+          }
+          if (seen.has(name)) {
+            yield* pauseWith(
+              new InvalidWorkflowDefinition({
+                workflow: def.name,
+                reason: `step ${name} is yielded twice in one run (step names identify steps)`
+              }),
+              "version_mismatch"
+            )
+            return yield* halt({ _tag: "applied" })
+          }
+          seen.add(name)
+          namesSeen.push(name)
+          stepPolicies.set(name, options as StepOptions<unknown>)
+          const position = cursor++
+          const recorded = order[position]
+          if (recorded !== undefined && recorded !== name) return yield* divergence(recorded, name, position)
+          const entry = latest.get(name)
+          if (target !== undefined && !targetReached && name === target.name) {
+            return yield* runTarget(
+              { ...target, queue: entry?.status === "scheduled" ? target.queue : target.queue },
+              effect,
+              options
+            )
+          }
+          if (entry !== undefined && recorded === name) {
+            if (entry.status === "completed") {
+              if (options.output === undefined) return entry.output as A
+              const value = yield* Schema.decodeUnknownEffect(options.output)(entry.output).pipe(Effect.result)
+              if (value._tag === "Failure") {
+                yield* pauseWith(value.failure, "version_mismatch")
+                return yield* halt({ _tag: "applied" })
               }
-              if (entry.status === "skipped") return undefined
+              return value.success
             }
-            if (target !== undefined && !targetReached) {
-              // the claimed step must come before any step the history has not completed
-              return yield* divergence(target.name, name, position)
-            }
-            // a step past the recorded history (or one whose last attempt ended unfinished)
-            const attempt = entry === undefined ? 1 : entry.attempt + 1
-            return yield* reachNew(name, effect, options, position, attempt)
-          }).pipe(Effect.orDie) as Effect.Effect<A | undefined, never, R>,
+            if (entry.status === "skipped") return undefined
+          }
+          if (target !== undefined && !targetReached) {
+            // the claimed step must come before any step the history has not completed
+            return yield* divergence(target.name, name, position)
+          }
+          // a step past the recorded history (or one whose last attempt ended unfinished)
+          const attempt = entry === undefined ? 1 : entry.attempt + 1
+          return yield* reachNew(name, effect, options, position, attempt)
+        }).pipe(Effect.orDie) as Effect.Effect<A | undefined, never, R>
+
+      const runtime = WorkflowRuntime.of({
+        step: runtimeStep,
 
         control: (verbCalled) =>
           Effect.suspend(() => {
@@ -1301,7 +1734,33 @@ const make = Effect.gen(function* () {
             cursor++
             namesSeen.push(marker)
             return true
-          }).pipe(Effect.orDie)
+          }).pipe(Effect.orDie),
+
+        poll: <A, E, R>(
+          name: string,
+          check: Effect.Effect<Option.Option<A>, E, R>,
+          options: {
+            readonly interval?: Duration.Input | undefined
+            readonly timeout?: Duration.Input | undefined
+            readonly output?: Schema.ConstraintCodec<unknown, unknown> | undefined
+          }
+        ) => {
+          const intervalMs =
+            options.interval === undefined ? 30_000 : Duration.toMillis(Duration.fromInputUnsafe(options.interval))
+          const timeoutMs =
+            options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
+          const body = Effect.gen(function* () {
+            const result = yield* check
+            if (Option.isSome(result)) return { timedOut: false as const, data: result.value }
+            pollRequest = { intervalMs, timeoutMs }
+            return yield* Effect.interrupt
+          })
+          return runtimeStep(name, body, {}) as Effect.Effect<
+            { readonly timedOut: false; readonly data: A } | { readonly timedOut: true },
+            never,
+            R
+          >
+        }
       })
 
       if (Option.isNone(decoded)) {
@@ -1477,8 +1936,217 @@ const make = Effect.gen(function* () {
       return { _tag: "Continue", message: { workflow: run.workflow, run: runId, step: null } } as const
     })
 
-  return { client, runner: WorkflowRunner.of({ execute, next }) }
+  // ---- the sweep ---------------------------------------------------------------------------
+
+  const SWEEP_BATCH = 200
+
+  /** Applies a waiting step's onTimeout (the sweep at its deadline; `expireWait` at once). */
+  const applyTimeout = (step: StepRow & { readonly workflow: string }, now: Date | null) =>
+    Effect.gen(function* () {
+      const action = step.on_timeout ?? "pause"
+      const physical = queueOf(step.queue || config.workflowQueue).physical
+      const details = JSON.stringify({ wait_for: step.wait_for, action, timeout_at: step.timeout_at })
+      if (action === "notify") {
+        const [noticed] = yield* statements
+          .stepNotifyLate({ runId: step.run_id, stepId: step.id, missedAt: step.timeout_at, now })
+          .pipe(db("late notice"))
+        if (noticed !== undefined) {
+          yield* Metric.update(
+            waitOverdueTotal.pipe(Metric.withAttributes({ workflow_class: step.workflow, step: step.name })),
+            1
+          )
+        }
+        return noticed !== undefined
+      }
+      if (action === "run") {
+        const [woke] = yield* statements
+          .stepWake({
+            workflow: step.workflow,
+            runId: step.run_id,
+            stepId: step.id,
+            timedOut: true,
+            physicalQueue: physical,
+            now
+          })
+          .pipe(db("wake timed-out step"))
+        if (woke !== undefined) {
+          yield* statements
+            .eventInsert({
+              runId: step.run_id,
+              type: "wait_timed_out",
+              step: step.name,
+              attempt: step.attempt,
+              actor: "system",
+              reason: null,
+              details,
+              now
+            })
+            .pipe(db("record timeout"))
+        }
+        return woke !== undefined
+      }
+      const error =
+        action === "pause"
+          ? errorJson(
+              new WaitTimedOut({
+                step: step.name,
+                waitFor: step.wait_for ?? "",
+                timeoutAt: step.timeout_at?.toISOString() ?? "now"
+              })
+            )
+          : null
+      const [resolved] = yield* statements
+        .stepResolveWaiting({
+          workflow: step.workflow,
+          runId: step.run_id,
+          stepId: step.id,
+          outcome: action,
+          error,
+          actor: "system",
+          reason: null,
+          eventType: "wait_timed_out",
+          eventDetails: details,
+          physicalQueue: physical,
+          now
+        })
+        .pipe(db("apply timeout"))
+      return resolved !== undefined
+    })
+
+  /** What one sweep repaired. */
+  const sweepOnce: Effect.Effect<SweepReport, DatabaseError | QueueError> = Effect.gen(function* () {
+    const now = yield* statementNow
+    const thresholdMs = Duration.toMillis(config.workflowStallThreshold)
+    let stalled = 0
+    for (const step of yield* statements.stepsStalled(thresholdMs, now, SWEEP_BATCH).pipe(db("find stalled steps"))) {
+      const detection = step.timeout_ms !== null && step.timeout_ms < thresholdMs ? "timeout" : "threshold"
+      const error = errorJson(new StepStalled({ step: step.name, detection }))
+      const { physical } = queueOf(step.queue || config.workflowQueue)
+      const next: NextAction =
+        config.workflowStallAction === "reattempt"
+          ? {
+              _tag: "schedule",
+              name: step.name,
+              attempt: step.attempt + 1,
+              position: step.position,
+              queue: step.queue,
+              physicalQueue: physical,
+              delayMs: 0,
+              timeoutMs: step.timeout_ms,
+              reattempts: step.reattempts + 1,
+              reattempt: true
+            }
+          : config.workflowStallAction === "cancel"
+            ? { _tag: "cancel", reason: "stalled" }
+            : { _tag: "pause", reason: "stalled", error, message: `step ${step.name} stalled` }
+      const [applied] = yield* finish({
+        workflow: step.workflow,
+        runId: step.run_id,
+        stepId: step.id,
+        status: "failed",
+        output: null,
+        error,
+        definitionHash: null,
+        next,
+        now
+      })
+      if (applied?.applied === 1n) {
+        stalled++
+        yield* statements
+          .eventInsert({
+            runId: step.run_id,
+            type: "stall_detected",
+            step: step.name,
+            attempt: step.attempt,
+            actor: "system",
+            reason: `in progress past its ${detection === "timeout" ? "timeout" : "stall threshold"}`,
+            details: JSON.stringify({ detection, action: config.workflowStallAction }),
+            now
+          })
+          .pipe(db("record stall"))
+        yield* Metric.update(
+          stallsTotal.pipe(Metric.withAttributes({ workflow_class: step.workflow, step: step.name, detection })),
+          1
+        )
+      }
+    }
+    let resent = 0
+    for (const step of yield* statements.stepsOverdue(thresholdMs, now, SWEEP_BATCH).pipe(db("find overdue steps"))) {
+      // a duplicate message is harmless (the claim is guarded): re-send rather than search the queue
+      const { queue, physical } = queueOf(step.queue || config.workflowQueue)
+      yield* jobs.ensureQueue(queue)
+      const r = yield* statements
+        .stepResend({ workflow: step.workflow, runId: step.run_id, stepId: step.id, physicalQueue: physical, now })
+        .pipe(db("re-send step"))
+      resent += r.length
+    }
+    for (const run of yield* statements.runsIdle(thresholdMs, now, SWEEP_BATCH).pipe(db("find idle runs"))) {
+      const { queue, physical } = queueOf(config.workflowQueue)
+      yield* jobs.ensureQueue(queue)
+      yield* statements.runSendContinue(run.workflow, run.id, physical, now).pipe(db("re-send run"))
+      resent++
+    }
+    let timedOut = 0
+    for (const step of yield* statements.waitsTimedOut(now, SWEEP_BATCH).pipe(db("find timed-out waits"))) {
+      if (yield* applyTimeout(step, now)) timedOut++
+    }
+    let deleted = 0
+    if (config.workflowRetention !== undefined) {
+      const retentionMs = Duration.toMillis(config.workflowRetention)
+      while (true) {
+        const [row] = yield* statements.runsDeleteFinished(retentionMs, now, 1_000).pipe(db("delete old runs"))
+        const n = Number(row?.n ?? 0n)
+        deleted += n
+        if (n < 1_000) break
+      }
+    }
+    return { stalled, resent, timedOut, deleted } satisfies SweepReport
+  }).pipe(Effect.withSpan("pgbus.workflow.sweep", {}, { captureStackTrace: false }))
+
+  /** Applies the waiting step's onTimeout now, whatever its deadline (test helpers, support tooling). */
+  const expireWait = (runId: string) =>
+    Effect.gen(function* () {
+      const run = yield* getRow(runId, null)
+      const [waiting] = yield* statements.stepWaitingOf(runId).pipe(db("find waiting step"))
+      if (waiting === undefined) return false
+      const now = yield* statementNow
+      return yield* applyTimeout({ ...waiting, workflow: run.workflow }, now)
+    })
+
+  return {
+    client,
+    runner: WorkflowRunner.of({ execute, next }),
+    sweep: WorkflowSweep.of({ runOnce: sweepOnce, expireWait })
+  }
 })
+
+/** What one sweep repaired. */
+export interface SweepReport {
+  /** In-progress steps past their timeout or the stall threshold, given the stall action. */
+  readonly stalled: number
+  /** Messages of overdue scheduled steps (and idle ready runs) sent again. */
+  readonly resent: number
+  /** Waits whose deadline passed, given their onTimeout (notify notices included). */
+  readonly timedOut: number
+  /** Finished and cancelled runs deleted after the retention. */
+  readonly deleted: number
+}
+
+/**
+ * The workflow sweep: repairs what messages and workers cannot (dead workers' steps, lost
+ * messages, wait deadlines, retention). `runOnce` is idempotent and safe with several
+ * supervisors running it at once (every repair is a guarded statement).
+ *
+ * @category services
+ */
+export class WorkflowSweep extends Context.Service<
+  WorkflowSweep,
+  {
+    readonly runOnce: Effect.Effect<SweepReport, DatabaseError | QueueError>
+    /** Applies a waiting step's onTimeout now, whatever its deadline; false when nothing waits. */
+    readonly expireWait: (runId: string) => Effect.Effect<boolean, DatabaseError | QueueError | RunNotFound>
+  }
+>()("effect-pgbus/WorkflowSweep") {}
 
 /**
  * The workflow client and runner on the database.
@@ -1486,12 +2154,12 @@ const make = Effect.gen(function* () {
  * @category layers
  */
 export const layer: Layer.Layer<
-  WorkflowClient | WorkflowRunner,
+  WorkflowClient | WorkflowRunner | WorkflowSweep,
   never,
   PgBusConfig | SqlClient.SqlClient | QueueStore | JobClient
 > = Layer.effectContext(
-  Effect.map(make, ({ client, runner }) =>
-    Context.make(WorkflowClient, client).pipe(Context.add(WorkflowRunner, runner))
+  Effect.map(make, ({ client, runner, sweep }) =>
+    Context.make(WorkflowClient, client).pipe(Context.add(WorkflowRunner, runner), Context.add(WorkflowSweep, sweep))
   )
 )
 

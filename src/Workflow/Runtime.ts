@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { Context, type Duration, type Effect, type Schema } from "effect"
+import { Context, type Duration, type Effect, type Option, type Schema } from "effect"
 
 // ---------------------------------------------------------------------------------------------
 // Exception policies
@@ -76,6 +76,10 @@ export class StepContext extends Context.Service<
     readonly stepIdempotencyKey: string
     /** `<stepIdempotencyKey>:<attempt>`. */
     readonly attemptIdempotencyKey: string
+    /** The signal this attempt runs with (a `waitFor` step), decoded with its Schema when declared. */
+    readonly signal: ReceivedSignal | undefined
+    /** True when the attempt runs because its wait timed out (`onTimeout: "run"`). */
+    readonly timedOut: boolean
   }
 >()("effect-pgbus/Workflow/StepContext") {}
 
@@ -95,7 +99,64 @@ export interface StepOptions<A> {
   readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
   /** Schema of the output: encoded when stored, decoded on replay (default: JSON as is). */
   readonly output?: Schema.ConstraintCodec<A, unknown> | undefined
+  /** Absolute due time (a timer): the step runs at `at`, not after `wait`. */
+  readonly at?: Date | undefined
+  /** Wait for a signal before the body runs: its name, or a matcher. */
+  readonly waitFor?: string | SignalMatcher | undefined
+  /**
+   * Deadline of the wait, from when the step parks: a duration, or a function of the run giving a
+   * duration, a Date (the deadline itself) or undefined (no deadline this attempt).
+   */
+  readonly waitTimeout?: WaitTimeout | undefined
+  /** What happens when the wait's deadline passes (default pause). */
+  readonly onTimeout?: OnTimeout | undefined
 }
+
+/** A signal as a step receives it. */
+export interface ReceivedSignal {
+  readonly id: string
+  readonly name: string
+  readonly payload: unknown
+}
+
+/** What a wait does when its deadline passes. */
+export type OnTimeout = "pause" | "cancel" | "skip" | "run" | "notify"
+
+/** A wait's deadline: static, or per run. */
+export type WaitTimeout =
+  | Duration.Input
+  | ((run: RunContext<unknown>) => Effect.Effect<Duration.Input | Date | undefined, unknown, unknown>)
+
+/**
+ * A signal matcher: a signal name plus a predicate on the payload (decoded with `schema` when
+ * given). Matchers run under the run's row lock: keep them fast and free of side effects.
+ *
+ * @category models
+ */
+export interface SignalMatcher {
+  readonly name: string
+  readonly schema?: Schema.ConstraintCodec<unknown, unknown> | undefined
+  readonly matches?: ((payload: unknown) => boolean) | undefined
+}
+
+/** Declared signals of a workflow: a Schema for the payload, or a matcher. */
+export type SignalDeclarations = Readonly<Record<string, Schema.ConstraintCodec<unknown, unknown> | SignalMatcher>>
+
+/**
+ * The signal readers of a step (`Workflow.woken`, `Workflow.signalReady`), provided while its
+ * guards and body run.
+ *
+ * @category services
+ */
+export class SignalReaders extends Context.Service<
+  SignalReaders,
+  {
+    /** The attempt holds a signal before its gate (woken by a signal, or kept from an earlier attempt). */
+    readonly woken: boolean
+    /** The gate runs this attempt with a signal: one it holds, or a pending one its matcher takes. */
+    readonly signalReady: boolean
+  }
+>()("effect-pgbus/Workflow/SignalReaders") {}
 
 /** Flow-control verbs a body can call. */
 export type ControlVerb =
@@ -121,5 +182,14 @@ export class WorkflowRuntime extends Context.Service<
     ) => Effect.Effect<A | undefined, never, R>
     readonly control: (verb: ControlVerb) => Effect.Effect<never>
     readonly patched: (id: string) => Effect.Effect<boolean>
+    readonly poll: <A, E, R>(
+      name: string,
+      check: Effect.Effect<Option.Option<A>, E, R>,
+      options: {
+        readonly interval?: Duration.Input | undefined
+        readonly timeout?: Duration.Input | undefined
+        readonly output?: Schema.ConstraintCodec<unknown, unknown> | undefined
+      }
+    ) => Effect.Effect<{ readonly timedOut: false; readonly data: A } | { readonly timedOut: true }, never, R>
   }
 >()("effect-pgbus/Workflow/WorkflowRuntime") {}

@@ -5,23 +5,45 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, type Schema } from "effect"
-import type { RunHandle, StartOptions, WorkflowClientShape } from "./Client.ts"
+import { Duration, Effect, type Option, type Schema } from "effect"
+import type { RunHandle, SignalOptions, SignalReceipt, StartOptions, WorkflowClientShape } from "./Client.ts"
 import { WorkflowClient } from "./Client.ts"
-import { type ErrorPolicy, type RunContext, StepContext, type StepOptions, WorkflowRuntime } from "./Runtime.ts"
+import {
+  type ErrorPolicy,
+  type OnTimeout,
+  type RunContext,
+  type SignalDeclarations,
+  type SignalMatcher,
+  SignalReaders,
+  StepContext,
+  type StepOptions,
+  type WaitTimeout,
+  WorkflowRuntime
+} from "./Runtime.ts"
 import type { DatabaseError } from "./WorkflowError.ts"
-import { InvalidWorkflowDefinition, type RunNotFound, type StartError } from "./WorkflowError.ts"
+import {
+  InvalidWorkflowDefinition,
+  NotInStep,
+  type RunNotFound,
+  type SignalError,
+  type StartError
+} from "./WorkflowError.ts"
 
 export {
   type ControlVerb,
   type ErrorMatcher,
   type ErrorPolicy,
+  type OnTimeout,
   type PolicyAction,
   type PolicyDecision,
+  type ReceivedSignal,
   type ReportMode,
   type RunContext,
+  type SignalDeclarations,
+  type SignalMatcher,
   StepContext,
   type StepOptions,
+  type WaitTimeout,
   WorkflowRuntime
 } from "./Runtime.ts"
 
@@ -40,6 +62,8 @@ export interface WorkflowOptions<P, RG> {
   readonly cancelIf?: ((run: RunContext<P>) => Effect.Effect<boolean, unknown, RG>) | undefined
   /** Workflow-level exception policies (after the step's own). */
   readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
+  /** The signals the workflow takes: a Schema for each payload (typed, validated when sent), or a matcher. */
+  readonly signals?: SignalDeclarations | undefined
 }
 
 const TypeId = "~effect-pgbus/Workflow"
@@ -57,6 +81,7 @@ export interface Workflow<out Name extends string, in out P, out A = unknown, ou
   readonly queue: string | undefined
   readonly cancelIf: ((run: RunContext<P>) => Effect.Effect<boolean, unknown, R>) | undefined
   readonly onError: ReadonlyArray<ErrorPolicy>
+  readonly signals: SignalDeclarations
   readonly body: (run: RunContext<P>) => Effect.Effect<A, E, R | WorkflowRuntime>
   /** Starts a run (joins the caller's transaction). */
   readonly start: (payload: P, options?: StartOptions) => Effect.Effect<RunHandle, StartError, WorkflowClient>
@@ -67,6 +92,20 @@ export interface Workflow<out Name extends string, in out P, out A = unknown, ou
   ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError, WorkflowClient>
   /** The subject's ongoing run of this workflow (else its latest). */
   readonly findBySubject: (subject: string) => Effect.Effect<RunHandle, RunNotFound | DatabaseError, WorkflowClient>
+  /** Sends a signal to a run by id (its payload validated with the declared Schema). */
+  readonly signal: (
+    runId: string,
+    name: string,
+    payload: unknown,
+    options?: SignalOptions
+  ) => Effect.Effect<SignalReceipt, SignalError, WorkflowClient>
+  /** Sends a signal to the subject's ongoing run; `missing: "ignore"` gives undefined when there is none. */
+  readonly signalSubject: (
+    subject: string,
+    name: string,
+    payload: unknown,
+    options?: SignalOptions & { readonly missing?: "raise" | "ignore" }
+  ) => Effect.Effect<SignalReceipt | undefined, SignalError, WorkflowClient>
 }
 
 /** Any workflow, for registries. */
@@ -78,6 +117,7 @@ export interface AnyWorkflow {
   readonly queue: string | undefined
   readonly cancelIf: ((run: RunContext<never>) => Effect.Effect<boolean, unknown, unknown>) | undefined
   readonly onError: ReadonlyArray<ErrorPolicy>
+  readonly signals: SignalDeclarations
   readonly body: (run: RunContext<never>) => Effect.Effect<unknown, unknown, unknown>
 }
 
@@ -126,7 +166,19 @@ export const checkStep = (name: string, options: StepOptions<unknown>): string |
     return "a step name must be a non-empty string of at most 200 characters"
   }
   if (name.startsWith("patch:")) return `step ${name}: names starting with "patch:" are reserved`
-  const allowed = new Set(["wait", "skipIf", "timeout", "queue", "priority", "onError", "output"])
+  const allowed = new Set([
+    "wait",
+    "skipIf",
+    "timeout",
+    "queue",
+    "priority",
+    "onError",
+    "output",
+    "at",
+    "waitFor",
+    "waitTimeout",
+    "onTimeout"
+  ])
   for (const key of Object.keys(options)) if (!allowed.has(key)) return `step ${name}: unknown option ${key}`
   const wait = checkDuration(options.wait, `step ${name}: wait`, true)
   if (wait) return wait
@@ -137,6 +189,24 @@ export const checkStep = (name: string, options: StepOptions<unknown>): string |
   }
   if (options.priority !== undefined && (!Number.isInteger(options.priority) || options.priority < 0)) {
     return `step ${name}: priority must be an integer of at least 0`
+  }
+  if (options.at !== undefined && (!(options.at instanceof Date) || Number.isNaN(options.at.getTime()))) {
+    return `step ${name}: at must be a valid Date`
+  }
+  if (options.at !== undefined && options.wait !== undefined) return `step ${name}: give wait or at, not both`
+  if (options.onTimeout !== undefined && !["pause", "cancel", "skip", "run", "notify"].includes(options.onTimeout)) {
+    return `step ${name}: onTimeout must be pause, cancel, skip, run or notify`
+  }
+  if ((options.waitTimeout !== undefined || options.onTimeout !== undefined) && options.waitFor === undefined) {
+    return `step ${name}: waitTimeout and onTimeout need waitFor`
+  }
+  if (options.waitTimeout !== undefined && typeof options.waitTimeout !== "function") {
+    const invalid = checkDuration(options.waitTimeout, `step ${name}: waitTimeout`, false)
+    if (invalid) return invalid
+  }
+  if (options.waitFor !== undefined) {
+    const waitName = typeof options.waitFor === "string" ? options.waitFor : options.waitFor.name
+    if (typeof waitName !== "string" || waitName.length === 0) return `step ${name}: waitFor needs a signal name`
   }
   return options.onError === undefined ? undefined : checkPolicies(options.onError, `step ${name}`)
 }
@@ -164,7 +234,7 @@ export const make = <const Name extends string, P, Eff extends Effect.Effect<unk
     throw new InvalidWorkflowDefinition({ workflow: name, reason })
   }
   if (!NAME.test(name)) fail("the name must start with a letter and use letters, digits, _ . : - (at most 128)")
-  const allowed = new Set(["payload", "version", "queue", "cancelIf", "onError"])
+  const allowed = new Set(["payload", "version", "queue", "cancelIf", "onError", "signals"])
   for (const key of Object.keys(options)) if (!allowed.has(key)) fail(`unknown option ${key}`)
   if (options.queue !== undefined && !QUEUE.test(options.queue)) {
     fail("queue must use lowercase letters, digits and underscores")
@@ -184,12 +254,24 @@ export const make = <const Name extends string, P, Eff extends Effect.Effect<unk
     queue: options.queue,
     cancelIf: options.cancelIf as never,
     onError: policies,
+    signals: options.signals ?? {},
     body: (run: RunContext<P>) => Effect.gen(() => body(run)) as never,
     start: (payload: P, startOptions?: StartOptions) =>
       use((client) => client.start(definition, payload, startOptions)),
     get: (id: string, getOptions?: { readonly resourceId?: string | undefined }) =>
       use((client) => client.get(id, getOptions)),
-    findBySubject: (subject: string) => use((client) => client.findBySubject(name, subject))
+    findBySubject: (subject: string) => use((client) => client.findBySubject(name, subject)),
+    signal: (runId: string, signalName: string, payload: unknown, signalOptions?: SignalOptions) =>
+      use((client) => client.signal(runId, signalName, payload, { ...signalOptions, workflow: definition })),
+    signalSubject: (
+      subject: string,
+      signalName: string,
+      payload: unknown,
+      signalOptions?: SignalOptions & { readonly missing?: "raise" | "ignore" }
+    ) =>
+      use((client) =>
+        client.signalSubject(name, subject, signalName, payload, { ...signalOptions, workflow: definition })
+      )
   }
   return definition
 }
@@ -257,3 +339,101 @@ export const context: Effect.Effect<StepContext["Service"], never, StepContext> 
 export const stepIdempotencyKey: Effect.Effect<string, never, StepContext> = StepContext.use((c) =>
   Effect.succeed(c.stepIdempotencyKey)
 )
+
+/** A signal matcher: the signal's name, an optional payload Schema and a predicate. */
+export const signalMatcher = <S extends Schema.ConstraintCodec<unknown, unknown>>(
+  name: string,
+  options: { readonly schema?: S; readonly matches: (payload: S["Type"]) => boolean }
+): SignalMatcher => ({
+  name,
+  ...(options.schema ? { schema: options.schema } : {}),
+  matches: options.matches as (payload: unknown) => boolean
+})
+
+const reader = (name: "woken" | "signalReady"): Effect.Effect<boolean, NotInStep> =>
+  Effect.flatMap(Effect.serviceOption(SignalReaders), (readers) =>
+    readers._tag === "Some" ? Effect.succeed(readers.value[name]) : Effect.fail(new NotInStep({ reader: name }))
+  )
+
+/**
+ * True when this attempt holds a signal before its gate (a signal woke the step, or an earlier
+ * attempt took one). One answer for the whole attempt; fails with `NotInStep` outside a step.
+ */
+export const woken: Effect.Effect<boolean, NotInStep> = reader("woken")
+
+/**
+ * True when the gate runs this attempt with a signal: one the step holds, or a pending one its
+ * matcher takes. One answer for the whole attempt; fails with `NotInStep` outside a step.
+ */
+export const signalReady: Effect.Effect<boolean, NotInStep> = reader("signalReady")
+
+/** Options of `waitForSignal`. */
+export interface WaitForSignalOptions {
+  /** The step's name (default `wait:<signal>`); needed to wait for the same signal twice. */
+  readonly step?: string | undefined
+  /** Deadline of the wait. */
+  readonly timeout?: WaitTimeout | undefined
+  readonly onTimeout?: OnTimeout | undefined
+  readonly skipIf?: StepOptions<unknown>["skipIf"]
+  readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
+  readonly queue?: string | undefined
+}
+
+/**
+ * Waits for a signal (a name, or a matcher) and gives its payload: a durable step that parks
+ * and holds no worker until the signal comes. Gives undefined when the wait timed out with
+ * `onTimeout: "run"` or was skipped.
+ */
+export const waitForSignal = (
+  signal: string | SignalMatcher,
+  options: WaitForSignalOptions = {}
+): Effect.Effect<unknown, never, WorkflowRuntime> => {
+  const signalName = typeof signal === "string" ? signal : signal.name
+  return step(
+    options.step ?? `wait:${signalName}`,
+    Effect.map(Effect.serviceOption(StepContext), (c) => (c._tag === "Some" ? c.value.signal?.payload : undefined)),
+    {
+      waitFor: signal,
+      ...(options.timeout !== undefined ? { waitTimeout: options.timeout } : {}),
+      ...(options.onTimeout !== undefined ? { onTimeout: options.onTimeout } : {}),
+      ...(options.skipIf !== undefined ? { skipIf: options.skipIf } : {}),
+      ...(options.onError !== undefined ? { onError: options.onError } : {}),
+      ...(options.queue !== undefined ? { queue: options.queue } : {})
+    }
+  ) as Effect.Effect<unknown, never, WorkflowRuntime>
+}
+
+/** A durable timer: the run sleeps `duration`, holding no worker. */
+export const sleep = (name: string, duration: Duration.Input): Effect.Effect<void, never, WorkflowRuntime> =>
+  Effect.asVoid(step(name, Effect.void, { wait: duration }))
+
+/** A durable timer: the run waits until `date` (a past date goes on at once), holding no worker. */
+export const waitUntil = (name: string, date: Date): Effect.Effect<void, never, WorkflowRuntime> =>
+  Effect.asVoid(step(name, Effect.void, { at: date }))
+
+/** What a poll gives. */
+export type PollResult<A> = { readonly timedOut: false; readonly data: A } | { readonly timedOut: true }
+
+/** Options of `poll`. */
+export interface PollOptions {
+  /** Time between checks (default 30 seconds). */
+  readonly interval?: Duration.Input | undefined
+  /** Gives `{ timedOut: true }` once this long has passed since the first check. */
+  readonly timeout?: Duration.Input | undefined
+  readonly output?: Schema.ConstraintCodec<unknown, unknown> | undefined
+}
+
+/**
+ * Checks on an interval until `check` gives a value (`Option.some`), holding no worker between
+ * checks; gives `{ timedOut: false, data }`, or `{ timedOut: true }` after `timeout`.
+ */
+export const poll = <A, E, R>(
+  name: string,
+  check: Effect.Effect<Option.Option<A>, E, R>,
+  options: PollOptions = {}
+): Effect.Effect<PollResult<A>, never, Exclude<R, StepContext> | WorkflowRuntime> =>
+  WorkflowRuntime.use((runtime) => runtime.poll(name, check, options)) as Effect.Effect<
+    PollResult<A>,
+    never,
+    Exclude<R, StepContext> | WorkflowRuntime
+  >

@@ -205,6 +205,62 @@ export class UnexpectedStep extends Schema.TaggedError<UnexpectedStep>()("Unexpe
   }
 }
 
+/**
+ * A step reader (`woken`, `signalReady`) was used outside a step's guards or body.
+ *
+ * @category errors
+ */
+export class NotInStep extends Schema.TaggedError<NotInStep>()("NotInStep", { reader: Schema.String }) {
+  override get message(): string {
+    return `${this.reader} can only be read inside a step (its guards or its body)`
+  }
+}
+
+/**
+ * A wait's deadline passed (`onTimeout: "pause"`, the default): the step failed with this.
+ *
+ * @category errors
+ */
+export class WaitTimedOut extends Schema.TaggedError<WaitTimedOut>()("WaitTimedOut", {
+  step: Schema.String,
+  waitFor: Schema.String,
+  timeoutAt: Schema.String
+}) {
+  override get message(): string {
+    return `step ${this.step} waited for ${this.waitFor} past its deadline ${this.timeoutAt}`
+  }
+}
+
+/**
+ * A step was in progress past its timeout or the stall threshold (its worker died or hung).
+ *
+ * @category errors
+ */
+export class StepStalled extends Schema.TaggedError<StepStalled>()("StepStalled", {
+  step: Schema.String,
+  detection: Schema.String
+}) {
+  override get message(): string {
+    return `step ${this.step} stalled (${this.detection})`
+  }
+}
+
+/**
+ * A signal's payload does not encode with the Schema its workflow declares, or is over the
+ * size cap. Nothing was stored.
+ *
+ * @category errors
+ */
+export class InvalidSignal extends Schema.TaggedError<InvalidSignal>()("InvalidSignal", {
+  workflow: Schema.String,
+  signal: Schema.String,
+  issue: Schema.String
+}) {
+  override get message(): string {
+    return `invalid signal ${this.signal} for workflow ${this.workflow}: ${this.issue}`
+  }
+}
+
 /** Errors of starting a run. */
 export type StartError = InvalidWorkflowPayload | AlreadyRunning | QueueError
 
@@ -217,5 +273,8 @@ export type VerbError =
   | UnknownStep
   | DatabaseError
   | QueueError
+
+/** Errors of sending a signal. */
+export type SignalError = RunNotFound | NotOngoing | InvalidSignal | DatabaseError | QueueError
 
 export { DatabaseError }

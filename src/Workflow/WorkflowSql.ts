@@ -55,6 +55,32 @@ export interface StepRow {
   readonly app_revision: string | null
   readonly output: unknown
   readonly error: unknown
+  readonly wait_for: string | null
+  readonly wait_matcher: boolean
+  readonly timeout_at: Date | null
+  readonly on_timeout: OnTimeout | null
+  readonly wait_period_ms: number | null
+  readonly timed_out: boolean
+  readonly waiting_since: Date | null
+}
+
+/** What a wait does when its deadline passes. */
+export type OnTimeout = "pause" | "cancel" | "skip" | "run" | "notify"
+
+/** A signal row. */
+export interface SignalRow {
+  readonly id: bigint
+  readonly run_id: string
+  readonly name: string
+  readonly payload: unknown
+  readonly status: "pending" | "claimed" | "consumed"
+  readonly idempotency_key: string | null
+  readonly claimed_by_step: bigint | null
+  readonly actor: string
+  readonly reason: string | null
+  readonly received_at: Date
+  readonly claimed_at: Date | null
+  readonly consumed_at: Date | null
 }
 
 /** An audit event row. */
@@ -88,6 +114,10 @@ export interface ClaimRow extends RunRow {
   readonly step_attempt: number | null
   readonly step_position: number | null
   readonly step_reattempts: number | null
+  readonly step_timed_out: boolean | null
+  readonly step_timeout_at: Date | null
+  /** The signal the claimed step holds (woken by it, or kept from an earlier attempt). */
+  readonly held_signal: { readonly id: string; readonly name: string; readonly payload: unknown } | null
   readonly history: ReadonlyArray<HistoryEntry>
 }
 
@@ -112,6 +142,9 @@ export type NextAction =
       readonly queue: string
       readonly physicalQueue: string
       readonly delayMs: number
+      /** An absolute due time (a timer); wins over `delayMs`. */
+      readonly dueAt?: Date | null | undefined
+      readonly timeoutMs?: number | null | undefined
       readonly reattempts: number
       /** Write a `step_reattempted` event (a new attempt of the same step). */
       readonly reattempt: boolean
@@ -168,6 +201,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
   const runs = sql(`${schema}.workflow_runs`)
   const steps = sql(`${schema}.workflow_steps`)
   const events = sql(`${schema}.workflow_events`)
+  const signals = sql(`${schema}.workflow_signals`)
   const NOW = (now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
   const textArray = (values: ReadonlyArray<string>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.text))
 
@@ -202,14 +236,14 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`NULL`, sql`run.id`)} AS message FROM run`,
       p.now
     )
-    return sql<{ readonly id: string; readonly created_at: Date }>`WITH run AS (
+    return sql<RunRow & { readonly notified: unknown }>`WITH run AS (
         INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
                              definition_version, rerun_of, actor, created_at, updated_at)
         VALUES (${p.id}::uuid, ${p.workflow}, ${p.subject}, ${p.resourceId}, ${p.payload}::jsonb, 'ready',
                 ${p.idempotencyKey}, ${p.engineVersion}, ${p.definitionVersion}, ${p.rerunOf}::uuid, ${p.actor},
                 ${NOW(p.now)}, ${NOW(p.now)})
         ON CONFLICT DO NOTHING
-        RETURNING id, created_at),
+        RETURNING *),
       started AS (
         INSERT INTO ${events} (run_id, type, actor, reason, details, at)
         SELECT run.id, ${p.rerunOf === null ? "started" : "rerun"}, ${p.actor}, ${p.reason},
@@ -217,7 +251,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
             'rerun_of', ${p.rerunOf}::text)), ${NOW(p.now)}
         FROM run),
       ${message.ctes}
-      SELECT run.id::text AS id, run.created_at, ${message.notifyRef} AS notified FROM run`
+      SELECT run.*, ${message.notifyRef} AS notified FROM run`
   }
 
   /** The run a start collided with: the one with the key, else the subject's ongoing run. */
@@ -244,7 +278,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
           app_revision = ${p.appRevision}
         FROM locked
         WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'scheduled' AND st.due_at <= ${NOW(p.now)}
-        RETURNING st.id, st.name, st.attempt, st.position, st.reattempts),
+        RETURNING st.id, st.name, st.attempt, st.position, st.reattempts, st.timed_out, st.timeout_at),
       r AS (
         UPDATE ${runs} ru SET status = 'performing', current_step = s.name, updated_at = ${NOW(p.now)}
         FROM s WHERE ru.id = ${p.runId}::uuid
@@ -253,7 +287,11 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
         SELECT ${p.runId}::uuid, 'step_started', s.name, s.attempt, 'system', ${NOW(p.now)} FROM s)
       SELECT r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
-        s.position AS step_position, s.reattempts AS step_reattempts, ${history(sql`r.id`)} AS history
+        s.position AS step_position, s.reattempts AS step_reattempts, s.timed_out AS step_timed_out,
+        s.timeout_at AS step_timeout_at,
+        (SELECT jsonb_build_object('id', sg.id::text, 'name', sg.name, 'payload', sg.payload)
+           FROM ${signals} sg WHERE sg.claimed_by_step = s.id AND sg.status = 'claimed' ORDER BY sg.id LIMIT 1) AS held_signal,
+        ${history(sql`r.id`)} AS history
       FROM r, s`
 
   /** Claims a ready run with no open step, to find its next step by replay (start, resume). */
@@ -265,7 +303,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
                           AND status IN ('scheduled', 'in_progress', 'waiting'))
         RETURNING *)
       SELECT r.*, NULL::int8 AS step_id, NULL::text AS step_name, NULL::int4 AS step_attempt,
-        NULL::int4 AS step_position, NULL::int4 AS step_reattempts, ${history(sql`r.id`)} AS history
+        NULL::int4 AS step_position, NULL::int4 AS step_reattempts, NULL::bool AS step_timed_out,
+        NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal, ${history(sql`r.id`)} AS history
       FROM r`
 
   /** A performing run's first new step, claimed at once (the replay found it due). */
@@ -306,6 +345,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly queue: string
     readonly physicalQueue: string
     readonly delayMs: number
+    readonly dueAt: Date | null
+    readonly timeoutMs: number | null
     readonly reattempts: number
     readonly now: Date | null
   }) => {
@@ -319,9 +360,12 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         UPDATE ${runs} SET status = 'ready', current_step = ${p.name}, updated_at = ${NOW(p.now)}
         WHERE id = ${p.runId}::uuid AND status = 'performing' RETURNING id),
       s AS (
-        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, reattempts)
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, timeout_ms,
+                              reattempts)
         SELECT r.id, ${p.name}, ${p.attempt}, ${p.position}, 'scheduled', ${p.queue}, ${NOW(p.now)},
-               ${NOW(p.now)} + ${PgTypes.float8(p.delayMs)} * interval '1 millisecond', ${p.reattempts}
+               greatest(${NOW(p.now)}, coalesce(${p.dueAt}::timestamptz,
+                 ${NOW(p.now)} + ${PgTypes.float8(p.delayMs)} * interval '1 millisecond')),
+               ${PgTypes.float8(p.timeoutMs)}, ${p.reattempts}
         FROM r RETURNING id, name, attempt, due_at),
       e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
@@ -361,6 +405,341 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId}::uuid
                         AND status IN ('scheduled', 'in_progress', 'waiting'))
       RETURNING id`
+
+  // ---- waits and signals ----
+
+  /** The gate found no signal: the attempt parks (performing → waiting) with its deadline. */
+  const stepPark = (p: {
+    readonly runId: string
+    readonly stepId: bigint
+    readonly waitFor: string
+    readonly matcher: boolean
+    /** The deadline as a delay from now (computed with the database's clock)... */
+    readonly timeoutMs: number | null
+    /** ...or as a date (a past one means now). */
+    readonly timeoutAt: Date | null
+    readonly onTimeout: OnTimeout | null
+    readonly periodMs: number | null
+    readonly now: Date | null
+  }) =>
+    sql<{ readonly id: bigint }>`WITH locked AS (
+        SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'performing' FOR UPDATE),
+      s AS (
+        UPDATE ${steps} st SET status = 'waiting', wait_for = ${p.waitFor}, wait_matcher = ${p.matcher},
+          timeout_at = CASE
+            WHEN ${p.timeoutAt}::timestamptz IS NOT NULL THEN greatest(${p.timeoutAt}::timestamptz, ${NOW(p.now)})
+            WHEN ${PgTypes.float8(p.timeoutMs)} IS NOT NULL
+              THEN ${NOW(p.now)} + ${PgTypes.float8(p.timeoutMs)} * interval '1 millisecond'
+            END,
+          on_timeout = ${p.onTimeout}, wait_period_ms = ${PgTypes.float8(p.periodMs)},
+          waiting_since = ${NOW(p.now)}
+        FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'in_progress'
+        RETURNING st.id, st.name, st.attempt),
+      r AS (
+        UPDATE ${runs} ru SET status = 'waiting', updated_at = ${NOW(p.now)} FROM s WHERE ru.id = ${p.runId}::uuid RETURNING 1),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
+        SELECT ${p.runId}::uuid, 'step_waiting', s.name, s.attempt, 'system',
+          jsonb_build_object('wait_for', ${p.waitFor}::text), ${NOW(p.now)} FROM s)
+      SELECT s.id FROM s`
+
+  /** Pending signals of a run with a name, oldest first (the gate takes the first that matches). */
+  const signalsPending = (runId: string, name: string) =>
+    sql<SignalRow>`SELECT * FROM ${signals}
+      WHERE run_id = ${runId}::uuid AND name = ${name} AND status = 'pending' ORDER BY id`
+
+  /** A step takes a pending signal (pending → claimed) and the event says so. */
+  const signalClaim = (p: {
+    readonly runId: string
+    readonly signalId: bigint
+    readonly stepId: bigint
+    readonly now: Date | null
+  }) =>
+    sql<{ readonly id: bigint }>`WITH c AS (
+        UPDATE ${signals} sg SET status = 'claimed', claimed_by_step = ${p.stepId}, claimed_at = ${NOW(p.now)}
+        WHERE sg.id = ${p.signalId} AND sg.status = 'pending' RETURNING sg.id, sg.name),
+      st AS (SELECT name, attempt FROM ${steps} WHERE id = ${p.stepId}),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
+        SELECT ${p.runId}::uuid, 'signal_claimed', st.name, st.attempt, 'system',
+          jsonb_build_object('signal', c.name, 'signal_id', c.id::text), ${NOW(p.now)} FROM c, st)
+      SELECT c.id FROM c`
+
+  /** Stores a signal (a repeated idempotency key stores nothing) with its `signal_received` event. */
+  const signalInsert = (p: {
+    readonly runId: string
+    readonly name: string
+    readonly payload: string
+    readonly idempotencyKey: string | null
+    readonly actor: string
+    readonly reason: string | null
+    readonly now: Date | null
+  }) =>
+    sql<SignalRow>`WITH sg AS (
+        INSERT INTO ${signals} (run_id, name, payload, status, idempotency_key, actor, reason, received_at)
+        VALUES (${p.runId}::uuid, ${p.name}, ${p.payload}::jsonb, 'pending', ${p.idempotencyKey}, ${p.actor},
+                ${p.reason}, ${NOW(p.now)})
+        ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING *),
+      e AS (
+        INSERT INTO ${events} (run_id, type, actor, reason, details, at)
+        SELECT ${p.runId}::uuid, 'signal_received', ${p.actor}, ${p.reason},
+          jsonb_strip_nulls(jsonb_build_object('name', sg.name, 'idempotency_key', sg.idempotency_key,
+            'duplicate', false)), ${NOW(p.now)} FROM sg)
+      SELECT * FROM sg`
+
+  /** The signal stored under an idempotency key. */
+  const signalByKey = (runId: string, key: string) =>
+    sql<SignalRow>`SELECT * FROM ${signals} WHERE run_id = ${runId}::uuid AND idempotency_key = ${key}`
+
+  /** The signals of a run, oldest first. */
+  const signalsOf = (runId: string) =>
+    sql<SignalRow>`SELECT * FROM ${signals} WHERE run_id = ${runId}::uuid ORDER BY id`
+
+  /** Whether a step holds a claimed signal. */
+  const signalHeldBy = (stepId: bigint) =>
+    sql<SignalRow>`SELECT * FROM ${signals} WHERE claimed_by_step = ${stepId} AND status = 'claimed' LIMIT 1`
+
+  /** Moves the signal an attempt held to the attempt that replaces it (resume, resumeAt). */
+  const signalTransfer = (fromStepId: bigint, toStepId: bigint) =>
+    sql`UPDATE ${signals} SET claimed_by_step = ${toStepId} WHERE claimed_by_step = ${fromStepId} AND status = 'claimed'`
+
+  /**
+   * Wakes a waiting step: waiting → scheduled (due now) and, when the run waits, the run →
+   * ready and the step's message; a paused run stays paused (its resume sends the step).
+   */
+  const stepWake = (p: {
+    readonly workflow: string
+    readonly runId: string
+    readonly stepId: bigint
+    readonly timedOut: boolean
+    readonly physicalQueue: string
+    readonly now: Date | null
+  }) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      "wake_message",
+      sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message
+          FROM s, r WHERE r.status = 'ready'`,
+      p.now
+    )
+    return sql<{ readonly id: bigint; readonly run_status: RunStatus }>`WITH locked AS (
+        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND status IN ('waiting', 'paused') FOR UPDATE),
+      s AS (
+        UPDATE ${steps} st SET status = 'scheduled', due_at = ${NOW(p.now)}, timed_out = ${p.timedOut}
+        FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'waiting'
+        RETURNING st.id, st.name, st.attempt, st.due_at),
+      r AS (
+        UPDATE ${runs} ru SET status = CASE WHEN locked.status = 'waiting' THEN 'ready' ELSE locked.status END,
+          updated_at = ${NOW(p.now)}
+        FROM s, locked WHERE ru.id = ${p.runId}::uuid RETURNING ru.status),
+      ${message.ctes}
+      SELECT s.id, (SELECT status FROM r) AS run_status, ${message.notifyRef} AS notified FROM s`
+  }
+
+  /** The step a run waits at (status waiting), if any. */
+  const stepWaitingOf = (runId: string) =>
+    sql<StepRow>`SELECT * FROM ${steps} WHERE run_id = ${runId}::uuid AND status = 'waiting' ORDER BY id DESC LIMIT 1`
+
+  /**
+   * A waiting step resolved without its body: skipped (an outside skip, onTimeout skip), failed
+   * into a pause (onTimeout pause) or cancelled (onTimeout cancel). A skip sends a continue
+   * message (the next step is found by replay); a held signal is consumed.
+   */
+  const stepResolveWaiting = (p: {
+    readonly workflow: string
+    readonly runId: string
+    readonly stepId: bigint
+    readonly outcome: "skip" | "pause" | "cancel"
+    readonly error: string | null
+    readonly actor: string
+    readonly reason: string | null
+    readonly eventType: string
+    readonly eventDetails: string | null
+    readonly physicalQueue: string
+    readonly now: Date | null
+  }) => {
+    const skip = p.outcome === "skip"
+    const message = messageCtes(
+      p.physicalQueue,
+      "resolve_message",
+      sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`NULL`, sql`${p.runId}::uuid`)} AS message
+          FROM r WHERE ${skip} AND r.status = 'ready'`,
+      p.now
+    )
+    const runTo = skip
+      ? sql`CASE WHEN locked.status = 'waiting' THEN 'ready' ELSE locked.status END`
+      : p.outcome === "pause"
+        ? sql`'paused'`
+        : sql`'cancelled'`
+    return sql<{ readonly id: bigint; readonly run_status: RunStatus }>`WITH locked AS (
+        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND status IN ('waiting', 'paused') FOR UPDATE),
+      s AS (
+        UPDATE ${steps} st SET status = ${skip ? "skipped" : p.outcome === "pause" ? "failed" : "cancelled"},
+          finished_at = ${NOW(p.now)}, error = ${p.error}::jsonb
+        FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'waiting'
+        RETURNING st.id, st.name, st.attempt),
+      r AS (
+        UPDATE ${runs} ru SET status = ${runTo}, updated_at = ${NOW(p.now)},
+          paused_at = ${p.outcome === "pause" ? sql`coalesce(ru.paused_at, ${NOW(p.now)})` : sql`ru.paused_at`},
+          paused_reason = ${p.outcome === "pause" ? sql`'wait_timed_out'` : sql`ru.paused_reason`},
+          error = ${p.outcome === "pause" ? sql`${p.error}::jsonb` : sql`ru.error`},
+          finished_at = ${p.outcome === "cancel" ? NOW(p.now) : sql`ru.finished_at`}
+        FROM s, locked WHERE ru.id = ${p.runId}::uuid RETURNING ru.status),
+      consumed AS (
+        UPDATE ${signals} sg SET status = 'consumed', consumed_at = ${NOW(p.now)}
+        FROM s WHERE sg.claimed_by_step = s.id AND sg.status = 'claimed' AND ${p.outcome !== "pause"} RETURNING 1),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, details, at)
+        SELECT ${p.runId}::uuid, x.type, s.name, s.attempt, ${p.actor}, ${p.reason}, x.details, ${NOW(p.now)}
+        FROM s, (VALUES (1, ${p.eventType}::text, ${p.eventDetails}::jsonb),
+                        (2, ${skip ? "step_skipped" : p.outcome === "pause" ? "step_failed" : "step_cancelled"}::text, NULL::jsonb),
+                        (3, ${skip ? null : p.outcome === "pause" ? "paused" : "cancelled"}::text, NULL::jsonb)) AS x(ord, type, details)
+        WHERE x.type IS NOT NULL ORDER BY x.ord),
+      ${message.ctes}
+      SELECT s.id, (SELECT status FROM r) AS run_status, ${message.notifyRef} AS notified FROM s`
+  }
+
+  /** A late notice of a `notify` wait: the deadline moves to `nextAt` (or goes, when null). */
+  const stepNotifyLate = (p: {
+    readonly runId: string
+    readonly stepId: bigint
+    /** The deadline that was missed (guards against a second sweep reporting it again). */
+    readonly missedAt: Date | null
+    readonly now: Date | null
+  }) =>
+    sql<{ readonly id: bigint; readonly timeout_at: Date | null }>`WITH s AS (
+        UPDATE ${steps} st SET timeout_at = CASE
+            WHEN st.wait_period_ms IS NULL OR st.timeout_at IS NULL THEN NULL
+            -- several missed deadlines are reported once: the next one ahead of now
+            ELSE st.timeout_at + (floor(extract(epoch FROM (${NOW(p.now)} - st.timeout_at)) * 1000 / st.wait_period_ms) + 1)
+                 * st.wait_period_ms * interval '1 millisecond'
+          END
+        WHERE st.id = ${p.stepId} AND st.status = 'waiting'
+          AND st.timeout_at IS NOT DISTINCT FROM ${p.missedAt}::timestamptz
+          AND EXISTS (SELECT 1 FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'waiting')
+        RETURNING st.id, st.name, st.attempt, st.wait_for, st.timeout_at),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
+        SELECT ${p.runId}::uuid, 'wait_timed_out', s.name, s.attempt, 'system',
+          jsonb_build_object('wait_for', s.wait_for, 'action', 'notify', 'timeout_at', ${p.missedAt}::timestamptz,
+            'next_timeout_at', s.timeout_at), ${NOW(p.now)} FROM s)
+      SELECT s.id, s.timeout_at FROM s`
+
+  /** Resume of a run paused while its step waited: it waits again, its deadline moved by the pause. */
+  const runRewait = (runId: string, stepId: bigint, now: Date | null) =>
+    sql<{ readonly id: bigint }>`WITH r AS (
+        SELECT id, paused_at FROM ${runs} WHERE id = ${runId}::uuid AND status = 'paused' FOR UPDATE),
+      s AS (
+        UPDATE ${steps} st SET timeout_at = st.timeout_at + (${NOW(now)} - r.paused_at)
+        FROM r WHERE st.id = ${stepId} AND st.status = 'waiting' AND st.timeout_at IS NOT NULL RETURNING st.id),
+      u AS (
+        UPDATE ${runs} ru SET status = 'waiting', paused_at = NULL, paused_reason = NULL, updated_at = ${NOW(now)}
+        FROM r WHERE ru.id = r.id RETURNING ru.id)
+      SELECT u.id FROM u`
+
+  /** A poll found nothing yet: the attempt goes back to scheduled for the next check. */
+  const stepPollAgain = (p: {
+    readonly workflow: string
+    readonly runId: string
+    readonly stepId: bigint
+    readonly intervalMs: number
+    /** The poll's timeout, counted from its first check; null polls without end. */
+    readonly timeoutMs: number | null
+    readonly physicalQueue: string
+    readonly now: Date | null
+  }) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      "poll_message",
+      sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message
+          FROM s, r WHERE r.status = 'ready'`,
+      p.now
+    )
+    return sql<{ readonly id: bigint }>`WITH locked AS (
+        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND status IN ('performing', 'paused') FOR UPDATE),
+      s AS (
+        UPDATE ${steps} st SET status = 'scheduled',
+          due_at = ${NOW(p.now)} + ${PgTypes.float8(p.intervalMs)} * interval '1 millisecond',
+          timeout_at = coalesce(st.timeout_at,
+            ${NOW(p.now)} + ${PgTypes.float8(p.timeoutMs)} * interval '1 millisecond')
+        FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'in_progress'
+          -- past its deadline the poll ends (the caller completes it with timedOut)
+          AND coalesce(st.timeout_at, ${NOW(p.now)} + ${PgTypes.float8(p.timeoutMs)} * interval '1 millisecond',
+                       'infinity'::timestamptz) > ${NOW(p.now)}
+        RETURNING st.id, st.due_at),
+      r AS (
+        UPDATE ${runs} ru SET status = CASE WHEN locked.status = 'performing' THEN 'ready' ELSE locked.status END,
+          updated_at = ${NOW(p.now)}
+        FROM s, locked WHERE ru.id = ${p.runId}::uuid RETURNING ru.status),
+      ${message.ctes}
+      SELECT s.id, ${message.notifyRef} AS notified FROM s`
+  }
+
+  // ---- the sweep ----
+
+  /** In-progress attempts past their own timeout or the stall threshold. */
+  const stepsStalled = (thresholdMs: number, now: Date | null, limit: number) =>
+    sql<StepRow & { readonly workflow: string }>`SELECT st.*, ru.workflow FROM ${steps} st
+      JOIN ${runs} ru ON ru.id = st.run_id
+      WHERE st.status = 'in_progress' AND ru.status IN ('performing', 'paused')
+        AND st.started_at < ${NOW(now)} - least(
+          coalesce(st.timeout_ms, ${PgTypes.float8(thresholdMs)}), ${PgTypes.float8(thresholdMs)}) * interval '1 millisecond'
+      ORDER BY st.started_at LIMIT ${limit}`
+
+  /** Scheduled attempts of ready runs due more than the threshold ago (their message may be lost). */
+  const stepsOverdue = (thresholdMs: number, now: Date | null, limit: number) =>
+    sql<StepRow & { readonly workflow: string }>`SELECT st.*, ru.workflow FROM ${steps} st
+      JOIN ${runs} ru ON ru.id = st.run_id
+      WHERE st.status = 'scheduled' AND ru.status = 'ready'
+        AND st.due_at < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond'
+      ORDER BY st.due_at LIMIT ${limit}`
+
+  /** Ready runs with no open step, idle past the threshold (their continue message may be lost). */
+  const runsIdle = (thresholdMs: number, now: Date | null, limit: number) =>
+    sql<RunRow>`SELECT ru.* FROM ${runs} ru
+      WHERE ru.status = 'ready' AND ru.updated_at < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond'
+        AND NOT EXISTS (SELECT 1 FROM ${steps} st WHERE st.run_id = ru.id
+                        AND st.status IN ('scheduled', 'in_progress', 'waiting'))
+      ORDER BY ru.updated_at LIMIT ${limit}`
+
+  /** Waiting steps of waiting runs whose deadline has passed. */
+  const waitsTimedOut = (now: Date | null, limit: number) =>
+    sql<StepRow & { readonly workflow: string }>`SELECT st.*, ru.workflow FROM ${steps} st
+      JOIN ${runs} ru ON ru.id = st.run_id
+      WHERE st.status = 'waiting' AND st.timeout_at IS NOT NULL AND st.timeout_at <= ${NOW(now)}
+        AND ru.status = 'waiting'
+      ORDER BY st.timeout_at LIMIT ${limit}`
+
+  /** Re-sends the message of a scheduled step (the sweep's lost-message repair). */
+  const stepResend = (p: {
+    readonly workflow: string
+    readonly runId: string
+    readonly stepId: bigint
+    readonly physicalQueue: string
+    readonly now: Date | null
+  }) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      "resent_message",
+      sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
+      p.now
+    )
+    return sql<{ readonly id: bigint }>`WITH s AS (
+        UPDATE ${steps} SET due_at = due_at WHERE id = ${p.stepId} AND status = 'scheduled' RETURNING id),
+      ${message.ctes}
+      SELECT s.id, ${message.notifyRef} AS notified FROM s`
+  }
+
+  /** Deletes finished and cancelled runs older than the retention (with their steps, events, signals). */
+  const runsDeleteFinished = (retentionMs: number, now: Date | null, limit: number) =>
+    sql<{ readonly n: bigint }>`WITH d AS (
+        DELETE FROM ${runs} WHERE id IN (
+          SELECT id FROM ${runs} WHERE finished_at IS NOT NULL
+            AND finished_at < ${NOW(now)} - ${PgTypes.float8(retentionMs)} * interval '1 millisecond'
+          LIMIT ${limit})
+        RETURNING 1)
+      SELECT count(*) AS n FROM d`
 
   /** Makes a scheduled step due now, without a message (test helpers run it inline). */
   const stepMakeDue = (stepId: bigint, now: Date | null) =>
@@ -402,9 +781,10 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         SELECT ${p.runId}::uuid, ${next.name}, ${next.attempt}, ${next.position},
           CASE WHEN n.before = 'performing' AND ${claimNow} THEN 'in_progress' ELSE 'scheduled' END,
           ${next.queue}, ${NOW(p.now)},
-          ${NOW(p.now)} + ${PgTypes.float8(next._tag === "schedule" ? next.delayMs : 0)} * interval '1 millisecond',
+          greatest(${NOW(p.now)}, coalesce(${next._tag === "schedule" ? (next.dueAt ?? null) : null}::timestamptz,
+            ${NOW(p.now)} + ${PgTypes.float8(next._tag === "schedule" ? next.delayMs : 0)} * interval '1 millisecond')),
           CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${NOW(p.now)} END,
-          ${PgTypes.float8(next._tag === "claim" ? next.timeoutMs : null)},
+          ${PgTypes.float8(next._tag === "claim" ? next.timeoutMs : (next.timeoutMs ?? null))},
           ${next.reattempts},
           CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${p.worker} END,
           CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${p.appRevision}::text END
@@ -469,6 +849,16 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         UNION ALL SELECT 4, 'step_scheduled', m.name, m.attempt, NULL FROM m
         UNION ALL SELECT 5, 'step_started', m.name, m.attempt, NULL FROM m WHERE m.status = 'in_progress'`
       : sql``
+    const signalFate =
+      p.status === "failed"
+        ? hasNext && next._tag === "schedule" && next.reattempt
+          ? sql`, kept AS (
+        UPDATE ${signals} sg SET claimed_by_step = m.id FROM m, n
+        WHERE sg.claimed_by_step = n.id AND sg.status = 'claimed' RETURNING 1)`
+          : sql``
+        : sql`, consumed AS (
+        UPDATE ${signals} sg SET status = 'consumed', consumed_at = ${NOW(p.now)} FROM n
+        WHERE sg.claimed_by_step = n.id AND sg.status = 'claimed' RETURNING 1)`
     return sql<FinishRow>`WITH locked AS (
         SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid FOR UPDATE),
       n AS (
@@ -480,7 +870,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         RETURNING st.id, st.name, st.attempt, locked.status AS before)
       ${nextRow}
       ${runUpdate}
-      ${closeOthers},
+      ${closeOthers}
+      ${signalFate},
       ev AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, at)
         SELECT ${p.runId}::uuid, x.type, x.step, x.attempt, 'system', x.reason, ${NOW(p.now)} FROM (
@@ -678,6 +1069,26 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     stepGet,
     stepInProgress,
     stepMakeDue,
+    stepPark,
+    signalsPending,
+    signalClaim,
+    signalInsert,
+    signalByKey,
+    signalsOf,
+    signalHeldBy,
+    signalTransfer,
+    stepWake,
+    stepWaitingOf,
+    stepResolveWaiting,
+    stepNotifyLate,
+    runRewait,
+    stepPollAgain,
+    stepsStalled,
+    stepsOverdue,
+    runsIdle,
+    waitsTimedOut,
+    stepResend,
+    runsDeleteFinished,
     stepFinish,
     eventInsert,
     markerInsert,

@@ -85,11 +85,11 @@ export const runW3 = async (opts: {
   readonly finished: () => Promise<number> | number
   readonly pollMs: number
 }): Promise<W3Result> => {
-  const t0 = now()
-  const deadline = t0 + PHASE_CAP_MS
   let startedMs = 0
   let polls = 0
   const res = await measure(async () => {
+    const t0 = now()
+    const deadline = t0 + PHASE_CAP_MS
     let next = 0
     await Promise.all(
       Array.from({ length: CONCURRENCY }, async () => {
@@ -315,6 +315,19 @@ const main = async () => {
     const failed = attempted - rs.length
     return `${rs.length}${notDone > 0 ? ` (${notDone} not done)` : ""}${failed > 0 ? ` (${failed} failed)` : ""}`
   }
+  /** Runs whose check failed: a wrong output (n + 3), or not one completed row per step (effect-pgbus). */
+  const checkNote = (rs: ReadonlyArray<RunResult>): string => {
+    const bad = rs.filter((r) => {
+      const expected = num(r, "result.expectedRuns")
+      const correct = num(r, "result.runsCorrect")
+      const steps = num(r, "result.stepRows")
+      return (
+        expected !== undefined &&
+        ((correct !== undefined && correct !== expected) || (steps !== undefined && steps !== 3 * expected))
+      )
+    }).length
+    return bad > 0 ? ` (check failed in ${bad})` : ""
+  }
   const label = (c: Case): string =>
     c.library === "ours"
       ? "effect-pgbus (this repo)"
@@ -390,22 +403,24 @@ const main = async () => {
   p(
     "- Commits / run = the run database's `xact_commit` over the whole run process (setup included, completion polls removed) / runs finished; " +
       "row writes / run = its `tup_inserted + tup_updated + tup_deleted` / runs finished. PG CPU = every `postgres` process over the timed phase, " +
-      "Node CPU = the run process; peak RSS its `VmHWM`."
+      "Node CPU = the run process; peak RSS its `VmHWM`. Statements / run (effect-pgbus only): SQL statements its client ran in the timed " +
+      "phase (one span each), completion polls removed, / runs finished."
   )
   p()
   p(`### W3 durable workflows: ${W3_RUNS} runs of a 3-step no-op workflow (first start call to last run finished)`)
   p()
   p(
-    "| library | configuration | runs | runs/s | wall s | all started after s | PG CPU s | Node CPU s | commits / run | row writes / run | peak RSS MiB |"
+    "| library | configuration | runs | runs/s | wall s | all started after s | PG CPU s | Node CPU s | commits / run | statements / run | row writes / run | peak RSS MiB |"
   )
-  p("|---|---|---|---|---|---|---|---|---|---|---|")
+  p("|---|---|---|---|---|---|---|---|---|---|---|---|")
   for (const c of CASES) {
     const rs = results.get(c.key) ?? []
     p(
-      `| ${label(c)} | ${configLabel(c)} | ${runsCell(rs, RUNS)} | ${cell(rs, (r) => num(r, "result.runsPerSec"))} | ` +
+      `| ${label(c)} | ${configLabel(c)}${checkNote(rs)} | ${runsCell(rs, RUNS)} | ${cell(rs, (r) => num(r, "result.runsPerSec"))} | ` +
         `${cell(rs, (r) => num(r, "result.wallMs"), 1 / 1000)} | ${cell(rs, (r) => num(r, "result.allStartedMs"), 1 / 1000)} | ` +
         `${cell(rs, (r) => num(r, "result.pgCpuS"))} | ${cell(rs, (r) => num(r, "result.nodeCpuS"))} | ` +
-        `${cell(rs, commitsPerRun)} | ${cell(rs, rowWritesPerRun)} | ${cell(rs, (r) => r.peakRssMiB)} |`
+        `${cell(rs, commitsPerRun)} | ${cell(rs, (r) => num(r, "result.statementsPerRun"))} | ${cell(rs, rowWritesPerRun)} | ` +
+        `${cell(rs, (r) => r.peakRssMiB)} |`
     )
   }
   p()

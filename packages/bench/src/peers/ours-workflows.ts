@@ -9,7 +9,7 @@
  * Variants: `ra<N>` = the capsule's read-ahead (messages claimed beyond the free slots; 0 is the
  * default).
  */
-import { Effect, Fiber, Layer, ManagedRuntime, References, Schema } from "effect"
+import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
 import { JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow, WorkflowClient } from "../../../../src/index.ts"
 import { benchConfig } from "../common.ts"
 import { runW3, W3_POLL_MS, W3_RUNS } from "../workflows.ts"
@@ -46,19 +46,63 @@ const ThreeSteps = Workflow.make(
 // Silent like the peers' loggers: warnings and errors only.
 const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
 
+// Statement counter: Effect opens a span for every SQL statement anyway (the default tracer's
+// in-memory spans); this tracer is the default one plus a count of the statement spans that end
+// during the timed phase. BENCH_OURS_PROFILE=1 also tallies every span by name and statement text
+// (count and time) and prints the tally to stderr: a diagnostic run, not to be measured.
+const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
+interface Tally {
+  count: number
+  ns: bigint
+}
+const tally = new Map<string, Tally>()
+let recording = false
+let statements = 0
+class CountingSpan extends Tracer.NativeSpan {
+  override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
+    if (recording && this.status._tag === "Started") {
+      const text = this._attributes?.get("db.query.text")
+      if (text !== undefined) statements++
+      if (PROFILE) {
+        const key = typeof text === "string" ? `sql ${text.replace(/\s+/g, " ").slice(0, 110)}` : `span ${this.name}`
+        const t = tally.get(key) ?? { count: 0, ns: 0n }
+        t.count++
+        t.ns += endTime - this.status.startTime
+        tally.set(key, t)
+      }
+    }
+    super.end(endTime, exit)
+  }
+}
+const counting = Tracer.make({ span: (options) => new CountingSpan(options) })
+const traced = Layer.succeed(Tracer.Tracer, counting)
+
 await resetDatabase(DB)
 const runtime = ManagedRuntime.make(
-  Layer.merge(quiet, PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide(quiet)))
+  Layer.mergeAll(
+    quiet,
+    traced,
+    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide([quiet, traced]))
+  )
 )
 const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
-  runtime.runPromise(effect.pipe(Effect.provideService(References.MinimumLogLevel, "Warn")))
+  runtime.runPromise(
+    effect.pipe(
+      Effect.provideService(References.MinimumLogLevel, "Warn"),
+      Effect.provideService(Tracer.Tracer, counting)
+    )
+  )
 
 /** Starts the supervisor (one capsule on the workflow queue) in the background; the returned function drains it. */
 const startWorkers = (queue: string): (() => Promise<void>) => {
   const fiber = runtime.runFork(
     Supervisor.runWith({
       capsules: [{ name: "bench", queues: [queue], concurrency: CONCURRENCY, readAhead }]
-    }).pipe(Effect.provide(Registry.layer([ThreeSteps])), Effect.provideService(References.MinimumLogLevel, "Warn"))
+    }).pipe(
+      Effect.provide(Registry.layer([ThreeSteps])),
+      Effect.provideService(References.MinimumLogLevel, "Warn"),
+      Effect.provideService(Tracer.Tracer, counting)
+    )
   )
   return () => runtime.runPromise(Fiber.interrupt(fiber))
 }
@@ -77,8 +121,20 @@ try {
     await runP(JobClient.use((client) => client.ensureQueue(queue)))
     const stop = startWorkers(queue)
     await sleep(500)
+    recording = true
     const r = await runW3({ start: (i) => runP(ThreeSteps.start({ n: i })), finished, pollMs: W3_POLL_MS })
+    recording = false
     await stop()
+    if (PROFILE) {
+      const rows = [...tally].sort((a, b) => Number(b[1].ns - a[1].ns))
+      console.error(`ours-workflows profile (timed phase, ${r.completed} runs): count, per run, total ms, mean ms`)
+      for (const [key, t] of rows.slice(0, 40)) {
+        const ms = Number(t.ns) / 1e6
+        console.error(
+          `  ${String(t.count).padStart(7)} ${(t.count / Math.max(1, r.completed)).toFixed(2).padStart(6)} ${ms.toFixed(0).padStart(7)} ${(ms / t.count).toFixed(2).padStart(7)}  ${key}`
+        )
+      }
+    }
     // every run finished with n + 3, with one completed row per step
     const mon = await monitorClient(DB)
     const check = await mon.query<{ ok: number; steps: number; events: number }>(
@@ -99,6 +155,8 @@ try {
       },
       result: {
         ...r,
+        // statements of the timed phase, less the completion polls (one WorkflowClient.counts each)
+        statementsPerRun: Math.round(((statements - r.polls) / Math.max(1, r.completed)) * 100) / 100,
         runsCorrect: check.rows[0]?.ok,
         stepRows: check.rows[0]?.steps,
         eventRows: check.rows[0]?.events,
