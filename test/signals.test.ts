@@ -171,6 +171,35 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
       }).pipe(withRegistry([Order]))
     )
 
+    it.effect("a declared matcher that throws in signal: the error reaches the caller and nothing is stored", () =>
+      Effect.gen(function* () {
+        const Broken = Workflow.make(
+          "BrokenMatcher",
+          {
+            payload: Payload,
+            signals: {
+              x: Workflow.signalMatcher("x", {
+                schema: Schema.Struct({ v: Schema.Number }),
+                matches: () => {
+                  throw new Error("matcher broke")
+                }
+              })
+            }
+          },
+          function* () {
+            yield* Workflow.waitForSignal("x")
+          }
+        )
+        const run = yield* Broken.start({ id: "mb" })
+        yield* performNextStep(run.id).pipe(withRegistry([Broken]))
+        const error = yield* Effect.flip(run.signal("x", { v: 1 }))
+        assert.strictEqual(error._tag, "InvalidSignal")
+        assert.include(String((error as { issue?: string }).issue), "matcher broke")
+        assert.deepStrictEqual(yield* signalRows(run.id), [])
+        assert.strictEqual(yield* status(run.id), "waiting")
+      })
+    )
+
     it.effect("a finished or cancelled run fails with NotOngoing; by subject, missing raises or is ignored", () =>
       Effect.gen(function* () {
         const subject = unique("order")
@@ -224,6 +253,71 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
         assert.strictEqual(yield* status(run.id), "finished")
         assert.deepStrictEqual(seen, ['1:{"n":1}:true', '2:{"n":1}:true'])
         assert.deepStrictEqual(yield* signalRows(run.id), ["go:consumed"])
+      })
+    )
+
+    it.effect("a claimed signal is kept when the attempt fails into a pause: resume runs with it, unmatched", () =>
+      Effect.gen(function* () {
+        const seen: Array<string> = []
+        let matcherCalls = 0
+        const Pauses = Workflow.make("SignalPause", { payload: Payload }, function* () {
+          yield* Workflow.step(
+            "use",
+            Effect.gen(function* () {
+              const ctx = yield* Workflow.context
+              seen.push(`${ctx.attempt}:${JSON.stringify(ctx.signal?.payload)}`)
+              if (ctx.attempt === 1) return yield* Effect.fail(new Error("needs a human"))
+            }),
+            {
+              waitFor: {
+                name: "go",
+                matches: (p: unknown) => {
+                  matcherCalls++
+                  return (p as { n: number }).n > 0
+                }
+              }
+            }
+          )
+        })
+        const inline = withRegistry([Pauses])
+        const run = yield* Pauses.start({ id: "fp" })
+        yield* Effect.flip(speedrun(run.id).pipe(inline))
+        yield* deliverSignal(run.id, "go", { n: 1 }).pipe(inline)
+        assert.strictEqual(yield* status(run.id), "paused")
+        assert.deepStrictEqual(yield* signalRows(run.id), ["go:claimed"], "kept for the next attempt")
+        const calls = matcherCalls
+        yield* run.resume()
+        assert.strictEqual(yield* speedrun(run.id).pipe(inline), "finished")
+        assert.strictEqual(matcherCalls, calls, "the next attempt does not match again")
+        assert.deepStrictEqual(seen, ['1:{"n":1}', '2:{"n":1}'])
+        assert.deepStrictEqual(yield* signalRows(run.id), ["go:consumed"])
+      })
+    )
+
+    it.effect("a guard that skips a step holding a signal consumes it; a cancelIf that cancels takes none", () =>
+      Effect.gen(function* () {
+        const SkipsWoken = Workflow.make("SkipsWoken", { payload: Payload }, function* () {
+          yield* Workflow.step("held", Effect.void, { waitFor: "go", skipIf: () => Workflow.woken })
+        })
+        const inline = withRegistry([SkipsWoken])
+        const run = yield* SkipsWoken.start({ id: "sw" })
+        yield* Effect.flip(speedrun(run.id).pipe(inline))
+        yield* deliverSignal(run.id, "go", {}).pipe(inline)
+        assert.deepStrictEqual(yield* stepRows(run.id), ["held#1:skipped"])
+        assert.deepStrictEqual(yield* signalRows(run.id), ["go:consumed"])
+        assert.strictEqual(yield* status(run.id), "finished")
+
+        const Cancels = Workflow.make(
+          "CancelsPending",
+          { payload: Payload, cancelIf: () => Effect.succeed(true) },
+          function* () {
+            yield* Workflow.waitForSignal("go")
+          }
+        )
+        const cancelled = yield* Cancels.start({ id: "cp" })
+        yield* cancelled.signal("go", {})
+        assert.strictEqual(yield* speedrun(cancelled.id).pipe(withRegistry([Cancels])), "cancelled")
+        assert.deepStrictEqual(yield* signalRows(cancelled.id), ["go:pending"])
       })
     )
 
@@ -403,6 +497,16 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
       }).pipe(onTestClock)
     )
 
+    it.effect("a per-run deadline that gives a non-positive duration goes to the exception policies", () =>
+      Effect.gen(function* () {
+        const bad = waiting("pause", () => Effect.succeed("-5 minutes" as const))
+        const run = yield* bad.start({ id: "bd" })
+        assert.strictEqual(yield* speedrun(run.id).pipe(withRegistry([bad])), "paused")
+        expect((yield* run.refresh).info.error).toMatchObject({ message: expect.stringContaining("positive duration") })
+        assert.deepStrictEqual(yield* stepRows(run.id), ["wait#1:failed"], "it never parks silently")
+      }).pipe(onTestClock)
+    )
+
     it.effect("resume after a two-hour pause moves the deadline by two hours; a paused wait never times out", () =>
       Effect.gen(function* () {
         const wf = waiting("pause", "3 hours")
@@ -505,6 +609,37 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
       })
     )
 
+    it.effect(
+      "fastForward: a poll resolves with data, a wait gets it as its signal, a paused run resumes; else nothing",
+      () =>
+        Effect.gen(function* () {
+          const FF = Workflow.make("FastForwards", { payload: Payload }, function* () {
+            const polled = yield* Workflow.poll("export", Effect.succeed(Option.none()), { interval: "1 hour" })
+            const approval = yield* Workflow.waitForSignal("approved")
+            yield* Workflow.step("editor", Workflow.pause("editor approval"))
+            return { polled, approval }
+          })
+          const inline = withRegistry([FF])
+          const c = yield* WorkflowClient
+          const run = yield* FF.start({ id: "ff" })
+          yield* performNextStep(run.id).pipe(inline)
+          assert.strictEqual((yield* run.steps)[0]!.status, "scheduled", "between checks")
+          yield* c.fastForward(run.id, { url: "s3://ready" })
+          assert.strictEqual((yield* Effect.flip(speedrun(run.id).pipe(inline)))._tag, "StepWaiting")
+          yield* c.fastForward(run.id, { approved: true })
+          assert.strictEqual(yield* speedrun(run.id).pipe(inline), "paused")
+          const finished = yield* c.fastForward(run.id)
+          assert.strictEqual(finished.status, "ready")
+          assert.strictEqual(yield* speedrun(run.id).pipe(inline), "finished")
+          assert.deepStrictEqual((yield* run.refresh).info.output, {
+            polled: { timedOut: false, data: { url: "s3://ready" } },
+            approval: { approved: true }
+          })
+          const again = yield* c.fastForward(run.id)
+          assert.strictEqual(again.status, "finished", "a finished run is left alone")
+        })
+    )
+
     it.effect("poll gives timedOut once its timeout has passed", () =>
       Effect.gen(function* () {
         const Never = Workflow.make("PollsForever", { payload: Payload }, function* () {
@@ -549,19 +684,34 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
       })
     )
 
-    it.effect("a scheduled step due long ago whose message is gone is sent again", () =>
+    it.effect("a scheduled step due long ago whose message is gone is sent again, once, with two sweeps racing", () =>
       Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const messagesOf = (stepId: bigint) =>
+          Effect.map(
+            sql<{ readonly n: bigint }>`SELECT count(*) AS n FROM pgbus.q_pgbus_default
+              WHERE message -> 'payload' ->> 'step' = ${String(stepId)}`,
+            (rows) => Number(rows[0]!.n)
+          )
+        const sweep = yield* WorkflowSweep
+        // behind a backlog: overdue, but its message is still queued, so nothing is sent
+        const behind = yield* Sweepable.start({ id: "bl" })
+        yield* performNextStep(behind.id).pipe(withRegistry([Sweepable]))
+        yield* sql`UPDATE pgbus.workflow_steps SET due_at = now() - interval '2 hours' WHERE run_id = ${behind.id}::uuid`
+        const [queuedStep] = yield* behind.steps
+        assert.strictEqual((yield* sweep.runOnce).resent, 0)
+        assert.strictEqual(yield* messagesOf(queuedStep!.id), 1)
+        yield* sql`DELETE FROM pgbus.q_pgbus_default WHERE message -> 'payload' ->> 'step' = ${String(queuedStep!.id)}`
+        // lost: its message is gone
         const run = yield* Sweepable.start({ id: "l" })
         yield* performNextStep(run.id).pipe(withRegistry([Sweepable]))
-        const sql = yield* SqlClient.SqlClient
         yield* sql`UPDATE pgbus.workflow_steps SET due_at = now() - interval '2 hours' WHERE run_id = ${run.id}::uuid`
-        const sweep = yield* WorkflowSweep
-        const [a, b] = yield* Effect.all([sweep.runOnce, sweep.runOnce], { concurrency: 2 })
-        assert.isAtLeast(a.resent + b.resent, 1)
         const [step] = yield* run.steps
-        const messages = yield* sql<{ readonly n: bigint }>`SELECT count(*) AS n FROM pgbus.q_pgbus_default
-          WHERE message -> 'payload' ->> 'step' = ${String(step!.id)}`
-        assert.isAtLeast(Number(messages[0]!.n), 2, "the original and the re-sent one")
+        yield* sql`DELETE FROM pgbus.q_pgbus_default WHERE message -> 'payload' ->> 'step' = ${String(step!.id)}`
+        const [a, b] = yield* Effect.all([sweep.runOnce, sweep.runOnce], { concurrency: 2 })
+        assert.strictEqual(a.resent + b.resent, 2, "the two lost messages, each sent once")
+        assert.strictEqual(yield* messagesOf(step!.id), 1)
+        assert.strictEqual(yield* messagesOf(queuedStep!.id), 1)
         assert.strictEqual(yield* speedrun(run.id).pipe(withRegistry([Sweepable])), "finished")
       })
     )

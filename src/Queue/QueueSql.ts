@@ -367,6 +367,12 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     sql<ArchivedRow>`SELECT msg_id, read_ct, enqueued_at, archived_at, message, headers
       FROM ${archive(physical)} WHERE msg_id = ${msgId}`
 
+  // one scan for many values: the workflow sweep asks which of its steps still have a message
+  const messagePayloadValues = (physical: string, field: string, values: ReadonlyArray<string>) =>
+    sql<{ readonly value: string }>`SELECT DISTINCT message -> 'payload' ->> ${field} AS value
+      FROM ${messages(physical)}
+      WHERE message -> 'payload' ->> ${field} = ANY(${Result.getOrThrow(PgTypes.array(values, PgTypes.OID.text))}::text[])`
+
   const archiveDeleteOlderThan = (physical: string, retentionMs: number, limit: number, now: Date | null) =>
     sql<{ readonly n: bigint }>`WITH d AS (
         DELETE FROM ${archive(physical)} WHERE msg_id IN (
@@ -417,6 +423,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageGet,
     messageList,
     archiveGet,
+    messagePayloadValues,
     archiveDeleteOlderThan
   }
 }

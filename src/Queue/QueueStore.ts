@@ -205,6 +205,12 @@ export class QueueStore extends Context.Service<
     readonly deadLetterOf: (message: Message) => DeadLetter
     /** Whether an archived copy of a message exists. */
     readonly isArchived: (queue: string, msgId: bigint) => Effect.Effect<boolean, QueueError>
+    /** Which of `values` a queued (not archived) message carries as `payload[field]`. */
+    readonly payloadValuesQueued: (
+      queue: string,
+      field: string,
+      values: ReadonlyArray<string>
+    ) => Effect.Effect<ReadonlySet<string>, QueueError>
     /** A queue's figures. */
     readonly metrics: (queue: string) => Effect.Effect<QueueMetrics, QueueError>
     /** Deletes archived messages older than the retention; returns how many per queue. */
@@ -620,6 +626,16 @@ export class QueueStore extends Context.Service<
           return rows.length > 0
         })
 
+      const payloadValuesQueued = (queue: string, field: string, values: ReadonlyArray<string>) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          if (values.length === 0) return new Set<string>()
+          const rows = yield* statements
+            .messagePayloadValues(name.physical, field, values)
+            .pipe(Effect.mapError(fail("search", queue)))
+          return new Set(rows.map((r) => r.value))
+        })
+
       const metrics = (queue: string) =>
         Effect.gen(function* () {
           const name = yield* validateName(queue)
@@ -682,6 +698,7 @@ export class QueueStore extends Context.Service<
         browse,
         deadLetterOf,
         isArchived,
+        payloadValuesQueued,
         metrics,
         cleanupArchive,
         messageCtes: statements.messageSendCtes,

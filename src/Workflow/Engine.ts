@@ -71,6 +71,7 @@ import {
   type HistoryEntry,
   makeWorkflowSql,
   type NextAction,
+  POLL_WAIT,
   type RunRow,
   type SignalRow,
   type StepRow,
@@ -183,10 +184,14 @@ const declaredMatcher = (workflow: { readonly signals: SignalDeclarations }, nam
  * matcher's) Schema and applies the predicate. Gives the decoded payload, or NO_MATCH. A Schema
  * or a predicate that fails is an error of the step (the exception policies decide).
  */
+/** A step's options plus the runner's own: a poll takes a held signal as its fast-forwarded result. */
+type RunnerStepOptions<A> = StepOptions<A> & { readonly takesHeldSignal?: boolean | undefined }
+
 const matchSignal = (
   workflow: { readonly signals: SignalDeclarations },
   waitFor: string | SignalMatcher,
-  payload: unknown
+  payload: unknown,
+  options: { readonly decodeOnly?: boolean } = {}
 ): Effect.Effect<unknown, unknown> =>
   Effect.gen(function* () {
     const name = typeof waitFor === "string" ? waitFor : waitFor.name
@@ -195,7 +200,8 @@ const matchSignal = (
       typeof waitFor !== "string" ? waitFor : isSignalMatcher(declared) ? declared : undefined
     const schema = matcher?.schema ?? (declared !== undefined && !isSignalMatcher(declared) ? declared : undefined)
     const decoded = schema === undefined ? payload : yield* Schema.decodeUnknownEffect(schema)(payload)
-    if (matcher?.matches === undefined) return decoded
+    // a held signal was matched when it was claimed: later attempts only decode it
+    if (matcher?.matches === undefined || options.decodeOnly === true) return decoded
     const matches = matcher.matches
     return yield* Effect.try({ try: () => matches(decoded), catch: (e) => e }).pipe(
       Effect.map((ok) => (ok ? decoded : NO_MATCH))
@@ -1018,6 +1024,25 @@ const make = Effect.gen(function* () {
         }
         if (run.status === "ready") {
           const [latest] = yield* statements.stepLatest(run.id).pipe(db("find step"))
+          if (latest?.status === "scheduled" && latest.wait_for === POLL_WAIT && data !== undefined) {
+            // a poll between checks: its result is `data`
+            yield* verb("signal", id, options, (locked, now) =>
+              Effect.gen(function* () {
+                const [stored] = yield* statements.signalInsert({
+                  runId: locked.id,
+                  name: POLL_WAIT,
+                  payload: JSON.stringify(data),
+                  idempotencyKey: null,
+                  actor: options?.actor ?? "app",
+                  reason: options?.reason ?? "fast-forward",
+                  now
+                })
+                if (stored !== undefined) {
+                  yield* statements.signalClaim({ runId: locked.id, signalId: stored.id, stepId: latest.id, now })
+                }
+              })
+            )
+          }
           if (latest?.status === "scheduled") return yield* client.runNow(id, options)
         }
         return toRunInfo(run)
@@ -1210,7 +1235,7 @@ const make = Effect.gen(function* () {
         )
 
       /** Runs the step whose turn it is (claimed), returning its output to the body. */
-      const runTarget = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: StepOptions<A>) =>
+      const runTarget = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>
         Effect.gen(function* () {
           targetReached = true
           const startedAt = yield* Clock.currentTimeMillis
@@ -1218,7 +1243,12 @@ const make = Effect.gen(function* () {
           let received: ReceivedSignal | undefined
           let readers: SignalReaders["Service"] = { woken: false, signalReady: false }
           const timedOut = claim.step_id === step.id ? claim.step_timed_out === true : false
-          if (def.cancelIf !== undefined || options.skipIf !== undefined || options.waitFor !== undefined) {
+          if (
+            def.cancelIf !== undefined ||
+            options.skipIf !== undefined ||
+            options.waitFor !== undefined ||
+            options.takesHeldSignal === true
+          ) {
             const waitName =
               options.waitFor === undefined
                 ? undefined
@@ -1231,6 +1261,9 @@ const make = Effect.gen(function* () {
                   yield* statements.runLock(runId, null)
                   let held: SignalRow | undefined
                   let candidate: { readonly row: SignalRow; readonly payload: unknown } | undefined
+                  if (waitName === undefined && options.takesHeldSignal === true) {
+                    held = (yield* statements.signalHeldBy(step.id))[0]
+                  }
                   if (waitName !== undefined) {
                     held = (yield* statements.signalHeldBy(step.id))[0]
                     if (held === undefined && !timedOut) {
@@ -1252,10 +1285,16 @@ const make = Effect.gen(function* () {
                   if (options.skipIf !== undefined && (yield* withReaders(options.skipIf(runContext)))) {
                     return { _tag: "skip" } as const
                   }
+                  if (waitName === undefined && held !== undefined) {
+                    return {
+                      _tag: "signal",
+                      signal: { id: String(held.id), name: held.name, payload: held.payload }
+                    } as const
+                  }
                   if (waitName === undefined || timedOut) return { _tag: "run" } as const
                   const now = yield* statementNow
                   if (held !== undefined) {
-                    const payload = yield* matchSignal(def, options.waitFor!, held.payload)
+                    const payload = yield* matchSignal(def, options.waitFor!, held.payload, { decodeOnly: true })
                     return {
                       _tag: "signal",
                       signal: {
@@ -1613,10 +1652,11 @@ const make = Effect.gen(function* () {
           return yield* halt({ _tag: "applied" })
         })
 
-      const runtimeStep = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>, options: StepOptions<A>) =>
+      const runtimeStep = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>
         Effect.gen(function* () {
           if (stop !== undefined) return yield* Effect.interrupt
-          const invalid = checkStep(name, options as StepOptions<unknown>)
+          const { takesHeldSignal: _internal, ...userOptions } = options
+          const invalid = checkStep(name, userOptions as StepOptions<unknown>)
           if (invalid !== undefined) {
             yield* pauseWith(new InvalidWorkflowDefinition({ workflow: def.name, reason: invalid }), "error")
             return yield* halt({ _tag: "applied" })
@@ -1750,12 +1790,15 @@ const make = Effect.gen(function* () {
           const timeoutMs =
             options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
           const body = Effect.gen(function* () {
+            // fast-forwarded: the result was handed over as a signal the step holds
+            const given = (yield* StepContext).signal
+            if (given !== undefined) return { timedOut: false as const, data: given.payload as A }
             const result = yield* check
             if (Option.isSome(result)) return { timedOut: false as const, data: result.value }
             pollRequest = { intervalMs, timeoutMs }
             return yield* Effect.interrupt
           })
-          return runtimeStep(name, body, {}) as Effect.Effect<
+          return runtimeStep(name, body, { takesHeldSignal: true }) as Effect.Effect<
             { readonly timedOut: false; readonly data: A } | { readonly timedOut: true },
             never,
             R
@@ -2071,14 +2114,35 @@ const make = Effect.gen(function* () {
       }
     }
     let resent = 0
-    for (const step of yield* statements.stepsOverdue(thresholdMs, now, SWEEP_BATCH).pipe(db("find overdue steps"))) {
-      // a duplicate message is harmless (the claim is guarded): re-send rather than search the queue
-      const { queue, physical } = queueOf(step.queue || config.workflowQueue)
+    const overdue = yield* statements.stepsOverdue(thresholdMs, now, SWEEP_BATCH).pipe(db("find overdue steps"))
+    const byQueue = new Map<string, Array<(typeof overdue)[number]>>()
+    for (const step of overdue) {
+      const queue = step.queue || config.workflowQueue
+      byQueue.set(queue, [...(byQueue.get(queue) ?? []), step])
+    }
+    for (const [logical, group] of byQueue) {
+      const { queue, physical } = queueOf(logical)
       yield* jobs.ensureQueue(queue)
-      const r = yield* statements
-        .stepResend({ workflow: step.workflow, runId: step.run_id, stepId: step.id, physicalQueue: physical, now })
-        .pipe(db("re-send step"))
-      resent += r.length
+      // a step behind a backlog still has its message: only a lost one is sent again
+      const queued = yield* store.payloadValuesQueued(
+        queue,
+        "step",
+        group.map((s) => String(s.id))
+      )
+      for (const step of group) {
+        if (queued.has(String(step.id))) continue
+        const r = yield* statements
+          .stepResend({
+            workflow: step.workflow,
+            runId: step.run_id,
+            stepId: step.id,
+            physicalQueue: physical,
+            thresholdMs,
+            now
+          })
+          .pipe(db("re-send step"))
+        resent += r.length
+      }
     }
     for (const run of yield* statements.runsIdle(thresholdMs, now, SWEEP_BATCH).pipe(db("find idle runs"))) {
       const { queue, physical } = queueOf(config.workflowQueue)

@@ -132,6 +132,9 @@ export type MessageCtes = (
 /** The job name of workflow step messages. */
 export const STEP_JOB = "pgbus.workflow.step"
 
+/** `wait_for` of a poll scheduled for its next check: fast-forward gives it its result as a signal. */
+export const POLL_WAIT = "pgbus.poll"
+
 /** What follows a finished attempt. */
 export type NextAction =
   | {
@@ -659,7 +662,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     return sql<{ readonly id: bigint }>`WITH locked AS (
         SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND status IN ('performing', 'paused') FOR UPDATE),
       s AS (
-        UPDATE ${steps} st SET status = 'scheduled',
+        UPDATE ${steps} st SET status = 'scheduled', wait_for = ${POLL_WAIT},
           due_at = ${NOW(p.now)} + ${PgTypes.float8(p.intervalMs)} * interval '1 millisecond',
           timeout_at = coalesce(st.timeout_at,
             ${NOW(p.now)} + ${PgTypes.float8(p.timeoutMs)} * interval '1 millisecond')
@@ -711,12 +714,13 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         AND ru.status = 'waiting'
       ORDER BY st.timeout_at LIMIT ${limit}`
 
-  /** Re-sends the message of a scheduled step (the sweep's lost-message repair). */
+  /** Re-sends the message of a scheduled step (the sweep's lost-message repair); due now, so one sweep wins. */
   const stepResend = (p: {
     readonly workflow: string
     readonly runId: string
     readonly stepId: bigint
     readonly physicalQueue: string
+    readonly thresholdMs: number
     readonly now: Date | null
   }) => {
     const message = messageCtes(
@@ -726,7 +730,10 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       p.now
     )
     return sql<{ readonly id: bigint }>`WITH s AS (
-        UPDATE ${steps} SET due_at = due_at WHERE id = ${p.stepId} AND status = 'scheduled' RETURNING id),
+        UPDATE ${steps} SET due_at = ${NOW(p.now)}
+        WHERE id = ${p.stepId} AND status = 'scheduled'
+          AND due_at < ${NOW(p.now)} - ${PgTypes.float8(p.thresholdMs)} * interval '1 millisecond'
+        RETURNING id),
       ${message.ctes}
       SELECT s.id, ${message.notifyRef} AS notified FROM s`
   }
