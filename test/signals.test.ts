@@ -1,13 +1,13 @@
 /** Signals, waits, timers, polls and the sweep (seed 000 "Signals", seed 004 events, timers, polling). */
 import { assert, describe, expect, layer } from "@effect/vitest"
-import { Effect, Option, Schema } from "effect"
+import { Effect, Metric, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { TestClock } from "effect/testing"
 import { layerEffectClock } from "../src/Database.ts"
 import { Registry } from "../src/Job/Registry.ts"
 import { deliverSignal, expireWait, performNextStep, speedrun } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
-import { WorkflowSweep } from "../src/Workflow/Engine.ts"
+import { WorkflowMetrics, WorkflowSweep } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -49,10 +49,11 @@ const Order = Workflow.make(
       })
     }
   },
-  function* () {
-    const paid = yield* Workflow.waitForSignal("paid")
-    const shipped = yield* Workflow.waitForSignal("shipped")
-    return { paid, shipped }
+  function* ({ waitForSignal }) {
+    // typed by the declarations: paid.amount is a number, shipped.region a string
+    const paid = yield* waitForSignal("paid")
+    const shipped = yield* waitForSignal("shipped")
+    return { paid: { amount: paid.amount }, shipped: { region: shipped.region } }
   }
 )
 
@@ -165,6 +166,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
         assert.strictEqual(bad._tag, "InvalidSignal")
         const big = yield* Effect.flip((yield* WorkflowClient).signal(run.id, "other", { blob: "x".repeat(200_000) }))
         assert.strictEqual(big._tag, "InvalidSignal")
+        // @ts-expect-error the declared Schema types the payload; an untyped caller is checked at run time
         const typed = yield* Effect.flip(Order.signal(run.id, "paid", { amount: "x" }))
         assert.strictEqual(typed._tag, "InvalidSignal")
         assert.deepStrictEqual(yield* signalRows(run.id), [])
@@ -731,6 +733,30 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
         const [a, b] = yield* Effect.all([sweep.runOnce, sweep.runOnce], { concurrency: 2 })
         assert.strictEqual(a.timedOut + b.timedOut, 1)
         assert.strictEqual(yield* status(run.id), "cancelled")
+      }).pipe(onTestClock)
+    )
+
+    it.effect("a run waiting longer than the visibility threshold counts as stuck (waitingOverdue)", () =>
+      Effect.gen(function* () {
+        const Stuck = Workflow.make("StuckWait", { payload: Payload }, function* () {
+          yield* Workflow.waitForSignal("never")
+        })
+        const run = yield* Stuck.start({ id: "st" })
+        yield* performNextStep(run.id).pipe(withRegistry([Stuck]))
+        const sweep = yield* WorkflowSweep
+        const gauge = Metric.value(
+          WorkflowMetrics.waitingOverdue.pipe(Metric.withAttributes({ workflow_class: "StuckWait" }))
+        )
+        yield* TestClock.adjust("6 days")
+        yield* sweep.runOnce
+        assert.strictEqual((yield* gauge).value, 0)
+        yield* TestClock.adjust("2 days")
+        assert.isAtLeast((yield* sweep.runOnce).waitingOverdue, 1)
+        assert.strictEqual((yield* gauge).value, 1)
+        assert.strictEqual(yield* status(run.id), "waiting", "counted, never moved")
+        yield* run.cancel()
+        yield* sweep.runOnce
+        assert.strictEqual((yield* gauge).value, 0, "back to 0 once it moved on")
       }).pipe(onTestClock)
     )
 

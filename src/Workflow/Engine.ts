@@ -35,6 +35,7 @@ import { WorkflowClient } from "./Client.ts"
 import { resolve as resolvePolicy } from "./Policies.ts"
 import {
   type ControlVerb,
+  isSignalMatcher,
   type ReceivedSignal,
   type RunContext,
   type SignalDeclarations,
@@ -122,6 +123,21 @@ const stallsTotal = Metric.counter("pgbus_workflow_stalls_total", { description:
 const waitOverdueTotal = Metric.counter("pgbus_workflow_wait_overdue_total", {
   description: "late notices of notify waits (one per deadline, or one for a sweep that missed several)"
 })
+const waitingOverdueGauge = Metric.gauge("pgbus_workflow_waiting_overdue", {
+  description: "runs waiting longer than workflowWaitingVisibilityThreshold, as of the last sweep"
+})
+
+/** The workflow metrics (read them with `Metric.value`, export them with your metrics layer). */
+export const WorkflowMetrics = {
+  stepsTotal,
+  stepDuration,
+  finishedTotal,
+  pausedTotal,
+  cancelledTotal,
+  stallsTotal,
+  waitOverdueTotal,
+  waitingOverdue: waitingOverdueGauge
+} as const
 
 // ---------------------------------------------------------------------------------------------
 // Encoding helpers
@@ -165,13 +181,6 @@ export const encodeError = (error: unknown, backtraceLines: number, worker: stri
 
 /** What `matchSignal` gives when the signal does not match. */
 const NO_MATCH: unique symbol = Symbol("pgbus/no-match")
-
-const isSignalMatcher = (u: unknown): u is SignalMatcher =>
-  typeof u === "object" &&
-  u !== null &&
-  "name" in u &&
-  typeof (u as { name: unknown }).name === "string" &&
-  !Schema.isSchema(u)
 
 /** Whether a declared signal has a predicate (only code that loads the workflow can evaluate it). */
 const declaredMatcher = (workflow: { readonly signals: SignalDeclarations }, name: string): boolean => {
@@ -2057,6 +2066,7 @@ const make = Effect.gen(function* () {
     })
 
   /** What one sweep repaired. */
+  const stuckWorkflows = new Set<string>()
   const sweepOnce: Effect.Effect<SweepReport, DatabaseError | QueueError> = Effect.gen(function* () {
     const now = yield* statementNow
     const thresholdMs = Duration.toMillis(config.workflowStallThreshold)
@@ -2164,7 +2174,21 @@ const make = Effect.gen(function* () {
         if (n < 1_000) break
       }
     }
-    return { stalled, resent, timedOut, deleted } satisfies SweepReport
+    let waitingOverdue = 0
+    const overdueThresholdMs = Duration.toMillis(config.workflowWaitingVisibilityThreshold)
+    const stuck = new Map<string, number>()
+    for (const row of yield* statements.runsWaitingOverdue(overdueThresholdMs, now).pipe(db("count stuck waits"))) {
+      waitingOverdue += Number(row.n)
+      stuck.set(row.workflow, Number(row.n))
+    }
+    // a workflow whose stuck runs moved on goes back to 0
+    for (const workflow of stuckWorkflows) if (!stuck.has(workflow)) stuck.set(workflow, 0)
+    for (const [workflow, n] of stuck) {
+      yield* Metric.update(waitingOverdueGauge.pipe(Metric.withAttributes({ workflow_class: workflow })), n)
+      if (n === 0) stuckWorkflows.delete(workflow)
+      else stuckWorkflows.add(workflow)
+    }
+    return { stalled, resent, timedOut, deleted, waitingOverdue } satisfies SweepReport
   }).pipe(Effect.withSpan("pgbus.workflow.sweep", {}, { captureStackTrace: false }))
 
   /** Applies the waiting step's onTimeout now, whatever its deadline (test helpers, support tooling). */
@@ -2194,6 +2218,8 @@ export interface SweepReport {
   readonly timedOut: number
   /** Finished and cancelled runs deleted after the retention. */
   readonly deleted: number
+  /** Waiting runs whose step has waited longer than `workflowWaitingVisibilityThreshold` (stuck). */
+  readonly waitingOverdue: number
 }
 
 /**

@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { Context, type Duration, type Effect, type Option, type Schema } from "effect"
+import { Context, type Duration, type Effect, type Option, Schema } from "effect"
 
 // ---------------------------------------------------------------------------------------------
 // Exception policies
@@ -133,14 +133,33 @@ export type WaitTimeout =
  *
  * @category models
  */
-export interface SignalMatcher {
+export interface SignalMatcher<out T = unknown> {
   readonly name: string
   readonly schema?: Schema.ConstraintCodec<unknown, unknown> | undefined
   readonly matches?: ((payload: unknown) => boolean) | undefined
+  /** Type-level only: the payload a matched signal gives. */
+  readonly "~payload"?: T | undefined
 }
 
 /** Declared signals of a workflow: a Schema for the payload, or a matcher. */
 export type SignalDeclarations = Readonly<Record<string, Schema.ConstraintCodec<unknown, unknown> | SignalMatcher>>
+
+/** Whether a signal declaration is a matcher (else it is a Schema). */
+export const isSignalMatcher = (u: unknown): u is SignalMatcher =>
+  typeof u === "object" &&
+  u !== null &&
+  "name" in u &&
+  typeof (u as { name: unknown }).name === "string" &&
+  !Schema.isSchema(u)
+
+/** The payload type of signal `K` under declarations `S` (`unknown` when undeclared). */
+export type SignalPayload<S, K extends string> = K extends keyof S
+  ? S[K] extends { readonly Type: infer T }
+    ? T
+    : S[K] extends SignalMatcher<infer T>
+      ? T
+      : unknown
+  : unknown
 
 /**
  * The signal readers of a step (`Workflow.woken`, `Workflow.signalReady`), provided while its

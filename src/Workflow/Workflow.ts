@@ -10,10 +10,12 @@ import type { RunHandle, SignalOptions, SignalReceipt, StartOptions, WorkflowCli
 import { WorkflowClient } from "./Client.ts"
 import {
   type ErrorPolicy,
+  isSignalMatcher,
   type OnTimeout,
   type RunContext,
   type SignalDeclarations,
   type SignalMatcher,
+  type SignalPayload,
   SignalReaders,
   StepContext,
   type StepOptions,
@@ -41,6 +43,7 @@ export {
   type RunContext,
   type SignalDeclarations,
   type SignalMatcher,
+  type SignalPayload,
   StepContext,
   type StepOptions,
   type WaitTimeout,
@@ -51,7 +54,7 @@ export {
 // Definitions
 
 /** Options of `Workflow.make`. */
-export interface WorkflowOptions<P, RG> {
+export interface WorkflowOptions<P, RG, S extends SignalDeclarations = SignalDeclarations> {
   /** Schema of the payload: encoded at start, decoded for every execution. */
   readonly payload: Schema.ConstraintCodec<P, unknown>
   /** The version the author declares; recorded on each run. */
@@ -63,7 +66,25 @@ export interface WorkflowOptions<P, RG> {
   /** Workflow-level exception policies (after the step's own). */
   readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
   /** The signals the workflow takes: a Schema for each payload (typed, validated when sent), or a matcher. */
-  readonly signals?: SignalDeclarations | undefined
+  readonly signals?: S | undefined
+}
+
+/**
+ * What a workflow's body receives: the run, and `waitForSignal` typed by the workflow's
+ * declared signals.
+ *
+ * @category models
+ */
+export interface WorkflowRun<P, S extends SignalDeclarations = SignalDeclarations> extends RunContext<P> {
+  /** `Workflow.waitForSignal`, its payload typed (and decoded on replay) by the declaration. */
+  readonly waitForSignal: <const K extends string, const O extends WaitForSignalOptions = {}>(
+    signal: K,
+    options?: O
+  ) => Effect.Effect<
+    O["onTimeout"] extends "run" | "skip" ? SignalPayload<S, K> | undefined : SignalPayload<S, K>,
+    never,
+    WorkflowRuntime
+  >
 }
 
 const TypeId = "~effect-pgbus/Workflow"
@@ -73,7 +94,14 @@ const TypeId = "~effect-pgbus/Workflow"
  *
  * @category models
  */
-export interface Workflow<out Name extends string, in out P, out A = unknown, out E = unknown, out R = never> {
+export interface Workflow<
+  out Name extends string,
+  in out P,
+  out A = unknown,
+  out E = unknown,
+  out R = never,
+  in out S extends SignalDeclarations = SignalDeclarations
+> {
   readonly [TypeId]: typeof TypeId
   readonly name: Name
   readonly payload: Schema.ConstraintCodec<P, unknown>
@@ -81,7 +109,7 @@ export interface Workflow<out Name extends string, in out P, out A = unknown, ou
   readonly queue: string | undefined
   readonly cancelIf: ((run: RunContext<P>) => Effect.Effect<boolean, unknown, R>) | undefined
   readonly onError: ReadonlyArray<ErrorPolicy>
-  readonly signals: SignalDeclarations
+  readonly signals: S
   readonly body: (run: RunContext<P>) => Effect.Effect<A, E, R | WorkflowRuntime>
   /** Starts a run (joins the caller's transaction). */
   readonly start: (payload: P, options?: StartOptions) => Effect.Effect<RunHandle, StartError, WorkflowClient>
@@ -92,18 +120,18 @@ export interface Workflow<out Name extends string, in out P, out A = unknown, ou
   ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError, WorkflowClient>
   /** The subject's ongoing run of this workflow (else its latest). */
   readonly findBySubject: (subject: string) => Effect.Effect<RunHandle, RunNotFound | DatabaseError, WorkflowClient>
-  /** Sends a signal to a run by id (its payload validated with the declared Schema). */
-  readonly signal: (
+  /** Sends a signal to a run by id (its payload typed and validated by the declared Schema). */
+  readonly signal: <const K extends string>(
     runId: string,
-    name: string,
-    payload: unknown,
+    name: K,
+    payload: SignalPayload<S, K>,
     options?: SignalOptions
   ) => Effect.Effect<SignalReceipt, SignalError, WorkflowClient>
   /** Sends a signal to the subject's ongoing run; `missing: "ignore"` gives undefined when there is none. */
-  readonly signalSubject: (
+  readonly signalSubject: <const K extends string>(
     subject: string,
-    name: string,
-    payload: unknown,
+    name: K,
+    payload: SignalPayload<S, K>,
     options?: SignalOptions & { readonly missing?: "raise" | "ignore" }
   ) => Effect.Effect<SignalReceipt | undefined, SignalError, WorkflowClient>
 }
@@ -215,10 +243,17 @@ export const checkStep = (name: string, options: StepOptions<unknown>): string |
  * Defines a workflow. The body is an Effect generator; `Workflow.step` inside it is durable.
  * Throws `InvalidWorkflowDefinition` where it is written for a bad name or option.
  */
-export const make = <const Name extends string, P, Eff extends Effect.Effect<unknown, unknown, unknown>, A, RG = never>(
+export const make = <
+  const Name extends string,
+  P,
+  Eff extends Effect.Effect<unknown, unknown, unknown>,
+  A,
+  RG = never,
+  const S extends SignalDeclarations = {}
+>(
   name: Name,
-  options: WorkflowOptions<P, RG>,
-  body: (run: RunContext<P>) => Generator<Eff, A, never>
+  options: WorkflowOptions<P, RG, S>,
+  body: (run: WorkflowRun<P, S>) => Generator<Eff, A, never>
 ): Workflow<
   Name,
   P,
@@ -228,7 +263,8 @@ export const make = <const Name extends string, P, Eff extends Effect.Effect<unk
       [Eff] extends [never] ? never : [Eff] extends [Effect.Effect<infer _A, infer _E, infer R>] ? R : never,
       WorkflowRuntime
     >
-  | RG
+  | RG,
+  S
 > => {
   const fail = (reason: string) => {
     throw new InvalidWorkflowDefinition({ workflow: name, reason })
@@ -254,19 +290,24 @@ export const make = <const Name extends string, P, Eff extends Effect.Effect<unk
     queue: options.queue,
     cancelIf: options.cancelIf as never,
     onError: policies,
-    signals: options.signals ?? {},
-    body: (run: RunContext<P>) => Effect.gen(() => body(run)) as never,
+    signals: (options.signals ?? {}) as S,
+    body: (run: RunContext<P>) =>
+      Effect.gen(() => body({ ...run, waitForSignal: typedWait(options.signals ?? {}) as never })) as never,
     start: (payload: P, startOptions?: StartOptions) =>
       use((client) => client.start(definition, payload, startOptions)),
     get: (id: string, getOptions?: { readonly resourceId?: string | undefined }) =>
       use((client) => client.get(id, getOptions)),
     findBySubject: (subject: string) => use((client) => client.findBySubject(name, subject)),
-    signal: (runId: string, signalName: string, payload: unknown, signalOptions?: SignalOptions) =>
-      use((client) => client.signal(runId, signalName, payload, { ...signalOptions, workflow: definition })),
-    signalSubject: (
+    signal: <const K extends string>(
+      runId: string,
+      signalName: K,
+      payload: SignalPayload<S, K>,
+      signalOptions?: SignalOptions
+    ) => use((client) => client.signal(runId, signalName, payload, { ...signalOptions, workflow: definition })),
+    signalSubject: <const K extends string>(
       subject: string,
-      signalName: string,
-      payload: unknown,
+      signalName: K,
+      payload: SignalPayload<S, K>,
       signalOptions?: SignalOptions & { readonly missing?: "raise" | "ignore" }
     ) =>
       use((client) =>
@@ -344,7 +385,7 @@ export const stepIdempotencyKey: Effect.Effect<string, never, StepContext> = Ste
 export const signalMatcher = <S extends Schema.ConstraintCodec<unknown, unknown>>(
   name: string,
   options: { readonly schema?: S; readonly matches: (payload: S["Type"]) => boolean }
-): SignalMatcher => ({
+): SignalMatcher<S["Type"]> => ({
   name,
   ...(options.schema ? { schema: options.schema } : {}),
   matches: options.matches as (payload: unknown) => boolean
@@ -377,7 +418,18 @@ export interface WaitForSignalOptions {
   readonly skipIf?: StepOptions<unknown>["skipIf"]
   readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
   readonly queue?: string | undefined
+  /** Schema of the payload as stored for replay (set by the body's typed `waitForSignal`). */
+  readonly output?: Schema.ConstraintCodec<unknown, unknown> | undefined
 }
+
+/** `waitForSignal` bound to declarations: the declared Schema decodes the stored payload on replay. */
+const typedWait =
+  (declarations: SignalDeclarations) =>
+  (signal: string, options: WaitForSignalOptions = {}): Effect.Effect<unknown, never, WorkflowRuntime> => {
+    const declared = declarations[signal]
+    const schema = declared === undefined ? undefined : isSignalMatcher(declared) ? declared.schema : declared
+    return waitForSignal(signal, schema === undefined ? options : { ...options, output: schema })
+  }
 
 /**
  * Waits for a signal (a name, or a matcher) and gives its payload: a durable step that parks
@@ -398,7 +450,8 @@ export const waitForSignal = (
       ...(options.onTimeout !== undefined ? { onTimeout: options.onTimeout } : {}),
       ...(options.skipIf !== undefined ? { skipIf: options.skipIf } : {}),
       ...(options.onError !== undefined ? { onError: options.onError } : {}),
-      ...(options.queue !== undefined ? { queue: options.queue } : {})
+      ...(options.queue !== undefined ? { queue: options.queue } : {}),
+      ...(options.output !== undefined ? { output: options.output } : {})
     }
   ) as Effect.Effect<unknown, never, WorkflowRuntime>
 }

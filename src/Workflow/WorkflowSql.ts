@@ -698,6 +698,14 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         AND st.due_at < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond'
       ORDER BY st.due_at LIMIT ${limit}`
 
+  /** Waiting runs per workflow whose step has waited longer than the visibility threshold (stuck). */
+  const runsWaitingOverdue = (thresholdMs: number, now: Date | null) =>
+    sql<{ readonly workflow: string; readonly n: bigint }>`SELECT ru.workflow, count(*) AS n FROM ${runs} ru
+      JOIN ${steps} st ON st.run_id = ru.id AND st.status = 'waiting'
+      WHERE ru.status = 'waiting'
+        AND st.waiting_since < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond'
+      GROUP BY ru.workflow`
+
   /** Ready runs with no open step, idle past the threshold (their continue message may be lost). */
   const runsIdle = (thresholdMs: number, now: Date | null, limit: number) =>
     sql<RunRow>`SELECT ru.* FROM ${runs} ru
@@ -1093,6 +1101,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     stepsStalled,
     stepsOverdue,
     runsIdle,
+    runsWaitingOverdue,
     waitsTimedOut,
     stepResend,
     runsDeleteFinished,
