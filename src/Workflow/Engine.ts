@@ -299,11 +299,12 @@ const toAuditEvent = (row: EventRow): AuditEvent => ({
   at: row.at
 })
 
-const encodeCursor = (row: RunRow) => Buffer.from(`${row.created_at.toISOString()}|${row.id}`).toString("base64url")
-const decodeCursor = (cursor: string): { readonly createdAt: Date; readonly id: string } | undefined => {
+const encodeCursor = (row: { readonly cursor_at: string; readonly id: string }) =>
+  Buffer.from(`${row.cursor_at}|${row.id}`).toString("base64url")
+const decodeCursor = (cursor: string): { readonly createdAt: string; readonly id: string } | undefined => {
   const [at, id] = Buffer.from(cursor, "base64url").toString("utf8").split("|")
-  const createdAt = new Date(at ?? "")
-  return id && !Number.isNaN(createdAt.getTime()) ? { createdAt, id } : undefined
+  const valid = at !== undefined && !Number.isNaN(new Date(at).getTime())
+  return id && valid && /^[0-9a-f-]{36}$/i.test(id) ? { createdAt: at, id } : undefined
 }
 
 // ---------------------------------------------------------------------------------------------

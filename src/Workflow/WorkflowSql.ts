@@ -195,7 +195,7 @@ export interface RunFilter {
   readonly createdFrom?: Date | undefined
   readonly createdTo?: Date | undefined
   /** Cursor: runs created before this (created_at, id). */
-  readonly before?: { readonly createdAt: Date; readonly id: string } | undefined
+  readonly before?: { readonly createdAt: string; readonly id: string } | undefined
   readonly limit: number
 }
 
@@ -1056,7 +1056,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     if (f.before !== undefined) {
       conditions.push(sql`(created_at, id) < (${f.before.createdAt}::timestamptz, ${f.before.id}::uuid)`)
     }
-    return sql<RunRow>`SELECT * FROM ${runs}
+    // the cursor carries created_at as text: a JS Date would drop its microseconds
+    return sql<RunRow & { readonly cursor_at: string }>`SELECT *, created_at::text AS cursor_at FROM ${runs}
       ${conditions.length > 0 ? sql`WHERE ${sql.and(conditions)}` : sql``}
       ORDER BY created_at DESC, id DESC LIMIT ${f.limit}`
   }
