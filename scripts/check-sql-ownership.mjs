@@ -7,7 +7,9 @@ const owners = new Set([
   "src/Queue/QueueSql.ts", // queue registry, q_<queue>, a_<queue>
   "src/Migrations.ts", // the schema, schema_migrations
   "src/Supervisor/ProcessSql.ts", // processes
-  "src/Workflow/WorkflowSql.ts" // workflow_runs, workflow_steps, workflow_events
+  "src/Workflow/WorkflowSql.ts", // workflow_runs, workflow_steps, workflow_events
+  "src/EventBus/EventBusSql.ts", // event_subscriptions, processed_events
+  "src/EventBus/OutboxSql.ts" // outbox_entries
 ])
 
 const files = []

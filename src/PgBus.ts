@@ -9,6 +9,7 @@ import { Layer } from "effect"
 import type { SqlClient } from "effect/sql"
 import { type ConfigurationError, PgBusConfig, type PgBusConfigInput } from "./Config.ts"
 import * as Database from "./Database.ts"
+import * as EventBusLayer from "./EventBus/EventBusLayer.ts"
 import { JobClient } from "./Job/JobClient.ts"
 import * as Migrations from "./Migrations.ts"
 import { Notifier } from "./Queue/Notifier.ts"
@@ -29,6 +30,7 @@ export type PgBus =
   | WorkflowClient
   | WorkflowEngine.WorkflowRunner
   | WorkflowEngine.WorkflowSweep
+  | EventBusLayer.EventBusServices
 
 /**
  * effect-pgbus from the environment (`DATABASE_URL`, `PGBUS_*`) with code overrides.
@@ -51,7 +53,8 @@ export const layerFrom = <E>(config: Layer.Layer<PgBusConfig, E>): Layer.Layer<P
   const queues = QueueStore.layer.pipe(Layer.provideMerge(notifier))
   const onQueues = Layer.mergeAll(JobClient.layer, Processes.layer)
   const workflows = WorkflowEngine.layer.pipe(Layer.provideMerge(onQueues))
-  return workflows.pipe(Layer.provideMerge(queues), Layer.provideMerge(config))
+  const events = EventBusLayer.layer.pipe(Layer.provideMerge(workflows))
+  return events.pipe(Layer.provideMerge(queues), Layer.provideMerge(config))
 }
 
 /**

@@ -6,6 +6,10 @@
  */
 import { Context, Effect, Layer, Schema } from "effect"
 import { PgBusConfig } from "../Config.ts"
+import { type RegisteredEvents, registerSubscribers } from "../EventBus/Consumer.ts"
+import { EVENT_JOB } from "../EventBus/Envelope.ts"
+import type { RegisterError } from "../EventBus/EventBusError.ts"
+import { type AnySubscriber, isSubscriber } from "../EventBus/Subscription.ts"
 import { type RegisteredWorkflow, StepMessage, WorkflowRunner } from "../Workflow/Engine.ts"
 import { type AnyWorkflow, isWorkflow } from "../Workflow/Workflow.ts"
 import { InvalidWorkflowDefinition } from "../Workflow/WorkflowError.ts"
@@ -24,8 +28,8 @@ export interface RegisteredJob {
   readonly run: (payload: unknown, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>
 }
 
-/** The services a list of jobs and workflows needs. */
-export type JobsRequirements<Jobs extends ReadonlyArray<AnyJob | AnyWorkflow>> = {
+/** The services a list of jobs, workflows and subscribers needs. */
+export type JobsRequirements<Jobs extends ReadonlyArray<AnyJob | AnyWorkflow | AnySubscriber>> = {
   readonly [K in keyof Jobs]: Jobs[K] extends {
     readonly handler: (...args: never) => Effect.Effect<unknown, unknown, infer R>
   }
@@ -49,17 +53,19 @@ export class Registry extends Context.Service<
     readonly queues: ReadonlyArray<string>
     /** Registered workflows by name. */
     readonly workflows: ReadonlyMap<string, RegisteredWorkflow>
+    /** Registered event subscribers and their consumer queues. */
+    readonly events?: RegisteredEvents | undefined
   }
 >()("effect-pgbus/Registry") {
   /**
    * A registry of jobs. Fails with `InvalidJobDefinition` for two jobs with one name or a bad
    * definition. Its requirements are the union of the handlers' requirements.
    */
-  static readonly layer = <const Jobs extends ReadonlyArray<AnyJob | AnyWorkflow>>(
+  static readonly layer = <const Jobs extends ReadonlyArray<AnyJob | AnyWorkflow | AnySubscriber>>(
     definitions: Jobs
   ): Layer.Layer<
     Registry,
-    InvalidJobDefinition | InvalidWorkflowDefinition,
+    InvalidJobDefinition | InvalidWorkflowDefinition | RegisterError,
     JobsRequirements<Jobs> | PgBusConfig | WorkflowRunner
   > =>
     Layer.effect(
@@ -71,8 +77,10 @@ export class Registry extends Context.Service<
         const byName = new Map<string, RegisteredJob>()
         const workflows = new Map<string, RegisteredWorkflow>()
         const jobs: Array<AnyJob> = []
+        const subscribers: Array<AnySubscriber> = []
         for (const definition of definitions) {
-          if (isWorkflow(definition)) {
+          if (isSubscriber(definition)) subscribers.push(definition)
+          else if (isWorkflow(definition)) {
             if (workflows.has(definition.name)) {
               return yield* new InvalidWorkflowDefinition({
                 workflow: definition.name,
@@ -139,13 +147,20 @@ export class Registry extends Context.Service<
               unknown
             >
         })
+        // event messages are jobs of their own, dispatched to the subscribers of their queue
+        if (byName.has(EVENT_JOB)) {
+          return yield* new InvalidJobDefinition({ job: EVENT_JOB, reason: "the name is reserved for events" })
+        }
+        const events = yield* registerSubscribers(config, subscribers, services as never)
+        byName.set(EVENT_JOB, events.job)
         const queues = [
           ...new Set([
             ...jobs.map((job) => job.queue ?? config.defaultQueue),
-            ...[...workflows.values()].map((w) => w.workflow.queue ?? config.workflowQueue)
+            ...[...workflows.values()].map((w) => w.workflow.queue ?? config.workflowQueue),
+            ...events.consumers.map((c) => c.queue)
           ])
         ]
-        return Registry.of({ jobs: byName, queues, workflows })
+        return Registry.of({ jobs: byName, queues, workflows, events })
       })
     )
 }

@@ -11,6 +11,9 @@ import os from "node:os"
 import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
 import { describeTarget, PgBusConfig } from "../Config.ts"
+import { consumerCapsules } from "../EventBus/Consumer.ts"
+import { Outbox } from "../EventBus/Outbox.ts"
+import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
 import { JobClient, servedQueues } from "../Job/JobClient.ts"
 import { Registry } from "../Job/Registry.ts"
 import { checkSchemaVersion } from "../Migrations.ts"
@@ -60,17 +63,26 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const client = yield* JobClient
     const processes = yield* Processes
     const sweep = yield* WorkflowSweep
+    const processedEvents = yield* ProcessedEvents
+    const outbox = yield* Outbox
     const readiness = yield* Ref.make<Readiness>("BOOTING")
     const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher"]
     const allCapsules = options.capsules
       ? yield* Effect.forEach(options.capsules, validateCapsule)
       : yield* parseWorkers(config.workers)
-    const capsules = options.capsule === undefined ? allCapsules : allCapsules.filter((c) => c.name === options.capsule)
-    if (options.capsule !== undefined && capsules.length === 0) {
+    const selected = options.capsule === undefined ? allCapsules : allCapsules.filter((c) => c.name === options.capsule)
+    if (options.capsule !== undefined && selected.length === 0) {
       return yield* Effect.die(
         new Error(`no capsule named ${options.capsule} (have: ${allCapsules.map((c) => c.name).join(", ")})`)
       )
     }
+    // event consumers: one capsule per subscriber queue that no configured capsule reads
+    const served = new Set(selected.flatMap((c) => c.queues))
+    const consumers =
+      options.capsule === undefined
+        ? consumerCapsules(registry).filter((c) => !c.queues.some((q) => served.has(q)))
+        : []
+    const capsules = [...selected, ...consumers]
     const runsWorkers = roles.includes("workers")
     const processId = crypto.randomUUID()
     const capacity = runsWorkers ? capsules.reduce((n, c) => n + c.concurrency, 0) : 0
@@ -147,6 +159,20 @@ export const runWith = (options: SupervisorOptions = {}) =>
       yield* Effect.forkScoped(
         repeatMaintenance("reaping stale processes", processes.reapStale, config.dispatchInterval)
       )
+      yield* Effect.forkScoped(
+        repeatMaintenance(
+          "processed-events retention",
+          Effect.flatMap(processedEvents.purge, (n) =>
+            n === 0
+              ? Effect.void
+              : Effect.logInfo(`pgbus: idempotency retention deleted ${n} processed-event record(s)`)
+          ),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      )
+      // the outbox poller (returns at once unless outboxEnabled); pollers on several processes
+      // never relay one entry twice (SKIP LOCKED)
+      yield* Effect.forkScoped(outbox.pollerRole)
       yield* Effect.forkScoped(
         repeatMaintenance(
           "archive retention",

@@ -9,6 +9,7 @@
  */
 import { Cause, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
+import { isEventMessage } from "../EventBus/Envelope.ts"
 import { execute, type Outcome } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
 import type { Registry } from "../Job/Registry.ts"
@@ -167,7 +168,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           stats.deadLettered++
           return store
             .moveToDeadLetter(m.queue, receipt, {
-              source: "worker",
+              source: isEventMessage(m.message) ? "consumer" : "worker",
               ...(outcome.failure ? { failure: outcome.failure } : {})
             })
             .pipe(
