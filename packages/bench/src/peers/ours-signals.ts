@@ -1,0 +1,333 @@
+/**
+ * effect-pgbus on bench:signals: SIG_RUNS runs of a workflow whose one step waits for a signal
+ * (`Workflow.step("got", body, { waitFor: "go" })`), parked by the supervisor running in this
+ * process, then one `run.signal("go", { i })` per run from SIG_SENDERS senders (the handles
+ * `SignalBench.start` gave). The step's body records `performance.now()` first thing; the driver
+ * (`runSignals` in ../signals.ts) records it when `signal` returns.
+ *   tsx packages/bench/src/peers/ours-signals.ts signals [--variant ra<N>] [--run N]
+ * Variants: `ra<N>` = the capsule's read-ahead (0, the default).
+ * BENCH_OURS_PROFILE=1: also tallies every statement and span of the timed phase (count, time)
+ * and prints it to stderr; BENCH_OURS_TRACE=1: prints where the latency goes (`traceReport`).
+ */
+import { Effect, type Exit, Fiber, Layer, ManagedRuntime, Option, References, Schema, Tracer } from "effect"
+import { JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow, WorkflowClient } from "../../../../src/index.ts"
+import type { RunHandle } from "../../../../src/Workflow/Client.ts"
+import { benchConfig } from "../common.ts"
+import { makeStartRecorder, park, runSignals, SIG_POLL_MS, SIG_RUNS, SIG_SENDERS, SIG_SETTLE_MS } from "../signals.ts"
+import {
+  CONCURRENCY,
+  databaseName,
+  emit,
+  finishRun,
+  guard,
+  monitorClient,
+  now,
+  POOL_MAX,
+  parseArgs,
+  resetDatabase,
+  sleep
+} from "./common.ts"
+
+const args = parseArgs()
+guard()
+const DB = databaseName("sig_ours")
+const variantMatch = /^ra(\d+)$/.exec(args.variant)
+const readAhead = variantMatch ? Number(variantMatch[1]) : 0
+const variant = `ra${readAhead}`
+
+const recorder = makeStartRecorder()
+
+const SignalBench = Workflow.make(
+  "SignalBench",
+  {
+    payload: Schema.Struct({ i: Schema.Number }),
+    signals: { go: Schema.Struct({ i: Schema.Number }) }
+  },
+  function* ({ payload }) {
+    return yield* Workflow.step(
+      "got",
+      Effect.gen(function* () {
+        const t = now()
+        const ctx = yield* Workflow.context
+        const signalled = (ctx.signal?.payload as { i?: number } | undefined)?.i
+        recorder.record(payload.i, t, signalled)
+        return signalled ?? -1
+      }),
+      { waitFor: "go" }
+    )
+  }
+)
+
+// Silent like the peers' loggers: warnings and errors only.
+const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
+
+// Statement counter (as in ours-workflows.ts): the default tracer plus a count of the statement
+// spans that end during the timed phase; BENCH_OURS_PROFILE=1 tallies them by text.
+const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
+interface Tally {
+  count: number
+  ns: bigint
+}
+const tally = new Map<string, Tally>()
+let recording = false
+let statements = 0
+class CountingSpan extends Tracer.NativeSpan {
+  override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
+    if (recording && this.status._tag === "Started") {
+      const text = this._attributes?.get("db.query.text")
+      if (text !== undefined) statements++
+      if (PROFILE) {
+        const key = typeof text === "string" ? `sql ${text.replace(/\s+/g, " ").slice(0, 110)}` : `span ${this.name}`
+        const t = tally.get(key) ?? { count: 0, ns: 0n }
+        t.count++
+        t.ns += endTime - this.status.startTime
+        tally.set(key, t)
+      }
+    }
+    super.end(endTime, exit)
+  }
+}
+// BENCH_OURS_TRACE=1: where the latency goes. Every span of the timed phase is stamped with
+// performance.now() (the driver's clock) when it starts and ends; spans are tied to a run by the
+// workflow_id of the span (pgbus.workflow.signal, .execute, .step) or of their execute ancestor.
+const TRACE = process.env.BENCH_OURS_TRACE === "1"
+interface Stamp {
+  readonly name: string
+  readonly text: string | undefined
+  readonly start: number
+  readonly end: number
+}
+const stamps = new Map<string, Array<Stamp>>()
+const reads: Array<Stamp> = []
+const runOf = (span: Tracer.AnySpan | undefined): string | undefined => {
+  for (let s = span; s !== undefined; s = s._tag === "Span" ? Option.getOrUndefined(s.parent) : undefined) {
+    if (s._tag === "Span" && s.name.startsWith("pgbus.workflow.")) {
+      const id = s.attributes.get("workflow_id")
+      if (typeof id === "string") return id
+    }
+  }
+  return undefined
+}
+class TracingSpan extends CountingSpan {
+  readonly startedAt = now()
+  override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
+    if (recording && this.status._tag === "Started") {
+      const text = this._attributes?.get("db.query.text")
+      const stamp: Stamp = {
+        name: this.name,
+        text: typeof text === "string" ? text.replace(/\s+/g, " ").slice(0, 60) : undefined,
+        start: this.startedAt,
+        end: now()
+      }
+      if (this.name === "QueueStore.read") reads.push(stamp)
+      const id = runOf(this)
+      if (id !== undefined) {
+        const list = stamps.get(id) ?? []
+        list.push(stamp)
+        stamps.set(id, list)
+      }
+    }
+    super.end(endTime, exit)
+  }
+}
+const counting = Tracer.make({ span: (options) => (TRACE ? new TracingSpan(options) : new CountingSpan(options)) })
+const traced = Layer.succeed(Tracer.Tracer, counting)
+
+await resetDatabase(DB)
+const runtime = ManagedRuntime.make(
+  Layer.mergeAll(
+    quiet,
+    traced,
+    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide([quiet, traced]))
+  )
+)
+const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
+  runtime.runPromise(
+    effect.pipe(
+      Effect.provideService(References.MinimumLogLevel, "Warn"),
+      Effect.provideService(Tracer.Tracer, counting)
+    )
+  )
+
+/** Starts the supervisor (one capsule on the workflow queue) in the background; the returned function drains it. */
+const startWorkers = (queue: string): (() => Promise<void>) => {
+  const fiber = runtime.runFork(
+    Supervisor.runWith({
+      capsules: [{ name: "bench", queues: [queue], concurrency: CONCURRENCY, readAhead }]
+    }).pipe(
+      Effect.provide(Registry.layer([SignalBench])),
+      Effect.provideService(References.MinimumLogLevel, "Warn"),
+      Effect.provideService(Tracer.Tracer, counting)
+    )
+  )
+  return () => runtime.runPromise(Fiber.interrupt(fiber))
+}
+
+/** BENCH_OURS_TRACE=1: splits signal commit -> body start into its parts, per run; prints to stderr. */
+const traceReport = (
+  handles: ReadonlyArray<RunHandle>,
+  sentAt: Float64Array,
+  notified: ReadonlyArray<number>,
+  wallMs: number
+) => {
+  const parts: Record<string, Array<number>> = {}
+  const add = (k: string, v: number | undefined) => {
+    if (v === undefined || !Number.isFinite(v)) return
+    const list = parts[k] ?? []
+    list.push(v)
+    parts[k] = list
+  }
+  const readStarts = reads.map((r) => r.start).sort((a, b) => a - b)
+  const firstAfter = (xs: ReadonlyArray<number>, t: number) => {
+    let lo = 0
+    let hi = xs.length
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1
+      if (xs[mid]! < t) lo = mid + 1
+      else hi = mid
+    }
+    return xs[lo]
+  }
+  let execBusy = 0
+  for (let i = 0; i < handles.length; i++) {
+    const list = stamps.get(handles[i]!.id) ?? []
+    const signal = list.find((x) => x.name === "pgbus.workflow.signal")
+    const exec = list.find((x) => x.name === "pgbus.workflow.execute")
+    const step = list.find((x) => x.name === "pgbus.workflow.step")
+    const body = recorder.startedAt[i]!
+    if (signal === undefined || exec === undefined) continue
+    execBusy += exec.end - exec.start
+    const sql = list.filter((x) => x.text !== undefined && x.start >= exec.start && x.end <= (step?.start ?? body))
+    const claim = sql[0]
+    add("signal: span (call -> commit)", signal.end - signal.start)
+    add("signal: span end -> signal() returned to the sender", sentAt[i]! - signal.end)
+    add(
+      "commit -> first NOTIFY seen by a monitor LISTEN",
+      (firstAfter(notified, signal.end) ?? Number.NaN) - signal.end
+    )
+    add("commit -> next worker read starts", (firstAfter(readStarts, signal.end) ?? Number.NaN) - signal.end)
+    add("commit -> executor takes the message (execute span start)", exec.start - signal.end)
+    add("claim statement (execute start -> claim end)", claim === undefined ? undefined : claim.end - exec.start)
+    add(
+      "claim end -> step span start (gate: guards, held signal)",
+      claim === undefined || step === undefined ? undefined : step.start - claim.end
+    )
+    add(
+      `  gate statements (${sql.length - 1} per run incl. BEGIN/COMMIT)`,
+      sql.slice(1).reduce((n, x) => n + x.end - x.start, 0)
+    )
+    add("step span start -> body start", step === undefined ? undefined : body - step.start)
+    add("TOTAL signal() returned -> body start", body - sentAt[i]!)
+  }
+  const q = (xs: Array<number>, p: number) => {
+    const s = [...xs].sort((a, b) => a - b)
+    return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN
+  }
+  console.error(`ours-signals trace: ms, over ${handles.length} runs (p50 / p90 / mean)`)
+  for (const [k, xs] of Object.entries(parts)) {
+    const mean = xs.reduce((a, b) => a + b, 0) / xs.length
+    console.error(
+      `  ${q(xs, 50).toFixed(2).padStart(8)} ${q(xs, 90).toFixed(2).padStart(8)} ${mean.toFixed(2).padStart(8)}  ${k}`
+    )
+  }
+  console.error(
+    `  reads: ${reads.length}; notifications: ${notified.length}; executor busy ${(execBusy / wallMs / CONCURRENCY).toFixed(2)} of ${CONCURRENCY} x wall`
+  )
+}
+
+const counts = () => runP(WorkflowClient.use((client) => client.counts({ workflow: "SignalBench" })))
+
+const base = { library: "effect-pgbus", version: "workspace", workload: args.workload, variant }
+
+try {
+  await runP(PgBus.migrate)
+  if (args.workload === "signals") {
+    const config = await runP(PgBusConfig.use(Effect.succeed))
+    const queue = config.workflowQueue
+    await runP(JobClient.use((client) => client.ensureQueue(queue)))
+    const stop = startWorkers(queue)
+    await sleep(500)
+    const handles: Array<RunHandle> = new Array(SIG_RUNS)
+    const parking = await park({
+      start: async (i) => {
+        handles[i] = await runP(SignalBench.start({ i }))
+      },
+      parked: async () => (await counts()).waiting
+    })
+    const mon = await monitorClient(DB)
+    // parked = the run waiting AND its step row waiting, with no signal yet
+    const parkedCheck = await mon.query<{ runs: number; steps: number; signals: number }>(
+      `SELECT (SELECT count(*)::int FROM ${config.schema}.workflow_runs WHERE status = 'waiting') AS runs,
+              (SELECT count(*)::int FROM ${config.schema}.workflow_steps WHERE status = 'waiting') AS steps,
+              (SELECT count(*)::int FROM ${config.schema}.workflow_signals) AS signals`
+    )
+    const parked = parkedCheck.rows[0]
+    if (!parking.ok || parked?.runs !== SIG_RUNS || parked.steps !== SIG_RUNS || parked.signals !== 0) {
+      throw new Error(`parking incomplete: ${JSON.stringify({ ...parking, ...parked })}`)
+    }
+    const notified: Array<number> = []
+    if (TRACE) {
+      await mon.query(`LISTEN ${config.schema}_wakeup`)
+      ;(mon as unknown as { on(e: "notification", f: () => void): void }).on("notification", () => notified.push(now()))
+    }
+    const sentAt = new Float64Array(SIG_RUNS)
+    recording = true
+    const r = await runSignals({
+      send: (i) => runP(handles[i]!.signal("go", { i })),
+      finished: async () => (await counts()).finished,
+      recorder,
+      onSent: (i, t) => {
+        sentAt[i] = t
+      }
+    })
+    recording = false
+    await stop()
+    if (TRACE) traceReport(handles, sentAt, notified, r.wallMs)
+    if (PROFILE) {
+      const rows = [...tally].sort((a, b) => Number(b[1].ns - a[1].ns))
+      console.error(`ours-signals profile (timed phase, ${r.completed} runs): count, per signal, total ms, mean ms`)
+      for (const [key, t] of rows.slice(0, 40)) {
+        const ms = Number(t.ns) / 1e6
+        console.error(
+          `  ${String(t.count).padStart(7)} ${(t.count / Math.max(1, r.completed)).toFixed(2).padStart(6)} ${ms.toFixed(0).padStart(7)} ${(ms / t.count).toFixed(2).padStart(7)}  ${key}`
+        )
+      }
+    }
+    // every run finished with the index its signal carried; every signal consumed
+    const check = await mon.query<{ ok: number; steps: number; consumed: number }>(
+      `SELECT (SELECT count(*)::int FROM ${config.schema}.workflow_runs
+                WHERE status = 'finished' AND output = to_jsonb((payload->>'i')::int)) AS ok,
+              (SELECT count(*)::int FROM ${config.schema}.workflow_steps WHERE status = 'completed') AS steps,
+              (SELECT count(*)::int FROM ${config.schema}.workflow_signals WHERE status = 'consumed') AS consumed`
+    )
+    await mon.end()
+    emit({
+      ...base,
+      config: {
+        capsule: { queues: [queue], concurrency: CONCURRENCY, readAhead },
+        senders: SIG_SENDERS,
+        poolMax: POOL_MAX,
+        listenNotify: true,
+        settleMs: SIG_SETTLE_MS,
+        completion: `WorkflowClient.counts every ${SIG_POLL_MS} ms after the sends`
+      },
+      result: {
+        ...r,
+        parkedAfterMs: parking.parkMs,
+        // statements of the timed phase, less the completion polls (one WorkflowClient.counts each)
+        statementsPerSignal: Math.round(((statements - r.polls) / Math.max(1, r.completed)) * 100) / 100,
+        runsCorrect: check.rows[0]?.ok,
+        stepRows: check.rows[0]?.steps,
+        signalsConsumed: check.rows[0]?.consumed,
+        expectedRuns: SIG_RUNS
+      }
+    })
+  } else {
+    console.error(`unknown workload ${args.workload}`)
+    process.exitCode = 2
+  }
+} finally {
+  await runtime.dispose()
+  await finishRun(DB)
+}
+process.exit(process.exitCode ?? 0)

@@ -1,0 +1,573 @@
+/**
+ * bench:signals (issue 5): SIG_RUNS (1,000) workflow runs each parked on a signal, then one
+ * signal per run from SIG_SENDERS (10) concurrent senders; p50/p99 of "signal commit -> woken
+ * step start" (performance.now() when the woken step's body starts - performance.now() when the
+ * send call returned, its transaction committed; same process, same clock) and signals/s
+ * (SIG_RUNS / first send -> every run finished). effect-pgbus, DBOS Transact 5.3.0 (`recv` /
+ * `send`) and pg-workflows 0.15.0 (`step.waitFor` / `triggerEvent`) run in one session, on one
+ * PostgreSQL server. Every run is its own Node process (packages/bench/src/peers/<library>-signals.ts)
+ * on a freshly created database, dropped once the process has exited; runs go round-robin and the
+ * table shows medians [min-max]. Two diagnostic cases (effect-pgbus and DBOS with one sender, so no
+ * backlog can build) are printed too, outside the JSON line.
+ *
+ *   npm run bench:signals                   # from the repository root (installs the peers first)
+ *   RUNS=1 BENCH_ONLY='ours' npm run bench:signals
+ *
+ * Knobs (env): RUNS (3), BENCH_ONLY (regex on the case key), BENCH_SIGNALS_RUNS (1000),
+ * BENCH_SIGNALS_SENDERS (10), BENCH_SIGNALS_POLL_MS (completion reads, 5), BENCH_SIGNALS_SETTLE_MS
+ * (quiet between "all parked" and the first send, 1000), BENCH_OURS_READ_AHEAD (read-aheads tried
+ * besides the default 0, none), BENCH_CONCURRENCY (worker concurrency, 10), BENCH_POOL_MAX (20),
+ * BENCH_PHASE_CAP_MS (120000), BENCH_RUN_TIMEOUT_MS (per run, 300000), BENCH_RESULTS (append every
+ * run's JSON to this file), DATABASE_URL.
+ *
+ * This file also holds the driver the run processes share (`park`, `runSignals`,
+ * `makeStartRecorder`); it runs the orchestrator only when it is the program itself, and loads
+ * nothing heavy for the peers.
+ *
+ * The last line of stdout is one JSON object:
+ * {"bench":"signals","ours_p50_ms":N,"ours_p99_ms":N,"ours_signals_per_s":N,"dbos_p50_ms":N,...,
+ *  "pgworkflows_signals_per_s":N}
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { appendFileSync } from "node:fs"
+import os from "node:os"
+import { resolve } from "node:path"
+import { fileURLToPath } from "node:url"
+import {
+  CONCURRENCY,
+  dropDatabase,
+  latencySummary,
+  measure,
+  monitorClient,
+  now,
+  PHASE_CAP_MS,
+  POOL_MAX,
+  percentile,
+  pkgVersion,
+  RESULT_MARK,
+  round2,
+  serverInfo,
+  serverUrl,
+  sleep,
+  waitUntil
+} from "./peers/common.ts"
+
+const env = (key: string, fallback: number): number => {
+  const raw = process.env[key]
+  if (raw === undefined || raw === "") return fallback
+  const n = Number(raw)
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${key} must be a non-negative number, got ${raw}`)
+  return n
+}
+
+/** Runs parked, and signals sent (one per run). */
+export const SIG_RUNS = env("BENCH_SIGNALS_RUNS", 1_000)
+/** Concurrent senders. */
+export const SIG_SENDERS = env("BENCH_SIGNALS_SENDERS", CONCURRENCY)
+/** How often the count of finished runs is read once every signal is sent. */
+export const SIG_POLL_MS = env("BENCH_SIGNALS_POLL_MS", 5)
+/** Quiet time between "all parked" and the first signal. */
+export const SIG_SETTLE_MS = env("BENCH_SIGNALS_SETTLE_MS", 1_000)
+
+/**
+ * Records when the woken code of run i starts (`performance.now()`, the clock of the senders).
+ * The first start of a run counts; later ones (a redelivery) are counted as repeats.
+ */
+export const makeStartRecorder = (n: number = SIG_RUNS) => {
+  const startedAt = new Float64Array(n).fill(Number.NaN)
+  let started = 0
+  let repeats = 0
+  let wrong = 0
+  return {
+    startedAt,
+    get started() {
+      return started
+    },
+    get repeats() {
+      return repeats
+    },
+    /** Payloads that did not carry the run's own index. */
+    get wrong() {
+      return wrong
+    },
+    /** Call first thing in the woken code, with the run's index and the signal's index. */
+    record(i: number, t: number, signalled?: number) {
+      if (signalled !== undefined && signalled !== i) wrong++
+      if (!(i >= 0 && i < n)) return
+      if (Number.isNaN(startedAt[i]!)) {
+        startedAt[i] = t
+        started++
+      } else repeats++
+    }
+  }
+}
+
+export type StartRecorder = ReturnType<typeof makeStartRecorder>
+
+/**
+ * The parking phase: SIG_SENDERS starters call `start(i)` for every run, then `parked()` is read
+ * every 20 ms until it reports SIG_RUNS (capped by the phase cap); then SIG_SETTLE_MS of quiet.
+ */
+export const park = async (opts: {
+  readonly start: (i: number) => Promise<unknown>
+  readonly parked: () => Promise<number> | number
+}) => {
+  const t0 = now()
+  let next = 0
+  await Promise.all(
+    Array.from({ length: SIG_SENDERS }, async () => {
+      while (next < SIG_RUNS) {
+        const i = next++
+        await opts.start(i)
+      }
+    })
+  )
+  const startedMs = now() - t0
+  let parked = 0
+  const ok = await waitUntil(
+    async () => {
+      parked = await opts.parked()
+      return parked >= SIG_RUNS
+    },
+    PHASE_CAP_MS,
+    20
+  )
+  const parkMs = now() - t0
+  if (ok) await sleep(SIG_SETTLE_MS)
+  return { ok, parked, startedMs: Math.round(startedMs), parkMs: Math.round(parkMs) }
+}
+
+/** What one signals measurement gives. */
+export interface SignalsResult {
+  readonly done: boolean
+  /** Runs finished at the end of the phase. */
+  readonly completed: number
+  /** Woken code started (first time per run). */
+  readonly woken: number
+  readonly repeats: number
+  readonly wrongPayload: number
+  /** signal commit -> woken code start, ms. */
+  readonly latencyMs: ReturnType<typeof latencySummary> & { readonly min: number; readonly p90: number }
+  /** Latencies below zero (the woken code started before the sender's await resumed). */
+  readonly negative: number
+  /** The send call itself (call -> returned), ms. */
+  readonly sendMs: ReturnType<typeof latencySummary>
+  readonly allSentMs: number
+  readonly wallMs: number
+  readonly signalsPerSec: number
+  readonly pgCpuS: number
+  readonly nodeCpuS: number
+  readonly polls: number
+}
+
+/**
+ * The timed phase: SIG_SENDERS senders call `send(i)` one after the other until every run has
+ * its signal (`performance.now()` taken when the call returns, i.e. once its transaction has
+ * committed); then `finished()` is read every SIG_POLL_MS until it reports SIG_RUNS. Timed from
+ * the first send to the read that saw the last run finished. Latency of run i = the recorder's
+ * start of its woken code - the return of its send.
+ */
+export const runSignals = async (opts: {
+  readonly send: (i: number) => Promise<unknown>
+  readonly finished: () => Promise<number> | number
+  readonly recorder: StartRecorder
+  /** Called with the time each send returned. */
+  readonly onSent?: (i: number, t: number) => void
+  /** Order in which the runs get their signal (default 0..SIG_RUNS-1). */
+  readonly order?: ReadonlyArray<number>
+}): Promise<SignalsResult> => {
+  const sentAt = new Float64Array(SIG_RUNS).fill(Number.NaN)
+  const sendMs: Array<number> = []
+  const order = opts.order ?? Array.from({ length: SIG_RUNS }, (_, i) => i)
+  let allSentMs = 0
+  let polls = 0
+  const res = await measure(async () => {
+    const t0 = now()
+    const deadline = t0 + PHASE_CAP_MS
+    let next = 0
+    await Promise.all(
+      Array.from({ length: SIG_SENDERS }, async () => {
+        while (next < order.length && now() < deadline) {
+          const i = order[next++]!
+          const t = now()
+          await opts.send(i)
+          const back = now()
+          sentAt[i] = back
+          opts.onSent?.(i, back)
+          sendMs.push(back - t)
+        }
+      })
+    )
+    allSentMs = now() - t0
+    for (;;) {
+      const n = await opts.finished()
+      polls++
+      if (n >= SIG_RUNS || now() > deadline) return n
+      await sleep(SIG_POLL_MS)
+    }
+  })
+  const latencies: Array<number> = []
+  for (let i = 0; i < SIG_RUNS; i++) {
+    const s = sentAt[i]!
+    const b = opts.recorder.startedAt[i]!
+    if (!Number.isNaN(s) && !Number.isNaN(b)) latencies.push(b - s)
+  }
+  const sorted = [...latencies].sort((a, b) => a - b)
+  const completed = res.value
+  return {
+    done: completed >= SIG_RUNS && latencies.length === SIG_RUNS,
+    completed,
+    woken: opts.recorder.started,
+    repeats: opts.recorder.repeats,
+    wrongPayload: opts.recorder.wrong,
+    latencyMs: {
+      ...latencySummary(latencies),
+      min: round2(sorted[0] ?? Number.NaN),
+      p90: round2(percentile(sorted, 90))
+    },
+    negative: latencies.filter((x) => x < 0).length,
+    sendMs: latencySummary(sendMs),
+    allSentMs: Math.round(allSentMs),
+    wallMs: Math.round(res.m.wallMs),
+    signalsPerSec: round2((Math.min(completed, SIG_RUNS) / res.m.wallMs) * 1000),
+    pgCpuS: round2(res.m.pgCpuS),
+    nodeCpuS: round2(res.m.nodeCpuS),
+    polls
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The orchestrator
+
+type Library = "ours" | "dbos" | "pgworkflows"
+
+interface Case {
+  readonly key: string
+  readonly library: Library
+  readonly variant: string
+  /** Concurrent senders of this case. */
+  readonly senders: number
+}
+
+/** A run's result line, as printed by a peers/<library>-signals.ts process. */
+interface RunResult {
+  readonly library: string
+  readonly version: string
+  readonly variant: string
+  readonly peakRssMiB: number
+  readonly config: Readonly<Record<string, unknown>>
+  readonly result: Readonly<Record<string, unknown>>
+  /** Added by the orchestrator: the run database's counters once its process has exited. */
+  db?: DbStats
+}
+
+interface DbStats {
+  readonly xactCommit: number
+  readonly tupWritten: number
+}
+
+const FILES: Record<Library, string> = {
+  ours: "ours-signals",
+  dbos: "dbos-signals",
+  pgworkflows: "pgworkflows-signals"
+}
+/** The database a run process of this library uses (`databaseName` in peers/common.ts). */
+const dbOf = (library: Library, tag: string) => `bench_jobs_sig_${library}_${tag}`
+
+const main = async () => {
+  const { machine, median } = await import("./common.ts")
+
+  const RUNS = env("RUNS", 3)
+  const RUN_TIMEOUT_MS = env("BENCH_RUN_TIMEOUT_MS", Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
+  const ONLY = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : undefined
+  const TUNED_RA = (process.env.BENCH_OURS_READ_AHEAD ?? "")
+    .split(",")
+    .filter((s) => s.trim() !== "")
+    .map((s) => Number(s.trim()))
+  if (TUNED_RA.some((n) => !Number.isInteger(n) || n < 0)) throw new Error("BENCH_OURS_READ_AHEAD: a list of integers")
+  const TAG = String(process.pid)
+  const LIBRARIES: ReadonlyArray<Library> = ["ours", "dbos", "pgworkflows"]
+  const ALL_CASES: ReadonlyArray<Case> = [
+    ...[...new Set([0, ...TUNED_RA])].map(
+      (ra): Case => ({ key: `signals ours ra${ra}`, library: "ours", variant: `ra${ra}`, senders: SIG_SENDERS })
+    ),
+    { key: "signals dbos recv", library: "dbos", variant: "recv", senders: SIG_SENDERS },
+    { key: "signals pgworkflows workers10", library: "pgworkflows", variant: "workers10", senders: SIG_SENDERS },
+    // diagnostics, not in the JSON line: one sender, so no backlog can build (the path's own latency)
+    { key: "signals ours ra0 senders1", library: "ours", variant: "ra0", senders: 1 },
+    { key: "signals dbos recv senders1", library: "dbos", variant: "recv", senders: 1 }
+  ]
+  const CASES = ALL_CASES.filter(
+    (c) => (ONLY === undefined || ONLY.test(c.key)) && !(c.key.endsWith("senders1") && SIG_SENDERS === 1)
+  )
+  const log = (line: string) => process.stderr.write(`${line}\n`)
+
+  const admin = async <A>(f: (client: Awaited<ReturnType<typeof monitorClient>>) => Promise<A>): Promise<A> => {
+    const client = await monitorClient(new URL(serverUrl).pathname.slice(1) || "postgres")
+    try {
+      return await f(client)
+    } finally {
+      await client.end()
+    }
+  }
+
+  /** The database's commit and row-write counters, read once every backend of the run has exited. */
+  const dbStats = (database: string): Promise<DbStats | undefined> =>
+    admin(async (c) => {
+      const deadline = now() + 10_000
+      while (now() < deadline) {
+        const { rows } = await c.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1",
+          [database]
+        )
+        if ((rows[0]?.n ?? 0) === 0) break
+        await sleep(20)
+      }
+      const { rows } = await c.query<Record<string, string>>(
+        `SELECT xact_commit::text AS c, (tup_inserted + tup_updated + tup_deleted)::text AS w
+           FROM pg_stat_database WHERE datname = $1`,
+        [database]
+      )
+      const row = rows[0]
+      return row === undefined ? undefined : { xactCommit: Number(row.c), tupWritten: Number(row.w) }
+    })
+
+  let current: ChildProcess | undefined
+  const runCase = (c: Case, run: number): Promise<RunResult | undefined> =>
+    new Promise((done) => {
+      const file = fileURLToPath(new URL(`./peers/${FILES[c.library]}.ts`, import.meta.url))
+      const child = spawn(
+        process.execPath,
+        [...process.execArgv, file, "signals", "--variant", c.variant, "--run", String(run)],
+        {
+          env: { ...process.env, BENCH_JOBS_TAG: TAG, BENCH_SIGNALS_SENDERS: String(c.senders) },
+          stdio: ["ignore", "pipe", "inherit"]
+        }
+      )
+      current = child
+      let out = ""
+      let result: RunResult | undefined
+      child.stdout?.setEncoding("utf8")
+      child.stdout?.on("data", (chunk: string) => {
+        out += chunk
+        let nl = out.indexOf("\n")
+        while (nl >= 0) {
+          const line = out.slice(0, nl)
+          out = out.slice(nl + 1)
+          if (line.startsWith(RESULT_MARK)) result = JSON.parse(line.slice(RESULT_MARK.length)) as RunResult
+          else if (line.trim() !== "") log(`   ${line}`)
+          nl = out.indexOf("\n")
+        }
+      })
+      const timer = setTimeout(() => {
+        log(`!! ${c.key} run ${run}: no result after ${RUN_TIMEOUT_MS} ms, killing it`)
+        child.kill("SIGKILL")
+      }, RUN_TIMEOUT_MS)
+      child.on("close", (code) => {
+        clearTimeout(timer)
+        current = undefined
+        if (code !== 0) log(`!! ${c.key} run ${run}: exited with ${code}`)
+        const database = dbOf(c.library, TAG)
+        dbStats(database)
+          .then((stats) => {
+            if (result && stats) result.db = stats
+          })
+          .catch((e) => log(`!! could not read the counters of ${database}: ${e instanceof Error ? e.message : e}`))
+          .then(() => dropDatabase(database))
+          .catch((e) => log(`!! could not drop ${database}: ${e instanceof Error ? e.message : e}`))
+          .finally(() => done(result))
+      })
+    })
+
+  const dropAll = () => Promise.all(LIBRARIES.map((l) => dropDatabase(dbOf(l, TAG)).catch(() => undefined)))
+  process.on("SIGINT", () => {
+    current?.kill("SIGKILL")
+    void dropAll().finally(() => process.exit(130))
+  })
+
+  // ---- figures
+
+  const num = (r: RunResult, path: string): number | undefined => {
+    let v: unknown = r
+    for (const k of path.split("."))
+      v = typeof v === "object" && v !== null ? (v as Record<string, unknown>)[k] : undefined
+    return typeof v === "number" && Number.isFinite(v) ? v : undefined
+  }
+  const perRun = (r: RunResult, f: (db: DbStats) => number): number | undefined => {
+    const completed = num(r, "result.completed")
+    return r.db === undefined || !completed ? undefined : f(r.db) / completed
+  }
+  const fmt = (x: number): string => {
+    const a = Math.abs(x)
+    return a >= 100
+      ? String(Math.round(x))
+      : a >= 10
+        ? x.toFixed(1).replace(/\.0$/, "")
+        : String(Math.round(x * 100) / 100)
+  }
+  const defined = (xs: ReadonlyArray<number | undefined>) => xs.filter((x): x is number => x !== undefined)
+  const cell = (rs: ReadonlyArray<RunResult>, f: (r: RunResult) => number | undefined, scale = 1): string => {
+    const xs = defined(rs.map(f)).map((x) => x * scale)
+    if (xs.length === 0) return "n/a"
+    const m = fmt(median(xs))
+    return xs.length === 1 ? m : `${m} [${fmt(Math.min(...xs))}-${fmt(Math.max(...xs))}]`
+  }
+  const medianOf = (rs: ReadonlyArray<RunResult>, path: string): number | undefined => {
+    const xs = defined(rs.map((r) => num(r, path)))
+    return xs.length === 0 ? undefined : median(xs)
+  }
+  /**
+   * A run is good when every run finished and every woken code ran once with its own signal
+   * (effect-pgbus also: one completed step per run, every signal consumed).
+   */
+  const bad = (r: RunResult): boolean => {
+    const expected = num(r, "result.expectedRuns")
+    const off = (path: string) => {
+      const x = num(r, path)
+      return x !== undefined && x !== expected
+    }
+    return (
+      r.result.done !== true ||
+      num(r, "result.runsCorrect") !== expected ||
+      (num(r, "result.repeats") ?? 0) > 0 ||
+      off("result.stepRows") ||
+      off("result.signalsConsumed")
+    )
+  }
+  const runsCell = (rs: ReadonlyArray<RunResult>, attempted: number): string => {
+    const notOk = rs.filter(bad).length
+    const failed = attempted - rs.length
+    return `${rs.length}${notOk > 0 ? ` (${notOk} not done or not correct)` : ""}${failed > 0 ? ` (${failed} failed)` : ""}`
+  }
+  const label = (c: Case): string =>
+    (c.library === "ours"
+      ? `effect-pgbus (this repo), read-ahead ${c.variant.slice(2)}${c.variant === "ra0" ? " (default)" : ""}`
+      : c.library === "dbos"
+        ? `DBOS ${pkgVersion("@dbos-inc/dbos-sdk")} \`recv\``
+        : `pg-workflows ${pkgVersion("pg-workflows")} \`workers10\``) +
+    (c.senders === SIG_SENDERS ? "" : `, **${c.senders} sender${c.senders === 1 ? "" : "s"}** (diagnostic)`)
+  const round = (x: number | undefined, digits = 0): number | null =>
+    x === undefined ? null : Number(x.toFixed(digits))
+
+  // ---- runs
+
+  const startedAt = now()
+  const machineLine = machine()
+  const results = new Map<string, Array<RunResult>>(CASES.map((c) => [c.key, []]))
+  let pg = "unknown"
+  try {
+    pg = await serverInfo()
+  } catch (e) {
+    log(`could not read the server version: ${e instanceof Error ? e.message : String(e)}`)
+  }
+  log(`bench:signals: ${CASES.length} cases × ${RUNS} runs, round-robin; databases ${dbOf("ours", TAG)} etc.`)
+  for (let run = 1; run <= RUNS; run++) {
+    for (const c of CASES) {
+      const t0 = now()
+      const r = await runCase(c, run)
+      const secs = ((now() - t0) / 1000).toFixed(1)
+      if (r) {
+        results.get(c.key)?.push(r)
+        if (process.env.BENCH_RESULTS) appendFileSync(process.env.BENCH_RESULTS, `${JSON.stringify({ ...r, run })}\n`)
+      }
+      log(
+        `>> run ${run}/${RUNS} ${c.key}: ${
+          r
+            ? `p50 ${num(r, "result.latencyMs.p50")} ms, p99 ${num(r, "result.latencyMs.p99")} ms, ${num(r, "result.signalsPerSec")} signals/s${bad(r) ? " (NOT DONE OR NOT CORRECT)" : ""}`
+            : "FAILED"
+        } (${secs} s)`
+      )
+    }
+  }
+  await dropAll()
+  const totalS = (now() - startedAt) / 1000
+
+  const lines: Array<string> = []
+  const p = (s = "") => lines.push(s)
+  p("## bench:signals: effect-pgbus vs DBOS vs pg-workflows (same run, same server)")
+  p()
+  p(
+    `- Machine: ${machineLine} (start); load at the end ${os
+      .loadavg()
+      .map((x) => x.toFixed(2))
+      .join(" ")}`
+  )
+  p(`- PostgreSQL: ${pg} (server ${new URL(serverUrl).host})`)
+  p(
+    `- Settings: RUNS=${RUNS} (round-robin, medians [min-max]), ${SIG_RUNS} runs parked on a signal (all ${SIG_RUNS} checked parked, then ${SIG_SETTLE_MS} ms of quiet), ` +
+      `then one signal per run from ${SIG_SENDERS} concurrent senders in the same process (each awaits its send, then sends the next), worker concurrency ${CONCURRENCY}, ` +
+      `pool max ${POOL_MAX}, phase cap ${PHASE_CAP_MS} ms, silent loggers, every run a fresh Node process on a fresh database; total ${totalS.toFixed(0)} s`
+  )
+  p(
+    "- Latency = `performance.now()` when the woken code starts − `performance.now()` when the send call returned (its transaction committed), " +
+      "same process, same clock; signals/s = runs / (first send → the completion read that saw every run finished, " +
+      `read every ${SIG_POLL_MS} ms once all are sent).`
+  )
+  p(
+    '- effect-pgbus: `Workflow.step("got", body, { waitFor: "go" })` (the signal declared with a Schema), `SignalBench.start({ i })`, ' +
+      '`handle.signal("go", { i })`; woken code = the step\'s body; `Supervisor.runWith` with one capsule on the workflow queue, LISTEN/NOTIFY on (default).'
+  )
+  p(
+    '- DBOS `recv`: `DBOS.startWorkflow(wf)(i)`, the workflow blocked in `DBOS.recv("go", { timeoutSeconds: 600 })` in this process; ' +
+      '`DBOS.send(workflowID, { i }, "go")`; woken code = the line after `recv` (DBOS resumes the blocked call, no re-execution).'
+  )
+  p(
+    '- pg-workflows `workers10`: `step.waitFor("wait", { eventName: "go" })` then `step.run("got", body)`, `engine.triggerEvent`; ' +
+      "woken code = that step's body; 10 pg-boss work loops, batchSize 1 and a 0.5 s poll (hard-coded by the engine)."
+  )
+  p()
+  p(`### ${SIG_RUNS} parked runs, ${SIG_RUNS} signals (ms; signal commit → woken code start)`)
+  p()
+  p(
+    "| library | runs | p50 | p90 | p99 | max | signals/s | all sent after s | wall s | send call p50 | send call p99 | PG CPU s | Node CPU s | statements / signal | commits / run | row writes / run | peak RSS MiB |"
+  )
+  p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+  for (const c of CASES) {
+    const rs = results.get(c.key) ?? []
+    p(
+      `| ${label(c)} | ${runsCell(rs, RUNS)} | ${cell(rs, (r) => num(r, "result.latencyMs.p50"))} | ${cell(rs, (r) => num(r, "result.latencyMs.p90"))} | ` +
+        `${cell(rs, (r) => num(r, "result.latencyMs.p99"))} | ${cell(rs, (r) => num(r, "result.latencyMs.max"))} | ` +
+        `${cell(rs, (r) => num(r, "result.signalsPerSec"))} | ${cell(rs, (r) => num(r, "result.allSentMs"), 1 / 1000)} | ` +
+        `${cell(rs, (r) => num(r, "result.wallMs"), 1 / 1000)} | ${cell(rs, (r) => num(r, "result.sendMs.p50"))} | ` +
+        `${cell(rs, (r) => num(r, "result.sendMs.p99"))} | ${cell(rs, (r) => num(r, "result.pgCpuS"))} | ${cell(rs, (r) => num(r, "result.nodeCpuS"))} | ` +
+        `${cell(rs, (r) => num(r, "result.statementsPerSignal"))} | ${cell(rs, (r) => perRun(r, (d) => d.xactCommit))} | ` +
+        `${cell(rs, (r) => perRun(r, (d) => d.tupWritten))} | ${cell(rs, (r) => r.peakRssMiB)} |`
+    )
+  }
+  p()
+  p(
+    "Send call = the send API call itself (call → returned). PG CPU = every `postgres` process, Node CPU = the run process, over the timed phase. " +
+      "Statements / signal: SQL statements effect-pgbus ran in the timed phase (sends and woken steps; the completion reads removed) / signals. " +
+      "Commits and row writes / run: the run database's `xact_commit` and `tup_inserted + tup_updated + tup_deleted` over the whole process " +
+      "(setup, parking and the signals) / runs."
+  )
+  p()
+  const get = (key: string) => results.get(key) ?? []
+  const ours = get("signals ours ra0")
+  const dbos = get("signals dbos recv")
+  const pgw = get("signals pgworkflows workers10")
+  const summary: Record<string, unknown> = {
+    bench: "signals",
+    ours_p50_ms: round(medianOf(ours, "result.latencyMs.p50"), 2),
+    ours_p99_ms: round(medianOf(ours, "result.latencyMs.p99"), 2),
+    ours_signals_per_s: round(medianOf(ours, "result.signalsPerSec"), 1)
+  }
+  if (dbos.length > 0) {
+    summary.dbos_p50_ms = round(medianOf(dbos, "result.latencyMs.p50"), 2)
+    summary.dbos_p99_ms = round(medianOf(dbos, "result.latencyMs.p99"), 2)
+    summary.dbos_signals_per_s = round(medianOf(dbos, "result.signalsPerSec"), 1)
+  }
+  if (pgw.length > 0) {
+    summary.pgworkflows_p50_ms = round(medianOf(pgw, "result.latencyMs.p50"), 2)
+    summary.pgworkflows_p99_ms = round(medianOf(pgw, "result.latencyMs.p99"), 2)
+    summary.pgworkflows_signals_per_s = round(medianOf(pgw, "result.signalsPerSec"), 1)
+  }
+  p(
+    "JSON: medians over runs; ours = effect-pgbus at read-ahead 0 (its default), dbos = DBOS `recv`, pgworkflows = pg-workflows `workers10`."
+  )
+  p()
+  process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)
+}
+
+const isMain = process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)
+if (isMain) await main()
