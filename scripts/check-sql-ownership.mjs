@@ -5,6 +5,7 @@ import { join } from "node:path"
 
 const owners = new Set([
   "src/Queue/QueueSql.ts", // queue registry, q_<queue>, a_<queue>
+  "src/Batch/BatchSql.ts", // batches, batch_executions
   "src/Migrations.ts", // the schema, schema_migrations
   "src/Supervisor/ProcessSql.ts", // processes
   "src/Workflow/WorkflowSql.ts", // workflow_runs, workflow_steps, workflow_events

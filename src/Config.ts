@@ -108,6 +108,12 @@ export interface PgBusConfigShape {
   readonly outboxRetention: Duration.Duration | undefined
   /** The bus's own database, when it is not the app's (outbox entries are written to the app's). */
   readonly busDatabaseUrl: Redacted.Redacted<string> | undefined
+  /** How often the dispatcher sweeps batches (lost outcomes, unsent members, stalled batches). */
+  readonly batchSweepInterval: Duration.Duration
+  /** How long a batch may go without a new member, or a member without its message, before a repair. */
+  readonly batchStallThreshold: Duration.Duration
+  /** Finished batches are deleted after this long; `undefined` keeps them. */
+  readonly batchRetention: Duration.Duration | undefined
 }
 
 /** What a caller may pass in code: every key optional, durations as `Duration.Input`. */
@@ -153,6 +159,9 @@ export interface PgBusConfigInput {
   readonly outboxBatchSize?: number
   readonly outboxRetention?: Duration.Input | null
   readonly busDatabaseUrl?: string | Redacted.Redacted<string> | null
+  readonly batchSweepInterval?: Duration.Input
+  readonly batchStallThreshold?: Duration.Input
+  readonly batchRetention?: Duration.Input | null
 }
 
 type Kind =
@@ -232,7 +241,10 @@ export const PgBusConfigSchema = Schema.Struct({
     Schema.String.check(
       Schema.makeFilter<string>((url) => /^postgres(ql)?:\/\//.test(url) || "must be a postgres:// URL")
     )
-  )
+  ),
+  batchSweepInterval: PositiveDuration,
+  batchStallThreshold: PositiveDuration,
+  batchRetention: Schema.UndefinedOr(PositiveDuration)
 })
 
 interface Field {
@@ -295,7 +307,10 @@ export const fields = {
   outboxPollInterval: { kind: "duration", default: Duration.seconds(1), env: "PGBUS_OUTBOX_POLL_INTERVAL" },
   outboxBatchSize: { kind: "int", default: 100, env: "PGBUS_OUTBOX_BATCH_SIZE" },
   outboxRetention: { kind: "optionalDuration", default: Duration.days(1), env: "PGBUS_OUTBOX_RETENTION" },
-  busDatabaseUrl: { kind: "optionalSecret", default: undefined, env: "PGBUS_BUS_DATABASE_URL" }
+  busDatabaseUrl: { kind: "optionalSecret", default: undefined, env: "PGBUS_BUS_DATABASE_URL" },
+  batchSweepInterval: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_BATCH_SWEEP_INTERVAL" },
+  batchStallThreshold: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_BATCH_STALL_THRESHOLD" },
+  batchRetention: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_BATCH_RETENTION" }
 } satisfies Record<keyof PgBusConfigShape, Field>
 
 type Key = keyof typeof fields

@@ -7,6 +7,7 @@
 import type { PgClient } from "@effect/sql-pg"
 import { Layer } from "effect"
 import type { SqlClient } from "effect/sql"
+import * as Batch from "./Batch/Batch.ts"
 import { type ConfigurationError, PgBusConfig, type PgBusConfigInput } from "./Config.ts"
 import * as Database from "./Database.ts"
 import * as EventBusLayer from "./EventBus/EventBusLayer.ts"
@@ -30,6 +31,8 @@ export type PgBus =
   | WorkflowClient
   | WorkflowEngine.WorkflowRunner
   | WorkflowEngine.WorkflowSweep
+  | Batch.Batches
+  | Batch.BatchSweep
   | EventBusLayer.EventBusServices
 
 /**
@@ -52,7 +55,8 @@ export const layerFrom = <E>(config: Layer.Layer<PgBusConfig, E>): Layer.Layer<P
   const notifier = Notifier.layer.pipe(Layer.provideMerge(database))
   const queues = QueueStore.layer.pipe(Layer.provideMerge(notifier))
   const onQueues = Layer.mergeAll(JobClient.layer, Processes.layer)
-  const workflows = WorkflowEngine.layer.pipe(Layer.provideMerge(onQueues))
+  const batches = Batch.layer.pipe(Layer.provideMerge(onQueues))
+  const workflows = WorkflowEngine.layer.pipe(Layer.provideMerge(batches))
   const events = EventBusLayer.layer.pipe(Layer.provideMerge(workflows))
   return events.pipe(Layer.provideMerge(queues), Layer.provideMerge(config))
 }

@@ -4,6 +4,9 @@
  * @since 0.1.0
  */
 
+export * as Batch from "./Batch/Batch.ts"
+export { Batches, BatchSweep } from "./Batch/Batch.ts"
+export * as BatchError from "./Batch/BatchError.ts"
 export * as Cli from "./Cli/Cli.ts"
 export * as Config from "./Config.ts"
 export { ConfigurationError, PgBusConfig } from "./Config.ts"

@@ -70,7 +70,10 @@ describe("configuration", () => {
     ["a backoff cap below the base", { retryBackoff: "10 seconds", retryBackoffMax: "5 seconds" }, "retryBackoffMax"],
     ["a pool of 0", { poolSize: 0 }, "poolSize"],
     ["a non-postgres URL", { databaseUrl: "mysql://x" }, "databaseUrl"],
-    ["a tiny payload cap", { maxPayloadSize: 10 }, "maxPayloadSize"]
+    ["a tiny payload cap", { maxPayloadSize: 10 }, "maxPayloadSize"],
+    ["a batch sweep interval of 0", { batchSweepInterval: 0 }, "batchSweepInterval"],
+    ["a negative batch stall threshold", { batchStallThreshold: "-5 minutes" }, "batchStallThreshold"],
+    ["a batch retention of 0", { batchRetention: "0 millis" }, "batchRetention"]
   ]
   for (const [what, overrides, key] of invalid) {
     it.effect(`${what} fails with a ConfigurationError naming ${key}`, () =>
@@ -83,6 +86,26 @@ describe("configuration", () => {
       })
     )
   }
+
+  it.effect("batch keys: the seeds' defaults (5 minutes, 5 minutes, 7 days), seconds from the environment, none", () =>
+    Effect.gen(function* () {
+      const d = yield* resolve()
+      assert.strictEqual(Duration.toMinutes(d.batchSweepInterval), 5)
+      assert.strictEqual(Duration.toMinutes(d.batchStallThreshold), 5)
+      assert.strictEqual(Duration.toDays(d.batchRetention!), 7)
+      const c = yield* PgBusConfig
+      assert.strictEqual(Duration.toSeconds(c.batchSweepInterval), 60)
+      assert.strictEqual(Duration.toMillis(c.batchStallThreshold), 1_500)
+      assert.isUndefined(c.batchRetention)
+    }).pipe(
+      Effect.provide(PgBusConfig.layer()),
+      fromEnv({
+        PGBUS_BATCH_SWEEP_INTERVAL: "60",
+        PGBUS_BATCH_STALL_THRESHOLD: "1500 millis",
+        PGBUS_BATCH_RETENTION: "none"
+      })
+    )
+  )
 
   it.effect("an invalid environment value fails the layer, naming the key and the rule", () =>
     Effect.gen(function* () {

@@ -7,6 +7,7 @@
  */
 import { Context, Effect, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
+import { CurrentBatch } from "../Batch/Membership.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import type { BatchEntry, SendOptions } from "../Queue/QueueStore.ts"
@@ -134,7 +135,9 @@ export class JobClient extends Context.Service<
             ...(options?.at !== undefined ? { at: options.at } : {})
           }))
           yield* ensureQueue(queue)
-          const ids = yield* store.sendBatch(queue, entries)
+          // inside batch.enqueue the jobs join that batch (its guard runs before the send)
+          const batch = yield* CurrentBatch
+          const ids = yield* batch === undefined ? store.sendBatch(queue, entries) : batch.send(queue, entries)
           return ids.map((id) => jobRef(queue, id))
         }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))
 
@@ -145,11 +148,17 @@ export class JobClient extends Context.Service<
           const trace = yield* traceHeaders
           const headers = { ...options?.headers, ...trace }
           yield* ensureQueue(queue)
-          const id = yield* store.send(queue, { job: job.name, payload: encoded } satisfies Envelope, {
+          const message = { job: job.name, payload: encoded } satisfies Envelope
+          const sendOptions = {
             ...(Object.keys(headers).length > 0 ? { headers } : {}),
             ...(options?.delay !== undefined ? { delay: options.delay } : {}),
             ...(options?.at !== undefined ? { at: options.at } : {})
-          })
+          }
+          const batch = yield* CurrentBatch
+          const id =
+            batch === undefined
+              ? yield* store.send(queue, message, sendOptions)
+              : (yield* batch.send(queue, [{ ...sendOptions, message }]))[0]!
           return jobRef(queue, id)
         }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))
 

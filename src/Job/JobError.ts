@@ -4,6 +4,7 @@
  * @since 0.1.0
  */
 import { Schema } from "effect"
+import type { BatchJoinError } from "../Batch/BatchError.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 
 /**
@@ -79,5 +80,5 @@ export class JobTimeout extends Schema.TaggedError<JobTimeout>()("JobTimeout", {
   }
 }
 
-/** Errors of an enqueue. */
-export type EnqueueError = InvalidPayload | QueueError
+/** Errors of an enqueue (a batch's only inside `batch.enqueue`). */
+export type EnqueueError = InvalidPayload | QueueError | BatchJoinError

@@ -382,6 +382,29 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         RETURNING 1)
       SELECT count(*) AS n FROM d`
 
+  // Where each message is now, in one snapshot (a move between tables is one statement, so
+  // a message is seen in exactly one place): by id in the archive and the queue, then by a
+  // marker header for copies that changed id (the dead-letter copy, one retried from it).
+  // The header searches scan; they run only for ids found in neither.
+  const messageLocate = (
+    physical: string,
+    deadLetterPhysical: string,
+    ids: ReadonlyArray<bigint | null>,
+    markerHeader: string,
+    markers: ReadonlyArray<string>
+  ) =>
+    sql<{ readonly ord: bigint; readonly place: "queued" | "archived" | "dead" | "missing" }>`SELECT u.ord,
+        CASE WHEN EXISTS (SELECT 1 FROM ${archive(physical)} a WHERE a.msg_id = u.msg_id) THEN 'archived'
+             WHEN EXISTS (SELECT 1 FROM ${messages(physical)} q WHERE q.msg_id = u.msg_id) THEN 'queued'
+             WHEN EXISTS (SELECT 1 FROM ${messages(deadLetterPhysical)} d
+                          WHERE d.headers ->> ${markerHeader}::text = u.marker) THEN 'dead'
+             WHEN EXISTS (SELECT 1 FROM ${messages(physical)} q
+                          WHERE q.headers ->> ${markerHeader}::text = u.marker) THEN 'queued'
+             ELSE 'missing' END AS place
+      FROM unnest(${typedArray(ids, PgTypes.OID.int8)}::int8[], ${typedArray(markers, PgTypes.OID.text)}::text[])
+        WITH ORDINALITY AS u(msg_id, marker, ord)
+      ORDER BY u.ord`
+
   const queueMetrics = (physical: string, now: Date | null) =>
     sql<MetricsRow>`SELECT count(*) AS depth,
         count(*) FILTER (WHERE vt <= ${NOW(sql, now)}) AS visible,
@@ -424,7 +447,8 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageList,
     archiveGet,
     messagePayloadValues,
-    archiveDeleteOlderThan
+    archiveDeleteOlderThan,
+    messageLocate
   }
 }
 

@@ -95,6 +95,9 @@ export interface DeadLetterOptions {
   readonly failure?: Failure | undefined
 }
 
+/** Where a message is: still in its queue, archived, in the queue's DLQ, or nowhere. */
+export type MessagePlace = "queued" | "archived" | "dead" | "missing"
+
 /** A message to acknowledge: a receipt (guarded by its read count) or a bare id. */
 export type Target = Receipt | bigint
 
@@ -211,6 +214,16 @@ export class QueueStore extends Context.Service<
       field: string,
       values: ReadonlyArray<string>
     ) => Effect.Effect<ReadonlySet<string>, QueueError>
+    /**
+     * Where messages are now (one snapshot): `archived`, `queued`, `dead` (in the queue's DLQ)
+     * or `missing`, in order. Each is found by id, or by its `markerHeader` value for a copy
+     * with another id (a dead letter); a null id is looked for by marker only.
+     */
+    readonly locate: (
+      queue: string,
+      targets: ReadonlyArray<{ readonly msgId: bigint | null; readonly marker: string }>,
+      markerHeader: string
+    ) => Effect.Effect<ReadonlyArray<MessagePlace>, QueueError>
     /** A queue's figures. */
     readonly metrics: (queue: string) => Effect.Effect<QueueMetrics, QueueError>
     /** Deletes archived messages older than the retention; returns how many per queue. */
@@ -636,6 +649,26 @@ export class QueueStore extends Context.Service<
           return new Set(rows.map((r) => r.value))
         })
 
+      const locate = (
+        queue: string,
+        targets: ReadonlyArray<{ readonly msgId: bigint | null; readonly marker: string }>,
+        markerHeader: string
+      ) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          if (targets.length === 0) return [] as ReadonlyArray<MessagePlace>
+          const rows = yield* statements
+            .messageLocate(
+              name.physical,
+              QueueName.deadLetterOf(name).physical,
+              targets.map((t) => t.msgId),
+              markerHeader,
+              targets.map((t) => t.marker)
+            )
+            .pipe(Effect.mapError(fail("locate messages in", queue)))
+          return rows.map((r) => r.place) as ReadonlyArray<MessagePlace>
+        })
+
       const metrics = (queue: string) =>
         Effect.gen(function* () {
           const name = yield* validateName(queue)
@@ -699,6 +732,7 @@ export class QueueStore extends Context.Service<
         deadLetterOf,
         isArchived,
         payloadValuesQueued,
+        locate,
         metrics,
         cleanupArchive,
         messageCtes: statements.messageSendCtes,

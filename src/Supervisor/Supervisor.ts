@@ -10,6 +10,7 @@
 import os from "node:os"
 import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
+import { Batches, BatchSweep } from "../Batch/Batch.ts"
 import { describeTarget, PgBusConfig } from "../Config.ts"
 import { consumerCapsules } from "../EventBus/Consumer.ts"
 import { Outbox } from "../EventBus/Outbox.ts"
@@ -63,6 +64,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const client = yield* JobClient
     const processes = yield* Processes
     const sweep = yield* WorkflowSweep
+    const batches = yield* Batches
+    const batchSweep = yield* BatchSweep
     const processedEvents = yield* ProcessedEvents
     const outbox = yield* Outbox
     const readiness = yield* Ref.make<Readiness>("BOOTING")
@@ -157,6 +160,19 @@ export const runWith = (options: SupervisorOptions = {}) =>
         )
       )
       yield* Effect.forkScoped(
+        repeatMaintenance(
+          "batch sweep",
+          Effect.flatMap(batchSweep.runOnce, (r) =>
+            r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
+              ? Effect.void
+              : Effect.logInfo(
+                  `pgbus: batch sweep: ${r.recovered} member end(s) recovered, ${r.uncounted} member(s) with no message un-counted, ${r.unstuck} stalled, ${r.finished} finished, ${r.callbacksSent} callback set(s) sent, ${r.deleted} deleted`
+                )
+          ),
+          config.batchSweepInterval
+        )
+      )
+      yield* Effect.forkScoped(
         repeatMaintenance("reaping stale processes", processes.reapStale, config.dispatchInterval)
       )
       yield* Effect.forkScoped(
@@ -203,7 +219,13 @@ export const runWith = (options: SupervisorOptions = {}) =>
         Effect.forEach(
           capsules,
           (capsule, i) =>
-            Effect.scoped(runWorker(capsule, { config, store, notifier, registry, processId }, stats[i]!)).pipe(
+            Effect.scoped(
+              runWorker(
+                capsule,
+                { config, store, notifier, registry, processId, recordBatchOutcomes: batches.recordOutcomes },
+                stats[i]!
+              )
+            ).pipe(
               // a worker that stops (a defect in its machinery) is restarted; readiness says
               // DEGRADED meanwhile
               Effect.catchCause((cause) =>
