@@ -256,19 +256,24 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     )
 
     const heartbeatEvery = config.visibilityHeartbeatInterval ?? Duration.millis(Math.max(1, visibilityMs / 3))
-    const heartbeat = Effect.gen(function* () {
-      if (inFlight.size === 0) return
-      for (const [queue, receipts] of groupByQueue(inFlight.values())) {
-        const extended = yield* store
-          .setVisibility(queue, receipts, config.visibilityTimeout)
-          .pipe(
-            Effect.catch((error) => Effect.as(Effect.logWarning("pgbus: heartbeat failed", error), receipts.length))
-          )
-        if (extended < receipts.length) {
-          yield* Effect.logWarning(`pgbus: ${receipts.length - extended} message(s) on ${queue} lost their claim`)
-        }
-      }
-    }).pipe(Effect.repeat(Schedule.spaced(heartbeatEvery)), Effect.forever)
+    // under the flush lock: a message archived while its visibility is being extended is not lost
+    const heartbeat = flushLock
+      .withPermit(
+        Effect.gen(function* () {
+          if (inFlight.size === 0) return
+          for (const [queue, receipts] of groupByQueue(inFlight.values())) {
+            const extended = yield* store
+              .setVisibility(queue, receipts, config.visibilityTimeout)
+              .pipe(
+                Effect.catch((error) => Effect.as(Effect.logWarning("pgbus: heartbeat failed", error), receipts.length))
+              )
+            if (extended < receipts.length) {
+              yield* Effect.logWarning(`pgbus: ${receipts.length - extended} message(s) on ${queue} lost their claim`)
+            }
+          }
+        })
+      )
+      .pipe(Effect.repeat(Schedule.spaced(heartbeatEvery)), Effect.forever)
 
     const claim = Effect.gen(function* () {
       let want = room()

@@ -1253,7 +1253,22 @@ const make = Effect.gen(function* () {
           let received: ReceivedSignal | undefined
           let readers: SignalReaders["Service"] = { woken: false, signalReady: false }
           const timedOut = claim.step_id === step.id ? claim.step_timed_out === true : false
-          if (
+          // woken with its signal and no guards: the claim read the held signal, which cannot
+          // change while the step is in progress, so the gate needs no transaction of its own
+          const heldAtClaim =
+            claim.step_id === step.id && !timedOut && def.cancelIf === undefined && options.skipIf === undefined
+              ? claim.held_signal
+              : null
+          if (heldAtClaim !== null && (options.waitFor !== undefined || options.takesHeldSignal === true)) {
+            const decoded = yield* (
+              options.waitFor === undefined
+                ? Effect.succeed(heldAtClaim.payload)
+                : matchSignal(def, options.waitFor, heldAtClaim.payload, { decodeOnly: true })
+            ).pipe(Effect.exit)
+            if (Exit.isFailure(decoded)) return yield* failed(step, Cause.squash(decoded.cause), options, startedAt)
+            received = { id: String(heldAtClaim.id), name: heldAtClaim.name, payload: decoded.value }
+            readers = { woken: options.waitFor !== undefined, signalReady: options.waitFor !== undefined }
+          } else if (
             def.cancelIf !== undefined ||
             options.skipIf !== undefined ||
             options.waitFor !== undefined ||
