@@ -203,7 +203,7 @@ export const PgBusConfigSchema = Schema.Struct({
   queuePrefix: Identifier(16),
   defaultQueue: Identifier(30),
   visibilityTimeout: PositiveDuration,
-  maxRetries: NonNegativeInt,
+  maxRetries: PositiveInt,
   retryBackoff: PositiveDuration,
   retryBackoffMax: PositiveDuration,
   retryBackoffJitter: Schema.Number.check(Schema.isBetween({ minimum: 0, maximum: 1 })),

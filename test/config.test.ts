@@ -63,6 +63,7 @@ describe("configuration", () => {
   const invalid: ReadonlyArray<[string, Parameters<typeof resolve>[0], string]> = [
     ["visibility timeout 0", { visibilityTimeout: 0 }, "visibilityTimeout"],
     ["negative retries", { maxRetries: -1 }, "maxRetries"],
+    ["zero deliveries", { maxRetries: 0 }, "maxRetries"],
     ["fractional retries", { maxRetries: 1.5 }, "maxRetries"],
     ["a queue prefix with a dash", { queuePrefix: "my-app" }, "queuePrefix"],
     ["a schema with a quote", { schema: 'x"; drop' }, "schema"],

@@ -101,6 +101,7 @@ describe("job definitions", () => {
     ["a negative priority", () => Job.make("J", { payload, priority: -1 }, () => Effect.void)],
     ["a zero timeout", () => Job.make("J", { payload, timeout: 0 }, () => Effect.void)],
     ["a jitter of 2", () => Job.make("J", { payload, retry: { jitter: 2 } }, () => Effect.void)],
+    ["zero deliveries (maxRetries 0)", () => Job.make("J", { payload, retry: { maxRetries: 0 } }, () => Effect.void)],
     ["an unknown option", () => Job.make("J", { payload, retries: 3 } as never, () => Effect.void)]
   ]
   for (const [what, define] of bad) {

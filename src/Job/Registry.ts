@@ -5,6 +5,7 @@
  * @since 0.1.0
  */
 import { Context, Effect, Layer, Schema } from "effect"
+import { Finished as BatchFinished } from "../Batch/Batch.ts"
 import { PgBusConfig } from "../Config.ts"
 import { type RegisteredEvents, registerSubscribers } from "../EventBus/Consumer.ts"
 import { EVENT_JOB } from "../EventBus/Envelope.ts"
@@ -13,7 +14,7 @@ import { type AnySubscriber, isSubscriber } from "../EventBus/Subscription.ts"
 import { type RegisteredWorkflow, StepMessage, WorkflowRunner } from "../Workflow/Engine.ts"
 import { type AnyWorkflow, isWorkflow } from "../Workflow/Workflow.ts"
 import { InvalidWorkflowDefinition } from "../Workflow/WorkflowError.ts"
-import { STEP_JOB } from "../Workflow/WorkflowSql.ts"
+import { FAN_OUT_JOB, STEP_JOB } from "../Workflow/WorkflowSql.ts"
 import { type AnyJob, type JobContext, validateDefinition } from "./Job.ts"
 import { InvalidJobDefinition, PayloadDecodeError } from "./JobError.ts"
 import { type ResolvedRetryPolicy, resolvePolicy } from "./Retry.ts"
@@ -146,6 +147,32 @@ export class Registry extends Context.Service<
               unknown,
               unknown
             >
+        })
+        // a fan-out batch's callback resumes the step waiting on it
+        if (byName.has(FAN_OUT_JOB)) {
+          return yield* new InvalidJobDefinition({
+            job: FAN_OUT_JOB,
+            reason: "the name is reserved for workflow fan-outs"
+          })
+        }
+        const decodeFinished = Schema.decodeUnknownEffect(BatchFinished)
+        byName.set(FAN_OUT_JOB, {
+          job: {
+            ...({} as AnyJob),
+            name: FAN_OUT_JOB,
+            payload: BatchFinished as never,
+            queue: config.workflowQueue,
+            priority: undefined,
+            retry: undefined,
+            timeout: undefined,
+            handler: (() => Effect.void) as never
+          },
+          policy: resolvePolicy(config, undefined),
+          decode: (payload) =>
+            decodeFinished(payload).pipe(
+              Effect.mapError((e) => new PayloadDecodeError({ job: FAN_OUT_JOB, issue: e.message }))
+            ),
+          run: (payload) => runner.fanOutFinished(payload as BatchFinished) as Effect.Effect<unknown, unknown>
         })
         // event messages are jobs of their own, dispatched to the subscribers of their queue
         if (byName.has(EVENT_JOB)) {

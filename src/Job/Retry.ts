@@ -36,8 +36,9 @@ export const resolvePolicy = (config: PgBusConfigShape, policy: RetryPolicy | un
 
 /** Checks a policy; a message when it is invalid. */
 export const checkPolicy = (policy: RetryPolicy): string | undefined => {
-  if (policy.maxRetries !== undefined && (!Number.isInteger(policy.maxRetries) || policy.maxRetries < 0)) {
-    return "retry.maxRetries must be an integer of at least 0"
+  // it counts deliveries: 0 would send every message to the DLQ unrun
+  if (policy.maxRetries !== undefined && (!Number.isInteger(policy.maxRetries) || policy.maxRetries < 1)) {
+    return "retry.maxRetries must be an integer of at least 1 (it counts deliveries)"
   }
   for (const key of ["backoff", "backoffMax"] as const) {
     const value = policy[key]

@@ -7,7 +7,7 @@
  */
 import { Effect, Exit, type Option, Schema } from "effect"
 import { WorkflowClient } from "../Workflow/Client.ts"
-import { type ControlVerb, type StepOptions, WorkflowRuntime } from "../Workflow/Runtime.ts"
+import { type ControlVerb, type FanOutResult, type StepOptions, WorkflowRuntime } from "../Workflow/Runtime.ts"
 import type { Workflow } from "../Workflow/Workflow.ts"
 
 /** A recorded history: what a replay needs, and the audit trail for context. */
@@ -113,6 +113,13 @@ export const replayHistory = <Name extends string, P, A, E, R>(
       poll: <A, E, R>(name: string, check: Effect.Effect<Option.Option<A>, E, R>) =>
         replayStep(name, check, {}) as unknown as Effect.Effect<
           { readonly timedOut: false; readonly data: A } | { readonly timedOut: true },
+          never,
+          R
+        >,
+      // a fan-out replays as the step it is: its recorded result
+      fanOut: <E, R>(name: string, _build: unknown) =>
+        replayStep(name, Effect.void as Effect.Effect<void, E, R>, {}) as unknown as Effect.Effect<
+          FanOutResult | undefined,
           never,
           R
         >,

@@ -6,12 +6,14 @@
  * @since 0.1.0
  */
 import { Effect } from "effect"
+import { Batches } from "../Batch/Batch.ts"
 import { Registry } from "../Job/Registry.ts"
 import type { SignalOptions } from "../Workflow/Client.ts"
 import { WorkflowClient } from "../Workflow/Client.ts"
-import { type NextWork, WorkflowRunner, WorkflowSweep } from "../Workflow/Engine.ts"
+import { fanOutOutcomeOf, type NextWork, WorkflowRunner, WorkflowSweep } from "../Workflow/Engine.ts"
 import type { RunStatus } from "../Workflow/States.ts"
 import { StepWaiting, UnexpectedStep } from "../Workflow/WorkflowError.ts"
+import { FAN_OUT_WAIT } from "../Workflow/WorkflowSql.ts"
 
 /** Runs what the run does next, inline; returns what that was. */
 export const performNextStep = (runId: string) =>
@@ -75,3 +77,21 @@ export const deliverSignal = (runId: string, name: string, payload: unknown, opt
 
 /** Applies the waiting step's onTimeout now, whatever its deadline (under notify it stays waiting). */
 export const expireWait = (runId: string) => WorkflowSweep.use((sweep) => sweep.expireWait(runId))
+
+/**
+ * Completes every member of the run's waiting fan-out without running them (`failed` moves
+ * them to their DLQ instead), runs the batch's callback and the step it resumes, inline.
+ */
+export const completeFanOut = (runId: string, outcome: "completed" | "failed" = "completed") =>
+  Effect.gen(function* () {
+    const client = yield* WorkflowClient
+    const waiting = (yield* client.steps(runId)).find((s) => s.status === "waiting" && s.waitingFor === FAN_OUT_WAIT)
+    if (waiting?.batchId === undefined) {
+      return yield* new UnexpectedStep({ run: runId, expected: "a waiting fan-out", next: waiting?.name ?? "(none)" })
+    }
+    const batches = yield* Batches
+    yield* batches.endMembers(waiting.batchId, outcome)
+    const runner = yield* WorkflowRunner
+    yield* runner.fanOutFinished(fanOutOutcomeOf(yield* batches.find(waiting.batchId)))
+    return yield* performNextStep(runId)
+  })

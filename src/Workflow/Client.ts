@@ -99,6 +99,10 @@ export interface StepAttempt {
   readonly appRevision: string | undefined
   readonly output: unknown
   readonly error: unknown
+  /** What a waiting step waits for (a signal name; `pgbus.fan_out` for a fan-out's batch). */
+  readonly waitingFor: string | undefined
+  /** The batch a fan-out step opened. */
+  readonly batchId: string | undefined
 }
 
 /** One audit event. */

@@ -11,8 +11,16 @@ import os from "node:os"
 import { Cause, Clock, Context, Duration, Effect, Exit, Layer, Metric, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
+import {
+  Batches,
+  type Finished as BatchFinished,
+  Finished as BatchFinishedSchema,
+  type BatchInfo,
+  BatchNotFound
+} from "../Batch/Batch.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { statementNow, toDatabaseError } from "../Database.ts"
+import * as Job from "../Job/Job.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
@@ -35,6 +43,9 @@ import { WorkflowClient } from "./Client.ts"
 import { resolve as resolvePolicy } from "./Policies.ts"
 import {
   type ControlVerb,
+  type FanOutMember,
+  type FanOutOptions,
+  type FanOutResult,
   isSignalMatcher,
   type ReceivedSignal,
   type RunContext,
@@ -51,6 +62,7 @@ import { checkStep } from "./Workflow.ts"
 import {
   AlreadyRunning,
   type DatabaseError,
+  FanOutFailed,
   InvalidSignal,
   InvalidTransition,
   InvalidWorkflowDefinition,
@@ -69,6 +81,8 @@ import {
 import {
   type ClaimRow,
   type EventRow,
+  FAN_OUT_JOB,
+  FAN_OUT_WAIT,
   type HistoryEntry,
   makeWorkflowSql,
   type NextAction,
@@ -285,7 +299,9 @@ const toStepAttempt = (row: StepRow): StepAttempt => ({
   worker: row.worker ?? undefined,
   appRevision: row.app_revision ?? undefined,
   output: row.output ?? undefined,
-  error: row.error ?? undefined
+  error: row.error ?? undefined,
+  waitingFor: row.status === "waiting" ? (row.wait_for ?? undefined) : undefined,
+  batchId: row.batch_id ?? undefined
 })
 
 const toAuditEvent = (row: EventRow): AuditEvent => ({
@@ -354,6 +370,8 @@ export class WorkflowRunner extends Context.Service<
     ) => Effect.Effect<void, DatabaseError | QueueError>
     /** What the run would do next (test helpers); a scheduled step is made due now. */
     readonly next: (runId: string) => Effect.Effect<NextWork, DatabaseError | RunNotFound>
+    /** Resumes the fan-out step waiting on a finished batch (its callback job); false if none waits. */
+    readonly fanOutFinished: (outcome: BatchFinished) => Effect.Effect<boolean, DatabaseError | QueueError>
   }
 >()("effect-pgbus/WorkflowRunner") {}
 
@@ -377,12 +395,32 @@ interface Pending {
   readonly output: string | null
 }
 
+/** The callback every fan-out batch gets: the registry runs it as `WorkflowRunner.fanOutFinished`. */
+const fanOutCallback = Job.make(FAN_OUT_JOB, { payload: BatchFinishedSchema }, () => Effect.void)
+
+/** What a finished batch's callback would have carried (the sweep's make-up, the test helper). */
+export const fanOutOutcomeOf = (batch: BatchInfo): BatchFinished => ({
+  batchId: batch.id,
+  callback: "onFinish",
+  succeeded: batch.failedJobs === 0,
+  description: batch.description ?? null,
+  properties: batch.properties,
+  totalJobs: batch.totalJobs,
+  completedJobs: batch.completedJobs,
+  failedJobs: batch.failedJobs,
+  finishedAt: (batch.finishedAt ?? new Date(0)).toISOString()
+})
+
+/** A fan-out whose step was moved on while its body ran (its transaction rolls back). */
+const LATE = Symbol("late")
+
 /** Builds the engine's services on the database. */
 const make = Effect.gen(function* () {
   const config = yield* PgBusConfig
   const sql = yield* SqlClient.SqlClient
   const store = yield* QueueStore
   const jobs = yield* JobClient
+  const batches = yield* Batches
   const statements: WorkflowSql = makeWorkflowSql(sql, config.schema, (physical, name, rows, now) =>
     store.messageCtes(physical, name, rows, now)
   )
@@ -1121,6 +1159,8 @@ const make = Effect.gen(function* () {
       let inStep = false
       /** Set by a poll's check that found nothing yet: the step is checked again later. */
       let pollRequest: { readonly intervalMs: number; readonly timeoutMs: number | null } | undefined
+      /** Set by a fan-out's build: open one batch with these members and park the step on it. */
+      let fanOutRequest: { readonly members: ReadonlyArray<FanOutMember> } | undefined
       const decoded = yield* Schema.decodeUnknownEffect(def.payload)(claim.payload).pipe(Effect.option)
       const runContext: RunContext<unknown> = {
         workflowId: runId,
@@ -1440,6 +1480,64 @@ const make = Effect.gen(function* () {
             pending = { step, status: "completed", output: JSON.stringify({ timedOut: true }) }
             yield* recordStep(step, "completed", startedAt)
             return { timedOut: true } as A
+          }
+          const fanOut = fanOutRequest
+          fanOutRequest = undefined
+          if (fanOut !== undefined) {
+            // one transaction: the batch, its members' messages, the step parked on it and the
+            // `fan_out_opened` event; the batch's callback can only finish it after the commit
+            const stepKey = `pgbus-wf:${runId}:${step.name}`
+            const opened = yield* sql
+              .withTransaction(
+                Effect.gen(function* () {
+                  const batch = yield* batches.make({
+                    onFinish: { job: fanOutCallback, queue: step.queue || defaultQueue },
+                    description: `${def.name}#${step.name} ${runId}`,
+                    properties: { workflow_id: runId, step_id: String(step.id) }
+                  })
+                  yield* batch.enqueue(
+                    Effect.forEach(
+                      fanOut.members,
+                      (member, i) => {
+                        const { key, ...enqueueOptions } = member.options
+                        // the builder's `add` checked the payload's type against the job
+                        return jobs.enqueue(member.job as never, member.payload as never, {
+                          ...enqueueOptions,
+                          headers: { ...enqueueOptions.headers, pgbus_idempotency_key: `${stepKey}:${key ?? i}` }
+                        })
+                      },
+                      { discard: true }
+                    )
+                  )
+                  const now = yield* statementNow
+                  const [parked] = yield* statements.stepPark({
+                    runId,
+                    stepId: step.id,
+                    waitFor: FAN_OUT_WAIT,
+                    matcher: false,
+                    timeoutMs: null,
+                    timeoutAt: null,
+                    onTimeout: null,
+                    periodMs: null,
+                    batch: { id: batch.id, size: fanOut.members.length },
+                    now
+                  })
+                  // the step was moved on while its body ran: no batch
+                  if (parked === undefined) return yield* Effect.fail(LATE)
+                  return batch.id
+                })
+              )
+              .pipe(Effect.exit)
+            if (Exit.isFailure(opened)) {
+              const error = Cause.squash(opened.cause)
+              if (error === LATE) {
+                yield* lateCompletion(runId, step, yield* statementNow)
+                return yield* halt({ _tag: "applied" })
+              }
+              return yield* failed(step, error, options, startedAt)
+            }
+            yield* recordStep(step, "waiting", startedAt)
+            return yield* halt({ _tag: "applied" })
           }
           if (Exit.isFailure(exit)) {
             if (Cause.hasInterruptsOnly(exit.cause)) return yield* halt({ _tag: "external" })
@@ -1801,6 +1899,75 @@ const make = Effect.gen(function* () {
             return true
           }).pipe(Effect.orDie),
 
+        fanOut: <E, R>(
+          name: string,
+          build: (add: (member: FanOutMember) => Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
+          options: FanOutOptions
+        ) => {
+          const body = Effect.gen(function* () {
+            const context = yield* StepContext
+            const given = context.signal
+            if (given !== undefined) {
+              // the batch finished (its callback, or the sweep, delivered the outcome)
+              const outcome = given.payload as Partial<BatchFinished> & { readonly gone?: boolean }
+              const batchId = String(outcome.batchId ?? "")
+              const result: FanOutResult = {
+                batchId,
+                totalJobs: Number(outcome.totalJobs ?? 0),
+                completedJobs: Number(outcome.completedJobs ?? 0),
+                failedJobs: Number(outcome.failedJobs ?? 0)
+              }
+              yield* statements.eventInsert({
+                runId,
+                type: "fan_out_finished",
+                step: name,
+                attempt: context.attempt,
+                actor: "system",
+                reason: outcome.gone === true ? "the batch row is gone" : null,
+                details: JSON.stringify({
+                  batch_id: batchId,
+                  failed_jobs: result.failedJobs,
+                  total_jobs: result.totalJobs
+                }),
+                now: yield* statementNow
+              })
+              if (outcome.gone === true || result.failedJobs > 0) {
+                // consumed now: the next attempt (resume, reattempt) opens a fresh batch
+                yield* statements.signalConsume(BigInt(given.id))
+                return yield* new FanOutFailed({
+                  step: name,
+                  batchId,
+                  reason: outcome.gone === true ? "batch_gone" : "dead_lettered",
+                  failedJobs: result.failedJobs,
+                  totalJobs: result.totalJobs
+                })
+              }
+              return result
+            }
+            const members: Array<FanOutMember> = []
+            yield* build((member) => Effect.sync(() => void members.push(member)))
+            if (members.length === 0) {
+              return { batchId: null, totalJobs: 0, completedJobs: 0, failedJobs: 0 } satisfies FanOutResult
+            }
+            fanOutRequest = { members }
+            return yield* Effect.interrupt
+          })
+          const onError = [
+            // a batch whose row is gone has an unknown outcome: always pause
+            {
+              match: (e: unknown) => e instanceof FanOutFailed && e.reason === "batch_gone",
+              action: "pause" as const
+            },
+            { match: "FanOutFailed", action: options.onBatchFailure ?? ("pause" as const) },
+            ...(options.onError ?? [])
+          ]
+          return runtimeStep(name, body, {
+            takesHeldSignal: true,
+            onError,
+            ...(options.queue !== undefined ? { queue: options.queue } : {})
+          }) as Effect.Effect<FanOutResult | undefined, never, R>
+        },
+
         poll: <A, E, R>(
           name: string,
           check: Effect.Effect<Option.Option<A>, E, R>,
@@ -2082,6 +2249,36 @@ const make = Effect.gen(function* () {
     })
 
   /** What one sweep repaired. */
+  /**
+   * A fan-out's batch finished: its outcome goes to the step waiting on it as a signal (one per
+   * batch: the callback and the sweep's make-up share the key). A callback for another attempt's
+   * batch, or a run that is over, changes nothing.
+   */
+  const fanOutFinished = (
+    outcome:
+      | BatchFinished
+      | { readonly batchId: string; readonly gone: true; readonly properties: BatchFinished["properties"] }
+  ) =>
+    Effect.gen(function* () {
+      const runId = String(outcome.properties.workflow_id ?? "")
+      const stepId = String(outcome.properties.step_id ?? "")
+      if (!isUuid(runId)) return false
+      const [waiting] = yield* statements.stepWaitingOf(runId).pipe(db("find waiting step"))
+      if (waiting === undefined || waiting.wait_for !== FAN_OUT_WAIT || String(waiting.id) !== stepId) {
+        yield* Effect.logDebug(`pgbus: fan-out callback for batch ${outcome.batchId} found no step waiting on it`)
+        return false
+      }
+      const sent = yield* sendSignal(runId, FAN_OUT_WAIT, outcome, {
+        idempotencyKey: `fan-out:${outcome.batchId}`,
+        actor: "system",
+        reason: "gone" in outcome ? "the batch row is gone" : "the batch finished"
+      }).pipe(
+        Effect.map((receipt) => !receipt.duplicate),
+        Effect.catchTag(["NotOngoing", "RunNotFound", "InvalidSignal"], () => Effect.succeed(false))
+      )
+      return sent
+    })
+
   const stuckWorkflows = new Set<string>()
   const sweepOnce: Effect.Effect<SweepReport, DatabaseError | QueueError> = Effect.gen(function* () {
     const now = yield* statementNow
@@ -2190,6 +2387,25 @@ const make = Effect.gen(function* () {
         if (n < 1_000) break
       }
     }
+    // lost fan-out callbacks: the batch finished long ago (or is gone) and the step still waits
+    let fanOutsResolved = 0
+    for (const step of yield* statements.fanOutsWaiting(thresholdMs, now, SWEEP_BATCH).pipe(db("find fan-outs"))) {
+      const batchId = step.batch_id!
+      const properties = { workflow_id: step.run_id, step_id: String(step.id) }
+      const found = yield* batches.find(batchId).pipe(Effect.result)
+      const nowMs = now?.getTime() ?? (yield* Clock.currentTimeMillis)
+      if (found._tag === "Failure") {
+        // a database error is for the next sweep; a batch row that is gone pauses the run
+        if (found.failure instanceof BatchNotFound && (yield* fanOutFinished({ batchId, gone: true, properties }))) {
+          fanOutsResolved++
+        }
+        continue
+      }
+      const batch = found.success
+      if (!batch.finished || batch.finishedAt === undefined || nowMs - batch.finishedAt.getTime() < thresholdMs)
+        continue
+      if (yield* fanOutFinished(fanOutOutcomeOf(batch))) fanOutsResolved++
+    }
     let waitingOverdue = 0
     const overdueThresholdMs = Duration.toMillis(config.workflowWaitingVisibilityThreshold)
     const stuck = new Map<string, number>()
@@ -2204,7 +2420,7 @@ const make = Effect.gen(function* () {
       if (n === 0) stuckWorkflows.delete(workflow)
       else stuckWorkflows.add(workflow)
     }
-    return { stalled, resent, timedOut, deleted, waitingOverdue } satisfies SweepReport
+    return { stalled, resent, timedOut, deleted, waitingOverdue, fanOutsResolved } satisfies SweepReport
   }).pipe(Effect.withSpan("pgbus.workflow.sweep", {}, { captureStackTrace: false }))
 
   /** Applies the waiting step's onTimeout now, whatever its deadline (test helpers, support tooling). */
@@ -2219,7 +2435,7 @@ const make = Effect.gen(function* () {
 
   return {
     client,
-    runner: WorkflowRunner.of({ execute, next }),
+    runner: WorkflowRunner.of({ execute, next, fanOutFinished }),
     sweep: WorkflowSweep.of({ runOnce: sweepOnce, expireWait })
   }
 })
@@ -2236,6 +2452,8 @@ export interface SweepReport {
   readonly deleted: number
   /** Waiting runs whose step has waited longer than `workflowWaitingVisibilityThreshold` (stuck). */
   readonly waitingOverdue: number
+  /** Fan-out steps whose batch's callback was lost (or whose batch row is gone), resolved. */
+  readonly fanOutsResolved: number
 }
 
 /**
@@ -2262,7 +2480,7 @@ export class WorkflowSweep extends Context.Service<
 export const layer: Layer.Layer<
   WorkflowClient | WorkflowRunner | WorkflowSweep,
   never,
-  PgBusConfig | SqlClient.SqlClient | QueueStore | JobClient
+  PgBusConfig | SqlClient.SqlClient | QueueStore | JobClient | Batches
 > = Layer.effectContext(
   Effect.map(make, ({ client, runner, sweep }) =>
     Context.make(WorkflowClient, client).pipe(Context.add(WorkflowRunner, runner), Context.add(WorkflowSweep, sweep))

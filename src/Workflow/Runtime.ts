@@ -5,6 +5,8 @@
  * @since 0.1.0
  */
 import { Context, type Duration, type Effect, type Option, Schema } from "effect"
+import type { AnyJob } from "../Job/Job.ts"
+import type { EnqueueOptions } from "../Job/JobClient.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Exception policies
@@ -177,6 +179,31 @@ export class SignalReaders extends Context.Service<
   }
 >()("effect-pgbus/Workflow/SignalReaders") {}
 
+/** A job a fan-out step adds to its batch. */
+export interface FanOutMember {
+  readonly job: AnyJob
+  readonly payload: unknown
+  readonly options: EnqueueOptions & { readonly key?: string | undefined }
+}
+
+/** What a fan-out step gives once its batch finished (`batchId` null: nothing was added). */
+export interface FanOutResult {
+  readonly batchId: string | null
+  readonly totalJobs: number
+  readonly completedJobs: number
+  readonly failedJobs: number
+}
+
+/** The options of a fan-out step. */
+export interface FanOutOptions {
+  /** What a batch with dead-lettered members does: pause (default), cancel or skip. */
+  readonly onBatchFailure?: "pause" | "cancel" | "skip" | undefined
+  /** The step's own exception policies (after the batch-failure policy). */
+  readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
+  /** The queue of the step's messages and of its batch's callback. */
+  readonly queue?: string | undefined
+}
+
 /** Flow-control verbs a body can call. */
 export type ControlVerb =
   | { readonly _tag: "pause"; readonly reason?: string | undefined }
@@ -210,5 +237,10 @@ export class WorkflowRuntime extends Context.Service<
         readonly output?: Schema.ConstraintCodec<unknown, unknown> | undefined
       }
     ) => Effect.Effect<{ readonly timedOut: false; readonly data: A } | { readonly timedOut: true }, never, R>
+    readonly fanOut: <E, R>(
+      name: string,
+      build: (add: (member: FanOutMember) => Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
+      options: FanOutOptions
+    ) => Effect.Effect<FanOutResult | undefined, never, R>
   }
 >()("effect-pgbus/Workflow/WorkflowRuntime") {}

@@ -6,10 +6,14 @@
  * @since 0.1.0
  */
 import { Duration, Effect, type Option, type Schema } from "effect"
+import type { AnyJob, Job } from "../Job/Job.ts"
+import type { EnqueueOptions } from "../Job/JobClient.ts"
 import type { RunHandle, SignalOptions, SignalReceipt, StartOptions, WorkflowClientShape } from "./Client.ts"
 import { WorkflowClient } from "./Client.ts"
 import {
   type ErrorPolicy,
+  type FanOutOptions,
+  type FanOutResult,
   isSignalMatcher,
   type OnTimeout,
   type RunContext,
@@ -35,6 +39,8 @@ export {
   type ControlVerb,
   type ErrorMatcher,
   type ErrorPolicy,
+  type FanOutOptions,
+  type FanOutResult,
   type OnTimeout,
   type PolicyAction,
   type PolicyDecision,
@@ -463,6 +469,45 @@ export const sleep = (name: string, duration: Duration.Input): Effect.Effect<voi
 /** A durable timer: the run waits until `date` (a past date goes on at once), holding no worker. */
 export const waitUntil = (name: string, date: Date): Effect.Effect<void, never, WorkflowRuntime> =>
   Effect.asVoid(step(name, Effect.void, { at: date }))
+
+/** What a fan-out step's body adds its jobs with. */
+export interface FanOutBuilder {
+  /**
+   * Adds a job to the step's batch. Its `pgbus_idempotency_key` header is the step's
+   * `stepIdempotencyKey` plus `key` (default: its position), the same on every attempt.
+   */
+  readonly add: <P>(
+    job: Job<string, P, unknown, unknown, unknown>,
+    payload: P,
+    options?: EnqueueOptions & { readonly key?: string | undefined }
+  ) => Effect.Effect<void>
+}
+
+/**
+ * A fan-out step: `build` adds jobs; when it returns, one batch opens with them and the step
+ * and the run wait (holding no worker) until the batch finishes. With no dead-lettered member
+ * the step completes with the counts; with any, `onBatchFailure` applies (pause by default,
+ * with `FanOutFailed`). Nothing added: the step completes at once.
+ */
+export const fanOut = <E, R, const O extends FanOutOptions = {}>(
+  name: string,
+  build: (builder: FanOutBuilder) => Effect.Effect<unknown, E, R>,
+  options?: O
+): Effect.Effect<
+  O["onBatchFailure"] extends "skip" ? FanOutResult | undefined : FanOutResult,
+  never,
+  Exclude<R, StepContext> | WorkflowRuntime
+> =>
+  WorkflowRuntime.use((runtime) =>
+    runtime.fanOut(
+      name,
+      (add) =>
+        build({
+          add: (job, payload, addOptions = {}) => add({ job: job as AnyJob, payload, options: addOptions })
+        }),
+      options ?? {}
+    )
+  ) as never
 
 /** What a poll gives. */
 export type PollResult<A> = { readonly timedOut: false; readonly data: A } | { readonly timedOut: true }

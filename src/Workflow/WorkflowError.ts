@@ -217,6 +217,25 @@ export class NotInStep extends Schema.TaggedError<NotInStep>()("NotInStep", { re
 }
 
 /**
+ * A fan-out step's batch finished with dead-lettered members, or its batch row is gone.
+ *
+ * @category errors
+ */
+export class FanOutFailed extends Schema.TaggedError<FanOutFailed>()("FanOutFailed", {
+  step: Schema.String,
+  batchId: Schema.String,
+  reason: Schema.Literals(["dead_lettered", "batch_gone"]),
+  failedJobs: Schema.Number,
+  totalJobs: Schema.Number
+}) {
+  override get message(): string {
+    return this.reason === "batch_gone"
+      ? `step ${this.step}: batch ${this.batchId} is gone, its outcome is unknown`
+      : `step ${this.step}: ${this.failedJobs} of ${this.totalJobs} jobs dead-lettered`
+  }
+}
+
+/**
  * A wait's deadline passed (`onTimeout: "pause"`, the default): the step failed with this.
  *
  * @category errors

@@ -62,6 +62,8 @@ export interface StepRow {
   readonly wait_period_ms: number | null
   readonly timed_out: boolean
   readonly waiting_since: Date | null
+  /** The batch a fan-out step waits for. */
+  readonly batch_id: string | null
 }
 
 /** What a wait does when its deadline passes. */
@@ -134,6 +136,12 @@ export const STEP_JOB = "pgbus.workflow.step"
 
 /** `wait_for` of a poll scheduled for its next check: fast-forward gives it its result as a signal. */
 export const POLL_WAIT = "pgbus.poll"
+
+/** `wait_for` of a fan-out step: its batch's callback delivers this signal. */
+export const FAN_OUT_WAIT = "pgbus.fan_out"
+
+/** The job name of fan-out callbacks (a batch finished: resume the run that opened it). */
+export const FAN_OUT_JOB = "pgbus.workflow.fan_out_finished"
 
 /** What follows a finished attempt. */
 export type NextAction =
@@ -423,12 +431,15 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly timeoutAt: Date | null
     readonly onTimeout: OnTimeout | null
     readonly periodMs: number | null
+    /** A fan-out step: the batch it waits for (and the `fan_out_opened` event's size). */
+    readonly batch?: { readonly id: string; readonly size: number } | undefined
     readonly now: Date | null
   }) =>
     sql<{ readonly id: bigint }>`WITH locked AS (
-        SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'performing' FOR UPDATE),
+        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND status IN ('performing', 'paused') FOR UPDATE),
       s AS (
         UPDATE ${steps} st SET status = 'waiting', wait_for = ${p.waitFor}, wait_matcher = ${p.matcher},
+          batch_id = ${p.batch?.id ?? null}::uuid,
           timeout_at = CASE
             WHEN ${p.timeoutAt}::timestamptz IS NOT NULL THEN greatest(${p.timeoutAt}::timestamptz, ${NOW(p.now)})
             WHEN ${PgTypes.float8(p.timeoutMs)} IS NOT NULL
@@ -438,12 +449,18 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
           waiting_since = ${NOW(p.now)}
         FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'in_progress'
         RETURNING st.id, st.name, st.attempt),
+      -- a run paused while the step ran stays paused (resume puts it back to waiting)
       r AS (
-        UPDATE ${runs} ru SET status = 'waiting', updated_at = ${NOW(p.now)} FROM s WHERE ru.id = ${p.runId}::uuid RETURNING 1),
+        UPDATE ${runs} ru SET status = CASE WHEN locked.status = 'performing' THEN 'waiting' ELSE locked.status END,
+          updated_at = ${NOW(p.now)} FROM s, locked WHERE ru.id = ${p.runId}::uuid RETURNING 1),
       e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
         SELECT ${p.runId}::uuid, 'step_waiting', s.name, s.attempt, 'system',
-          jsonb_build_object('wait_for', ${p.waitFor}::text), ${NOW(p.now)} FROM s)
+          jsonb_build_object('wait_for', ${p.waitFor}::text), ${NOW(p.now)} FROM s
+        UNION ALL
+        SELECT ${p.runId}::uuid, 'fan_out_opened', s.name, s.attempt, 'system',
+          jsonb_build_object('batch_id', ${p.batch?.id ?? null}::text, 'size', ${p.batch?.size ?? 0}::int), ${NOW(p.now)}
+        FROM s WHERE ${p.batch !== undefined}::boolean)
       SELECT s.id FROM s`
 
   /** Pending signals of a run with a name, oldest first (the gate takes the first that matches). */
@@ -697,6 +714,18 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       WHERE st.status = 'scheduled' AND ru.status = 'ready'
         AND st.due_at < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond'
       ORDER BY st.due_at LIMIT ${limit}`
+
+  /** Fan-out steps waiting on their batch since before the threshold (the sweep checks the batch). */
+  const fanOutsWaiting = (thresholdMs: number, now: Date | null, limit: number) =>
+    sql<StepRow & { readonly workflow: string }>`SELECT st.*, ru.workflow FROM ${steps} st
+      JOIN ${runs} ru ON ru.id = st.run_id
+      WHERE st.status = 'waiting' AND st.wait_for = ${FAN_OUT_WAIT} AND st.batch_id IS NOT NULL
+        AND st.waiting_since < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond'
+      ORDER BY st.waiting_since LIMIT ${limit}`
+
+  /** Consumes a held signal now (a fan-out that failed: its next attempt opens a fresh batch). */
+  const signalConsume = (signalId: bigint) =>
+    sql`UPDATE ${signals} SET status = 'consumed' WHERE id = ${signalId} AND status = 'claimed'`
 
   /** Waiting runs per workflow whose step has waited longer than the visibility threshold (stuck). */
   const runsWaitingOverdue = (thresholdMs: number, now: Date | null) =>
@@ -1103,6 +1132,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     stepsOverdue,
     runsIdle,
     runsWaitingOverdue,
+    fanOutsWaiting,
+    signalConsume,
     waitsTimedOut,
     stepResend,
     runsDeleteFinished,
