@@ -8,11 +8,10 @@
  */
 import { Cause, Context, Effect, Exit, Metric, Option, Schema } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
-import type { AnyJob, JobContext } from "../Job/Job.ts"
+import { internalJob } from "../Job/InternalJob.ts"
+import type { JobContext } from "../Job/Job.ts"
 import { linkedSpan } from "../Job/JobClient.ts"
-import { PayloadDecodeError } from "../Job/JobError.ts"
 import type { RegisteredJob } from "../Job/Registry.ts"
-import { resolvePolicy } from "../Job/Retry.ts"
 import { CurrentAttributes, EVENT_JOB, type Event, EventEnvelope } from "./Envelope.ts"
 import { EventBus } from "./EventBus.ts"
 import { EventPayloadDecodeError, type RegisterError } from "./EventBusError.ts"
@@ -37,8 +36,6 @@ export interface RegisteredEvents {
   /** The subscriber queues, with how many handler runs each takes at once. */
   readonly consumers: ReadonlyArray<{ readonly queue: string; readonly concurrency: number }>
 }
-
-const decodeEnvelope = Schema.decodeUnknownEffect(EventEnvelope)
 
 /** Groups subscribers by queue; a shared queue runs as many at once as its most concurrent subscriber. */
 const consumersOf = (subscribers: ReadonlyArray<AnySubscriber>) => {
@@ -173,24 +170,7 @@ export const registerSubscribers = (
         return yield* Effect.failCause(failed[0]!.exit.cause)
       })
 
-    const job: RegisteredJob = {
-      job: {
-        ...({} as AnyJob),
-        name: EVENT_JOB,
-        payload: EventEnvelope as never,
-        queue: undefined,
-        priority: undefined,
-        retry: undefined,
-        timeout: undefined,
-        handler: (() => Effect.void) as never
-      },
-      policy: resolvePolicy(config, undefined),
-      decode: (payload) =>
-        decodeEnvelope(payload).pipe(
-          Effect.mapError((error) => new PayloadDecodeError({ job: EVENT_JOB, issue: error.message }))
-        ),
-      run: (payload, context) => dispatch(payload as EventEnvelope, context)
-    }
+    const job: RegisteredJob = internalJob(config, EVENT_JOB, EventEnvelope, undefined, dispatch)
     return { job, subscribers, consumers }
   })
 

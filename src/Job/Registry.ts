@@ -15,6 +15,7 @@ import { type RegisteredWorkflow, StepMessage, WorkflowRunner } from "../Workflo
 import { type AnyWorkflow, isWorkflow } from "../Workflow/Workflow.ts"
 import { InvalidWorkflowDefinition } from "../Workflow/WorkflowError.ts"
 import { FAN_OUT_JOB, STEP_JOB } from "../Workflow/WorkflowSql.ts"
+import { internalJob } from "./InternalJob.ts"
 import { type AnyJob, type JobContext, validateDefinition } from "./Job.ts"
 import { InvalidJobDefinition, PayloadDecodeError } from "./JobError.ts"
 import { type ResolvedRetryPolicy, resolvePolicy } from "./Retry.ts"
@@ -121,59 +122,25 @@ export class Registry extends Context.Service<
             run: (payload, context) => Effect.provide(handler(payload, context), services)
           })
         }
-        if (byName.has(STEP_JOB)) {
-          return yield* new InvalidJobDefinition({ job: STEP_JOB, reason: "the name is reserved for workflow steps" })
+        for (const reserved of [STEP_JOB, FAN_OUT_JOB]) {
+          if (byName.has(reserved)) {
+            return yield* new InvalidJobDefinition({ job: reserved, reason: "the name is reserved for workflows" })
+          }
         }
         // workflow step messages are jobs of their own, run by the workflow runner
-        const decodeStep = Schema.decodeUnknownEffect(StepMessage)
-        byName.set(STEP_JOB, {
-          job: {
-            ...({} as AnyJob),
-            name: STEP_JOB,
-            payload: StepMessage as never,
-            queue: config.workflowQueue,
-            priority: undefined,
-            retry: undefined,
-            timeout: undefined,
-            handler: (() => Effect.void) as never
-          },
-          policy: resolvePolicy(config, undefined),
-          decode: (payload) =>
-            decodeStep(payload).pipe(
-              Effect.mapError((e) => new PayloadDecodeError({ job: STEP_JOB, issue: e.message }))
-            ),
-          run: (payload, context) =>
-            runner.execute(workflows, payload as StepMessage, { attempt: context.attempt }) as Effect.Effect<
-              unknown,
-              unknown
-            >
-        })
+        byName.set(
+          STEP_JOB,
+          internalJob(config, STEP_JOB, StepMessage, config.workflowQueue, (payload, context) =>
+            runner.execute(workflows, payload, { attempt: context.attempt })
+          )
+        )
         // a fan-out batch's callback resumes the step waiting on it
-        if (byName.has(FAN_OUT_JOB)) {
-          return yield* new InvalidJobDefinition({
-            job: FAN_OUT_JOB,
-            reason: "the name is reserved for workflow fan-outs"
-          })
-        }
-        const decodeFinished = Schema.decodeUnknownEffect(BatchFinished)
-        byName.set(FAN_OUT_JOB, {
-          job: {
-            ...({} as AnyJob),
-            name: FAN_OUT_JOB,
-            payload: BatchFinished as never,
-            queue: config.workflowQueue,
-            priority: undefined,
-            retry: undefined,
-            timeout: undefined,
-            handler: (() => Effect.void) as never
-          },
-          policy: resolvePolicy(config, undefined),
-          decode: (payload) =>
-            decodeFinished(payload).pipe(
-              Effect.mapError((e) => new PayloadDecodeError({ job: FAN_OUT_JOB, issue: e.message }))
-            ),
-          run: (payload) => runner.fanOutFinished(payload as BatchFinished) as Effect.Effect<unknown, unknown>
-        })
+        byName.set(
+          FAN_OUT_JOB,
+          internalJob(config, FAN_OUT_JOB, BatchFinished, config.workflowQueue, (payload) =>
+            runner.fanOutFinished(payload)
+          )
+        )
         // event messages are jobs of their own, dispatched to the subscribers of their queue
         if (byName.has(EVENT_JOB)) {
           return yield* new InvalidJobDefinition({ job: EVENT_JOB, reason: "the name is reserved for events" })

@@ -732,6 +732,59 @@ const make = Effect.gen(function* () {
       )
     }) as Effect.Effect<SignalReceipt, SignalError>
 
+  /** run_now (at null) and reschedule: the scheduled step's message is due at `at` instead. */
+  const moveScheduled = (
+    name: "run_now" | "reschedule",
+    id: string,
+    at: Date | null,
+    options: VerbOptions | undefined
+  ) =>
+    verb(name, id, options, (run, now) =>
+      Effect.gen(function* () {
+        const [latest] = yield* statements.stepLatest(run.id)
+        if (latest?.status !== "scheduled") {
+          return yield* new InvalidTransition({ verb: name, current: `${run.status} (no scheduled step)`, run: run.id })
+        }
+        yield* statements.stepReschedule({
+          workflow: run.workflow,
+          stepId: latest.id,
+          runId: run.id,
+          at,
+          physicalQueue: queueOf(latest.queue).physical,
+          now
+        })
+        yield* event(run, name === "run_now" ? "run_now" : "rescheduled", options, now, {
+          step: latest.name,
+          attempt: latest.attempt,
+          ...(at === null ? {} : { details: { at: at.toISOString() } })
+        })
+        return yield* reread(run.id)
+      })
+    )
+
+  /** What `workflowStallAction` does to a step found stalled (a redelivered claim, or the sweep). */
+  const stallNext = (step: StepRow, stalled: StepStalled): NextAction => {
+    switch (config.workflowStallAction) {
+      case "reattempt":
+        return {
+          _tag: "schedule",
+          name: step.name,
+          attempt: step.attempt + 1,
+          position: step.position,
+          queue: step.queue,
+          physicalQueue: queueOf(step.queue || config.workflowQueue).physical,
+          delayMs: 0,
+          timeoutMs: step.timeout_ms,
+          reattempts: step.reattempts + 1,
+          reattempt: true
+        }
+      case "cancel":
+        return { _tag: "cancel", reason: "stalled" }
+      case "pause":
+        return { _tag: "pause", reason: "stalled", error: errorJson(stalled), message: `step ${step.name} stalled` }
+    }
+  }
+
   const client: WorkflowClientShape = {
     start: (workflow, payload, options = {}) => startRun(workflow, payload, options, null),
 
@@ -938,57 +991,9 @@ const make = Effect.gen(function* () {
         })
       ),
 
-    runNow: (id, options) =>
-      verb("run_now", id, options, (run, now) =>
-        Effect.gen(function* () {
-          const [latest] = yield* statements.stepLatest(run.id)
-          if (latest?.status !== "scheduled") {
-            return yield* new InvalidTransition({
-              verb: "run_now",
-              current: `${run.status} (no scheduled step)`,
-              run: run.id
-            })
-          }
-          yield* statements.stepReschedule({
-            workflow: run.workflow,
-            stepId: latest.id,
-            runId: run.id,
-            at: null,
-            physicalQueue: queueOf(latest.queue).physical,
-            now
-          })
-          yield* event(run, "run_now", options, now, { step: latest.name, attempt: latest.attempt })
-          return yield* reread(run.id)
-        })
-      ),
+    runNow: (id, options) => moveScheduled("run_now", id, null, options),
 
-    reschedule: (id, at, options) =>
-      verb("reschedule", id, options, (run, now) =>
-        Effect.gen(function* () {
-          const [latest] = yield* statements.stepLatest(run.id)
-          if (latest?.status !== "scheduled") {
-            return yield* new InvalidTransition({
-              verb: "reschedule",
-              current: `${run.status} (no scheduled step)`,
-              run: run.id
-            })
-          }
-          yield* statements.stepReschedule({
-            workflow: run.workflow,
-            stepId: latest.id,
-            runId: run.id,
-            at,
-            physicalQueue: queueOf(latest.queue).physical,
-            now
-          })
-          yield* event(run, "rescheduled", options, now, {
-            step: latest.name,
-            attempt: latest.attempt,
-            details: { at: at.toISOString() }
-          })
-          return yield* reread(run.id)
-        })
-      ),
+    reschedule: (id, at, options) => moveScheduled("reschedule", id, at, options),
 
     rerun: (id, options) =>
       Effect.gen(function* () {
@@ -2083,36 +2088,15 @@ const make = Effect.gen(function* () {
           now
         })
         .pipe(db("record stall"))
-      const error = errorJson(new StepTimeout({ step: step.name, timeoutMs: 0 }))
-      const stalled = JSON.stringify({
-        ...JSON.parse(error),
-        tag: "StepStalled",
-        message: `step ${step.name} stalled: its worker stopped`
-      })
-      const { physical } = queueOf(step.queue || config.workflowQueue)
-      const next: NextAction =
-        config.workflowStallAction === "reattempt"
-          ? {
-              _tag: "schedule",
-              name: step.name,
-              attempt: step.attempt + 1,
-              position: step.position,
-              queue: step.queue,
-              physicalQueue: physical,
-              delayMs: 0,
-              reattempts: step.reattempts + 1,
-              reattempt: true
-            }
-          : config.workflowStallAction === "cancel"
-            ? { _tag: "cancel", reason: "stalled" }
-            : { _tag: "pause", reason: "stalled", error: stalled, message: `step ${step.name} stalled` }
+      const stalled = new StepStalled({ step: step.name, detection: "redelivery" })
+      const next = stallNext(step, stalled)
       yield* finish({
         workflow: registered.workflow.name,
         runId: message.run,
         stepId: step.id,
         status: "failed",
         output: null,
-        error: stalled,
+        error: errorJson(stalled),
         definitionHash: null,
         next,
         now
@@ -2286,32 +2270,15 @@ const make = Effect.gen(function* () {
     let stalled = 0
     for (const step of yield* statements.stepsStalled(thresholdMs, now, SWEEP_BATCH).pipe(db("find stalled steps"))) {
       const detection = step.timeout_ms !== null && step.timeout_ms < thresholdMs ? "timeout" : "threshold"
-      const error = errorJson(new StepStalled({ step: step.name, detection }))
-      const { physical } = queueOf(step.queue || config.workflowQueue)
-      const next: NextAction =
-        config.workflowStallAction === "reattempt"
-          ? {
-              _tag: "schedule",
-              name: step.name,
-              attempt: step.attempt + 1,
-              position: step.position,
-              queue: step.queue,
-              physicalQueue: physical,
-              delayMs: 0,
-              timeoutMs: step.timeout_ms,
-              reattempts: step.reattempts + 1,
-              reattempt: true
-            }
-          : config.workflowStallAction === "cancel"
-            ? { _tag: "cancel", reason: "stalled" }
-            : { _tag: "pause", reason: "stalled", error, message: `step ${step.name} stalled` }
+      const stalledError = new StepStalled({ step: step.name, detection })
+      const next = stallNext(step, stalledError)
       const [applied] = yield* finish({
         workflow: step.workflow,
         runId: step.run_id,
         stepId: step.id,
         status: "failed",
         output: null,
-        error,
+        error: errorJson(stalledError),
         definitionHash: null,
         next,
         now

@@ -1,0 +1,39 @@
+/**
+ * The library's own jobs (workflow steps, fan-out callbacks, event deliveries): registered
+ * under reserved names and run by the library instead of a user's handler.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Schema } from "effect"
+import type { PgBusConfigShape } from "../Config.ts"
+import type { AnyJob, JobContext } from "./Job.ts"
+import { PayloadDecodeError } from "./JobError.ts"
+import type { RegisteredJob } from "./Registry.ts"
+import { resolvePolicy } from "./Retry.ts"
+
+/** A job of the library's own (workflow steps, fan-out callbacks, event deliveries), run by `run`. */
+export const internalJob = <P>(
+  config: PgBusConfigShape,
+  name: string,
+  payload: Schema.ConstraintCodec<P, unknown>,
+  queue: string | undefined,
+  run: (payload: P, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>
+): RegisteredJob => {
+  const decode = Schema.decodeUnknownEffect(payload)
+  return {
+    job: {
+      ...({} as AnyJob),
+      name,
+      payload: payload as never,
+      queue,
+      priority: undefined,
+      retry: undefined,
+      timeout: undefined,
+      handler: (() => Effect.void) as never
+    },
+    policy: resolvePolicy(config, undefined),
+    decode: (message) =>
+      decode(message).pipe(Effect.mapError((e) => new PayloadDecodeError({ job: name, issue: e.message }))),
+    run: (message, context) => run(message as P, context)
+  }
+}
