@@ -24,6 +24,31 @@ export class ConfigurationError extends Schema.TaggedError<ConfigurationError>()
 /** Identifier rule shared by the schema name and the queue prefix: safe to interpolate into SQL. */
 export const IDENTIFIER_PATTERN = /^[a-z][a-z0-9_]*$/
 
+/** What a fair-share resolver returns: a key, a key and its weight, or `undefined` (unkeyed). */
+export type FairShareKey = string | readonly [key: string, weight: number] | undefined
+
+/** What the jobs' fair-share resolver sees: the job being enqueued. */
+export interface JobFairShareInput {
+  /** The job's name. */
+  readonly name: string
+  /** The payload as given to `enqueue` (before its Schema encodes it). */
+  readonly payload: unknown
+  /** The queue it goes to (before any priority sub-queue). */
+  readonly queue: string
+  /** The enqueue's headers. */
+  readonly headers: Readonly<Record<string, unknown>>
+}
+
+/** What the events' fair-share resolver sees: the event as it is about to be written. */
+export interface EventFairShareInput {
+  readonly routingKey: string
+  /** The payload as stored (encoded with the event's Schema, if any). */
+  readonly payload: unknown
+  readonly headers: Readonly<Record<string, unknown>>
+  /** The current attributes (`EventBus.CurrentAttributes`). */
+  readonly attributes: Readonly<Record<string, unknown>>
+}
+
 /** The resolved configuration: what every service reads. */
 export interface PgBusConfigShape {
   /** PostgreSQL URL; the password stays redacted. */
@@ -114,6 +139,10 @@ export interface PgBusConfigShape {
   readonly batchStallThreshold: Duration.Duration
   /** Finished batches are deleted after this long; `undefined` keeps them. */
   readonly batchRetention: Duration.Duration | undefined
+  /** Tags each job at enqueue with a fair-share key (and weight); set, workers read job queues fairly. Code only. */
+  readonly fairShare: ((job: JobFairShareInput) => FairShareKey) | undefined
+  /** Tags each event at publish with a fair-share key (and weight); set, consumers read fairly. Code only. */
+  readonly eventFairShare: ((event: EventFairShareInput) => FairShareKey) | undefined
 }
 
 /** What a caller may pass in code: every key optional, durations as `Duration.Input`. */
@@ -162,6 +191,8 @@ export interface PgBusConfigInput {
   readonly batchSweepInterval?: Duration.Input
   readonly batchStallThreshold?: Duration.Input
   readonly batchRetention?: Duration.Input | null
+  readonly fairShare?: ((job: JobFairShareInput) => FairShareKey) | null
+  readonly eventFairShare?: ((event: EventFairShareInput) => FairShareKey) | null
 }
 
 type Kind =
@@ -175,11 +206,15 @@ type Kind =
   | "optionalDuration"
   | "secret"
   | "optionalSecret"
+  | "resolver"
 
 const positive = Schema.makeFilter<Duration.Duration>((d) => Duration.isPositive(d) || "must be greater than zero")
 const PositiveDuration = Schema.Duration.check(positive)
 const NonNegativeInt = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
 const PositiveInt = Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))
+/** A function given in code (a resolver); the environment cannot set one. */
+const Resolver = <F extends (input: never) => unknown>() =>
+  Schema.declare<F>((u): u is F => typeof u === "function", { expected: "a function" })
 const Identifier = (max: number) =>
   Schema.String.check(
     Schema.makeFilter<string>(
@@ -244,13 +279,16 @@ export const PgBusConfigSchema = Schema.Struct({
   ),
   batchSweepInterval: PositiveDuration,
   batchStallThreshold: PositiveDuration,
-  batchRetention: Schema.UndefinedOr(PositiveDuration)
+  batchRetention: Schema.UndefinedOr(PositiveDuration),
+  fairShare: Schema.UndefinedOr(Resolver<(job: JobFairShareInput) => FairShareKey>()),
+  eventFairShare: Schema.UndefinedOr(Resolver<(event: EventFairShareInput) => FairShareKey>())
 })
 
 interface Field {
   readonly kind: Kind
   readonly default: unknown
-  readonly env: string
+  /** Its environment variable; `undefined` for keys only code can set (resolvers). */
+  readonly env: string | undefined
 }
 
 /** How each key is read (its kind), its default and its environment variable. */
@@ -310,7 +348,9 @@ export const fields = {
   busDatabaseUrl: { kind: "optionalSecret", default: undefined, env: "PGBUS_BUS_DATABASE_URL" },
   batchSweepInterval: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_BATCH_SWEEP_INTERVAL" },
   batchStallThreshold: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_BATCH_STALL_THRESHOLD" },
-  batchRetention: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_BATCH_RETENTION" }
+  batchRetention: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_BATCH_RETENTION" },
+  fairShare: { kind: "resolver", default: undefined, env: undefined },
+  eventFairShare: { kind: "resolver", default: undefined, env: undefined }
 } satisfies Record<keyof PgBusConfigShape, Field>
 
 type Key = keyof typeof fields
@@ -319,6 +359,7 @@ const show = (value: unknown): string => {
   if (Redacted.isRedacted(value)) return "<redacted>"
   if (Duration.isDuration(value)) return Duration.format(value)
   if (typeof value === "string") return value
+  if (typeof value === "function") return "<function>"
   try {
     return JSON.stringify(value) ?? String(value)
   } catch {
@@ -385,6 +426,11 @@ const parseValue = (key: Key, raw: unknown, fromEnv: boolean): Effect.Effect<unk
       }
       return fail("must be a boolean")
     }
+    case "resolver": {
+      if (raw === null) return Effect.succeed(undefined)
+      if (typeof raw !== "function") return fail("must be a function (set it in code)")
+      return Effect.succeed(raw)
+    }
     case "duration":
     case "optionalDuration": {
       if (field.kind === "optionalDuration" && (raw === null || (fromEnv && raw === "none"))) {
@@ -402,6 +448,7 @@ const readEnvironment: Effect.Effect<Partial<Record<Key, string>>, Configuration
   const out: Partial<Record<Key, string>> = {}
   for (const key of Object.keys(fields) as Array<Key>) {
     const env = fields[key].env
+    if (env === undefined) continue
     const value = yield* Config.option(Config.String(env)).pipe(
       Effect.mapError(
         (error) => new ConfigurationError({ key, rule: `cannot read ${env}: ${error.message}`, value: "" })

@@ -108,6 +108,31 @@ describe("configuration", () => {
     )
   )
 
+  it.effect("fair-share resolvers: unset by default, set in code only, and must be functions", () =>
+    Effect.gen(function* () {
+      const d = yield* resolve()
+      assert.isUndefined(d.fairShare)
+      assert.isUndefined(d.eventFairShare)
+      const jobs = (job: { readonly payload: unknown }) => String((job.payload as { tenant: string }).tenant)
+      const events = () => ["acme", 2] as const
+      const c = yield* resolve({ fairShare: jobs, eventFairShare: events })
+      assert.strictEqual(c.fairShare, jobs)
+      assert.strictEqual(c.eventFairShare, events)
+      assert.isUndefined((yield* resolve({ fairShare: null })).fairShare)
+      for (const key of ["fairShare", "eventFairShare"] as const) {
+        const error = yield* Effect.flip(resolve({ [key]: "tenant_id" as never }))
+        assert.strictEqual(error.key, key)
+        assert.include(error.rule, "function")
+      }
+      // no environment variable names them
+      const fromEnvironment = yield* PgBusConfig
+      assert.isUndefined(fromEnvironment.fairShare)
+    }).pipe(
+      Effect.provide(PgBusConfig.layer()),
+      fromEnv({ PGBUS_FAIR_SHARE: "tenant_id", PGBUS_EVENT_FAIR_SHARE: "tenant_id" })
+    )
+  )
+
   it.effect("an invalid environment value fails the layer, naming the key and the rule", () =>
     Effect.gen(function* () {
       const error = yield* Effect.flip(Effect.provide(PgBusConfig.use(Effect.succeed), PgBusConfig.layer()))

@@ -6,6 +6,7 @@
  * @since 0.1.0
  */
 import { Context, type Duration, Schema } from "effect"
+import type { FairShareKey as ConfigFairShareKey, EventFairShareInput } from "../Config.ts"
 
 /** The job name of event messages: consumers are ordinary workers running this job. */
 export const EVENT_JOB = "pgbus.event"
@@ -97,21 +98,17 @@ export const CurrentAttributes = Context.Reference<Readonly<Record<string, unkno
 )
 
 /** A fair-share key, or a key with its weight; `undefined` leaves the event unkeyed. */
-export type FairShareKey = string | readonly [key: string, weight: number] | undefined
+export type FairShareKey = ConfigFairShareKey
 
 /** What the fair-share resolver sees: the event as it is about to be written. */
-export interface FairShareInput {
-  readonly routingKey: string
-  /** The payload as stored (encoded with the event's Schema, if any). */
-  readonly payload: unknown
-  readonly headers: Readonly<Record<string, unknown>>
-  readonly attributes: Readonly<Record<string, unknown>>
-}
+export type FairShareInput = EventFairShareInput
 
 /**
  * Tags each event with a fair-share key at publish (e.g. the tenant), carried in the envelope
- * (`fair_key`, `fair_weight`) to every subscriber queue, never inside the payload. Unset by
- * default.
+ * (`fair_key`, `fair_weight`) and beside it in the message (`pgbus_fair_key`,
+ * `pgbus_fair_weight`, what the fair read uses) to every subscriber queue, never inside the
+ * payload. Unset by default: then the config's `eventFairShare` applies, if any. Providing it
+ * overrides that resolver for the effect it is provided to.
  *
  * @category references
  */

@@ -12,13 +12,21 @@ import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { type DatabaseError, serverError, statementNow, toDatabaseError } from "../Database.ts"
 import { JobClient, physicalQueueOf, servedQueues, TRACEPARENT } from "../Job/JobClient.ts"
+import {
+  checkFairShare,
+  type FairTag,
+  fairFields,
+  type InvalidFairShare,
+  resolveFairShare
+} from "../Queue/FairShare.ts"
 import { type QueueError, QueueNotFound } from "../Queue/QueueError.ts"
-import { QueueStore } from "../Queue/QueueStore.ts"
+import { type CreateOptions, QueueStore } from "../Queue/QueueStore.ts"
 import {
   CurrentAttributes,
   EVENT_JOB,
   type EventEnvelope,
   FairShare,
+  type FairShareInput,
   type PublishedEvent,
   type PublishOptions
 } from "./Envelope.ts"
@@ -122,6 +130,32 @@ export interface PublisherDeps {
   readonly ensureQueue: (queue: string) => Effect.Effect<void, QueueError>
 }
 
+/**
+ * The fair-share tag of an event: from `EventBus.FairShare` when provided, else from the
+ * config's `eventFairShare`; none when neither is set. A bad answer fails with `InvalidFairShare`.
+ */
+export const eventFairShare = (
+  config: PgBusConfigShape,
+  event: FairShareInput
+): Effect.Effect<FairTag | undefined, InvalidFairShare> =>
+  Effect.flatMap(FairShare, (provided) => {
+    const resolver = provided ?? config.eventFairShare
+    if (resolver === undefined) return Effect.succeed(undefined)
+    return resolveFairShare(`event ${event.routingKey}`, () => resolver(event))
+  })
+
+/** A tag carried by an outbox entry (checked at write; one written by hand that breaks the rules is dropped). */
+const relayedFairShare = (context: PrepareContext): FairTag | undefined => {
+  if (context.fairKey === undefined) return undefined
+  const checked = checkFairShare([context.fairKey, context.fairWeight ?? 1])
+  return checked._tag === "Ok" ? checked.tag : undefined
+}
+
+/** How the bus creates a subscriber queue: with the fair index when `eventFairShare` is set. */
+export const subscriberQueueOptions = (config: PgBusConfigShape): CreateOptions => ({
+  fairIndex: config.eventFairShare !== undefined
+})
+
 const traceHeaders: Effect.Effect<Record<string, string>> = Effect.map(Effect.option(Effect.currentSpan), (span) =>
   Option.match(span, {
     onNone: () => ({}),
@@ -219,17 +253,16 @@ export const makePublisher = (deps: PublisherDeps) =>
         const attributes = context?.attributes ?? (yield* CurrentAttributes)
         const trace = yield* traceHeaders
         const headers = { ...input.headers, ...trace }
-        let fairKey = context?.fairKey
-        let fairWeight = context?.fairWeight
-        if (context === undefined) {
-          const resolver = yield* FairShare
-          const resolved = resolver?.({ routingKey, payload: input.payload, headers: input.headers ?? {}, attributes })
-          if (typeof resolved === "string") fairKey = resolved
-          else if (Array.isArray(resolved)) {
-            fairKey = String(resolved[0])
-            fairWeight = Number(resolved[1])
-          }
-        }
+        // a relay carries the tag resolved when the entry was written; a direct publish resolves it now
+        const tag =
+          context === undefined
+            ? yield* eventFairShare(config, {
+                routingKey,
+                payload: input.payload,
+                headers: input.headers ?? {},
+                attributes
+              })
+            : relayedFairShare(context)
         const eventId = input.eventId ?? crypto.randomUUID()
         const envelope: EventEnvelope = {
           event_id: eventId,
@@ -238,10 +271,11 @@ export const makePublisher = (deps: PublisherDeps) =>
           ...(Object.keys(headers).length > 0 ? { headers } : {}),
           payload: input.payload,
           ...(Object.keys(attributes).length > 0 ? { context: attributes } : {}),
-          ...(fairKey !== undefined ? { fair_key: fairKey } : {}),
-          ...(fairWeight !== undefined && Number.isFinite(fairWeight) ? { fair_weight: fairWeight } : {})
+          ...(tag !== undefined ? { fair_key: tag.key } : {}),
+          ...(tag !== undefined && tag.weight !== 1 ? { fair_weight: tag.weight } : {})
         }
-        const message = jsonText({ job: EVENT_JOB, payload: envelope })
+        // the tag also sits beside the envelope, where the fair read and its index look
+        const message = jsonText({ job: EVENT_JOB, payload: envelope, ...fairFields(tag) })
         if (message === undefined) {
           return yield* invalid("the payload, headers or attributes are not JSON (a bigint, a cycle, a function)")
         }
@@ -393,7 +427,8 @@ export class EventPublisher extends Context.Service<EventPublisher, Publisher>()
       const sql = yield* SqlClient.SqlClient
       const store = yield* QueueStore
       const jobs = yield* JobClient
-      return yield* makePublisher({ config, sql, store, ensureQueue: jobs.ensureQueue })
+      const options = subscriberQueueOptions(config)
+      return yield* makePublisher({ config, sql, store, ensureQueue: (queue) => jobs.ensureQueue(queue, options) })
     })
   )
 }

@@ -5,7 +5,10 @@
  */
 import { Schema } from "effect"
 import { DatabaseError } from "../Database.ts"
+import type { InvalidFairShare } from "../Queue/FairShare.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
+
+export { InvalidFairShare } from "../Queue/FairShare.ts"
 
 /**
  * A routing key is empty, too long, has an empty segment or a wildcard. Raised before any SQL
@@ -87,8 +90,8 @@ export class EventClaimOwned extends Schema.TaggedError<EventClaimOwned>()("Even
   }
 }
 
-/** Errors of a publish. */
-export type PublishError = InvalidRoutingKey | InvalidEventPayload | QueueError
+/** Errors of a publish (`InvalidFairShare` only with a fair-share resolver). */
+export type PublishError = InvalidRoutingKey | InvalidEventPayload | InvalidFairShare | QueueError
 
 /** Errors of registering subscribers. */
 export type RegisterError = InvalidSubscriberDefinition | QueueError

@@ -13,19 +13,29 @@ import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import * as Database from "../Database.ts"
 import { type DatabaseError, statementNow, toDatabaseError } from "../Database.ts"
 import type { Job } from "../Job/Job.ts"
-import { type EnqueueOptions, type Envelope, JobClient, physicalQueueOf } from "../Job/JobClient.ts"
+import {
+  type EnqueueOptions,
+  JobClient,
+  jobFairShare,
+  logicalQueueOf,
+  physicalQueueOf,
+  type TaggedEnvelope
+} from "../Job/JobClient.ts"
 import { InvalidPayload } from "../Job/JobError.ts"
+import { fairFields, type InvalidFairShare } from "../Queue/FairShare.ts"
 import { Notifier } from "../Queue/Notifier.ts"
 import { InvalidMessage, PayloadTooLarge, type QueueError } from "../Queue/QueueError.ts"
 import { type BatchEntry, QueueStore } from "../Queue/QueueStore.ts"
-import { CurrentAttributes, FairShare, type FairShareKey } from "./Envelope.ts"
+import { CurrentAttributes } from "./Envelope.ts"
 import {
   EventPublisher,
   encodePayload,
+  eventFairShare,
   makePublisher,
   type PreparedEvent,
   type PublishableEvent,
-  type Publisher
+  type Publisher,
+  subscriberQueueOptions
 } from "./EventBus.ts"
 import { InvalidEventPayload, InvalidRoutingKey } from "./EventBusError.ts"
 import { makeOutboxSql, type OutboxRow } from "./OutboxSql.ts"
@@ -73,7 +83,7 @@ export interface OutboxReport {
 }
 
 /** Errors of an outbox write. */
-export type OutboxWriteError = InvalidRoutingKey | InvalidEventPayload | InvalidPayload | QueueError
+export type OutboxWriteError = InvalidRoutingKey | InvalidEventPayload | InvalidPayload | InvalidFairShare | QueueError
 
 /** Outbox entries relayed to the bus. */
 export const outboxPublished = Metric.counter("pgbus_outbox_published_total", {
@@ -203,11 +213,12 @@ export class Outbox extends Context.Service<
             const busConfig = Context.get(context, PgBusConfig)
             const busStore = Context.get(context, QueueStore)
             const busJobs = Context.get(context, JobClient)
+            const subscriberQueues = subscriberQueueOptions(busConfig)
             const publisher = yield* makePublisher({
               config: busConfig,
               sql: Context.get(context, SqlClient.SqlClient),
               store: busStore,
-              ensureQueue: busJobs.ensureQueue
+              ensureQueue: (queue) => busJobs.ensureQueue(queue, subscriberQueues)
             })
             return { sameDatabase: false, publisher, store: busStore, ensureQueue: busJobs.ensureQueue }
           })
@@ -305,8 +316,12 @@ export class Outbox extends Context.Service<
           const context = Object.keys(attributes).length > 0 ? (jsonText(attributes) ?? null) : null
           if (Object.keys(attributes).length > 0 && context === null)
             return yield* invalid("the attributes are not JSON")
-          const resolver = yield* FairShare
-          const fair: FairShareKey = resolver?.({ routingKey, payload, headers: options?.headers ?? {}, attributes })
+          const tag = yield* eventFairShare(config, {
+            routingKey,
+            payload,
+            headers: options?.headers ?? {},
+            attributes
+          })
           const eventId = options?.eventId ?? crypto.randomUUID()
           return yield* insert(
             {
@@ -317,8 +332,8 @@ export class Outbox extends Context.Service<
               payload: text,
               headers,
               context,
-              fairKey: typeof fair === "string" ? fair : Array.isArray(fair) ? String(fair[0]) : null,
-              fairWeight: Array.isArray(fair) && Number.isFinite(Number(fair[1])) ? Number(fair[1]) : null,
+              fairKey: tag?.key ?? null,
+              fairWeight: tag === undefined || tag.weight === 1 ? null : tag.weight,
               delayMs: null,
               at: null
             },
@@ -342,7 +357,13 @@ export class Outbox extends Context.Service<
             Effect.mapError((error) => new InvalidPayload({ job: job.name, issue: error.message }))
           )
           const queue = physicalQueueOf(config, job, options)
-          return yield* publishToQueue(queue, { job: job.name, payload: encoded } satisfies Envelope, options)
+          // resolved now, in the app's transaction, like an enqueue's
+          const tag = yield* jobFairShare(config, job, payload, logicalQueueOf(config, job, options), options?.headers)
+          return yield* publishToQueue(
+            queue,
+            { job: job.name, payload: encoded, ...fairFields(tag) } satisfies TaggedEnvelope,
+            options
+          )
         })
 
       // ---- relay ------------------------------------------------------------------------------

@@ -9,16 +9,23 @@ import { Context, Effect, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import { CurrentBatch } from "../Batch/Membership.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
+import { type FairTag, fairFields, resolveFairShare } from "../Queue/FairShare.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
-import type { BatchEntry, SendOptions } from "../Queue/QueueStore.ts"
+import type { BatchEntry, CreateOptions, SendOptions } from "../Queue/QueueStore.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type { AnyJob, Job } from "./Job.ts"
-import { type EnqueueError, InvalidPayload } from "./JobError.ts"
+import { type EnqueueError, type InvalidFairShare, InvalidPayload } from "./JobError.ts"
 import { type JobRef, jobRef } from "./JobRef.ts"
 
 /** The envelope stored as a job message. */
 export const Envelope = Schema.Struct({ job: Schema.String, payload: Schema.Unknown })
 export type Envelope = typeof Envelope.Type
+
+/** An envelope as written: with the fair-share tag beside it when a resolver gave one. */
+export type TaggedEnvelope = Envelope & {
+  readonly pgbus_fair_key?: string
+  readonly pgbus_fair_weight?: number
+}
 
 /** W3C trace context header carrying the enqueuer's span. */
 export const TRACEPARENT = "traceparent"
@@ -34,13 +41,20 @@ export interface EnqueueOptions {
   readonly priority?: number | undefined
 }
 
+/** The queue a job goes to before any priority sub-queue: the enqueue's, its own, or the default. */
+export const logicalQueueOf = (
+  config: PgBusConfigShape,
+  job: Pick<AnyJob, "queue">,
+  options?: Pick<EnqueueOptions, "queue">
+): string => options?.queue ?? job.queue ?? config.defaultQueue
+
 /** The queue a job's message goes to: its own or the default, and its priority sub-queue. */
 export const physicalQueueOf = (
   config: PgBusConfigShape,
   job: Pick<AnyJob, "queue" | "priority">,
   options?: Pick<EnqueueOptions, "queue" | "priority">
 ): string => {
-  const queue = options?.queue ?? job.queue ?? config.defaultQueue
+  const queue = logicalQueueOf(config, job, options)
   if (config.priorityLevels === undefined) return queue
   const priority = Math.min(
     config.priorityLevels - 1,
@@ -54,6 +68,22 @@ export const servedQueues = (config: PgBusConfigShape, queue: string): ReadonlyA
   config.priorityLevels === undefined
     ? [queue]
     : Array.from({ length: config.priorityLevels }, (_, i) => `${queue}_p${i}`)
+
+/**
+ * The fair-share tag of a job, from the config's `fairShare` resolver (none when it is unset).
+ * `queue` is the queue before any priority sub-queue. A bad answer fails with `InvalidFairShare`.
+ */
+export const jobFairShare = (
+  config: PgBusConfigShape,
+  job: { readonly name: string },
+  payload: unknown,
+  queue: string,
+  headers: Readonly<Record<string, unknown>> | undefined
+): Effect.Effect<FairTag | undefined, InvalidFairShare> => {
+  const resolver = config.fairShare
+  if (resolver === undefined) return Effect.succeed(undefined)
+  return resolveFairShare(`job ${job.name}`, () => resolver({ name: job.name, payload, queue, headers: headers ?? {} }))
+}
 
 const traceHeaders: Effect.Effect<Record<string, string>> = Effect.map(Effect.option(Effect.currentSpan), (span) =>
   Option.match(span, {
@@ -91,8 +121,11 @@ export class JobClient extends Context.Service<
       payloads: Iterable<P>,
       options?: EnqueueOptions
     ) => Effect.Effect<ReadonlyArray<JobRef>, EnqueueError>
-    /** Makes sure a queue (and its DLQ) exists; cached per process. */
-    readonly ensureQueue: (queue: string) => Effect.Effect<void, QueueError>
+    /**
+     * Makes sure a queue (and its DLQ) exists; cached per process. A new queue gets the fair
+     * index when `fairIndex` says so (default: when the config's `fairShare` is set).
+     */
+    readonly ensureQueue: (queue: string, options?: CreateOptions) => Effect.Effect<void, QueueError>
   }
 >()("effect-pgbus/JobClient") {
   /** The job client on the queue store. */
@@ -106,10 +139,13 @@ export class JobClient extends Context.Service<
 
       // A queue created inside the caller's transaction exists only once it commits, so it is
       // remembered after commit (afterCommit runs at once outside a transaction).
-      const ensureQueue = (queue: string) =>
+      const jobsFair = { fairIndex: config.fairShare !== undefined }
+      const ensureQueue = (queue: string, options?: CreateOptions) =>
         known.has(queue)
           ? Effect.void
-          : store.create(queue).pipe(Effect.andThen(sql.afterCommit(Effect.sync(() => known.add(queue)))))
+          : store
+              .create(queue, options ?? jobsFair)
+              .pipe(Effect.andThen(sql.afterCommit(Effect.sync(() => known.add(queue)))))
 
       const encode = <P>(job: Job<string, P, unknown, unknown, unknown>, payload: P) =>
         Schema.encodeEffect(job.payload)(payload).pipe(
@@ -123,13 +159,25 @@ export class JobClient extends Context.Service<
       ) =>
         Effect.gen(function* () {
           const queue = physicalQueueOf(config, job, options)
-          const encoded = yield* Effect.forEach(payloads, (p) => encode(job, p))
+          // read once: an iterable may be a one-shot generator
+          const given = Array.isArray(payloads) ? (payloads as ReadonlyArray<P>) : Array.from(payloads)
+          const encoded = yield* Effect.forEach(given, (p) => encode(job, p))
           if (encoded.length === 0) return [] as ReadonlyArray<JobRef>
           const trace = yield* traceHeaders
           const headers = { ...options?.headers, ...trace }
           const hasHeaders = Object.keys(headers).length > 0
-          const entries: Array<BatchEntry> = encoded.map((payload) => ({
-            message: { job: job.name, payload } satisfies Envelope,
+          // resolved before anything is sent: one bad answer fails the whole call
+          const tags =
+            config.fairShare === undefined
+              ? undefined
+              : yield* Effect.forEach(given, (p) =>
+                  jobFairShare(config, job, p, logicalQueueOf(config, job, options), options?.headers)
+                )
+          const entries: Array<BatchEntry> = encoded.map((payload, i) => ({
+            message:
+              tags === undefined
+                ? ({ job: job.name, payload } satisfies Envelope)
+                : ({ job: job.name, payload, ...fairFields(tags[i]) } satisfies TaggedEnvelope),
             ...(hasHeaders ? { headers } : {}),
             ...(options?.delay !== undefined ? { delay: options.delay } : {}),
             ...(options?.at !== undefined ? { at: options.at } : {})
@@ -145,10 +193,17 @@ export class JobClient extends Context.Service<
         Effect.gen(function* () {
           const queue = physicalQueueOf(config, job, options)
           const encoded = yield* encode(job, payload)
+          const tag =
+            config.fairShare === undefined
+              ? undefined
+              : yield* jobFairShare(config, job, payload, logicalQueueOf(config, job, options), options?.headers)
           const trace = yield* traceHeaders
           const headers = { ...options?.headers, ...trace }
           yield* ensureQueue(queue)
-          const message = { job: job.name, payload: encoded } satisfies Envelope
+          const message: TaggedEnvelope =
+            tag === undefined
+              ? { job: job.name, payload: encoded }
+              : { job: job.name, payload: encoded, ...fairFields(tag) }
           const sendOptions = {
             ...(Object.keys(headers).length > 0 ? { headers } : {}),
             ...(options?.delay !== undefined ? { delay: options.delay } : {}),

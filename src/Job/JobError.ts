@@ -5,7 +5,10 @@
  */
 import { Schema } from "effect"
 import type { BatchJoinError } from "../Batch/BatchError.ts"
+import type { InvalidFairShare } from "../Queue/FairShare.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
+
+export { InvalidFairShare } from "../Queue/FairShare.ts"
 
 /**
  * A job definition is invalid (bad name, bad queue, bad retry policy). Raised where the job is
@@ -80,5 +83,5 @@ export class JobTimeout extends Schema.TaggedError<JobTimeout>()("JobTimeout", {
   }
 }
 
-/** Errors of an enqueue (a batch's only inside `batch.enqueue`). */
-export type EnqueueError = InvalidPayload | QueueError | BatchJoinError
+/** Errors of an enqueue (a batch's only inside `batch.enqueue`; `InvalidFairShare` only with a `fairShare` resolver). */
+export type EnqueueError = InvalidPayload | InvalidFairShare | QueueError | BatchJoinError

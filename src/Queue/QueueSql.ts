@@ -34,6 +34,19 @@ export interface ArchivedRow {
   readonly headers: unknown
 }
 
+/** A message row of the fair read, with its key, weight and start tag (see `FairShare.ts`). */
+export interface FairMessageRow extends MessageRow {
+  readonly fair_key: string
+  readonly fair_weight: number
+  readonly fair_start: number
+}
+
+/** A fair index's catalog state: whether it is valid, and whether a build of it is running now. */
+export interface IndexStateRow {
+  readonly valid: boolean
+  readonly building: boolean
+}
+
 /** A queue of the registry. */
 export interface QueueRow {
   readonly name: string
@@ -68,6 +81,14 @@ const typedArray = (values: ReadonlyArray<unknown>, oid: number): unknown =>
   Result.getOrThrow(PgTypes.array(values, oid))
 
 const NOW = (sql: SqlClient.SqlClient, now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
+
+// The fair-share key of a message, spelled exactly as the fair index's expression, so that the
+// planner matches it (a bound parameter would not match).
+const FAIR_KEY_EXPR = "COALESCE(message ->> 'pgbus_fair_key', '')"
+
+// A message's weight, clamped to 1..1,000,000; anything but a JSON number (written by hand) is 1.
+const FAIR_WEIGHT_EXPR = `CASE WHEN jsonb_typeof(message -> 'pgbus_fair_weight') = 'number'
+  THEN least(greatest(floor((message ->> 'pgbus_fair_weight')::numeric), 1), 1000000)::float8 ELSE 1 END`
 
 /**
  * Builds the statements for one schema. Each function returns an Effect running one
@@ -112,9 +133,34 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
   const queueCreateArchiveIndex = (physical: string) =>
     sql`CREATE INDEX IF NOT EXISTS ${index(`a_${physical}_archived_at_idx`)} ON ${archive(physical)} (archived_at)`
 
+  // Returns the name only when the queue is new (its tables were created just now).
   const queueRegister = (physical: string, deadLetterOf: string | null) =>
-    sql`INSERT INTO ${registry} (name, dead_letter_of) VALUES (${physical}, ${deadLetterOf})
-        ON CONFLICT (name) DO NOTHING`
+    sql<{ readonly name: string }>`INSERT INTO ${registry} (name, dead_letter_of) VALUES (${physical}, ${deadLetterOf})
+        ON CONFLICT (name) DO NOTHING RETURNING name`
+
+  // The fair read's index: per key, visible messages oldest first. On a new (empty) queue a
+  // plain build; on a served one CONCURRENTLY, which must run outside a transaction.
+  const fairIndexName = (physical: string) => `q_${physical}_fair_idx`
+
+  const queueCreateFairIndex = (physical: string) =>
+    sql`CREATE INDEX IF NOT EXISTS ${index(fairIndexName(physical))}
+        ON ${messages(physical)} ((${sql.literal(FAIR_KEY_EXPR)}), vt, msg_id)`
+
+  const queueCreateFairIndexConcurrently = (physical: string) =>
+    sql`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${index(fairIndexName(physical))}
+        ON ${messages(physical)} ((${sql.literal(FAIR_KEY_EXPR)}), vt, msg_id)`
+
+  const queueFairIndexState = (physical: string) =>
+    sql<IndexStateRow>`SELECT i.indisvalid AS valid,
+        EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = c.oid) AS building
+      FROM pg_class c
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+      JOIN pg_index i ON i.indexrelid = c.oid
+      WHERE n.nspname = ${schema} AND c.relname = ${fairIndexName(physical)}`
+
+  /** The statement an operator runs to drop an invalid fair index (logged, never run here). */
+  const fairIndexDropStatement = (physical: string) =>
+    `DROP INDEX CONCURRENTLY IF EXISTS "${schema}"."${fairIndexName(physical)}";`
 
   const queueDropTables = (physical: string) => sql`DROP TABLE IF EXISTS ${messages(physical)}, ${archive(physical)}`
 
@@ -215,6 +261,61 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
           claimed_by = ${claimedBy}
       FROM c WHERE q.msg_id = c.msg_id
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error`
+
+  // The fair read (see FairShare.ts): the keys present are found by a skip scan of the fair
+  // index (one probe per key); each key with visible messages ranks its `limit` oldest, rank r
+  // of weight w starting at credit + (r - 1) / w; the lowest starts are claimed, ties to the
+  // oldest, with PGMQ's lock, skip and visibility update. Credits are the reader's memory.
+  // Candidates are sorted before the join to the table, so the lock stops at `limit` rows
+  // (about 2.5 times faster than sorting after it with 200 keys).
+  const messageReadFair = (
+    physical: string,
+    limit: number,
+    visibilityMs: number,
+    claimedBy: string | null,
+    credits: { readonly keys: ReadonlyArray<string>; readonly credits: ReadonlyArray<number> },
+    now: Date | null
+  ) => {
+    const q = messages(physical)
+    const key = sql.literal(FAIR_KEY_EXPR)
+    return sql<FairMessageRow>`WITH RECURSIVE keys(k) AS (
+        (SELECT ${key} FROM ${q} ORDER BY 1 LIMIT 1)
+        UNION ALL
+        SELECT (SELECT ${key} FROM ${q} WHERE ${key} > keys.k ORDER BY 1 LIMIT 1)
+        FROM keys WHERE keys.k IS NOT NULL),
+      heads AS (
+        SELECT keys.k, h.w, coalesce(m.credit, 0) AS credit
+        FROM keys
+        CROSS JOIN LATERAL (
+          SELECT ${sql.literal(FAIR_WEIGHT_EXPR)} AS w FROM ${q}
+          WHERE ${key} = keys.k AND vt <= ${NOW(sql, now)}
+          ORDER BY vt, msg_id LIMIT 1) h
+        LEFT JOIN unnest(${typedArray(credits.keys, PgTypes.OID.text)}::text[],
+                         ${typedArray(credits.credits, PgTypes.OID.float8)}::float8[]) AS m(k, credit)
+          ON m.k = keys.k),
+      cand AS (
+        SELECT r.msg_id, heads.k, heads.w, heads.credit + (r.rn - 1) / heads.w AS start
+        FROM heads
+        CROSS JOIN LATERAL (
+          SELECT s.msg_id, row_number() OVER (ORDER BY s.vt, s.msg_id) AS rn
+          FROM (SELECT msg_id, vt FROM ${q}
+                WHERE ${key} = heads.k AND vt <= ${NOW(sql, now)}
+                ORDER BY vt, msg_id LIMIT ${limit}) s) r),
+      c AS (
+        SELECT t.msg_id, cand.k, cand.w, cand.start
+        FROM (SELECT * FROM cand ORDER BY start, msg_id) cand JOIN ${q} t ON t.msg_id = cand.msg_id
+        WHERE t.vt <= ${NOW(sql, now)}
+        ORDER BY cand.start, cand.msg_id
+        LIMIT ${limit}
+        FOR UPDATE OF t SKIP LOCKED)
+      UPDATE ${q} q
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
+          read_ct = q.read_ct + 1,
+          claimed_by = ${claimedBy}
+      FROM c WHERE q.msg_id = c.msg_id
+      RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
+        c.k AS fair_key, c.w AS fair_weight, c.start AS fair_start`
+  }
 
   const receipts = (r: ReceiptParams) =>
     sql`unnest(${typedArray(r.ids, PgTypes.OID.int8)}::int8[], ${typedArray(r.readCounts, PgTypes.OID.int4)}::int4[]) AS r(msg_id, read_ct)`
@@ -421,6 +522,10 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     queueCreateArchiveTable,
     queueCreateArchiveIndex,
     queueRegister,
+    queueCreateFairIndex,
+    queueCreateFairIndexConcurrently,
+    queueFairIndexState,
+    fairIndexDropStatement,
     queueDropTables,
     queueUnregister,
     queueList,
@@ -431,6 +536,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageSendBatchPlain,
     messageSendCtes,
     messageRead,
+    messageReadFair,
     messageArchiveReceipts,
     messageArchiveIds,
     messageDeleteReceipts,

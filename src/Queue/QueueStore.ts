@@ -12,6 +12,7 @@ import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
 import { serverError, statementNow, toDatabaseError } from "../Database.ts"
 import { hotSpan } from "../internal/span.ts"
+import { type FairClaim, FairCursor } from "./FairShare.ts"
 import {
   DEAD_LETTER_HEADER,
   DeadLetterBlock,
@@ -26,7 +27,13 @@ import {
 import { Notifier, pollDelay } from "./Notifier.ts"
 import { InvalidMessage, PayloadTooLarge, type QueueError, QueueNotFound } from "./QueueError.ts"
 import * as QueueName from "./QueueName.ts"
-import { type EncodedMessage, type MessageRow, makeQueueSql, type ReceiptParams } from "./QueueSql.ts"
+import {
+  type EncodedMessage,
+  type FairMessageRow,
+  type MessageRow,
+  makeQueueSql,
+  type ReceiptParams
+} from "./QueueSql.ts"
 
 /** When a sent message becomes visible: after `delay`, or at `at`. */
 export interface SendOptions {
@@ -48,7 +55,30 @@ export interface ReadOptions {
   readonly visibilityTimeout?: Duration.Input | undefined
   /** Recorded on each claimed message, so a dead process's claims can be found. */
   readonly claimedBy?: string | undefined
+  /**
+   * Interleave the claim across fair-share keys (`pgbus_fair_key`) instead of oldest first:
+   * `true` for one read on its own, or a `FairCursor` that successive reads share, so that
+   * even reads of one message alternate between keys (see `FairShare.ts`).
+   */
+  readonly fair?: boolean | FairCursor | undefined
 }
+
+/** How a queue is created. */
+export interface CreateOptions {
+  /** Also build the fair read's index (`q_<queue>_fair_idx`) when the queue is new. */
+  readonly fairIndex?: boolean | undefined
+}
+
+/**
+ * What `ensureFairIndex` found or did: the index was there (`ready`), was built now (`built`),
+ * is being built by another session (`building`), or is INVALID (a build was interrupted) and
+ * must be dropped by hand with `drop` before it is built again.
+ */
+export type FairIndexStatus =
+  | { readonly _tag: "ready" }
+  | { readonly _tag: "built" }
+  | { readonly _tag: "building" }
+  | { readonly _tag: "invalid"; readonly drop: string }
 
 /** A read that waits for messages. */
 export interface PollOptions extends ReadOptions {
@@ -122,6 +152,15 @@ const toMessage = (queue: string, row: MessageRow): Message => ({
 
 const byMsgId = (a: Message, b: Message) => (a.msgId < b.msgId ? -1 : a.msgId > b.msgId ? 1 : 0)
 
+const byStart = (a: FairMessageRow, b: FairMessageRow) =>
+  a.fair_start !== b.fair_start ? a.fair_start - b.fair_start : a.msg_id < b.msg_id ? -1 : a.msg_id > b.msg_id ? 1 : 0
+
+const claimOf = (row: FairMessageRow): FairClaim => ({
+  key: row.fair_key,
+  weight: row.fair_weight,
+  start: row.fair_start
+})
+
 const splitTargets = (targets: ReadonlyArray<Target>): { receipts: ReceiptParams; ids: Array<bigint> } => {
   const ids: Array<bigint> = []
   const receiptIds: Array<bigint> = []
@@ -145,7 +184,12 @@ export class QueueStore extends Context.Service<
   QueueStore,
   {
     /** Creates a queue, its archive and its dead-letter queue; does nothing if they exist. */
-    readonly create: (queue: string) => Effect.Effect<void, QueueError>
+    readonly create: (queue: string, options?: CreateOptions) => Effect.Effect<void, QueueError>
+    /**
+     * Builds a queue's fair index CONCURRENTLY if it is missing (writes go on meanwhile). Runs
+     * outside any transaction; reports an INVALID index rather than touching it.
+     */
+    readonly ensureFairIndex: (queue: string) => Effect.Effect<FairIndexStatus, QueueError>
     /** Drops a queue with its archive and its dead-letter queue; false if it did not exist. */
     readonly drop: (queue: string) => Effect.Effect<boolean, QueueError>
     /** The registered queues (dead-letter queues included). */
@@ -157,7 +201,7 @@ export class QueueStore extends Context.Service<
       queue: string,
       entries: ReadonlyArray<BatchEntry>
     ) => Effect.Effect<ReadonlyArray<bigint>, QueueError>
-    /** Claims up to `limit` visible messages, oldest first, and hides them for the visibility timeout. */
+    /** Claims up to `limit` visible messages, oldest first (or fairly across keys), and hides them for the visibility timeout. */
     readonly read: (queue: string, options?: ReadOptions) => Effect.Effect<ReadonlyArray<Message>, QueueError>
     /** Like `read`, but waits up to `maxWait` for a message (woken by NOTIFY, else polling). */
     readonly readWithPoll: (queue: string, options: PollOptions) => Effect.Effect<ReadonlyArray<Message>, QueueError>
@@ -344,7 +388,7 @@ export class QueueStore extends Context.Service<
         return Effect.succeed(Duration.toMillis(d.value))
       }
 
-      const create = (queue: string) =>
+      const create = (queue: string, options?: CreateOptions) =>
         Effect.gen(function* () {
           const name = yield* validateName(queue)
           const dead = QueueName.deadLetterOf(name)
@@ -363,7 +407,11 @@ export class QueueStore extends Context.Service<
               Effect.gen(function* () {
                 yield* statements.queueLockTransaction(name.physical)
                 yield* makeTables(name.physical)
-                yield* statements.queueRegister(name.physical, null)
+                const fresh = yield* statements.queueRegister(name.physical, null)
+                // only on a new queue: on a populated one a plain build would block its writes
+                if (options?.fairIndex === true && fresh.length > 0 && !QueueName.isDeadLetter(name)) {
+                  yield* statements.queueCreateFairIndex(name.physical)
+                }
                 if (!QueueName.isDeadLetter(name)) {
                   yield* makeTables(dead.physical)
                   yield* statements.queueRegister(dead.physical, name.physical)
@@ -372,6 +420,33 @@ export class QueueStore extends Context.Service<
             )
             .pipe(Effect.mapError(fail("create queue", queue)))
         }).pipe(Effect.withSpan("QueueStore.create", { attributes: { queue } }))
+
+      const ensureFairIndex = (queue: string) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const state = statements
+            .queueFairIndexState(name.physical)
+            .pipe(Effect.mapError(fail("inspect the fair index of", queue)))
+          const classify = (row: { readonly valid: boolean; readonly building: boolean }): FairIndexStatus =>
+            row.valid
+              ? { _tag: "ready" }
+              : row.building
+                ? { _tag: "building" }
+                : { _tag: "invalid", drop: statements.fairIndexDropStatement(name.physical) }
+          const [found] = yield* state
+          if (found !== undefined) return classify(found)
+          yield* statements.queueCreateFairIndexConcurrently(name.physical).pipe(
+            // another session created it between the look and the build: its state says the rest
+            Effect.catchIf(
+              (error) => serverError(error).code === "42P07" || serverError(error).code === "23505",
+              () => Effect.void
+            ),
+            Effect.mapError(fail("build the fair index of", queue))
+          )
+          const [after] = yield* state
+          if (after === undefined || after.valid) return { _tag: "built" } satisfies FairIndexStatus
+          return classify(after)
+        }).pipe(Effect.withSpan("QueueStore.ensureFairIndex", { attributes: { queue } }))
 
       const drop = (queue: string) =>
         Effect.gen(function* () {
@@ -444,11 +519,35 @@ export class QueueStore extends Context.Service<
           }
           const vtMs = yield* durationMs(queue, options?.visibilityTimeout, defaultVisibilityMs, "visibilityTimeout")
           const now = yield* statementNow
+          const fair = options?.fair
+          if (fair !== undefined && fair !== false) {
+            return yield* readFair(queue, name.physical, limit, vtMs, options?.claimedBy ?? null, fair, now)
+          }
           const rows = yield* statements
             .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
             .pipe(Effect.mapError(fail("read from", queue)))
           return rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
         }).pipe(hotSpan("QueueStore.read", { queue }))
+
+      const readFair = (
+        queue: string,
+        physical: string,
+        limit: number,
+        vtMs: number,
+        claimedBy: string | null,
+        fair: true | FairCursor,
+        now: Date | null
+      ) =>
+        Effect.gen(function* () {
+          const cursor = fair === true ? new FairCursor() : fair
+          const rows = yield* statements
+            .messageReadFair(physical, limit, vtMs, claimedBy, cursor.snapshot(), now)
+            .pipe(Effect.mapError(fail("read from", queue)))
+          // claim order: by start tag, ties to the oldest (the executors take them in this order)
+          const ordered = [...rows].sort(byStart)
+          cursor.advance(ordered.map(claimOf), rows.length < limit)
+          return ordered.map((row) => toMessage(queue, row)) as ReadonlyArray<Message>
+        })
 
       const readWithPoll = (queue: string, options: PollOptions) =>
         Effect.gen(function* () {
@@ -712,6 +811,7 @@ export class QueueStore extends Context.Service<
 
       return QueueStore.of({
         create,
+        ensureFairIndex,
         drop,
         list,
         send,

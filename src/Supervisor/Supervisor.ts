@@ -25,7 +25,7 @@ import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
 import { type Readiness, serveHealth } from "./Health.ts"
 import { Processes } from "./Processes.ts"
-import { makeStats, runWorker, type WorkerStats } from "./Worker.ts"
+import { makeStats, readsFairly, runWorker, type WorkerStats } from "./Worker.ts"
 
 /** The roles a supervisor can run. */
 export type Role = "workers" | "dispatcher"
@@ -110,7 +110,10 @@ export const runWith = (options: SupervisorOptions = {}) =>
 
     // Queues of the capsules and of the registered jobs exist before anyone reads or sends.
     const queues = new Set([...registry.queues, ...capsules.flatMap((c) => c.queues)])
-    for (const q of queues) for (const physical of servedQueues(config, q)) yield* client.ensureQueue(physical)
+    for (const q of queues) {
+      const options = { fairIndex: readsFairly(config, registry, q) }
+      for (const physical of servedQueues(config, q)) yield* client.ensureQueue(physical, options)
+    }
 
     yield* processes.register({
       id: processId,

@@ -15,6 +15,7 @@ import { execute, type Outcome } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
 import type { Registry } from "../Job/Registry.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
+import { FairCursor } from "../Queue/FairShare.ts"
 import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
 import type { Notifier } from "../Queue/Notifier.ts"
 import { pollDelay } from "../Queue/Notifier.ts"
@@ -67,6 +68,47 @@ const groupByQueue = (messages: Iterable<Message>): Map<string, Array<Receipt>> 
   return out
 }
 
+/**
+ * Whether workers read a queue fairly across fair-share keys: a subscriber queue when the
+ * config's `eventFairShare` is set, any other queue when its `fairShare` is.
+ */
+export const readsFairly = (
+  config: PgBusConfigShape,
+  registry: Pick<Registry["Service"], "events">,
+  queue: string
+): boolean =>
+  registry.events?.consumers.some((c) => c.queue === queue) === true
+    ? config.eventFairShare !== undefined
+    : config.fairShare !== undefined
+
+/**
+ * Builds the fair index of queues served fairly that lack it (CONCURRENTLY: writes go on), one
+ * at a time. An INVALID index (an interrupted build) is left alone: the log says how to drop it.
+ */
+const ensureFairIndexes = (store: QueueStore["Service"], queues: ReadonlyArray<string>) =>
+  Effect.forEach(
+    queues,
+    (queue) =>
+      store.ensureFairIndex(queue).pipe(
+        Effect.flatMap((status) =>
+          status._tag === "built"
+            ? Effect.logInfo(`pgbus: built the fair-share index of queue ${queue}`)
+            : status._tag === "building"
+              ? Effect.logInfo(`pgbus: the fair-share index of queue ${queue} is being built by another session`)
+              : status._tag === "invalid"
+                ? Effect.logError(
+                    `pgbus: the fair-share index of queue ${queue} is INVALID (an interrupted build); fair reads of it scan the table until it is rebuilt. Run: ${status.drop} and restart a worker to build it again`
+                  )
+                : Effect.void
+        ),
+        Effect.catch((error) =>
+          Effect.logWarning(`pgbus: could not build the fair-share index of queue ${queue}`, error)
+        ),
+        Effect.annotateLogs({ queue })
+      ),
+    { discard: true }
+  )
+
 /** Creates the figures of a capsule. */
 export const makeStats = (capsule: Capsule): WorkerStats => ({
   capsule: capsule.name,
@@ -86,7 +128,12 @@ export const makeStats = (capsule: Capsule): WorkerStats => ({
 export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats) =>
   Effect.gen(function* () {
     const { config, store, notifier, registry, processId, recordBatchOutcomes } = deps
-    const queues = capsule.queues.flatMap((q) => servedQueues(config, q))
+    // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
+    const reads = capsule.queues.flatMap((q) => {
+      const fair = readsFairly(config, registry, q)
+      return servedQueues(config, q).map((queue) => ({ queue, cursor: fair ? new FairCursor() : undefined }))
+    })
+    const queues = reads.map((r) => r.queue)
     const physical = queues.map((q) => `${config.queuePrefix}_${q}`)
     const readAhead = capsule.readAhead ?? config.readAhead
     const prefetchLimit = capsule.prefetchLimit ?? config.prefetchLimit
@@ -279,12 +326,13 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       let want = room()
       if (want <= 0) return 0
       let claimed = 0
-      for (const queue of queues) {
+      for (const { queue, cursor } of reads) {
         if (want <= 0) break
         const got = yield* store.read(queue, {
           limit: want,
           visibilityTimeout: config.visibilityTimeout,
-          claimedBy: processId
+          claimedBy: processId,
+          fair: cursor
         })
         for (const m of got) inFlight.set(keyOf(m), m)
         stats.buffered += got.length
@@ -330,6 +378,9 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       ),
       Effect.orDie
     )
+
+    const fairQueues = reads.flatMap((r) => (r.cursor === undefined ? [] : [r.queue]))
+    if (fairQueues.length > 0) yield* Effect.forkScoped(ensureFairIndexes(store, fairQueues))
 
     const executors = yield* FiberSet.make()
     for (let i = 0; i < capsule.concurrency; i++) yield* FiberSet.run(executors, executor)
