@@ -172,6 +172,43 @@ layer(TestDatabase.layer({ visibilityTimeout: "30 seconds" }), { excludeTestServ
       })
     )
 
+    it.effect("archiveAndRead archives by receipt and claims the next messages in one statement", () =>
+      Effect.gen(function* () {
+        yield* startClockNow
+        const store = yield* QueueStore
+        const q = yield* newQueue("ackread")
+        const ids = yield* store.sendBatch(q, [{ message: 1 }, { message: 2 }, { message: 3 }, { message: 4 }])
+        const first = yield* store.read(q, { limit: 2, visibilityTimeout: "1 second" })
+        assert.deepStrictEqual(
+          first.map((m) => m.msgId),
+          ids.slice(0, 2)
+        )
+        // the first claim lapsed: the read must not take back what the same statement archives
+        yield* TestClock.adjust("2 seconds")
+        const stale = { msgId: ids[1]!, readCt: 0 }
+        const next = yield* store.archiveAndRead(q, [first[0]!, stale], { limit: 10 })
+        assert.strictEqual(next.archived, 1, "a stale receipt archives nothing")
+        assert.deepStrictEqual(
+          next.messages.map((m) => m.msgId),
+          ids.slice(2),
+          "no message the statement names is claimed by it"
+        )
+        assert.isTrue(yield* store.isArchived(q, ids[0]!))
+        assert.isFalse(yield* store.isArchived(q, ids[1]!))
+        const last = yield* store.archiveAndRead(q, next.messages, { limit: 10 })
+        assert.strictEqual(last.archived, 2)
+        assert.deepStrictEqual(
+          last.messages.map((m) => [m.msgId, m.readCt]),
+          [[ids[1]!, 2]]
+        )
+        assert.deepStrictEqual(yield* store.archiveAndRead(q, last.messages, { limit: 10 }), {
+          archived: 1,
+          messages: []
+        })
+        assert.strictEqual((yield* store.metrics(q)).archiveSize, 4)
+      }).pipe(onTestClock)
+    )
+
     it.effect("archive retention removes archived rows older than the window, and only those", () =>
       Effect.gen(function* () {
         yield* startClockNow

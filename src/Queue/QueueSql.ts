@@ -262,6 +262,42 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
       FROM c WHERE q.msg_id = c.msg_id
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error`
 
+  // Archives a worker's finished messages and claims the next ones in one statement (one round
+  // trip where a flush and a read took two). The claim skips every row the receipts name: a
+  // row modified twice in one statement would end in either state.
+  const messageArchiveAndRead = (
+    physical: string,
+    r: ReceiptParams,
+    limit: number,
+    visibilityMs: number,
+    claimedBy: string | null,
+    now: Date | null
+  ) =>
+    sql<MessageRow & { readonly archived: bigint | null }>`WITH d AS (
+        DELETE FROM ${messages(physical)} q USING ${receipts(r)}
+        WHERE q.msg_id = r.msg_id AND q.read_ct = r.read_ct
+        RETURNING q.*),
+      a AS (
+        INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
+        SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
+        RETURNING msg_id),
+      c AS (
+        SELECT msg_id FROM ${messages(physical)}
+        WHERE vt <= ${NOW(sql, now)} AND msg_id <> ALL(${typedArray(r.ids, PgTypes.OID.int8)}::int8[])
+        ORDER BY msg_id
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED),
+      u AS (
+        UPDATE ${messages(physical)} q
+        SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
+            read_ct = q.read_ct + 1,
+            claimed_by = ${claimedBy}
+        FROM c WHERE q.msg_id = c.msg_id
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error)
+      SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::int8 AS archived FROM u
+      UNION ALL
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a)`
+
   // The fair read (see FairShare.ts): the keys present are found by a skip scan of the fair
   // index (one probe per key); each key with visible messages ranks its `limit` oldest, rank r
   // of weight w starting at credit + (r - 1) / w; the lowest starts are claimed, ties to the
@@ -536,6 +572,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageSendBatchPlain,
     messageSendCtes,
     messageRead,
+    messageArchiveAndRead,
     messageReadFair,
     messageArchiveReceipts,
     messageArchiveIds,

@@ -203,6 +203,15 @@ export class QueueStore extends Context.Service<
     ) => Effect.Effect<ReadonlyArray<bigint>, QueueError>
     /** Claims up to `limit` visible messages, oldest first (or fairly across keys), and hides them for the visibility timeout. */
     readonly read: (queue: string, options?: ReadOptions) => Effect.Effect<ReadonlyArray<Message>, QueueError>
+    /**
+     * Archives finished messages (by receipt) and claims up to `limit` more, oldest first, in one
+     * statement; a fair read claims in a statement of its own after the archive.
+     */
+    readonly archiveAndRead: (
+      queue: string,
+      receipts: ReadonlyArray<Receipt>,
+      options?: ReadOptions
+    ) => Effect.Effect<{ readonly archived: number; readonly messages: ReadonlyArray<Message> }, QueueError>
     /** Like `read`, but waits up to `maxWait` for a message (woken by NOTIFY, else polling). */
     readonly readWithPoll: (queue: string, options: PollOptions) => Effect.Effect<ReadonlyArray<Message>, QueueError>
     /** Moves messages to the archive; returns how many moved. */
@@ -529,6 +538,39 @@ export class QueueStore extends Context.Service<
           return rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
         }).pipe(hotSpan("QueueStore.read", { queue }))
 
+      const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) =>
+        Effect.gen(function* () {
+          const fair = options?.fair
+          if (receipts.length === 0 || (fair !== undefined && fair !== false)) {
+            const archived = receipts.length === 0 ? 0 : yield* archive(queue, receipts)
+            return { archived, messages: yield* read(queue, options) }
+          }
+          const name = yield* validateName(queue)
+          const limit = options?.limit ?? 1
+          if (!Number.isInteger(limit) || limit < 1) {
+            return yield* new InvalidMessage({ queue, reason: "limit must be a positive integer" })
+          }
+          const vtMs = yield* durationMs(queue, options?.visibilityTimeout, defaultVisibilityMs, "visibilityTimeout")
+          const now = yield* statementNow
+          const rows = yield* statements
+            .messageArchiveAndRead(
+              name.physical,
+              splitTargets(receipts).receipts,
+              limit,
+              vtMs,
+              options?.claimedBy ?? null,
+              now
+            )
+            .pipe(Effect.mapError(fail("archive and read in", queue)))
+          let archived = 0
+          const messages: Array<Message> = []
+          for (const row of rows) {
+            if (row.archived !== null) archived = toNumber(row.archived)
+            else messages.push(toMessage(queue, row))
+          }
+          return { archived, messages: messages.sort(byMsgId) as ReadonlyArray<Message> }
+        }).pipe(hotSpan("QueueStore.archiveAndRead", { queue }))
+
       const readFair = (
         queue: string,
         physical: string,
@@ -817,6 +859,7 @@ export class QueueStore extends Context.Service<
         send,
         sendBatch,
         read,
+        archiveAndRead,
         readWithPoll,
         archive,
         delete: remove,

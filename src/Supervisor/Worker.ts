@@ -1,14 +1,14 @@
 /**
  * A worker runs one capsule: a read loop that claims up to its free slots (plus `readAhead`)
- * from its queues in priority order, `concurrency` executor fibers, a flusher that archives
- * successes in batches, and a heartbeat that keeps the visibility of every message in flight
+ * from its queues in priority order, `concurrency` executor fibers, successes archived in
+ * batches (by the next claim while the queues have more, else by a flusher), and a heartbeat that keeps the visibility of every message in flight
  * from lapsing. Closing its scope drains it: stop claiming, give buffered messages back at
  * once, let running jobs finish up to the drain timeout, give back what is left.
  *
  * @since 0.1.0
  */
 import { Cause, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
-import { type MemberOutcome, outcomesOf } from "../Batch/Membership.ts"
+import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "../Batch/Membership.ts"
 import type { PgBusConfigShape } from "../Config.ts"
 import { isEventMessage } from "../EventBus/Envelope.ts"
 import { execute, type Outcome } from "../Job/Executor.ts"
@@ -51,6 +51,12 @@ export interface WorkerDeps {
 }
 
 const keyOf = (m: Message) => `${m.queue}\u0000${m.msgId}`
+
+/** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
+const FLUSH_DEFER = Duration.millis(250)
+
+/** Whether a claim may archive a success in its own statement: not a batch member (those end after their archive). */
+const archivableByClaim = (m: Message) => m.headers[BATCH_ID_HEADER] === undefined
 
 const groupMessagesByQueue = (messages: Iterable<Message>): Map<string, Array<Message>> => {
   const out = new Map<string, Array<Message>>()
@@ -163,6 +169,12 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       return want > 0 && (want >= refillAt || stats.buffered === 0)
     }
     const flushSignal = Latch.makeUnsafe(false)
+    /** Opened after every claim: a deferred flush checks whether the claim archived its successes. */
+    const claimEnded = Latch.makeUnsafe(false)
+    // While the queues have more, a claim is coming and archives the successes in its statement
+    // (one round trip instead of two). Not with a prefetch limit: unarchived successes count
+    // against it, so the claim could wait for the flush.
+    const claimArchives = prefetchLimit === undefined
 
     const forget = (m: Message) => inFlight.delete(keyOf(m))
 
@@ -295,6 +307,11 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       Effect.gen(function* () {
         yield* flushSignal.await
         flushSignal.closeUnsafe()
+        while (claimArchives && queuesMayHaveMore && !stopping && completed.every(archivableByClaim)) {
+          claimEnded.closeUnsafe()
+          const ended = yield* Effect.timeoutOption(claimEnded.await, FLUSH_DEFER)
+          if (ended._tag === "None" || completed.length === 0) break
+        }
         if (!(yield* flush)) {
           yield* Effect.sleep("1 second")
           flushSignal.openUnsafe()
@@ -322,28 +339,82 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       )
       .pipe(Effect.repeat(Schedule.spaced(heartbeatEvery)), Effect.forever)
 
-    const claim = Effect.gen(function* () {
-      let want = room()
-      if (want <= 0) return 0
-      let claimed = 0
-      for (const { queue, cursor } of reads) {
-        if (want <= 0) break
-        const got = yield* store.read(queue, {
-          limit: want,
-          visibilityTimeout: config.visibilityTimeout,
-          claimedBy: processId,
-          fair: cursor
-        })
-        for (const m of got) inFlight.set(keyOf(m), m)
-        stats.buffered += got.length
-        yield* Queue.offerAll(work, got)
-        want -= got.length
-        claimed += got.length
+    /** Takes the successes of `queue` that a claim may archive off the list (under the flush lock). */
+    const takeCompleted = (queue: string): Array<Message> => {
+      const taken: Array<Message> = []
+      let kept = 0
+      for (const m of completed) {
+        if (m.queue === queue && archivableByClaim(m)) taken.push(m)
+        else completed[kept++] = m
       }
-      // fewer than asked: every queue was drained, so only a notification (or the poll) is news
-      queuesMayHaveMore = want <= 0
-      return claimed
-    }).pipe(Effect.uninterruptible)
+      completed.length = kept
+      return taken
+    }
+
+    // Archives the given successes with the read (one statement); on failure they go back on the list.
+    const archiveAndRead = (queue: string, done: ReadonlyArray<Message>, limit: number) =>
+      store
+        .archiveAndRead(queue, done.map(receiptOf), {
+          limit,
+          visibilityTimeout: config.visibilityTimeout,
+          claimedBy: processId
+        })
+        .pipe(
+          Effect.tapError(() =>
+            Effect.sync(() => {
+              completed.push(...done)
+              flushSignal.openUnsafe()
+            })
+          ),
+          Effect.tap(({ archived }) => {
+            for (const m of done) forget(m)
+            return archived < done.length
+              ? Effect.logWarning(
+                  `pgbus: ${done.length - archived} succeeded job(s) on ${queue} had been delivered again before their archive`
+                )
+              : Effect.void
+          }),
+          Effect.map(({ messages }) => messages)
+        )
+
+    const readOne = (queue: string, cursor: FairCursor | undefined, limit: number, withArchive: boolean) => {
+      const done = withArchive && cursor === undefined && completed.length > 0 ? takeCompleted(queue) : []
+      return done.length > 0
+        ? archiveAndRead(queue, done, limit)
+        : store.read(queue, {
+            limit,
+            visibilityTimeout: config.visibilityTimeout,
+            claimedBy: processId,
+            fair: cursor
+          })
+    }
+
+    const claimWith = (withArchive: boolean) =>
+      Effect.gen(function* () {
+        let want = room()
+        if (want <= 0) return 0
+        let claimed = 0
+        for (const { queue, cursor } of reads) {
+          if (want <= 0) break
+          const got = yield* readOne(queue, cursor, want, withArchive)
+          for (const m of got) inFlight.set(keyOf(m), m)
+          stats.buffered += got.length
+          yield* Queue.offerAll(work, got)
+          want -= got.length
+          claimed += got.length
+        }
+        // fewer than asked: every queue was drained, so only a notification (or the poll) is news
+        queuesMayHaveMore = want <= 0
+        return claimed
+      })
+
+    // Backlogged, the flusher leaves successes to the claim (under the flush lock, as a flush);
+    // otherwise (woken by a notification) the claim reads without waiting for a flush.
+    const claim = Effect.suspend(() =>
+      claimArchives && queuesMayHaveMore && completed.length > 0
+        ? flushLock.withPermit(claimWith(true))
+        : claimWith(false)
+    ).pipe(Effect.ensuring(Effect.sync(() => claimEnded.openUnsafe())), Effect.uninterruptible)
 
     // While the queues have more, claim only once a good part of the capacity is free (one
     // read feeds many jobs; in bench:jobs reading at every freed slot cost a read per job).
@@ -354,6 +425,9 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           capacityFreed.closeUnsafe()
           yield* claim
           stats.healthy = true
+          // let the executors start what was just claimed first: short jobs free their slots
+          // meanwhile, so the next claim is larger (fewer statements per job)
+          yield* Effect.yieldNow
           if (queuesMayHaveMore) continue
         }
         if (queuesMayHaveMore) {
