@@ -5,10 +5,10 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Exit, Option, Random, Schema } from "effect"
+import { Cause, Duration, Effect, Exit, Random } from "effect"
 import type { Failure, Message } from "../Queue/Message.ts"
 import { JobContext } from "./Job.ts"
-import { Envelope, linkedSpan } from "./JobClient.ts"
+import { type Envelope, linkedSpan } from "./JobClient.ts"
 import { JobTimeout, PayloadDecodeError, UnknownJob } from "./JobError.ts"
 import type { RegisteredJob, Registry } from "./Registry.ts"
 import { backoffDelayMs, isExhausted, isLastAttempt, type ResolvedRetryPolicy } from "./Retry.ts"
@@ -66,21 +66,21 @@ export const decide = (
   return { _tag: "Retry", delayMs: backoffDelayMs(policy, attempt, random), failure }
 }
 
-const decodeEnvelope = Schema.decodeUnknownOption(Envelope)
+/** Whether a stored message is a job envelope: what `Schema.is(Envelope)` checks, by hand (it runs per delivery). */
+const isEnvelope = (u: unknown): u is Envelope =>
+  typeof u === "object" && u !== null && !Array.isArray(u) && typeof (u as { job?: unknown }).job === "string"
 
 /** Finds the job a message names (undefined when the message is not a job envelope). */
 export const jobOf = (
   registry: Registry["Service"],
   message: Message
 ): { readonly name: string; readonly registered: RegisteredJob | undefined; readonly payload: unknown } => {
-  const envelope = decodeEnvelope(message.message)
-  if (Option.isNone(envelope)) return { name: "(not a job envelope)", registered: undefined, payload: undefined }
-  return {
-    name: envelope.value.job,
-    registered: registry.jobs.get(envelope.value.job),
-    payload: envelope.value.payload
-  }
+  const envelope = message.message
+  if (!isEnvelope(envelope)) return { name: "(not a job envelope)", registered: undefined, payload: undefined }
+  return { name: envelope.job, registered: registry.jobs.get(envelope.job), payload: envelope.payload }
 }
+
+const succeeded: Effect.Effect<Outcome> = Effect.succeed({ _tag: "Succeeded" })
 
 /**
  * Runs one delivered message and returns its outcome. Never fails: an unknown job, a payload
@@ -104,25 +104,15 @@ export const execute = (
         ? Effect.fail(new PayloadDecodeError({ job: name, issue: "the message is not a job envelope" }))
         : Effect.fail(new UnknownJob({ job: name, queue: message.queue }))
       : Effect.flatMap(registered.decode(payload), (decoded): Effect.Effect<unknown, unknown> => {
-          const handler = registered
-            .run(decoded, {
-              job: name,
-              queue: message.queue,
-              msgId: message.msgId,
-              attempt: message.readCt,
-              enqueuedAt: message.enqueuedAt,
-              headers: message.headers
-            })
-            .pipe(
-              Effect.provideService(JobContext, {
-                job: name,
-                queue: message.queue,
-                msgId: message.msgId,
-                attempt: message.readCt,
-                enqueuedAt: message.enqueuedAt,
-                headers: message.headers
-              })
-            )
+          const context: JobContext["Service"] = {
+            job: name,
+            queue: message.queue,
+            msgId: message.msgId,
+            attempt: message.readCt,
+            enqueuedAt: message.enqueuedAt,
+            headers: message.headers
+          }
+          const handler = registered.run(decoded, context).pipe(Effect.provideService(JobContext, context))
           const timeout = registered.job.timeout
           return timeout === undefined
             ? handler
@@ -134,7 +124,7 @@ export const execute = (
               )
         })
   const link = linkedSpan(message.headers)
-  return run.pipe(
+  const delivery = run.pipe(
     Effect.withSpan(
       "pgbus.job.execute",
       {
@@ -144,6 +134,12 @@ export const execute = (
       { captureStackTrace: false }
     ),
     Effect.exit,
-    Effect.flatMap((exit) => Effect.map(Random.next, (random) => decide(exit, message.readCt, policy, random)))
+    Effect.flatMap((exit) =>
+      // the random draw only spreads a retry's delay
+      Exit.isSuccess(exit)
+        ? succeeded
+        : Effect.map(Random.next, (random) => decide(exit, message.readCt, policy, random))
+    )
   )
+  return registered === undefined ? delivery : registered.provide(delivery)
 }

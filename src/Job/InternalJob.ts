@@ -34,6 +34,7 @@ export const internalJob = <P>(
     policy: resolvePolicy(config, undefined),
     decode: (message) =>
       decode(message).pipe(Effect.mapError((e) => new PayloadDecodeError({ job: name, issue: e.message }))),
-    run: (message, context) => run(message as P, context)
+    run: (message, context) => run(message as P, context),
+    provide: (effect) => effect
   }
 }

@@ -26,8 +26,28 @@ export interface RegisteredJob {
   readonly policy: ResolvedRetryPolicy
   /** Decodes a stored payload with the job's Schema. */
   readonly decode: (payload: unknown) => Effect.Effect<unknown, PayloadDecodeError>
-  /** Runs the handler with its services provided. */
+  /** Runs the handler; its services come from `provide`, around the whole delivery. */
   readonly run: (payload: unknown, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>
+  /** Provides the services the handler needs (the registry's, merged once per executor context). */
+  readonly provide: <A, E>(effect: Effect.Effect<A, E>) => Effect.Effect<A, E>
+}
+
+/**
+ * Provides `services` through a cache of merged contexts: an executor runs every delivery in
+ * the same context, so the merge (a copy of the whole context, then a new fiber cache) is done
+ * once per executor context rather than per job.
+ */
+const cachedProvide = (services: Context.Context<never>) => {
+  const merged = new WeakMap<Context.Context<never>, Context.Context<never>>()
+  const withServices = (context: Context.Context<never>) => {
+    let out = merged.get(context)
+    if (out === undefined) {
+      out = Context.merge(context, services)
+      merged.set(context, out)
+    }
+    return out
+  }
+  return <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, E> => Effect.updateContext(effect, withServices)
 }
 
 /** The services a list of jobs, workflows and subscribers needs. */
@@ -76,6 +96,7 @@ export class Registry extends Context.Service<
         const config = yield* PgBusConfig
         const runner = yield* WorkflowRunner
         const services = yield* Effect.context<JobsRequirements<Jobs>>()
+        const provide = cachedProvide(services as Context.Context<never>)
         const byName = new Map<string, RegisteredJob>()
         const workflows = new Map<string, RegisteredWorkflow>()
         const jobs: Array<AnyJob> = []
@@ -119,7 +140,9 @@ export class Registry extends Context.Service<
               decodePayload(payload).pipe(
                 Effect.mapError((error) => new PayloadDecodeError({ job: job.name, issue: error.message }))
               ),
-            run: (payload, context) => Effect.provide(handler(payload, context), services)
+            // the requirements are met by `provide`, which wraps the delivery
+            run: handler as RegisteredJob["run"],
+            provide
           })
         }
         for (const reserved of [STEP_JOB, FAN_OUT_JOB]) {
