@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Layer, Option, Schema, Tracer } from "effect"
+import { Context, Effect, Exit, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import { CurrentBatch } from "../Batch/Membership.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
@@ -152,6 +152,19 @@ export class JobClient extends Context.Service<
           Effect.mapError((error) => new InvalidPayload({ job: job.name, issue: error.message }))
         )
 
+      // Synchronously, without an Effect per payload; anything but success for all (a failure,
+      // an asynchronous schema) takes the Effect path above, which reports it as before.
+      const encodeAll = <P>(job: Job<string, P, unknown, unknown, unknown>, payloads: ReadonlyArray<P>) => {
+        const encodeExit = Schema.encodeExit(job.payload)
+        const out: Array<unknown> = new Array(payloads.length)
+        for (let i = 0; i < payloads.length; i++) {
+          const exit = encodeExit(payloads[i]!)
+          if (!Exit.isSuccess(exit)) return Effect.forEach(payloads, (p) => encode(job, p))
+          out[i] = exit.value
+        }
+        return Effect.succeed(out)
+      }
+
       const enqueueMany = <P>(
         job: Job<string, P, unknown, unknown, unknown>,
         payloads: Iterable<P>,
@@ -161,7 +174,7 @@ export class JobClient extends Context.Service<
           const queue = physicalQueueOf(config, job, options)
           // read once: an iterable may be a one-shot generator
           const given = Array.isArray(payloads) ? (payloads as ReadonlyArray<P>) : Array.from(payloads)
-          const encoded = yield* Effect.forEach(given, (p) => encode(job, p))
+          const encoded = yield* encodeAll(job, given)
           if (encoded.length === 0) return [] as ReadonlyArray<JobRef>
           const trace = yield* traceHeaders
           const headers = { ...options?.headers, ...trace }

@@ -210,16 +210,17 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         RETURNING msg_id)
       SELECT msg_id FROM m ${notifyFilter(physical)} ORDER BY msg_id`
 
-  // The common batch: no headers, no per-message schedule. One array to unnest is about 15%
-  // faster than four (measured by bench:queue).
-  const messageSendBatchPlain = (physical: string, batch: ReadonlyArray<string>, now: Date | null) =>
-    sql<{ readonly msg_id: bigint }>`WITH m AS (
+  // The common batch: no headers, no per-message schedule. One JSON array in one parameter
+  // (no per-element array encoding in the driver, one parse in the server), the ids back as one
+  // array (one row to decode instead of one per message).
+  const messageSendBatchPlain = (physical: string, batchJson: string, now: Date | null) =>
+    sql<{ readonly ids: ReadonlyArray<bigint> }>`WITH m AS (
         INSERT INTO ${messages(physical)} (enqueued_at, vt, message)
-        SELECT ${NOW(sql, now)}, ${NOW(sql, now)}, u.message::jsonb
-        FROM unnest(${typedArray(batch, PgTypes.OID.text)}::text[]) WITH ORDINALITY AS u(message, ord)
+        SELECT ${NOW(sql, now)}, ${NOW(sql, now)}, u.message
+        FROM jsonb_array_elements(${batchJson}::jsonb) WITH ORDINALITY AS u(message, ord)
         ORDER BY u.ord
         RETURNING msg_id)
-      SELECT msg_id FROM m ${notifyFilter(physical)} ORDER BY msg_id`
+      SELECT coalesce(array_agg(msg_id ORDER BY msg_id), '{}') AS ids FROM m ${notifyFilter(physical)}`
 
   /**
    * CTEs that send messages from another statement (a workflow transition): `<name>` inserts

@@ -507,15 +507,15 @@ export class QueueStore extends Context.Service<
           const encoded = yield* encodeAll(queue, entries)
           const now = yield* statementNow
           const plain = encoded.every((e) => e.headers === null && e.delayMs === 0 && e.at === null)
-          const rows = yield* (
-            plain
-              ? statements.messageSendBatchPlain(
-                  name.physical,
-                  encoded.map((e) => e.message),
-                  now
-                )
-              : statements.messageSendBatch(name.physical, encoded, now)
-          ).pipe(Effect.mapError(fail("send batch to", queue)))
+          if (plain) {
+            const [row] = yield* statements
+              .messageSendBatchPlain(name.physical, `[${encoded.map((e) => e.message).join(",")}]`, now)
+              .pipe(Effect.mapError(fail("send batch to", queue)))
+            return row?.ids ?? []
+          }
+          const rows = yield* statements
+            .messageSendBatch(name.physical, encoded, now)
+            .pipe(Effect.mapError(fail("send batch to", queue)))
           return rows.map((r) => r.msg_id)
         }).pipe(hotSpan("QueueStore.sendBatch", { queue, size: entries.length }))
 
