@@ -172,6 +172,32 @@ layer(TestDatabase.layer({ visibilityTimeout: "30 seconds" }), { excludeTestServ
       })
     )
 
+    it.effect("a batch sharing headers and a delay keeps them on every message, in order", () =>
+      Effect.gen(function* () {
+        yield* startClockNow
+        const store = yield* QueueStore
+        const q = yield* newQueue("uniform")
+        const headers = { trace: "t-1" }
+        const ids = yield* store.sendBatch(
+          q,
+          ["a", { b: [1, "two"] }, 3, null].map((message) => ({ message, headers, delay: "10 seconds" }))
+        )
+        assert.strictEqual(ids.length, 4)
+        assert.deepStrictEqual(
+          [...ids].sort((x, y) => (x < y ? -1 : 1)),
+          [...ids],
+          "ids in send order"
+        )
+        assert.strictEqual((yield* store.read(q, { limit: 10 })).length, 0, "hidden for the delay")
+        yield* TestClock.adjust("11 seconds")
+        const got = yield* store.read(q, { limit: 10 })
+        assert.deepStrictEqual(
+          got.map((m) => [m.msgId, m.message, m.headers]),
+          ids.map((id, i) => [id, ["a", { b: [1, "two"] }, 3, null][i], headers])
+        )
+      }).pipe(onTestClock)
+    )
+
     it.effect("archiveAndRead archives by receipt and claims the next messages in one statement", () =>
       Effect.gen(function* () {
         yield* startClockNow

@@ -92,13 +92,22 @@ const traceHeaders: Effect.Effect<Record<string, string>> = Effect.map(Effect.op
   })
 )
 
+// The last header read and its span: the jobs of one enqueueMany share one traceparent.
+let lastTraceparent: string | undefined
+let lastLinked: Tracer.ExternalSpan | undefined
+
 /** Reads a `traceparent` header back into a span to link to. */
 export const linkedSpan = (headers: Readonly<Record<string, unknown>>): Tracer.ExternalSpan | undefined => {
   const value = headers[TRACEPARENT]
   if (typeof value !== "string") return undefined
+  if (value === lastTraceparent) return lastLinked
   const match = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(value)
-  if (!match) return undefined
-  return Tracer.externalSpan({ traceId: match[1]!, spanId: match[2]!, sampled: match[3] === "01" })
+  const span = match
+    ? Tracer.externalSpan({ traceId: match[1]!, spanId: match[2]!, sampled: match[3] === "01" })
+    : undefined
+  lastTraceparent = value
+  lastLinked = span
+  return span
 }
 
 /**

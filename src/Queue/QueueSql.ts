@@ -210,13 +210,21 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         RETURNING msg_id)
       SELECT msg_id FROM m ${notifyFilter(physical)} ORDER BY msg_id`
 
-  // The common batch: no headers, no per-message schedule. One JSON array in one parameter
-  // (no per-element array encoding in the driver, one parse in the server), the ids back as one
-  // array (one row to decode instead of one per message).
-  const messageSendBatchPlain = (physical: string, batchJson: string, now: Date | null) =>
+  // The common batch: one headers value and one schedule for every message (Job.enqueueMany).
+  // The messages in one JSON array parameter (no per-element array encoding in the driver, one
+  // parse in the server), the ids back as one array (one row to decode instead of one per
+  // message).
+  const messageSendBatchUniform = (
+    physical: string,
+    batchJson: string,
+    shared: Pick<EncodedMessage, "headers" | "delayMs" | "at">,
+    now: Date | null
+  ) =>
     sql<{ readonly ids: ReadonlyArray<bigint> }>`WITH m AS (
-        INSERT INTO ${messages(physical)} (enqueued_at, vt, message)
-        SELECT ${NOW(sql, now)}, ${NOW(sql, now)}, u.message
+        INSERT INTO ${messages(physical)} (enqueued_at, vt, message, headers)
+        SELECT ${NOW(sql, now)},
+               coalesce(${shared.at}::timestamptz, ${NOW(sql, now)} + ${PgTypes.float8(shared.delayMs)} * interval '1 millisecond'),
+               u.message, ${shared.headers}::jsonb
         FROM jsonb_array_elements(${batchJson}::jsonb) WITH ORDINALITY AS u(message, ord)
         ORDER BY u.ord
         RETURNING msg_id)
@@ -570,7 +578,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     queueMetrics,
     messageSendOne,
     messageSendBatch,
-    messageSendBatchPlain,
+    messageSendBatchUniform,
     messageSendCtes,
     messageRead,
     messageArchiveAndRead,

@@ -339,7 +339,11 @@ export class QueueStore extends Context.Service<
       }
 
       // Synchronous on purpose: it runs for every message of every batch (bench:queue).
-      const encodeUnsafe = (queue: string, entry: BatchEntry): EncodedMessage | QueueError => {
+      const encodeUnsafe = (
+        queue: string,
+        entry: BatchEntry,
+        last?: { headers: BatchEntry["headers"]; text: string | null }
+      ): EncodedMessage | QueueError => {
         const message = jsonText(entry.message)
         if (message === undefined) {
           return new InvalidMessage({ queue, reason: "the message is not JSON (undefined, a function or a bigint)" })
@@ -349,11 +353,18 @@ export class QueueStore extends Context.Service<
           if (size > config.maxPayloadSize) return new PayloadTooLarge({ queue, size, limit: config.maxPayloadSize })
         }
         let headers: string | null = null
-        if (entry.headers !== undefined) {
+        // a batch usually shares one headers object (Job.enqueueMany): encoded once
+        if (last !== undefined && entry.headers !== undefined && entry.headers === last.headers) {
+          headers = last.text
+        } else if (entry.headers !== undefined) {
           if (!isObject(entry.headers)) return new InvalidMessage({ queue, reason: "headers must be a JSON object" })
           const text = jsonText(entry.headers)
           if (text === undefined) return new InvalidMessage({ queue, reason: "the headers are not JSON" })
           headers = text
+          if (last !== undefined) {
+            last.headers = entry.headers
+            last.text = text
+          }
         }
         let delayMs = 0
         if (entry.delay !== undefined) {
@@ -380,8 +391,9 @@ export class QueueStore extends Context.Service<
         entries: ReadonlyArray<BatchEntry>
       ): Effect.Effect<ReadonlyArray<EncodedMessage>, QueueError> => {
         const out: Array<EncodedMessage> = new Array(entries.length)
+        const last: { headers: BatchEntry["headers"]; text: string | null } = { headers: undefined, text: null }
         for (let i = 0; i < entries.length; i++) {
-          const encoded = encodeUnsafe(queue, entries[i]!)
+          const encoded = encodeUnsafe(queue, entries[i]!, last)
           if ("_tag" in encoded) return Effect.fail(encoded)
           out[i] = encoded
         }
@@ -506,10 +518,15 @@ export class QueueStore extends Context.Service<
           if (entries.length === 0) return [] as ReadonlyArray<bigint>
           const encoded = yield* encodeAll(queue, entries)
           const now = yield* statementNow
-          const plain = encoded.every((e) => e.headers === null && e.delayMs === 0 && e.at === null)
-          if (plain) {
+          // one headers value and one schedule for all (Job.enqueueMany): the messages as one
+          // JSON array parameter, the rest as scalars
+          const first = encoded[0]!
+          const uniform = encoded.every(
+            (e) => e.headers === first.headers && e.delayMs === first.delayMs && e.at === first.at
+          )
+          if (uniform) {
             const [row] = yield* statements
-              .messageSendBatchPlain(name.physical, `[${encoded.map((e) => e.message).join(",")}]`, now)
+              .messageSendBatchUniform(name.physical, `[${encoded.map((e) => e.message).join(",")}]`, first, now)
               .pipe(Effect.mapError(fail("send batch to", queue)))
             return row?.ids ?? []
           }
