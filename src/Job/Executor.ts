@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Exit, Random } from "effect"
+import { Cause, Duration, Effect, Exit, Random, Tracer } from "effect"
 import type { Failure, Message } from "../Queue/Message.ts"
 import { JobContext } from "./Job.ts"
 import { type Envelope, linkedSpan } from "./JobClient.ts"
@@ -123,16 +123,22 @@ export const execute = (
                 })
               )
         })
-  const link = linkedSpan(message.headers)
-  const delivery = run.pipe(
-    Effect.withSpan(
-      "pgbus.job.execute",
-      {
-        attributes: { queue: message.queue, job: name, msg_id: String(message.msgId), attempt: message.readCt },
-        ...(link ? { links: [{ span: link, attributes: { "pgbus.link": "enqueue" } }] } : {})
-      },
-      { captureStackTrace: false }
-    ),
+  // no span without a tracing backend (see hotSpan): the native tracer keeps it nowhere
+  const traced = Effect.flatMap(Effect.tracer, (tracer) => {
+    if (tracer === Tracer.nativeTracer) return run
+    const link = linkedSpan(message.headers)
+    return run.pipe(
+      Effect.withSpan(
+        "pgbus.job.execute",
+        {
+          attributes: { queue: message.queue, job: name, msg_id: String(message.msgId), attempt: message.readCt },
+          ...(link ? { links: [{ span: link, attributes: { "pgbus.link": "enqueue" } }] } : {})
+        },
+        { captureStackTrace: false }
+      )
+    )
+  })
+  const delivery = traced.pipe(
     Effect.exit,
     Effect.flatMap((exit) =>
       // the random draw only spreads a retry's delay

@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Layer, Schema } from "effect"
+import { Context, Effect, Exit, Layer, Schema } from "effect"
 import { Finished as BatchFinished } from "../Batch/Batch.ts"
 import { PgBusConfig } from "../Config.ts"
 import { type RegisteredEvents, registerSubscribers } from "../EventBus/Consumer.ts"
@@ -129,6 +129,7 @@ export class Registry extends Context.Service<
           })
           if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })
           const decodePayload = Schema.decodeUnknownEffect(job.payload)
+          const decodeSync = Schema.decodeUnknownExit(job.payload)
           const handler = job.handler as (
             payload: unknown,
             context: JobContext["Service"]
@@ -136,10 +137,16 @@ export class Registry extends Context.Service<
           byName.set(job.name, {
             job,
             policy: resolvePolicy(config, job.retry),
-            decode: (payload) =>
-              decodePayload(payload).pipe(
-                Effect.mapError((error) => new PayloadDecodeError({ job: job.name, issue: error.message }))
-              ),
+            decode: (payload) => {
+              // synchronously when it succeeds (an Exit is an Effect); a failure or an
+              // asynchronous schema takes the Effect path, which reports it as before
+              const exit = decodeSync(payload)
+              return Exit.isSuccess(exit)
+                ? Exit.succeed(exit.value)
+                : decodePayload(payload).pipe(
+                    Effect.mapError((error) => new PayloadDecodeError({ job: job.name, issue: error.message }))
+                  )
+            },
             // the requirements are met by `provide`, which wraps the delivery
             run: handler as RegisteredJob["run"],
             provide

@@ -50,8 +50,6 @@ export interface WorkerDeps {
   readonly recordBatchOutcomes?: ((outcomes: ReadonlyArray<MemberOutcome>) => Effect.Effect<void>) | undefined
 }
 
-const keyOf = (m: Message) => `${m.queue}\u0000${m.msgId}`
-
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
 const FLUSH_DEFER = Duration.millis(250)
 
@@ -149,7 +147,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     const wakeups = yield* notifier.subscribe(physical)
     const work = yield* Queue.unbounded<Message>()
     /** Every message this worker holds a claim on: buffered, running, or succeeded but not yet archived. */
-    const inFlight = new Map<string, Message>()
+    const inFlight = new Set<Message>()
     const completed: Array<Message> = []
     let stopping = false
     let queuesMayHaveMore = true
@@ -176,7 +174,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     // against it, so the claim could wait for the flush.
     const claimArchives = prefetchLimit === undefined
 
-    const forget = (m: Message) => inFlight.delete(keyOf(m))
+    const forget = (m: Message) => inFlight.delete(m)
 
     // Batch members end in a second statement after their archive or dead-letter (a crash in
     // between is the batch sweep's to repair). The flusher waits for it, so that successes pile
@@ -325,7 +323,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       .withPermit(
         Effect.gen(function* () {
           if (inFlight.size === 0) return
-          for (const [queue, receipts] of groupByQueue(inFlight.values())) {
+          for (const [queue, receipts] of groupByQueue(inFlight)) {
             const extended = yield* store
               .setVisibility(queue, receipts, config.visibilityTimeout)
               .pipe(
@@ -397,7 +395,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         for (const { queue, cursor } of reads) {
           if (want <= 0) break
           const got = yield* readOne(queue, cursor, want, withArchive)
-          for (const m of got) inFlight.set(keyOf(m), m)
+          for (const m of got) inFlight.add(m)
           stats.buffered += got.length
           yield* Queue.offerAll(work, got)
           want -= got.length
