@@ -161,6 +161,12 @@ export class JobClient extends Context.Service<
           Effect.mapError((error) => new InvalidPayload({ job: job.name, issue: error.message }))
         )
 
+      // Synchronously when it succeeds (an Exit is an Effect); otherwise as `encode` reports it.
+      const encodeOne = <P>(job: Job<string, P, unknown, unknown, unknown>, payload: P) => {
+        const exit = Schema.encodeExit(job.payload)(payload)
+        return Exit.isSuccess(exit) ? Exit.succeed(exit.value) : encode(job, payload)
+      }
+
       // Synchronously, without an Effect per payload; anything but success for all (a failure,
       // an asynchronous schema) takes the Effect path above, which reports it as before.
       const encodeAll = <P>(job: Job<string, P, unknown, unknown, unknown>, payloads: ReadonlyArray<P>) => {
@@ -214,7 +220,7 @@ export class JobClient extends Context.Service<
       const enqueue = <P>(job: Job<string, P, unknown, unknown, unknown>, payload: P, options?: EnqueueOptions) =>
         Effect.gen(function* () {
           const queue = physicalQueueOf(config, job, options)
-          const encoded = yield* encode(job, payload)
+          const encoded = yield* encodeOne(job, payload)
           const tag =
             config.fairShare === undefined
               ? undefined
