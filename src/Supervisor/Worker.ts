@@ -305,7 +305,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       Effect.gen(function* () {
         yield* flushSignal.await
         flushSignal.closeUnsafe()
-        while (claimArchives && queuesMayHaveMore && !stopping && completed.every(archivableByClaim)) {
+        while (claimArchives && queuesMayHaveMore && !stopping && completed.every(takenByNextClaim)) {
           claimEnded.closeUnsafe()
           const ended = yield* Effect.timeoutOption(claimEnded.await, FLUSH_DEFER)
           if (ended._tag === "None" || completed.length === 0) break
@@ -387,13 +387,20 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           })
     }
 
+    /** The queues the last claim read without fairness: the next claim likely reads them again. */
+    let lastRead = new Set<string>()
+    /** Whether the next claim is expected to archive a success (else the flusher does, at once). */
+    const takenByNextClaim = (m: Message) => archivableByClaim(m) && lastRead.has(m.queue)
+
     const claimWith = (withArchive: boolean) =>
       Effect.gen(function* () {
         let want = room()
         if (want <= 0) return 0
         let claimed = 0
+        const read = new Set<string>()
         for (const { queue, cursor } of reads) {
           if (want <= 0) break
+          if (cursor === undefined) read.add(queue)
           const got = yield* readOne(queue, cursor, want, withArchive)
           for (const m of got) inFlight.add(m)
           stats.buffered += got.length
@@ -403,6 +410,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         }
         // fewer than asked: every queue was drained, so only a notification (or the poll) is news
         queuesMayHaveMore = want <= 0
+        lastRead = read
         return claimed
       })
 
