@@ -17,6 +17,11 @@ export type NotifierStatus = "disabled" | "idle" | "listening" | "reconnecting"
 export interface Wakeups {
   /** Waits for a wake-up (true) or the timeout (false); returns at once if one is pending. */
   readonly await: (timeout: Duration.Duration) => Effect.Effect<boolean>
+  /**
+   * Waits for the next wake-up, with no timeout (the caller wakes itself to poll); returns at
+   * once if one is pending. No race is forked, so a NOTIFY reaches the waiter in one hop.
+   */
+  readonly next: Effect.Effect<void>
   /** Wakes this subscriber from inside the process (a worker whose slot freed). */
   readonly wake: () => void
 }
@@ -133,6 +138,21 @@ export class Notifier extends Context.Service<
                 subscriber.pending = true
                 subscriber.latch.openUnsafe()
               },
+              next: Effect.suspend(() => {
+                if (subscriber.pending) {
+                  subscriber.pending = false
+                  subscriber.latch.closeUnsafe()
+                  return Effect.void
+                }
+                return subscriber.latch.await.pipe(
+                  Effect.andThen(
+                    Effect.sync(() => {
+                      subscriber.pending = false
+                      subscriber.latch.closeUnsafe()
+                    })
+                  )
+                )
+              }),
               await: (timeout) =>
                 Effect.suspend(() => {
                   if (subscriber.pending) {

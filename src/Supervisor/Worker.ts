@@ -1,9 +1,10 @@
 /**
  * A worker runs one capsule: a read loop that claims up to its free slots (plus `readAhead`)
  * from its queues in priority order, `concurrency` executor fibers, successes archived in
- * batches (by the next claim while the queues have more, else by a flusher), and a heartbeat that keeps the visibility of every message in flight
- * from lapsing. Closing its scope drains it: stop claiming, give buffered messages back at
- * once, let running jobs finish up to the drain timeout, give back what is left.
+ * batches (by the next claim while the queues have more, else by a flusher), a poller that
+ * wakes the read loop as a NOTIFY would, and a heartbeat that keeps the visibility of every
+ * message in flight from lapsing. Closing its scope drains it: stop claiming, give buffered
+ * messages back at once, let running jobs finish up to the drain timeout, give back what is left.
  *
  * @since 0.1.0
  */
@@ -441,8 +442,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           capacityFreed.closeUnsafe()
           if (!worthClaiming()) yield* capacityFreed.await
         } else {
-          const status = yield* notifier.status
-          yield* wakeups.await(pollDelay(status, config.pollingInterval))
+          // woken by a NOTIFY, or by the poller below
+          yield* wakeups.next
         }
       }
     }).pipe(
@@ -459,12 +460,21 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       Effect.orDie
     )
 
+    // The polling backstop wakes the read loop like a NOTIFY does, so that the loop waits on the
+    // wake-up alone (a wait with a timeout forks a race: two more hops from NOTIFY to claim).
+    const poller = Effect.forever(
+      Effect.flatMap(notifier.status, (status) =>
+        Effect.sleep(pollDelay(status, config.pollingInterval)).pipe(Effect.andThen(Effect.sync(() => wakeups.wake())))
+      )
+    )
+
     const fairQueues = reads.flatMap((r) => (r.cursor === undefined ? [] : [r.queue]))
     if (fairQueues.length > 0) yield* Effect.forkScoped(ensureFairIndexes(store, fairQueues))
 
     const executors = yield* FiberSet.make()
     for (let i = 0; i < capsule.concurrency; i++) yield* FiberSet.run(executors, executor)
     const flusherFiber = yield* Effect.forkScoped(flusher)
+    yield* Effect.forkScoped(poller)
     if (config.visibilityHeartbeat) yield* Effect.forkScoped(heartbeat)
 
     // Added after the fibers above, so it runs before they are interrupted.
