@@ -411,6 +411,8 @@ type Stop =
   | { readonly _tag: "external" }
   /** A fresh run replayed before its claim and must replay again from the claim (none: unclaimed). */
   | { readonly _tag: "restart"; readonly claim: ClaimRow | undefined }
+  /** A fresh run's claim failed inside the body: the execution fails with it (the message is retried). */
+  | { readonly _tag: "claimFailed"; readonly error: DatabaseError }
 
 interface Target {
   readonly id: bigint
@@ -1229,7 +1231,10 @@ const make = Effect.gen(function* () {
         const [row] = yield* statements.runClaimContinue(runId, yield* statementNow).pipe(db("claim run"))
         return { _tag: "restart", claim: row } as const
       })
-      const restartFromClaim = Effect.flatMap(claimForRestart, halt)
+      const restartFromClaim = Effect.matchEffect(claimForRestart, {
+        onFailure: (error) => halt({ _tag: "claimFailed", error }),
+        onSuccess: halt
+      })
 
       /** A fresh run reached its first step: claim the run with it, if the run has no history. */
       const claimWithFirst = (name: string, options: StepOptions<unknown>) =>
@@ -1248,7 +1253,10 @@ const make = Effect.gen(function* () {
               appRevision: revision,
               now: yield* statementNow
             })
-            .pipe(db("claim run"))
+            .pipe(
+              db("claim run"),
+              Effect.catch((error) => halt({ _tag: "claimFailed", error }))
+            )
           if (row?.step_id === null || row?.step_id === undefined) {
             return yield* halt({ _tag: "restart", claim: row })
           }
@@ -2118,6 +2126,7 @@ const make = Effect.gen(function* () {
       const stopped = stop as Stop | undefined
       if (stopped !== undefined) {
         if (stopped._tag === "external") return yield* Effect.interrupt
+        if (stopped._tag === "claimFailed") return yield* Effect.fail(stopped.error)
         return stopped._tag === "restart" ? stopped : undefined
       }
       // a fresh run that ended (or failed) before any step: claim it and replay from the claim
