@@ -337,9 +337,37 @@ export interface RegisteredWorkflow {
 export const StepMessage = Schema.Struct({
   workflow: Schema.String,
   run: Schema.String,
-  step: Schema.NullOr(Schema.String)
+  step: Schema.NullOr(Schema.String),
+  /** A start's message: the run's input, so that its worker replays to the first step before claiming. */
+  input: Schema.optionalKey(
+    Schema.Struct({
+      payload: Schema.Unknown,
+      subject: Schema.NullOr(Schema.String),
+      resource_id: Schema.NullOr(Schema.String)
+    })
+  )
 })
 export type StepMessage = typeof StepMessage.Type
+
+/** What a replay reads from a claim (a fresh run's first replay reads it from its start message). */
+type Claimed = Pick<
+  ClaimRow,
+  | "id"
+  | "payload"
+  | "subject"
+  | "resource_id"
+  | "history"
+  | "held_signal"
+  | "step_id"
+  | "step_name"
+  | "step_attempt"
+  | "step_position"
+  | "step_reattempts"
+  | "step_timed_out"
+>
+
+/** A start's message carries the run's input when its payload is at most this many bytes. */
+const CARRIED_INPUT_LIMIT = 8 * 1024
 
 /** What the runner knows about the delivery it executes. */
 export interface Delivery {
@@ -378,7 +406,13 @@ export class WorkflowRunner extends Context.Service<
 // ---------------------------------------------------------------------------------------------
 // The engine
 
-type Stop = { readonly _tag: "applied" } | { readonly _tag: "external" }
+type Stop =
+  | { readonly _tag: "applied" }
+  | { readonly _tag: "external" }
+  /** A fresh run replayed before its claim and must replay again from the claim (none: unclaimed). */
+  | { readonly _tag: "restart"; readonly claim: ClaimRow | undefined }
+  /** A fresh run's claim failed inside the body: the execution fails with it (the message is retried). */
+  | { readonly _tag: "claimFailed"; readonly error: DatabaseError }
 
 interface Target {
   readonly id: bigint
@@ -532,6 +566,7 @@ const make = Effect.gen(function* () {
           reason: options.reason ?? null,
           physicalQueue: physical,
           rerunOf,
+          carryInput: size <= CARRIED_INPUT_LIMIT,
           now
         })
         .pipe(db("start run"))
@@ -1129,8 +1164,13 @@ const make = Effect.gen(function* () {
       })
       .pipe(db("record late completion"))
 
-  /** Executes one claimed run: replays the body and applies what it leads to. */
-  const executeClaimed = (registered: RegisteredWorkflow, claim: ClaimRow) =>
+  /**
+   * Executes one claimed run: replays the body and applies what it leads to. A fresh run
+   * (`speculative`) replays before its claim, from the input its start message carried: the
+   * first step it reaches is claimed with the run in one statement; anything else claims the run
+   * alone and asks for a replay from that claim (`restart`). Nothing is written before the claim.
+   */
+  const executeClaimed = (registered: RegisteredWorkflow, claim: Claimed, speculative = false) =>
     Effect.gen(function* () {
       const def = registered.workflow
       const runId = claim.id
@@ -1166,6 +1206,10 @@ const make = Effect.gen(function* () {
       let pollRequest: { readonly intervalMs: number; readonly timeoutMs: number | null } | undefined
       /** Set by a fan-out's build: open one batch with these members and park the step on it. */
       let fanOutRequest: { readonly members: ReadonlyArray<FanOutMember> } | undefined
+      /** A fresh run's first step, inserted claimed with the run's claim. */
+      let preclaimed: bigint | undefined
+      /** Attempts inserted by this execution with no gate run: they hold no signal. */
+      const signalFree = new Set<bigint>()
       const decoded = yield* Schema.decodeUnknownEffect(def.payload)(claim.payload).pipe(Effect.option)
       const runContext: RunContext<unknown> = {
         workflowId: runId,
@@ -1180,6 +1224,44 @@ const make = Effect.gen(function* () {
         stop = s
         return Effect.interrupt
       }
+
+      /** A fresh run claims itself alone, then replays from that claim. */
+      const claimForRestart = Effect.gen(function* () {
+        speculative = false
+        const [row] = yield* statements.runClaimContinue(runId, yield* statementNow).pipe(db("claim run"))
+        return { _tag: "restart", claim: row } as const
+      })
+      const restartFromClaim = Effect.matchEffect(claimForRestart, {
+        onFailure: (error) => halt({ _tag: "claimFailed", error }),
+        onSuccess: halt
+      })
+
+      /** A fresh run reached its first step: claim the run with it, if the run has no history. */
+      const claimWithFirst = (name: string, options: StepOptions<unknown>) =>
+        Effect.gen(function* () {
+          const { queue } = queueOf(options.queue ?? defaultQueue, options.priority)
+          yield* jobs.ensureQueue(queue)
+          speculative = false
+          const [row] = yield* statements
+            .runClaimFirst({
+              runId,
+              name,
+              queue,
+              timeoutMs:
+                options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout)),
+              worker,
+              appRevision: revision,
+              now: yield* statementNow
+            })
+            .pipe(
+              db("claim run"),
+              Effect.catch((error) => halt({ _tag: "claimFailed", error }))
+            )
+          if (row?.step_id === null || row?.step_id === undefined) {
+            return yield* halt({ _tag: "restart", claim: row })
+          }
+          preclaimed = row.step_id
+        })
 
       /** Pauses the run on an error that is not a step's (divergence, a bad option, a glue error). */
       const pauseWith = (error: unknown, reason: string) =>
@@ -1259,6 +1341,7 @@ const make = Effect.gen(function* () {
             error,
             definitionHash: hashNames(namesSeen),
             next,
+            mayHoldSignal: !signalFree.has(step.id),
             now
           })
           if (r === undefined || r.applied === 0n) {
@@ -1319,6 +1402,8 @@ const make = Effect.gen(function* () {
             options.waitFor !== undefined ||
             options.takesHeldSignal === true
           ) {
+            // the gate may claim a signal for the attempt
+            signalFree.delete(step.id)
             const waitName =
               options.waitFor === undefined
                 ? undefined
@@ -1740,6 +1825,13 @@ const make = Effect.gen(function* () {
               return yield* halt({ _tag: "applied" })
             }
             target = { id: r.next_id, name, attempt, position, reattempts: 0, queue: queueName }
+            signalFree.add(target.id)
+            return yield* runTarget(target, effect, options)
+          }
+          if (preclaimed !== undefined) {
+            target = { id: preclaimed, name, attempt, position, reattempts: 0, queue: queueName }
+            preclaimed = undefined
+            signalFree.add(target.id)
             return yield* runTarget(target, effect, options)
           }
           if (delayMs === 0 && dueAt === null && options.skipIf === undefined) {
@@ -1759,6 +1851,7 @@ const make = Effect.gen(function* () {
               .pipe(db("claim step"))
             if (row === undefined) return yield* halt({ _tag: "applied" })
             target = { id: row.id, name, attempt, position, reattempts: 0, queue: queueName }
+            signalFree.add(target.id)
             return yield* runTarget(target, effect, options)
           }
           yield* statements
@@ -1785,6 +1878,19 @@ const make = Effect.gen(function* () {
           if (stop !== undefined) return yield* Effect.interrupt
           const { takesHeldSignal: _internal, ...userOptions } = options
           const invalid = checkStep(name, userOptions as StepOptions<unknown>)
+          if (speculative) {
+            // the first step, run at once as `reachNew` would (no wait, no skipIf): claimed with the run
+            if (
+              invalid === undefined &&
+              options.wait === undefined &&
+              options.at === undefined &&
+              options.skipIf === undefined
+            ) {
+              yield* claimWithFirst(name, options as StepOptions<unknown>)
+            } else {
+              return yield* restartFromClaim
+            }
+          }
           if (invalid !== undefined) {
             yield* pauseWith(new InvalidWorkflowDefinition({ workflow: def.name, reason: invalid }), "error")
             return yield* halt({ _tag: "applied" })
@@ -1845,6 +1951,7 @@ const make = Effect.gen(function* () {
             }
             // outside a step: the verb applies after the last completed step
             return Effect.gen(function* () {
+              if (speculative) return yield* restartFromClaim
               const now = yield* statementNow
               const next: NextAction | undefined =
                 verbCalled._tag === "finish"
@@ -1887,6 +1994,7 @@ const make = Effect.gen(function* () {
         patched: (id) =>
           Effect.gen(function* () {
             if (stop !== undefined) return yield* Effect.interrupt
+            if (speculative) return yield* restartFromClaim
             const marker = `patch:${id}`
             const recorded = order[cursor]
             if (recorded === marker) {
@@ -2004,6 +2112,7 @@ const make = Effect.gen(function* () {
       })
 
       if (Option.isNone(decoded)) {
+        if (speculative) return yield* claimForRestart
         yield* pauseWith(
           new InvalidWorkflowPayload({ workflow: def.name, issue: "the stored payload no longer decodes" }),
           "version_mismatch"
@@ -2014,10 +2123,14 @@ const make = Effect.gen(function* () {
       const exit = yield* registered
         .provide(def.body(runContext as never))
         .pipe(Effect.provideService(WorkflowRuntime, runtime), Effect.exit)
-      if (stop !== undefined) {
-        if ((stop as Stop)._tag === "external") return yield* Effect.interrupt
-        return
+      const stopped = stop as Stop | undefined
+      if (stopped !== undefined) {
+        if (stopped._tag === "external") return yield* Effect.interrupt
+        if (stopped._tag === "claimFailed") return yield* Effect.fail(stopped.error)
+        return stopped._tag === "restart" ? stopped : undefined
       }
+      // a fresh run that ended (or failed) before any step: claim it and replay from the claim
+      if (speculative) return yield* claimForRestart
       if (Exit.isSuccess(exit)) {
         if (target !== undefined && !targetReached) {
           yield* divergence(target.name, "(the end of the workflow)", cursor).pipe(Effect.exit)
@@ -2113,6 +2226,34 @@ const make = Effect.gen(function* () {
       if (registered === undefined) {
         return yield* Effect.die(new Error(`workflow ${message.workflow} is not registered in this process`))
       }
+      // the registered workflow's services were captured where it was registered
+      const run = (claim: Claimed, speculative: boolean) =>
+        executeClaimed(registered, claim, speculative) as Effect.Effect<Stop | undefined, DatabaseError>
+      if (message.step === null && message.input !== undefined) {
+        // a start's message: replay to the first step, then claim the run with it
+        const input = message.input
+        const outcome = yield* run(
+          {
+            id: message.run,
+            payload: input.payload,
+            subject: input.subject,
+            resource_id: input.resource_id,
+            history: [],
+            held_signal: null,
+            step_id: null,
+            step_name: null,
+            step_attempt: null,
+            step_position: null,
+            step_reattempts: null,
+            step_timed_out: null
+          },
+          true
+        )
+        if (outcome?._tag !== "restart") return
+        if (outcome.claim === undefined) return yield* unclaimed(registered, message, delivery)
+        yield* run(outcome.claim, false)
+        return
+      }
       const now = yield* statementNow
       const claimed =
         message.step === null
@@ -2122,8 +2263,7 @@ const make = Effect.gen(function* () {
               .pipe(db("claim step"))
       const claim = claimed[0]
       if (claim === undefined) return yield* unclaimed(registered, message, delivery)
-      // the registered workflow's services were captured where it was registered
-      yield* executeClaimed(registered, claim) as Effect.Effect<void, DatabaseError>
+      yield* run(claim, false)
     }).pipe(
       Effect.withSpan(
         "pgbus.workflow.execute",

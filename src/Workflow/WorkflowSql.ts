@@ -221,9 +221,14 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         'output', h.output, 'reattempts', h.reattempts) ORDER BY h.position, h.attempt), '[]'::jsonb)
       FROM ${steps} h WHERE h.run_id = ${runRef})`
 
-  const stepMessage = (workflow: string, stepId: Statement.Fragment, runId: Statement.Fragment) =>
+  const stepMessage = (
+    workflow: string,
+    stepId: Statement.Fragment,
+    runId: Statement.Fragment,
+    input: Statement.Fragment = sql``
+  ) =>
     sql`jsonb_build_object('job', ${STEP_JOB}::text, 'payload',
-      jsonb_build_object('workflow', ${workflow}::text, 'run', ${runId}, 'step', ${stepId}::text))`
+      jsonb_build_object('workflow', ${workflow}::text, 'run', ${runId}, 'step', ${stepId}::text${input}))`
 
   /** Start: the run, its `started` event and its first message, unless a unique index says no. */
   const runStart = (p: {
@@ -239,12 +244,17 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly reason: string | null
     readonly physicalQueue: string
     readonly rerunOf: string | null
+    /** The message carries the run's payload, subject and resource: its worker replays before claiming. */
+    readonly carryInput: boolean
     readonly now: Date | null
   }) => {
+    const input = p.carryInput
+      ? sql`, 'input', jsonb_build_object('payload', run.payload, 'subject', run.subject, 'resource_id', run.resource_id)`
+      : sql``
     const message = messageCtes(
       p.physicalQueue,
       "first_message",
-      sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`NULL`, sql`run.id`)} AS message FROM run`,
+      sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`NULL`, sql`run.id`, input)} AS message FROM run`,
       p.now
     )
     return sql<RunRow & { readonly notified: unknown }>`WITH run AS (
@@ -317,6 +327,45 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         NULL::int4 AS step_position, NULL::int4 AS step_reattempts, NULL::bool AS step_timed_out,
         NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal, ${history(sql`r.id`)} AS history
       FROM r`
+
+  /**
+   * Claims a ready run with no open step (as `runClaimContinue`) and, when it has no step row at
+   * all, inserts its first step claimed: the worker found that step by replaying from the payload
+   * the start message carried, before the claim. A run with a history gets no step (the caller
+   * replays it from the history returned, which never includes the step inserted here).
+   */
+  const runClaimFirst = (p: {
+    readonly runId: string
+    readonly name: string
+    readonly queue: string
+    readonly timeoutMs: number | null
+    readonly worker: string
+    readonly appRevision: string | null
+    readonly now: Date | null
+  }) =>
+    sql<ClaimRow>`WITH r AS (
+        UPDATE ${runs} SET status = 'performing', updated_at = ${NOW(p.now)},
+          current_step = CASE WHEN EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid)
+                              THEN current_step ELSE ${p.name} END
+        WHERE id = ${p.runId}::uuid AND status = 'ready'
+          AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid
+                          AND status IN ('scheduled', 'in_progress', 'waiting'))
+        RETURNING *),
+      s AS (
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
+                              timeout_ms, reattempts, worker, app_revision)
+        SELECT r.id, ${p.name}, 1, 0, 'in_progress', ${p.queue}, ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)},
+               ${p.timeoutMs}::float8, 0, ${p.worker}, ${p.appRevision}
+        FROM r WHERE NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid)
+        RETURNING id, name, attempt, position, reattempts),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT ${p.runId}::uuid, t.type, s.name, s.attempt, 'system', ${NOW(p.now)}
+        FROM s, (VALUES (1, 'step_scheduled'), (2, 'step_started')) AS t(ord, type) ORDER BY t.ord)
+      SELECT r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
+        s.position AS step_position, s.reattempts AS step_reattempts, false AS step_timed_out,
+        NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal, ${history(sql`r.id`)} AS history
+      FROM r LEFT JOIN s ON true`
 
   /** A performing run's first new step, claimed at once (the replay found it due). */
   const stepInsertClaimed = (p: {
@@ -811,6 +860,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly error: string | null
     readonly definitionHash: string | null
     readonly next: NextAction
+    /** False when the attempt is known to hold no signal (no signal CTE then); default true. */
+    readonly mayHoldSignal?: boolean | undefined
     readonly worker: string
     readonly appRevision: string | null
     readonly now: Date | null
@@ -873,13 +924,15 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
           output = ${next._tag === "finish" ? sql`${next.output}::jsonb` : sql`ru.output`}
         FROM n WHERE ru.id = ${p.runId}::uuid
         RETURNING ru.status)`
-    const closeOthers = terminal
-      ? sql`, closed AS (
+    // a cancel closes the run's other open attempts (a finish leaves none open)
+    const closeOthers =
+      next._tag === "cancel"
+        ? sql`, closed AS (
         UPDATE ${steps} SET status = 'cancelled', finished_at = ${NOW(p.now)}
         FROM n WHERE run_id = ${p.runId}::uuid AND ${steps}.id <> ${p.stepId}
-          AND ${steps}.status IN ('scheduled', 'waiting', 'in_progress') AND ${next._tag === "cancel"}
+          AND ${steps}.status IN ('scheduled', 'waiting', 'in_progress')
         RETURNING 1)`
-      : sql``
+        : sql``
     const runEvent =
       next._tag === "finish"
         ? sql`SELECT 10, 'finished', NULL::text, NULL::int4, NULL::text FROM n`
@@ -894,13 +947,15 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         UNION ALL SELECT 5, 'step_started', m.name, m.attempt, NULL FROM m WHERE m.status = 'in_progress'`
       : sql``
     const signalFate =
-      p.status === "failed"
-        ? hasNext && next._tag === "schedule" && next.reattempt
-          ? sql`, kept AS (
+      p.mayHoldSignal === false
+        ? sql``
+        : p.status === "failed"
+          ? hasNext && next._tag === "schedule" && next.reattempt
+            ? sql`, kept AS (
         UPDATE ${signals} sg SET claimed_by_step = m.id FROM m, n
         WHERE sg.claimed_by_step = n.id AND sg.status = 'claimed' RETURNING 1)`
-          : sql``
-        : sql`, consumed AS (
+            : sql``
+          : sql`, consumed AS (
         UPDATE ${signals} sg SET status = 'consumed', consumed_at = ${NOW(p.now)} FROM n
         WHERE sg.claimed_by_step = n.id AND sg.status = 'claimed' RETURNING 1)`
     return sql<FinishRow>`WITH locked AS (
@@ -1107,6 +1162,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     runFindConflicting,
     stepClaim,
     runClaimContinue,
+    runClaimFirst,
     stepInsertClaimed,
     stepScheduleNew,
     runEndFromPerforming,
