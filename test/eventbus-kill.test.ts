@@ -154,9 +154,15 @@ describe("event bus: a killed consumer", () => {
             [child.child.pid, process.pid]
           )
           const processed = yield* ProcessedEvents
-          const [done] = yield* sql<{ readonly claimed_by: string; readonly completed: boolean }>`
+          const claimRow = sql<{ readonly claimed_by: string; readonly completed: boolean }>`
             SELECT claimed_by, completed_at IS NOT NULL AS completed FROM pgbus.processed_events
             WHERE event_id = ${published.eventId}::uuid`
+          // the completion is stamped in its own statement after the handler returns
+          yield* eventually(
+            "the claim was stamped completed",
+            Effect.map(claimRow, ([row]) => row?.completed === true)
+          )
+          const [done] = yield* claimRow
           assert.deepStrictEqual(done, { claimed_by: processed.holder, completed: true })
           yield* eventually(
             "archived",
