@@ -6,7 +6,7 @@
 import { Duration } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
 
-/** How a job retries: any key left out takes the config's value. */
+/** How a job retries: each key left out takes the config's value. */
 export interface RetryPolicy {
   /** Deliveries before the dead-letter queue (`maxRetries` of the config). */
   readonly maxRetries?: number | undefined

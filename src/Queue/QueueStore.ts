@@ -536,7 +536,8 @@ export class QueueStore extends Context.Service<
           return rows.map((r) => r.msg_id)
         }).pipe(hotSpan("QueueStore.sendBatch", { queue, size: entries.length }))
 
-      const read = (queue: string, options?: ReadOptions) =>
+      /** A read's checked inputs: the queue's name, the limit, the visibility timeout and the statement time. */
+      const readParams = (queue: string, options: ReadOptions | undefined) =>
         Effect.gen(function* () {
           const name = yield* validateName(queue)
           const limit = options?.limit ?? 1
@@ -545,6 +546,12 @@ export class QueueStore extends Context.Service<
           }
           const vtMs = yield* durationMs(queue, options?.visibilityTimeout, defaultVisibilityMs, "visibilityTimeout")
           const now = yield* statementNow
+          return { name, limit, vtMs, now }
+        })
+
+      const read = (queue: string, options?: ReadOptions) =>
+        Effect.gen(function* () {
+          const { name, limit, vtMs, now } = yield* readParams(queue, options)
           const fair = options?.fair
           if (fair !== undefined && fair !== false) {
             return yield* readFair(queue, name.physical, limit, vtMs, options?.claimedBy ?? null, fair, now)
@@ -562,13 +569,7 @@ export class QueueStore extends Context.Service<
             const archived = receipts.length === 0 ? 0 : yield* archive(queue, receipts)
             return { archived, messages: yield* read(queue, options) }
           }
-          const name = yield* validateName(queue)
-          const limit = options?.limit ?? 1
-          if (!Number.isInteger(limit) || limit < 1) {
-            return yield* new InvalidMessage({ queue, reason: "limit must be a positive integer" })
-          }
-          const vtMs = yield* durationMs(queue, options?.visibilityTimeout, defaultVisibilityMs, "visibilityTimeout")
-          const now = yield* statementNow
+          const { name, limit, vtMs, now } = yield* readParams(queue, options)
           const rows = yield* statements
             .messageArchiveAndRead(
               name.physical,
