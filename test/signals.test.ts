@@ -1,13 +1,13 @@
 /** Signals, waits, timers, polls and the sweep (seed 000 "Signals", seed 004 events, timers, polling). */
 import { assert, describe, expect, layer } from "@effect/vitest"
-import { Effect, Metric, Option, Schema } from "effect"
+import { Clock, type Duration, Effect, Metric, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { TestClock } from "effect/testing"
 import { layerEffectClock } from "../src/Database.ts"
 import { Registry } from "../src/Job/Registry.ts"
 import { deliverSignal, expireWait, performNextStep, speedrun } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
-import { WorkflowMetrics, WorkflowSweep } from "../src/Workflow/Engine.ts"
+import { WorkflowMetrics, WorkflowRunner, WorkflowSweep } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -549,6 +549,98 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
         assert.strictEqual(yield* status(run.id), "waiting")
         yield* deliverSignal(run.id, "reply", { late: true }).pipe(withRegistry([wf]))
         assert.deepStrictEqual((yield* run.refresh).info.output, { signal: { late: true }, timedOut: false })
+      }).pipe(onTestClock)
+    )
+
+    it.effect("a per-run notify deadline is evaluated again at each notice, by a worker, once per deadline", () =>
+      Effect.gen(function* () {
+        const parkedAt = yield* Clock.currentTimeMillis
+        // park: 1 hour; 1st notice: a date 3 hours after the park; 2nd: a duration; 3rd: none
+        const answers: Array<Duration.Input | Date | undefined> = [
+          "1 hour",
+          new Date(parkedAt + 3 * 3_600_000),
+          "2 hours",
+          undefined
+        ]
+        let calls = 0
+        const wf = waiting("notify", () => Effect.sync(() => answers[calls++]))
+        const run = yield* wf.start({ id: "pr" })
+        yield* performNextStep(run.id).pipe(withRegistry([wf]))
+        const sql = yield* SqlClient.SqlClient
+        const stepId = (yield* run.steps)[0]!.id
+        const deadline = Effect.map(
+          sql<{ readonly timeout_at: Date | null }>`SELECT timeout_at FROM pgbus.workflow_steps WHERE id = ${stepId}`,
+          (rows) => rows[0]!.timeout_at?.getTime() ?? null
+        )
+        const sweep = yield* WorkflowSweep
+        const notices = Effect.map(run.events, (es) => es.filter((e) => e.type === "wait_timed_out"))
+
+        yield* TestClock.adjust("61 minutes")
+        assert.strictEqual((yield* sweep.runOnce).timedOut, 1)
+        assert.strictEqual((yield* sweep.runOnce).timedOut, 0, "a second sweep hands the same deadline over no more")
+        const handed = yield* sql<{ readonly message: { readonly payload: { readonly deadline?: string } } }>`
+          SELECT message FROM pgbus.q_pgbus_default WHERE message->'payload'->>'deadline' IS NOT NULL`
+        assert.strictEqual(handed.length, 1, "the notice is handed to a worker as a step message")
+        assert.strictEqual((yield* notices).length, 0, "the worker writes the notice")
+        const work = yield* (yield* WorkflowRunner).next(run.id)
+        assert.strictEqual(work._tag, "Step")
+        yield* performNextStep(run.id).pipe(withRegistry([wf]))
+        // a duplicate delivery of the same message changes nothing
+        if (work._tag === "Step") {
+          const runner = yield* WorkflowRunner
+          yield* Effect.gen(function* () {
+            const registry = yield* Registry
+            yield* runner.execute(registry.workflows, work.message, { attempt: 2 })
+          }).pipe(withRegistry([wf]))
+        }
+        assert.strictEqual(calls, 2, "evaluated at the park and at the notice")
+        assert.strictEqual(yield* deadline, parkedAt + 3 * 3_600_000, "a date after now is the next deadline")
+        const first = (yield* notices)[0]!
+        expect(first.details).toMatchObject({ action: "notify", evaluated: true })
+
+        yield* TestClock.adjust("2 hours")
+        yield* sweep.runOnce
+        yield* performNextStep(run.id).pipe(withRegistry([wf]))
+        assert.strictEqual(
+          yield* deadline,
+          parkedAt + 5 * 3_600_000,
+          "a duration moves the deadline one period on, as a static one"
+        )
+
+        yield* TestClock.adjust("2 hours")
+        yield* sweep.runOnce
+        yield* performNextStep(run.id).pipe(withRegistry([wf]))
+        assert.isNull(yield* deadline, "undefined leaves the wait without a deadline")
+        yield* TestClock.adjust("30 days")
+        yield* sweep.runOnce
+        assert.strictEqual((yield* notices).length, 3, "one notice per deadline, none after the last")
+        assert.strictEqual(calls, 4)
+        assert.strictEqual(yield* status(run.id), "waiting")
+        yield* deliverSignal(run.id, "reply", { late: true }).pipe(withRegistry([wf]))
+        assert.deepStrictEqual((yield* run.refresh).info.output, { signal: { late: true }, timedOut: false })
+      }).pipe(onTestClock)
+    )
+
+    it.effect("a per-run notify deadline that fails at a notice pauses the run with its error", () =>
+      Effect.gen(function* () {
+        let calls = 0
+        const wf = waiting("notify", () =>
+          calls++ === 0 ? Effect.succeed("1 hour" as const) : Effect.fail(new Error("SLA service down"))
+        )
+        const run = yield* wf.start({ id: "pf" })
+        yield* performNextStep(run.id).pipe(withRegistry([wf]))
+        yield* expireWait(run.id).pipe(withRegistry([wf]))
+        assert.strictEqual(yield* status(run.id), "paused")
+        const info = (yield* run.refresh).info
+        assert.strictEqual(info.pausedReason, "error")
+        expect(info.error).toMatchObject({ message: "SLA service down" })
+        const types = yield* eventTypes(run.id)
+        assert.includeMembers(types, ["wait_timed_out", "paused"])
+        assert.deepStrictEqual(yield* stepRows(run.id), ["wait#1:waiting"], "the step still waits")
+        yield* run.resume()
+        assert.strictEqual(yield* status(run.id), "waiting", "resume puts it back to waiting, without a deadline")
+        yield* deliverSignal(run.id, "reply", { ok: 1 }).pipe(withRegistry([wf]))
+        assert.strictEqual(yield* status(run.id), "finished")
       }).pipe(onTestClock)
     )
 

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import { Batches } from "../Batch/Batch.ts"
 import { Registry } from "../Job/Registry.ts"
 import type { SignalOptions } from "../Workflow/Client.ts"
@@ -75,8 +75,23 @@ export const deliverSignal = (runId: string, name: string, payload: unknown, opt
     return receipt
   })
 
-/** Applies the waiting step's onTimeout now, whatever its deadline (under notify it stays waiting). */
-export const expireWait = (runId: string) => WorkflowSweep.use((sweep) => sweep.expireWait(runId))
+/**
+ * Applies the waiting step's onTimeout now, whatever its deadline (under notify it stays waiting;
+ * a per-run deadline is evaluated again inline, which needs the `Registry`).
+ */
+export const expireWait = (runId: string) =>
+  Effect.gen(function* () {
+    const applied = yield* WorkflowSweep.use((sweep) => sweep.expireWait(runId))
+    const registry = yield* Effect.serviceOption(Registry)
+    if (applied && Option.isSome(registry)) {
+      const runner = yield* WorkflowRunner
+      const work = yield* runner.next(runId)
+      if (work._tag === "Step" && work.message.deadline !== undefined) {
+        yield* runner.execute(registry.value.workflows, work.message, { attempt: 1 })
+      }
+    }
+    return applied
+  })
 
 /**
  * Completes every member of the run's waiting fan-out without running them (`failed` moves

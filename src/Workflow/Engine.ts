@@ -345,7 +345,9 @@ export const StepMessage = Schema.Struct({
       subject: Schema.NullOr(Schema.String),
       resource_id: Schema.NullOr(Schema.String)
     })
-  )
+  ),
+  /** A notify notice of a per-run deadline: the missed deadline (ISO), to evaluate the deadline again. */
+  deadline: Schema.optionalKey(Schema.String)
 })
 export type StepMessage = typeof StepMessage.Type
 
@@ -1170,7 +1172,13 @@ const make = Effect.gen(function* () {
    * first step it reaches is claimed with the run in one statement; anything else claims the run
    * alone and asks for a replay from that claim (`restart`). Nothing is written before the claim.
    */
-  const executeClaimed = (registered: RegisteredWorkflow, claim: Claimed, speculative = false) =>
+  const executeClaimed = (
+    registered: RegisteredWorkflow,
+    claim: Claimed,
+    speculative = false,
+    /** Set for a notify notice of a per-run deadline: the claimed waiting step's missed deadline. */
+    renewalOf?: Date
+  ) =>
     Effect.gen(function* () {
       const def = registered.workflow
       const runId = claim.id
@@ -1373,6 +1381,41 @@ const make = Effect.gen(function* () {
         )
 
       /** Runs the step whose turn it is (claimed), returning its output to the body. */
+      /**
+       * A notify notice of the waiting target's per-run deadline: under the run's row lock, the
+       * deadline is evaluated again and the notice written with the next deadline (or the run paused
+       * with the evaluation's error), as the sweep does for a static one.
+       */
+      const renewDeadline = (step: Target, options: StepOptions<unknown>, missedAt: Date) =>
+        Effect.gen(function* () {
+          targetReached = true
+          const noticed = yield* sql.withTransaction(
+            Effect.gen(function* () {
+              yield* statements.runLock(runId, null)
+              const answer = yield* Effect.exit(waitDeadline(options, runContext))
+              const renewal = Exit.isSuccess(answer)
+                ? { at: answer.value.at, periodMs: answer.value.periodMs, pauseError: null }
+                : { at: null, periodMs: null, pauseError: errorJson(Cause.squash(answer.cause)) }
+              const now = yield* statementNow
+              const [row] = yield* statements.stepNotifyLate({ runId, stepId: step.id, missedAt, renewal, now })
+              if (row !== undefined && Exit.isFailure(answer)) {
+                yield* Effect.logError(
+                  `pgbus: workflow ${def.name} step ${step.name}: waitTimeout failed at a late notice (run paused)`,
+                  Cause.squash(answer.cause)
+                )
+              }
+              return row !== undefined
+            })
+          )
+          if (noticed) {
+            yield* Metric.update(
+              waitOverdueTotal.pipe(Metric.withAttributes({ workflow_class: def.name, step: step.name })),
+              1
+            )
+          }
+          return yield* halt({ _tag: "applied" })
+        })
+
       const runTarget = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>
         Effect.gen(function* () {
           targetReached = true
@@ -1477,6 +1520,7 @@ const make = Effect.gen(function* () {
                     timeoutAt: deadline.at,
                     onTimeout: options.onTimeout ?? (deadline.at === null && deadline.ms === null ? null : "pause"),
                     periodMs: deadline.periodMs,
+                    perRun: typeof options.waitTimeout === "function",
                     now
                   })
                   return { _tag: "parked" } as const
@@ -1913,6 +1957,7 @@ const make = Effect.gen(function* () {
           if (recorded !== undefined && recorded !== name) return yield* divergence(recorded, name, position)
           const entry = latest.get(name)
           if (target !== undefined && !targetReached && name === target.name) {
+            if (renewalOf !== undefined) return yield* renewDeadline(target, options as StepOptions<unknown>, renewalOf)
             return yield* runTarget(
               { ...target, queue: entry?.status === "scheduled" ? target.queue : target.queue },
               effect,
@@ -2227,8 +2272,20 @@ const make = Effect.gen(function* () {
         return yield* Effect.die(new Error(`workflow ${message.workflow} is not registered in this process`))
       }
       // the registered workflow's services were captured where it was registered
-      const run = (claim: Claimed, speculative: boolean) =>
-        executeClaimed(registered, claim, speculative) as Effect.Effect<Stop | undefined, DatabaseError>
+      const run = (claim: Claimed, speculative: boolean, renewalOf?: Date) =>
+        executeClaimed(registered, claim, speculative, renewalOf) as Effect.Effect<Stop | undefined, DatabaseError>
+      if (message.deadline !== undefined && message.step !== null) {
+        // a notify notice of a per-run deadline: replay to the waiting step and evaluate it again
+        const missedAt = new Date(message.deadline)
+        if (Number.isNaN(missedAt.getTime())) return
+        const [loaded] = yield* statements
+          .runLoadForRenewal(message.run, BigInt(message.step), missedAt)
+          .pipe(db("load run for a deadline"))
+        // already handled (a duplicate delivery), or the wait moved on
+        if (loaded === undefined) return
+        yield* run(loaded, false, missedAt)
+        return
+      }
       if (message.step === null && message.input !== undefined) {
         // a start's message: replay to the first step, then claim the run with it
         const input = message.input
@@ -2279,6 +2336,23 @@ const make = Effect.gen(function* () {
       if (run.status === "finished" || run.status === "cancelled" || run.status === "paused") {
         return { _tag: "Stopped", status: run.status } as const
       }
+      if (
+        latest?.status === "waiting" &&
+        latest.timeout_at !== null &&
+        latest.deadline_renewal_for?.getTime() === latest.timeout_at.getTime()
+      ) {
+        // a late notice handed over by the sweep: the deadline is evaluated again
+        return {
+          _tag: "Step",
+          step: latest.name,
+          message: {
+            workflow: run.workflow,
+            run: runId,
+            step: String(latest.id),
+            deadline: latest.timeout_at.toISOString()
+          }
+        } as const
+      }
       if (latest?.status === "waiting") {
         return { _tag: "Waiting", step: latest.name, waitingFor: "a signal" } as const
       }
@@ -2305,6 +2379,20 @@ const make = Effect.gen(function* () {
       const action = step.on_timeout ?? "pause"
       const physical = queueOf(step.queue || config.workflowQueue).physical
       const details = JSON.stringify({ wait_for: step.wait_for, action, timeout_at: step.timeout_at })
+      if (action === "notify" && step.wait_deadline_per_run && step.timeout_at !== null) {
+        // only a worker has the code of a per-run deadline: it writes the notice as it evaluates it
+        const [handed] = yield* statements
+          .stepRequestRenewal({
+            workflow: step.workflow,
+            runId: step.run_id,
+            stepId: step.id,
+            missedAt: step.timeout_at,
+            physicalQueue: physical,
+            now
+          })
+          .pipe(db("hand over a late notice"))
+        return handed !== undefined
+      }
       if (action === "notify") {
         const [noticed] = yield* statements
           .stepNotifyLate({ runId: step.run_id, stepId: step.id, missedAt: step.timeout_at, now })

@@ -64,6 +64,10 @@ export interface StepRow {
   readonly waiting_since: Date | null
   /** The batch a fan-out step waits for. */
   readonly batch_id: string | null
+  /** The wait's deadline came from a per-run function: a notify notice evaluates it again. */
+  readonly wait_deadline_per_run: boolean
+  /** The missed deadline whose notice the sweep handed to a worker (per-run deadlines). */
+  readonly deadline_renewal_for: Date | null
 }
 
 /** What a wait does when its deadline passes. */
@@ -480,6 +484,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly timeoutAt: Date | null
     readonly onTimeout: OnTimeout | null
     readonly periodMs: number | null
+    /** The deadline came from a per-run function (evaluated again at each notify notice). */
+    readonly perRun?: boolean | undefined
     /** A fan-out step: the batch it waits for (and the `fan_out_opened` event's size). */
     readonly batch?: { readonly id: string; readonly size: number } | undefined
     readonly now: Date | null
@@ -495,6 +501,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
               THEN ${NOW(p.now)} + ${PgTypes.float8(p.timeoutMs)} * interval '1 millisecond'
             END,
           on_timeout = ${p.onTimeout}, wait_period_ms = ${PgTypes.float8(p.periodMs)},
+          wait_deadline_per_run = ${p.perRun === true}, deadline_renewal_for = NULL,
           waiting_since = ${NOW(p.now)}
         FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'in_progress'
         RETURNING st.id, st.name, st.attempt),
@@ -675,25 +682,100 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly stepId: bigint
     /** The deadline that was missed (guards against a second sweep reporting it again). */
     readonly missedAt: Date | null
+    /**
+     * A per-run deadline evaluated again (by a worker, under the run's row lock): a date after now
+     * is the next deadline, a period moves it on as a static one does, neither leaves the wait
+     * without a deadline; an evaluation that failed pauses the run with its error.
+     */
+    readonly renewal?:
+      | { readonly at: Date | null; readonly periodMs: number | null; readonly pauseError: string | null }
+      | undefined
     readonly now: Date | null
-  }) =>
-    sql<{ readonly id: bigint; readonly timeout_at: Date | null }>`WITH s AS (
-        UPDATE ${steps} st SET timeout_at = CASE
-            WHEN st.wait_period_ms IS NULL OR st.timeout_at IS NULL THEN NULL
+  }) => {
+    const r = p.renewal
+    const nextAhead = (period: Statement.Fragment) =>
+      sql`st.timeout_at + (floor(extract(epoch FROM (${NOW(p.now)} - st.timeout_at)) * 1000 / ${period}) + 1)
+                 * ${period} * interval '1 millisecond'`
+    const nextTimeout =
+      r === undefined
+        ? sql`CASE WHEN st.wait_period_ms IS NULL OR st.timeout_at IS NULL THEN NULL
             -- several missed deadlines are reported once: the next one ahead of now
-            ELSE st.timeout_at + (floor(extract(epoch FROM (${NOW(p.now)} - st.timeout_at)) * 1000 / st.wait_period_ms) + 1)
-                 * st.wait_period_ms * interval '1 millisecond'
-          END
+            ELSE ${nextAhead(sql`st.wait_period_ms`)} END`
+        : r.at !== null
+          ? sql`CASE WHEN ${r.at}::timestamptz > ${NOW(p.now)} THEN ${r.at}::timestamptz END`
+          : r.periodMs !== null && r.pauseError === null
+            ? nextAhead(sql`${PgTypes.float8(r.periodMs)}::float8`)
+            : sql`NULL::timestamptz`
+    const pause =
+      r?.pauseError == null
+        ? sql``
+        : sql`,
+      p AS (
+        UPDATE ${runs} ru SET status = 'paused', paused_at = ${NOW(p.now)}, paused_reason = 'error',
+          error = ${r.pauseError}::jsonb, updated_at = ${NOW(p.now)}
+        FROM s WHERE ru.id = ${p.runId}::uuid RETURNING 1),
+      pe AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, details, at)
+        SELECT ${p.runId}::uuid, 'paused', s.name, s.attempt, 'system', 'waitTimeout failed at a late notice',
+          jsonb_build_object('error', ${r.pauseError}::jsonb), ${NOW(p.now)} FROM s)`
+    return sql<{ readonly id: bigint; readonly timeout_at: Date | null }>`WITH s AS (
+        UPDATE ${steps} st SET timeout_at = ${nextTimeout},
+          wait_period_ms = ${r === undefined ? sql`st.wait_period_ms` : sql`${PgTypes.float8(r.periodMs)}`}
         WHERE st.id = ${p.stepId} AND st.status = 'waiting'
           AND st.timeout_at IS NOT DISTINCT FROM ${p.missedAt}::timestamptz
+          ${r === undefined ? sql`` : sql`AND st.deadline_renewal_for IS NOT DISTINCT FROM ${p.missedAt}::timestamptz`}
           AND EXISTS (SELECT 1 FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'waiting')
         RETURNING st.id, st.name, st.attempt, st.wait_for, st.timeout_at),
       e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
         SELECT ${p.runId}::uuid, 'wait_timed_out', s.name, s.attempt, 'system',
           jsonb_build_object('wait_for', s.wait_for, 'action', 'notify', 'timeout_at', ${p.missedAt}::timestamptz,
-            'next_timeout_at', s.timeout_at), ${NOW(p.now)} FROM s)
+            'next_timeout_at', s.timeout_at${r === undefined ? sql`` : sql`, 'evaluated', true`}), ${NOW(p.now)} FROM s)${pause}
       SELECT s.id, s.timeout_at FROM s`
+  }
+
+  /**
+   * A notify notice of a per-run deadline: handed to a worker (which has the workflow's code) as a
+   * step message naming the missed deadline; recorded on the step, so one sweep hands it over once.
+   */
+  const stepRequestRenewal = (p: {
+    readonly workflow: string
+    readonly runId: string
+    readonly stepId: bigint
+    readonly missedAt: Date
+    readonly physicalQueue: string
+    readonly now: Date | null
+  }) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      "renewal_message",
+      sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(
+        p.workflow,
+        sql`s.id`,
+        sql`${p.runId}::uuid`,
+        sql`, 'deadline', ${p.missedAt.toISOString()}::text`
+      )} AS message FROM s`,
+      p.now
+    )
+    return sql<{ readonly id: bigint }>`WITH s AS (
+        UPDATE ${steps} st SET deadline_renewal_for = st.timeout_at
+        WHERE st.id = ${p.stepId} AND st.status = 'waiting' AND st.wait_deadline_per_run
+          AND st.timeout_at = ${p.missedAt}::timestamptz
+          AND st.deadline_renewal_for IS DISTINCT FROM st.timeout_at
+          AND EXISTS (SELECT 1 FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'waiting')
+        RETURNING st.id),
+      ${message.ctes}
+      SELECT s.id, ${message.notifyRef} AS notified FROM s`
+  }
+
+  /** A waiting run and its step whose missed deadline a worker is to evaluate again (for replay). */
+  const runLoadForRenewal = (runId: string, stepId: bigint, missedAt: Date) =>
+    sql<ClaimRow>`SELECT ru.*, st.id AS step_id, st.name AS step_name, st.attempt AS step_attempt,
+        st.position AS step_position, st.reattempts AS step_reattempts, st.timed_out AS step_timed_out,
+        st.timeout_at AS step_timeout_at, NULL::jsonb AS held_signal, ${history(sql`ru.id`)} AS history
+      FROM ${runs} ru JOIN ${steps} st ON st.run_id = ru.id
+      WHERE ru.id = ${runId}::uuid AND ru.status = 'waiting' AND st.id = ${stepId} AND st.status = 'waiting'
+        AND st.timeout_at = ${missedAt}::timestamptz AND st.deadline_renewal_for = ${missedAt}::timestamptz`
 
   /** Resume of a run paused while its step waited: it waits again, its deadline moved by the pause. */
   const runRewait = (runId: string, stepId: bigint, now: Date | null) =>
@@ -797,6 +879,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     sql<StepRow & { readonly workflow: string }>`SELECT st.*, ru.workflow FROM ${steps} st
       JOIN ${runs} ru ON ru.id = st.run_id
       WHERE st.status = 'waiting' AND st.timeout_at IS NOT NULL AND st.timeout_at <= ${NOW(now)}
+        AND st.deadline_renewal_for IS DISTINCT FROM st.timeout_at
         AND ru.status = 'waiting'
       ORDER BY st.timeout_at LIMIT ${limit}`
 
@@ -1182,6 +1265,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     stepWaitingOf,
     stepResolveWaiting,
     stepNotifyLate,
+    stepRequestRenewal,
+    runLoadForRenewal,
     runRewait,
     stepPollAgain,
     stepsStalled,

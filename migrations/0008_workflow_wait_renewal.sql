@@ -1,0 +1,6 @@
+-- A per-run wait deadline (waitTimeout given as a function) is evaluated again at each notify
+-- notice. Only a worker has the workflow's code, so the sweep hands the notice over with a step
+-- message and records which missed deadline it handed over, so that it hands each one over once.
+ALTER TABLE {{schema}}.workflow_steps
+  ADD COLUMN wait_deadline_per_run boolean NOT NULL DEFAULT false,
+  ADD COLUMN deadline_renewal_for timestamptz;
