@@ -582,6 +582,11 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
           SELECT message FROM pgbus.q_pgbus_default WHERE message->'payload'->>'deadline' IS NOT NULL`
         assert.strictEqual(handed.length, 1, "the notice is handed to a worker as a step message")
         assert.strictEqual((yield* notices).length, 0, "the worker writes the notice")
+        // a handed-over notice whose message is gone is handed over again past the stall threshold
+        yield* sql`DELETE FROM pgbus.q_pgbus_default WHERE message->'payload'->>'deadline' IS NOT NULL`
+        yield* TestClock.adjust("61 minutes")
+        assert.strictEqual((yield* sweep.runOnce).timedOut, 1)
+        assert.strictEqual((yield* sweep.runOnce).timedOut, 0)
         const work = yield* (yield* WorkflowRunner).next(run.id)
         assert.strictEqual(work._tag, "Step")
         yield* performNextStep(run.id).pipe(withRegistry([wf]))

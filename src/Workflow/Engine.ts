@@ -2388,6 +2388,7 @@ const make = Effect.gen(function* () {
             stepId: step.id,
             missedAt: step.timeout_at,
             physicalQueue: physical,
+            thresholdMs: Duration.toMillis(config.workflowStallThreshold),
             now
           })
           .pipe(db("hand over a late notice"))
@@ -2569,7 +2570,9 @@ const make = Effect.gen(function* () {
       resent++
     }
     let timedOut = 0
-    for (const step of yield* statements.waitsTimedOut(now, SWEEP_BATCH).pipe(db("find timed-out waits"))) {
+    for (const step of yield* statements
+      .waitsTimedOut(now, thresholdMs, SWEEP_BATCH)
+      .pipe(db("find timed-out waits"))) {
       if (yield* applyTimeout(step, now)) timedOut++
     }
     let deleted = 0

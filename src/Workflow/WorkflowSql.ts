@@ -68,6 +68,8 @@ export interface StepRow {
   readonly wait_deadline_per_run: boolean
   /** The missed deadline whose notice the sweep handed to a worker (per-run deadlines). */
   readonly deadline_renewal_for: Date | null
+  /** When that notice was handed over (handed over again if still pending past the stall threshold). */
+  readonly deadline_renewal_at: Date | null
 }
 
 /** What a wait does when its deadline passes. */
@@ -734,6 +736,11 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       SELECT s.id, s.timeout_at FROM s`
   }
 
+  /** The deadline's notice was not handed to a worker yet, or was handed over long ago and is still pending. */
+  const renewalDue = (now: Date | null, thresholdMs: number) =>
+    sql`(st.deadline_renewal_for IS DISTINCT FROM st.timeout_at
+          OR st.deadline_renewal_at < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond')`
+
   /**
    * A notify notice of a per-run deadline: handed to a worker (which has the workflow's code) as a
    * step message naming the missed deadline; recorded on the step, so one sweep hands it over once.
@@ -744,6 +751,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly stepId: bigint
     readonly missedAt: Date
     readonly physicalQueue: string
+    /** A notice handed over this long ago and still pending is handed over again (its message is gone). */
+    readonly thresholdMs: number
     readonly now: Date | null
   }) => {
     const message = messageCtes(
@@ -758,10 +767,10 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       p.now
     )
     return sql<{ readonly id: bigint }>`WITH s AS (
-        UPDATE ${steps} st SET deadline_renewal_for = st.timeout_at
+        UPDATE ${steps} st SET deadline_renewal_for = st.timeout_at, deadline_renewal_at = ${NOW(p.now)}
         WHERE st.id = ${p.stepId} AND st.status = 'waiting' AND st.wait_deadline_per_run
           AND st.timeout_at = ${p.missedAt}::timestamptz
-          AND st.deadline_renewal_for IS DISTINCT FROM st.timeout_at
+          AND ${renewalDue(p.now, p.thresholdMs)}
           AND EXISTS (SELECT 1 FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'waiting')
         RETURNING st.id),
       ${message.ctes}
@@ -875,11 +884,11 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       ORDER BY ru.updated_at LIMIT ${limit}`
 
   /** Waiting steps of waiting runs whose deadline has passed. */
-  const waitsTimedOut = (now: Date | null, limit: number) =>
+  const waitsTimedOut = (now: Date | null, thresholdMs: number, limit: number) =>
     sql<StepRow & { readonly workflow: string }>`SELECT st.*, ru.workflow FROM ${steps} st
       JOIN ${runs} ru ON ru.id = st.run_id
       WHERE st.status = 'waiting' AND st.timeout_at IS NOT NULL AND st.timeout_at <= ${NOW(now)}
-        AND st.deadline_renewal_for IS DISTINCT FROM st.timeout_at
+        AND ${renewalDue(now, thresholdMs)}
         AND ru.status = 'waiting'
       ORDER BY st.timeout_at LIMIT ${limit}`
 
