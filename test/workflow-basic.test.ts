@@ -1,6 +1,7 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect, Schema } from "effect"
+import { Clock, Effect, Schema } from "effect"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
+import { WorkflowSweep } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
@@ -12,7 +13,54 @@ const Counter = Workflow.make("Counter", { payload: Schema.Struct({ start: Schem
   return c
 })
 
+let deadlineCalls = 0
+const SoftDeadline = Workflow.make("SoftDeadline", { payload: Schema.Struct({ id: Schema.String }) }, function* () {
+  return yield* Workflow.step(
+    "approve",
+    Effect.map(Workflow.context, (c) => c.signal?.payload ?? null),
+    {
+      waitFor: "approved",
+      onTimeout: "notify",
+      // at the park: due in 300 ms; at the late notice: due in 30 days
+      waitTimeout: () =>
+        Effect.map(Clock.currentTimeMillis, (now) => new Date(now + (deadlineCalls++ === 0 ? 300 : 30 * 86_400_000)))
+    }
+  )
+})
+
 layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestServices: true })("workflows basic", (it) => {
+  describe("a per-run notify deadline, end to end", () => {
+    it.effect("the sweep hands the late notice to a running worker, which evaluates the deadline again", () =>
+      Effect.gen(function* () {
+        yield* startSupervisor([SoftDeadline], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+        const run = yield* SoftDeadline.start({ id: "e2e" })
+        const client = yield* WorkflowClient
+        yield* eventually(
+          "waiting",
+          Effect.map(client.get(run.id), (h) => h.info.status === "waiting")
+        )
+        yield* Effect.sleep("400 millis")
+        const sweep = yield* WorkflowSweep
+        // the supervisor's own sweep may be the one that hands it over
+        yield* sweep.runOnce
+        yield* eventually(
+          "the worker wrote the notice",
+          Effect.map(run.events, (es) => es.some((e) => e.type === "wait_timed_out"))
+        )
+        const notice = (yield* run.events).find((e) => e.type === "wait_timed_out")!
+        const next = new Date((notice.details as { readonly next_timeout_at: string }).next_timeout_at).getTime()
+        assert.isAbove(next - Date.now(), 29 * 86_400_000, "the next deadline is the function's new answer")
+        assert.strictEqual(deadlineCalls, 2)
+        yield* run.signal("approved", { ok: true })
+        yield* eventually(
+          "finished",
+          Effect.map(client.get(run.id), (h) => h.info.status === "finished")
+        )
+        assert.deepStrictEqual((yield* run.refresh).info.output, { ok: true })
+      }).pipe(Effect.scoped)
+    )
+  })
+
   describe("a three-step workflow", () => {
     it.effect("runs to the end, each step its own row, with the audit trail", () =>
       Effect.gen(function* () {
