@@ -119,7 +119,7 @@ class TracingSpan extends CountingSpan {
         start: this.startedAt,
         end: now()
       }
-      if (this.name === "QueueStore.read") reads.push(stamp)
+      if (this.name === "QueueStore.read" || this.name === "QueueStore.archiveAndRead") reads.push(stamp)
       const id = runOf(this)
       if (id !== undefined) {
         const list = stamps.get(id) ?? []
@@ -207,6 +207,15 @@ const traceReport = (
     )
     add("commit -> next worker read starts", (firstAfter(readStarts, signal.end) ?? Number.NaN) - signal.end)
     add("commit -> executor takes the message (execute span start)", exec.start - signal.end)
+    // the read that delivered it: the last read ending before the execute span starts
+    const delivering = reads
+      .filter((r) => r.end <= exec.start + 0.001)
+      .reduce<Stamp | undefined>((a, r) => (a === undefined || r.end > a.end ? r : a), undefined)
+    if (delivering !== undefined) {
+      add("  commit -> delivering read starts", delivering.start - signal.end)
+      add("  delivering read duration", delivering.end - delivering.start)
+      add("  delivering read end -> execute start", exec.start - delivering.end)
+    }
     add("claim statement (execute start -> claim end)", claim === undefined ? undefined : claim.end - exec.start)
     add(
       "claim end -> step span start (gate: guards, held signal)",
@@ -228,6 +237,25 @@ const traceReport = (
     const mean = xs.reduce((a, b) => a + b, 0) / xs.length
     console.error(
       `  ${q(xs, 50).toFixed(2).padStart(8)} ${q(xs, 90).toFixed(2).padStart(8)} ${mean.toFixed(2).padStart(8)}  ${k}`
+    )
+  }
+  {
+    const per = new Map<Stamp, number>()
+    for (let i = 0; i < handles.length; i++) {
+      const exec = (stamps.get(handles[i]!.id) ?? []).find((x) => x.name === "pgbus.workflow.execute")
+      if (exec === undefined) continue
+      const d = reads
+        .filter((r) => r.end <= exec.start + 0.001)
+        .reduce<Stamp | undefined>((a, r) => (a === undefined || r.end > a.end ? r : a), undefined)
+      if (d !== undefined) per.set(d, (per.get(d) ?? 0) + 1)
+    }
+    const hist = new Map<number, number>()
+    for (const n of per.values()) hist.set(n, (hist.get(n) ?? 0) + 1)
+    console.error(
+      `  runs per delivering read (n: reads): ${[...hist]
+        .sort((a, b) => a[0] - b[0])
+        .map(([n, c]) => `${n}:${c}`)
+        .join(" ")}`
     )
   }
   console.error(
@@ -283,6 +311,7 @@ try {
     recording = false
     await stop()
     if (TRACE) traceReport(handles, sentAt, notified, r.wallMs)
+    console.error("DBG", JSON.stringify((globalThis as unknown as { __dbg?: unknown }).__dbg))
     if (PROFILE) {
       const rows = [...tally].sort((a, b) => Number(b[1].ns - a[1].ns))
       console.error(`ours-signals profile (timed phase, ${r.completed} runs): count, per signal, total ms, mean ms`)
