@@ -163,3 +163,29 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
     )
   })
 })
+
+layer(TestDatabase.layer({ pollingInterval: "50 millis", localDispatch: false }), { excludeTestServices: true })(
+  "local dispatch off",
+  (it) => {
+    it.effect("localDispatch false: the signal wakes the step the usual way and no worker offers a slot", () =>
+      Effect.gen(function* () {
+        yield* startSupervisor([LocalWake], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+        const config = yield* PgBusConfig
+        const notifier = yield* Notifier
+        const run = yield* LocalWake.start({ id: "c" })
+        yield* eventually(
+          "waiting",
+          Effect.map(statusOf(run.id), (s) => s === "waiting")
+        )
+        assert.isUndefined(notifier.reserveLocal(`${config.queuePrefix}_${config.workflowQueue}`))
+        yield* run.signal("go", { v: 9 })
+        yield* eventually(
+          "finished",
+          Effect.map(statusOf(run.id), (s) => s === "finished")
+        )
+        const t = yield* trail(run.id)
+        assert.isAbove(t.started!, t.received!, "claimed by the worker, in a later transaction")
+      }).pipe(Effect.scoped)
+    )
+  }
+)

@@ -491,7 +491,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     // while a slot is free and the queues are drained (nothing older is waiting to be read).
     // The reserved slot counts as buffered until the message arrives or the send gives it back.
     const localQueues = reads.flatMap((r) => (r.cursor === undefined ? [`${config.queuePrefix}_${r.queue}`] : []))
-    if (localQueues.length > 0) {
+    if (config.localDispatch && localQueues.length > 0) {
       yield* notifier.offerLocal(localQueues, {
         reserve: () => {
           if (stopping || queuesMayHaveMore || room() <= 0) return undefined
