@@ -10,7 +10,8 @@ import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
 import * as Job from "../src/Job/Job.ts"
 import { JobClient } from "../src/Job/JobClient.ts"
-import { Notifier } from "../src/Queue/Notifier.ts"
+import { type LocalSlot, Notifier } from "../src/Queue/Notifier.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
@@ -118,6 +119,37 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
   })
 
   describe("the worker's room", () => {
+    it.effect("a slot delivered after its worker stopped gives the claimed message back at once", () =>
+      Effect.gen(function* () {
+        const config = yield* PgBusConfig
+        const notifier = yield* Notifier
+        const store = yield* QueueStore
+        yield* JobClient.use((c) => c.ensureQueue("drained"))
+        // a slot reserved while the worker runs, kept past its drain
+        const slot = yield* Effect.scoped(
+          Effect.gen(function* () {
+            yield* startSupervisor([Blocker], { capsules: [{ name: "d", queues: ["drained"], concurrency: 1 }] })
+            let taken: LocalSlot | undefined
+            yield* eventually(
+              "a slot is offered",
+              Effect.sync(() => {
+                taken = notifier.reserveLocal(`${config.queuePrefix}_drained`)
+                return taken !== undefined
+              })
+            )
+            return taken!
+          })
+        )
+        assert.isUndefined(notifier.reserveLocal(`${config.queuePrefix}_drained`), "a stopped worker offers nothing")
+        const id = yield* store.send("drained", { job: "nothing", payload: {} })
+        const [claimed] = yield* store.read("drained", { limit: 1, visibilityTimeout: "1 minute" })
+        assert.strictEqual(claimed!.msgId, id)
+        assert.isFalse(yield* slot.deliver(claimed!), "not taken: the worker is gone")
+        const [again] = yield* store.read("drained", { limit: 1, visibilityTimeout: "1 minute" })
+        assert.deepStrictEqual([again?.msgId, again?.readCt], [id, 2], "visible again at once")
+      }).pipe(Effect.scoped)
+    )
+
     it.effect(
       "a worker offers a slot only while one is free and its queues are drained; a cancelled slot comes back",
       () =>

@@ -24,6 +24,22 @@ export interface MessageRow {
   readonly last_error: unknown
 }
 
+/**
+ * Builds CTEs that insert messages into a queue from another module's statement
+ * (`messageSendCtes`; see there for `claim` and `claimed`).
+ */
+export type MessageCtes = (
+  physical: string,
+  name: string,
+  rows: Statement.Fragment,
+  now: Date | null,
+  claim?: { readonly claimedBy: string; readonly visibilityMs: number }
+) => {
+  readonly ctes: Statement.Fragment
+  readonly notifyRef: Statement.Fragment
+  readonly claimed: Statement.Fragment
+}
+
 /** A message inserted claimed by `messageSendCtes` (its `claimed` columns; all null when none was sent). */
 export interface ClaimedMessageRow {
   readonly claimed_msg_id: bigint | null
@@ -251,13 +267,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
    * with no NOTIFY; the caller selects `claimed` (the `claimed_*` columns of a MessageRow,
    * null when nothing was sent) to hand it to that reader.
    */
-  const messageSendCtes = (
-    physical: string,
-    name: string,
-    rows: Statement.Fragment,
-    now: Date | null,
-    claim?: { readonly claimedBy: string; readonly visibilityMs: number }
-  ) => {
+  const messageSendCtes: MessageCtes = (physical, name, rows, now, claim) => {
     if (claim !== undefined) {
       const one = (column: string) => sql`(SELECT ${sql(column)} FROM ${sql(name)})`
       const ctes = sql`${sql(name)} AS (

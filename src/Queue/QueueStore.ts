@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { Clock, Context, Duration, Effect, Layer, Option, Schema } from "effect"
-import { SqlClient, type Statement } from "effect/sql"
+import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
 import { serverError, statementNow, toDatabaseError } from "../Database.ts"
@@ -31,6 +31,7 @@ import {
   type ClaimedMessageRow,
   type EncodedMessage,
   type FairMessageRow,
+  type MessageCtes,
   type MessageRow,
   makeQueueSql,
   type ReceiptParams
@@ -308,17 +309,7 @@ export class QueueStore extends Context.Service<
      * inserted claimed for a local reader (see `QueueSql.messageSendCtes`): select `claimed` and
      * decode it with `claimedMessage`.
      */
-    readonly messageCtes: (
-      physical: string,
-      name: string,
-      rows: Statement.Fragment,
-      now: Date | null,
-      claim?: { readonly claimedBy: string; readonly visibilityMs: number }
-    ) => {
-      readonly ctes: Statement.Fragment
-      readonly notifyRef: Statement.Fragment
-      readonly claimed: Statement.Fragment
-    }
+    readonly messageCtes: MessageCtes
     /** The message a `messageCtes` claim inserted, from its `claimed` columns (undefined: none was sent). */
     readonly claimedMessage: (queue: string, row: ClaimedMessageRow) => Message | undefined
     /** Validates a queue name (no SQL). */
