@@ -189,6 +189,8 @@ const traceReport = (
     return xs[lo]
   }
   let execBusy = 0
+  /** Runs whose step started with no statement of its own before it (local dispatch: claimed by the signal). */
+  let handedOver = 0
   for (let i = 0; i < handles.length; i++) {
     const list = stamps.get(handles[i]!.id) ?? []
     const signal = list.find((x) => x.name === "pgbus.workflow.signal")
@@ -199,6 +201,7 @@ const traceReport = (
     execBusy += exec.end - exec.start
     const sql = list.filter((x) => x.text !== undefined && x.start >= exec.start && x.end <= (step?.start ?? body))
     const claim = sql[0]
+    if (claim === undefined) handedOver++
     add("signal: span (call -> commit)", signal.end - signal.start)
     add("signal: span end -> signal() returned to the sender", sentAt[i]! - signal.end)
     add(
@@ -207,10 +210,14 @@ const traceReport = (
     )
     add("commit -> next worker read starts", (firstAfter(readStarts, signal.end) ?? Number.NaN) - signal.end)
     add("commit -> executor takes the message (execute span start)", exec.start - signal.end)
-    // the read that delivered it: the last read ending before the execute span starts
-    const delivering = reads
-      .filter((r) => r.end <= exec.start + 0.001)
-      .reduce<Stamp | undefined>((a, r) => (a === undefined || r.end > a.end ? r : a), undefined)
+    // sent the usual way (not handed over): the read that delivered it, the last ending before
+    // the execute span starts
+    const delivering =
+      claim === undefined
+        ? undefined
+        : reads
+            .filter((r) => r.end <= exec.start + 0.001)
+            .reduce<Stamp | undefined>((a, r) => (a === undefined || r.end > a.end ? r : a), undefined)
     if (delivering !== undefined) {
       add("  commit -> delivering read starts", delivering.start - signal.end)
       add("  delivering read duration", delivering.end - delivering.start)
@@ -221,10 +228,12 @@ const traceReport = (
       "claim end -> step span start (gate: guards, held signal)",
       claim === undefined || step === undefined ? undefined : step.start - claim.end
     )
-    add(
-      `  gate statements (${sql.length - 1} per run incl. BEGIN/COMMIT)`,
-      sql.slice(1).reduce((n, x) => n + x.end - x.start, 0)
-    )
+    if (claim !== undefined) {
+      add(
+        `  gate statements (${sql.length - 1} per run incl. BEGIN/COMMIT)`,
+        sql.slice(1).reduce((n, x) => n + x.end - x.start, 0)
+      )
+    }
     add("step span start -> body start", step === undefined ? undefined : body - step.start)
     add("TOTAL signal() returned -> body start", body - sentAt[i]!)
   }
@@ -239,27 +248,8 @@ const traceReport = (
       `  ${q(xs, 50).toFixed(2).padStart(8)} ${q(xs, 90).toFixed(2).padStart(8)} ${mean.toFixed(2).padStart(8)}  ${k}`
     )
   }
-  {
-    const per = new Map<Stamp, number>()
-    for (let i = 0; i < handles.length; i++) {
-      const exec = (stamps.get(handles[i]!.id) ?? []).find((x) => x.name === "pgbus.workflow.execute")
-      if (exec === undefined) continue
-      const d = reads
-        .filter((r) => r.end <= exec.start + 0.001)
-        .reduce<Stamp | undefined>((a, r) => (a === undefined || r.end > a.end ? r : a), undefined)
-      if (d !== undefined) per.set(d, (per.get(d) ?? 0) + 1)
-    }
-    const hist = new Map<number, number>()
-    for (const n of per.values()) hist.set(n, (hist.get(n) ?? 0) + 1)
-    console.error(
-      `  runs per delivering read (n: reads): ${[...hist]
-        .sort((a, b) => a[0] - b[0])
-        .map(([n, c]) => `${n}:${c}`)
-        .join(" ")}`
-    )
-  }
   console.error(
-    `  reads: ${reads.length}; notifications: ${notified.length}; executor busy ${(execBusy / wallMs / CONCURRENCY).toFixed(2)} of ${CONCURRENCY} x wall`
+    `  handed over claimed (local dispatch): ${handedOver}; reads: ${reads.length}; notifications: ${notified.length}; executor busy ${(execBusy / wallMs / CONCURRENCY).toFixed(2)} of ${CONCURRENCY} x wall`
   )
 }
 
@@ -311,7 +301,6 @@ try {
     recording = false
     await stop()
     if (TRACE) traceReport(handles, sentAt, notified, r.wallMs)
-    console.error("DBG", JSON.stringify((globalThis as unknown as { __dbg?: unknown }).__dbg))
     if (PROFILE) {
       const rows = [...tally].sort((a, b) => Number(b[1].ns - a[1].ns))
       console.error(`ours-signals profile (timed phase, ${r.completed} runs): count, per signal, total ms, mean ms`)
