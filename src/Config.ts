@@ -75,6 +75,8 @@ export interface PgBusConfigShape {
   readonly pollingInterval: Duration.Duration
   /** Wake readers with LISTEN/NOTIFY (polling stays as the fallback). */
   readonly listenNotify: boolean
+  /** A signal hands the step it wakes to a worker of the sending process with a free slot (claimed, no read). */
+  readonly localDispatch: boolean
   /** How long archived messages are kept; `undefined` keeps them forever. */
   readonly archiveRetention: Duration.Duration | undefined
   /** Byte cap on a message payload (its JSON text). */
@@ -159,6 +161,7 @@ export interface PgBusConfigInput {
   readonly retryBackoffJitter?: number
   readonly pollingInterval?: Duration.Input
   readonly listenNotify?: boolean
+  readonly localDispatch?: boolean
   readonly archiveRetention?: Duration.Input | null
   readonly maxPayloadSize?: number
   readonly workers?: string
@@ -244,6 +247,7 @@ export const PgBusConfigSchema = Schema.Struct({
   retryBackoffJitter: Schema.Number.check(Schema.isBetween({ minimum: 0, maximum: 1 })),
   pollingInterval: PositiveDuration,
   listenNotify: Schema.Boolean,
+  localDispatch: Schema.Boolean,
   archiveRetention: Schema.UndefinedOr(PositiveDuration),
   maxPayloadSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(64)),
   workers: Schema.String.check(Schema.isNonEmpty()),
@@ -305,6 +309,7 @@ export const fields = {
   retryBackoffJitter: { kind: "number", default: 0.15, env: "PGBUS_RETRY_BACKOFF_JITTER" },
   pollingInterval: { kind: "duration", default: Duration.millis(100), env: "PGBUS_POLLING_INTERVAL" },
   listenNotify: { kind: "boolean", default: true, env: "PGBUS_LISTEN_NOTIFY" },
+  localDispatch: { kind: "boolean", default: true, env: "PGBUS_LOCAL_DISPATCH" },
   archiveRetention: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_ARCHIVE_RETENTION" },
   maxPayloadSize: { kind: "int", default: 131_072, env: "PGBUS_MAX_PAYLOAD_SIZE" },
   workers: { kind: "string", default: "default: 5", env: "PGBUS_WORKERS" },

@@ -19,6 +19,7 @@ describe("configuration", () => {
       assert.strictEqual(c.retryBackoffJitter, 0.15)
       assert.strictEqual(Duration.toMillis(c.pollingInterval), 100)
       assert.isTrue(c.listenNotify)
+      assert.isTrue(c.localDispatch)
       assert.strictEqual(Duration.toDays(c.archiveRetention!), 7)
       assert.strictEqual(c.maxPayloadSize, 131_072)
     })

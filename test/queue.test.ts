@@ -229,10 +229,42 @@ layer(TestDatabase.layer({ visibilityTimeout: "30 seconds" }), { excludeTestServ
         )
         assert.deepStrictEqual(yield* store.archiveAndRead(q, last.messages, { limit: 10 }), {
           archived: 1,
-          messages: []
+          messages: [],
+          more: false
         })
         assert.strictEqual((yield* store.metrics(q)).archiveSize, 4)
       }).pipe(onTestClock)
+    )
+
+    it.effect(
+      "archiveAndRead says whether its claim left visible messages behind (more), exactly at the limit too",
+      () =>
+        Effect.gen(function* () {
+          yield* startClockNow
+          const store = yield* QueueStore
+          const q = yield* newQueue("readmore")
+          const ids = yield* store.sendBatch(q, [{ message: 1 }, { message: 2 }, { message: 3 }, { message: 4 }])
+          const first = yield* store.archiveAndRead(q, [], { limit: 1 })
+          assert.deepStrictEqual([first.messages.map((m) => m.msgId), first.more], [ids.slice(0, 1), true])
+          const second = yield* store.archiveAndRead(q, first.messages, { limit: 2 })
+          assert.deepStrictEqual(
+            [second.archived, second.messages.map((m) => m.msgId), second.more],
+            [1, ids.slice(1, 3), true]
+          )
+          // exactly the last one: nothing left (a read that fills its limit is not taken for a backlog)
+          const third = yield* store.archiveAndRead(q, second.messages, { limit: 1 })
+          assert.deepStrictEqual(
+            [third.archived, third.messages.map((m) => m.msgId), third.more],
+            [2, ids.slice(3), false]
+          )
+          const fourth = yield* store.archiveAndRead(q, [], { limit: 1 })
+          assert.deepStrictEqual([fourth.messages.length, fourth.more], [0, false])
+          // the row looked at beyond the limit was not claimed: its first delivery came later
+          assert.deepStrictEqual(
+            second.messages.map((m) => m.readCt),
+            [1, 1]
+          )
+        }).pipe(onTestClock)
     )
 
     it.effect("archive retention removes archived rows older than the window, and only those", () =>

@@ -161,7 +161,7 @@ export class Registry extends Context.Service<
         byName.set(
           STEP_JOB,
           internalJob(config, STEP_JOB, StepMessage, config.workflowQueue, (payload, context) =>
-            runner.execute(workflows, payload, { attempt: context.attempt })
+            runner.execute(workflows, payload, { attempt: context.attempt, msgId: context.msgId })
           )
         )
         // a fan-out batch's callback resumes the step waiting on it

@@ -9,6 +9,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { Context, Duration, Effect, Latch, Layer, Queue, Ref, Schedule } from "effect"
 import { PgBusConfig } from "../Config.ts"
+import type { Message } from "./Message.ts"
 
 /** What the notifier is doing: off by config, not yet needed, listening, or reconnecting. */
 export type NotifierStatus = "disabled" | "idle" | "listening" | "reconnecting"
@@ -24,6 +25,27 @@ export interface Wakeups {
   readonly next: Effect.Effect<void>
   /** Wakes this subscriber from inside the process (a worker whose slot freed). */
   readonly wake: () => void
+}
+
+/**
+ * Room a reader of this process reserved for one message that a sender of this process inserts
+ * already claimed for it (local dispatch: no NOTIFY, no read). Exactly one of `deliver` (after
+ * the sender's commit) or `cancel` (it rolled back, or sent nothing) must follow.
+ */
+export interface LocalSlot {
+  /** Recorded as the message's `claimed_by`. */
+  readonly claimedBy: string
+  /** The message's visibility from its insert, as a read would set it. */
+  readonly visibilityMs: number
+  /** Hands the committed, claimed message to the reader; false when it no longer takes it (draining: given back). */
+  readonly deliver: (message: Message) => Effect.Effect<boolean>
+  /** Gives the room back. */
+  readonly cancel: () => void
+}
+
+/** A reader that takes messages claimed for it at send time: `reserve` says whether it has room now. */
+export interface LocalReader {
+  readonly reserve: (physicalQueue: string) => LocalSlot | undefined
 }
 
 interface Subscriber {
@@ -62,6 +84,13 @@ export class Notifier extends Context.Service<
     readonly status: Effect.Effect<NotifierStatus>
     /** Wakes subscribers of a queue in this process (used by local senders and tests). */
     readonly wake: (physicalQueue: string) => Effect.Effect<void>
+    /** Registers a reader of physical queues for local dispatch until the scope closes. */
+    readonly offerLocal: (
+      queues: ReadonlyArray<string>,
+      reader: LocalReader
+    ) => Effect.Effect<void, never, import("effect").Scope.Scope>
+    /** Room for one message of a queue at a reader of this process, if one has it now. */
+    readonly reserveLocal: (physicalQueue: string) => LocalSlot | undefined
     /** Counts of notifications and reconnects, for tests and metrics. */
     readonly stats: Effect.Effect<{ readonly received: number; readonly connects: number }>
   }
@@ -74,6 +103,7 @@ export class Notifier extends Context.Service<
       const pg = yield* PgClient.PgClient
       const channel = config.listenNotify ? channelName(config.schema) : ""
       const subscribers = new Set<Subscriber>()
+      const localReaders = new Set<{ readonly queues: ReadonlySet<string>; readonly reader: LocalReader }>()
       const status = yield* Ref.make<NotifierStatus>(config.listenNotify ? "idle" : "disabled")
       const counts = { received: 0, connects: 0 }
       const started = Latch.makeUnsafe(false)
@@ -178,6 +208,23 @@ export class Notifier extends Context.Service<
         subscribe,
         status: Ref.get(status),
         wake: (queue) => Effect.sync(() => deliver(queue)),
+        offerLocal: (queues, reader) =>
+          Effect.acquireRelease(
+            Effect.sync(() => {
+              const entry = { queues: new Set(queues), reader }
+              localReaders.add(entry)
+              return entry
+            }),
+            (entry) => Effect.sync(() => localReaders.delete(entry))
+          ).pipe(Effect.asVoid),
+        reserveLocal: (queue) => {
+          for (const { queues, reader } of localReaders) {
+            if (!queues.has(queue)) continue
+            const slot = reader.reserve(queue)
+            if (slot !== undefined) return slot
+          }
+          return undefined
+        },
         stats: Effect.sync(() => ({ ...counts }))
       })
     })

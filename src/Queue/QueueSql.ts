@@ -24,6 +24,32 @@ export interface MessageRow {
   readonly last_error: unknown
 }
 
+/**
+ * Builds CTEs that insert messages into a queue from another module's statement
+ * (`messageSendCtes`; see there for `claim` and `claimed`).
+ */
+export type MessageCtes = (
+  physical: string,
+  name: string,
+  rows: Statement.Fragment,
+  now: Date | null,
+  claim?: { readonly claimedBy: string; readonly visibilityMs: number }
+) => {
+  readonly ctes: Statement.Fragment
+  readonly notifyRef: Statement.Fragment
+  readonly claimed: Statement.Fragment
+}
+
+/** A message inserted claimed by `messageSendCtes` (its `claimed` columns; all null when none was sent). */
+export interface ClaimedMessageRow {
+  readonly claimed_msg_id: bigint | null
+  readonly claimed_read_ct?: number | null
+  readonly claimed_enqueued_at?: Date | null
+  readonly claimed_vt?: Date | null
+  readonly claimed_message?: unknown
+  readonly claimed_headers?: unknown
+}
+
 /** An archived row. */
 export interface ArchivedRow {
   readonly msg_id: bigint
@@ -235,8 +261,27 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
    * one message per row of `rows` (which yields `vt` and `message` columns) and
    * `<name>_notify` wakes the queue's readers when at least one was sent. The caller
    * references `notifyRef` in its final SELECT so that the notify CTE runs.
+   *
+   * With `claim` (local dispatch: `rows` yields one row at most), the message is inserted
+   * claimed, as a read by `claimedBy` would leave it (read_ct 1, invisible for `visibilityMs`),
+   * with no NOTIFY; the caller selects `claimed` (the `claimed_*` columns of a MessageRow,
+   * null when nothing was sent) to hand it to that reader.
    */
-  const messageSendCtes = (physical: string, name: string, rows: Statement.Fragment, now: Date | null) => {
+  const messageSendCtes: MessageCtes = (physical, name, rows, now, claim) => {
+    if (claim !== undefined) {
+      const one = (column: string) => sql`(SELECT ${sql(column)} FROM ${sql(name)})`
+      const ctes = sql`${sql(name)} AS (
+        INSERT INTO ${messages(physical)} (enqueued_at, vt, message, read_ct, claimed_by)
+        SELECT ${NOW(sql, now)},
+               greatest(src.vt, ${NOW(sql, now)}) + ${PgTypes.float8(claim.visibilityMs)} * interval '1 millisecond',
+               src.message, 1, ${claim.claimedBy}
+        FROM (${rows}) AS src
+        RETURNING msg_id, read_ct, enqueued_at, vt, message, headers)`
+      const claimed = sql`${one("msg_id")} AS claimed_msg_id, ${one("read_ct")} AS claimed_read_ct,
+        ${one("enqueued_at")} AS claimed_enqueued_at, ${one("vt")} AS claimed_vt,
+        ${one("message")} AS claimed_message, ${one("headers")} AS claimed_headers`
+      return { ctes, notifyRef: sql`0`, claimed }
+    }
     const ctes = sql`${sql(name)} AS (
         INSERT INTO ${messages(physical)} (enqueued_at, vt, message)
         SELECT ${NOW(sql, now)}, greatest(src.vt, ${NOW(sql, now)}), src.message FROM (${rows}) AS src
@@ -247,7 +292,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         SELECT pg_notify(${notifyChannel}, ${physical}) FROM (SELECT 1 FROM ${sql(name)} LIMIT 1) AS any_sent)`
         }`
     const notifyRef = notifyChannel === "" ? sql`0` : sql`(SELECT count(*) FROM ${sql(`${name}_notify`)})`
-    return { ctes, notifyRef }
+    return { ctes, notifyRef, claimed: sql`NULL::int8 AS claimed_msg_id` }
   }
 
   // PGMQ's read: oldest visible first, rows locked by another reader skipped, vt moved on.
@@ -258,18 +303,21 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     claimedBy: string | null,
     now: Date | null
   ) =>
-    sql<MessageRow>`WITH c AS (
+    // one row more than the limit is locked (not claimed): `more` says whether the read left any
+    sql<MessageRow & { readonly more: boolean }>`WITH c AS (
         SELECT msg_id FROM ${messages(physical)}
         WHERE vt <= ${NOW(sql, now)}
         ORDER BY msg_id
-        LIMIT ${limit}
-        FOR UPDATE SKIP LOCKED)
+        LIMIT ${limit + 1}
+        FOR UPDATE SKIP LOCKED),
+      t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
       UPDATE ${messages(physical)} q
       SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
           read_ct = q.read_ct + 1,
           claimed_by = ${claimedBy}
-      FROM c WHERE q.msg_id = c.msg_id
-      RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error`
+      FROM t WHERE q.msg_id = t.msg_id
+      RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
+        (SELECT count(*) FROM c) > ${limit} AS more`
 
   // Archives a worker's finished messages and claims the next ones in one statement (one round
   // trip where a flush and a read took two). The claim skips every row the receipts name: a
@@ -282,7 +330,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     claimedBy: string | null,
     now: Date | null
   ) =>
-    sql<MessageRow & { readonly archived: bigint | null }>`WITH d AS (
+    sql<MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }>`WITH d AS (
         DELETE FROM ${messages(physical)} q USING ${receipts(r)}
         WHERE q.msg_id = r.msg_id AND q.read_ct = r.read_ct
         RETURNING q.*),
@@ -294,18 +342,20 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         SELECT msg_id FROM ${messages(physical)}
         WHERE vt <= ${NOW(sql, now)} AND msg_id <> ALL(${typedArray(r.ids, PgTypes.OID.int8)}::int8[])
         ORDER BY msg_id
-        LIMIT ${limit}
+        LIMIT ${limit + 1}
         FOR UPDATE SKIP LOCKED),
+      t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit}),
       u AS (
         UPDATE ${messages(physical)} q
         SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
             read_ct = q.read_ct + 1,
             claimed_by = ${claimedBy}
-        FROM c WHERE q.msg_id = c.msg_id
+        FROM t WHERE q.msg_id = t.msg_id
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error)
-      SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::int8 AS archived FROM u
+      SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::int8 AS archived,
+        NULL::bool AS more FROM u
       UNION ALL
-      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a)`
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a), (SELECT count(*) FROM c) > ${limit}`
 
   // The fair read (see FairShare.ts): the keys present are found by a skip scan of the fair
   // index (one probe per key); each key with visible messages ranks its `limit` oldest, rank r

@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { Clock, Context, Duration, Effect, Layer, Option, Schema } from "effect"
-import { SqlClient, type Statement } from "effect/sql"
+import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
 import { serverError, statementNow, toDatabaseError } from "../Database.ts"
@@ -28,8 +28,10 @@ import { Notifier, pollDelay } from "./Notifier.ts"
 import { InvalidMessage, PayloadTooLarge, type QueueError, QueueNotFound } from "./QueueError.ts"
 import * as QueueName from "./QueueName.ts"
 import {
+  type ClaimedMessageRow,
   type EncodedMessage,
   type FairMessageRow,
+  type MessageCtes,
   type MessageRow,
   makeQueueSql,
   type ReceiptParams
@@ -150,6 +152,19 @@ const toMessage = (queue: string, row: MessageRow): Message => ({
   lastError: row.last_error === null ? undefined : Option.getOrUndefined(decodeFailure(row.last_error))
 })
 
+const claimedMessage = (queue: string, row: ClaimedMessageRow): Message | undefined =>
+  row.claimed_msg_id === null || row.claimed_msg_id === undefined
+    ? undefined
+    : toMessage(queue, {
+        msg_id: row.claimed_msg_id,
+        read_ct: row.claimed_read_ct ?? 1,
+        enqueued_at: row.claimed_enqueued_at ?? new Date(0),
+        vt: row.claimed_vt ?? new Date(0),
+        message: row.claimed_message,
+        headers: row.claimed_headers,
+        last_error: null
+      })
+
 const byMsgId = (a: Message, b: Message) => (a.msgId < b.msgId ? -1 : a.msgId > b.msgId ? 1 : 0)
 
 const byStart = (a: FairMessageRow, b: FairMessageRow) =>
@@ -205,13 +220,17 @@ export class QueueStore extends Context.Service<
     readonly read: (queue: string, options?: ReadOptions) => Effect.Effect<ReadonlyArray<Message>, QueueError>
     /**
      * Archives finished messages (by receipt) and claims up to `limit` more, oldest first, in one
-     * statement; a fair read claims in a statement of its own after the archive.
+     * statement; a fair read claims in a statement of its own after the archive. `more`: the
+     * read left visible messages behind (a fair read: it got `limit`).
      */
     readonly archiveAndRead: (
       queue: string,
       receipts: ReadonlyArray<Receipt>,
       options?: ReadOptions
-    ) => Effect.Effect<{ readonly archived: number; readonly messages: ReadonlyArray<Message> }, QueueError>
+    ) => Effect.Effect<
+      { readonly archived: number; readonly messages: ReadonlyArray<Message>; readonly more: boolean },
+      QueueError
+    >
     /** Like `read`, but waits up to `maxWait` for a message (woken by NOTIFY, else polling). */
     readonly readWithPoll: (queue: string, options: PollOptions) => Effect.Effect<ReadonlyArray<Message>, QueueError>
     /** Moves messages to the archive; returns how many moved. */
@@ -286,14 +305,13 @@ export class QueueStore extends Context.Service<
     /**
      * CTEs that send messages into a queue from another module's statement (one per row of
      * `rows`, which yields `vt` and `message`), and the reference that makes its NOTIFY run.
-     * The queue must exist; `physical` is its physical name.
+     * The queue must exist; `physical` is its physical name. With `claim`, the one message is
+     * inserted claimed for a local reader (see `QueueSql.messageSendCtes`): select `claimed` and
+     * decode it with `claimedMessage`.
      */
-    readonly messageCtes: (
-      physical: string,
-      name: string,
-      rows: Statement.Fragment,
-      now: Date | null
-    ) => { readonly ctes: Statement.Fragment; readonly notifyRef: Statement.Fragment }
+    readonly messageCtes: MessageCtes
+    /** The message a `messageCtes` claim inserted, from its `claimed` columns (undefined: none was sent). */
+    readonly claimedMessage: (queue: string, row: ClaimedMessageRow) => Message | undefined
     /** Validates a queue name (no SQL). */
     readonly validateName: (queue: string) => Effect.Effect<QueueName.QueueName, QueueError>
   }
@@ -565,11 +583,19 @@ export class QueueStore extends Context.Service<
       const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) =>
         Effect.gen(function* () {
           const fair = options?.fair
-          if (receipts.length === 0 || (fair !== undefined && fair !== false)) {
+          if (fair !== undefined && fair !== false) {
             const archived = receipts.length === 0 ? 0 : yield* archive(queue, receipts)
-            return { archived, messages: yield* read(queue, options) }
+            const messages = yield* read(queue, options)
+            return { archived, messages, more: messages.length >= (options?.limit ?? 1) }
           }
           const { name, limit, vtMs, now } = yield* readParams(queue, options)
+          if (receipts.length === 0) {
+            const claimed = yield* statements
+              .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
+              .pipe(Effect.mapError(fail("read from", queue)))
+            const messages = claimed.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
+            return { archived: 0, messages, more: claimed[0]?.more === true }
+          }
           const rows = yield* statements
             .messageArchiveAndRead(
               name.physical,
@@ -581,12 +607,15 @@ export class QueueStore extends Context.Service<
             )
             .pipe(Effect.mapError(fail("archive and read in", queue)))
           let archived = 0
+          let more = false
           const messages: Array<Message> = []
           for (const row of rows) {
-            if (row.archived !== null) archived = toNumber(row.archived)
-            else messages.push(toMessage(queue, row))
+            if (row.archived !== null) {
+              archived = toNumber(row.archived)
+              more = row.more === true
+            } else messages.push(toMessage(queue, row))
           }
-          return { archived, messages: messages.sort(byMsgId) as ReadonlyArray<Message> }
+          return { archived, messages: messages.sort(byMsgId) as ReadonlyArray<Message>, more }
         }).pipe(hotSpan("QueueStore.archiveAndRead", { queue }))
 
       const readFair = (
@@ -897,6 +926,7 @@ export class QueueStore extends Context.Service<
         metrics,
         cleanupArchive,
         messageCtes: statements.messageSendCtes,
+        claimedMessage,
         validateName: (queue) => validateName(queue)
       })
     })

@@ -152,6 +152,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     const completed: Array<Message> = []
     let stopping = false
     let queuesMayHaveMore = true
+    /** Drained, woken while every slot was taken: the next freed slot wakes the read loop again. */
+    let wokenWhileFull = false
     const flushLock = yield* Semaphore.make(1)
     /** Opened by executors when enough capacity is free to be worth a read. */
     const capacityFreed = Latch.makeUnsafe(false)
@@ -280,7 +282,13 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           Effect.ensuring(
             Effect.sync(() => {
               stats.running--
-              if (queuesMayHaveMore && worthClaiming()) capacityFreed.openUnsafe()
+              if (queuesMayHaveMore) {
+                if (worthClaiming()) capacityFreed.openUnsafe()
+              } else if (wokenWhileFull) {
+                // a wake-up came while every slot was taken: its message waits for this slot
+                wokenWhileFull = false
+                wakeups.wake()
+              }
             })
           )
         )
@@ -373,19 +381,22 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
                 )
               : Effect.void
           }),
-          Effect.map(({ messages }) => messages)
+          Effect.map(({ messages, more }) => ({ messages, more }))
         )
 
+    /** Claims up to `limit` of a queue (archiving successes on the way when allowed); `more`: it left some. */
     const readOne = (queue: string, cursor: FairCursor | undefined, limit: number, withArchive: boolean) => {
       const done = withArchive && cursor === undefined && completed.length > 0 ? takeCompleted(queue) : []
-      return done.length > 0
+      return cursor === undefined
         ? archiveAndRead(queue, done, limit)
-        : store.read(queue, {
-            limit,
-            visibilityTimeout: config.visibilityTimeout,
-            claimedBy: processId,
-            fair: cursor
-          })
+        : store
+            .read(queue, {
+              limit,
+              visibilityTimeout: config.visibilityTimeout,
+              claimedBy: processId,
+              fair: cursor
+            })
+            .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
     }
 
     /** The queues the last claim read without fairness: the next claim likely reads them again. */
@@ -398,19 +409,25 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         let want = room()
         if (want <= 0) return 0
         let claimed = 0
+        let more = false
         const read = new Set<string>()
         for (const { queue, cursor } of reads) {
-          if (want <= 0) break
+          // full before the last queues: those may have more
+          if (want <= 0) {
+            more = true
+            break
+          }
           if (cursor === undefined) read.add(queue)
           const got = yield* readOne(queue, cursor, want, withArchive)
-          for (const m of got) inFlight.add(m)
-          stats.buffered += got.length
-          yield* Queue.offerAll(work, got)
-          want -= got.length
-          claimed += got.length
+          for (const m of got.messages) inFlight.add(m)
+          stats.buffered += got.messages.length
+          yield* Queue.offerAll(work, got.messages)
+          want -= got.messages.length
+          claimed += got.messages.length
+          if (got.more) more = true
         }
-        // fewer than asked: every queue was drained, so only a notification (or the poll) is news
-        queuesMayHaveMore = want <= 0
+        // every queue read was drained: only a notification (or the poll) is news
+        queuesMayHaveMore = more
         lastRead = read
         return claimed
       })
@@ -444,6 +461,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         } else {
           // woken by a NOTIFY, or by the poller below
           yield* wakeups.next
+          if (room() <= 0) wokenWhileFull = true
         }
       }
     }).pipe(
@@ -467,6 +485,50 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         Effect.sleep(pollDelay(status, config.pollingInterval)).pipe(Effect.andThen(Effect.sync(() => wakeups.wake())))
       )
     )
+
+    // Local dispatch (Notifier.reserveLocal): a sender of this process may insert a message
+    // claimed for this worker and hand it over after its commit, with no NOTIFY and no read,
+    // while a slot is free, and, for a worker of several queues (priority order), only while they
+    // are drained. With more to read, the read loop still claims whenever nothing is buffered, so
+    // the queue is not starved. The reserved slot counts as buffered until the message arrives or
+    // the send gives it back.
+    const localQueues = reads.flatMap((r) => (r.cursor === undefined ? [`${config.queuePrefix}_${r.queue}`] : []))
+    if (config.localDispatch && localQueues.length > 0) {
+      yield* notifier.offerLocal(localQueues, {
+        reserve: () => {
+          // with more to read, only a worker of one queue: no priority order to keep
+          if (stopping || room() <= 0 || (queuesMayHaveMore && reads.length > 1)) return undefined
+          stats.buffered++
+          let open = true
+          const close = () => {
+            if (!open) return false
+            open = false
+            return true
+          }
+          return {
+            claimedBy: processId,
+            visibilityMs,
+            deliver: (m) =>
+              Effect.suspend(() => {
+                if (!close()) return Effect.succeed(false)
+                if (!stopping) {
+                  inFlight.add(m)
+                  return Queue.offer(work, m).pipe(Effect.as(true))
+                }
+                // drained meanwhile: give it back at once
+                stats.buffered = Math.max(0, stats.buffered - 1)
+                return store.release(m.queue, [receiptOf(m)]).pipe(
+                  Effect.catch((e) => Effect.logWarning("pgbus: release failed", e)),
+                  Effect.as(false)
+                )
+              }),
+            cancel: () => {
+              if (close()) stats.buffered = Math.max(0, stats.buffered - 1)
+            }
+          }
+        }
+      })
+    }
 
     const fairQueues = reads.flatMap((r) => (r.cursor === undefined ? [] : [r.queue]))
     if (fairQueues.length > 0) yield* Effect.forkScoped(ensureFairIndexes(store, fairQueues))

@@ -22,6 +22,8 @@ import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { statementNow, toDatabaseError } from "../Database.ts"
 import * as Job from "../Job/Job.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
+import type { Message } from "../Queue/Message.ts"
+import { type LocalSlot, Notifier } from "../Queue/Notifier.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type {
@@ -375,7 +377,12 @@ const CARRIED_INPUT_LIMIT = 8 * 1024
 export interface Delivery {
   /** The message's read count (above 1: a redelivery). */
   readonly attempt: number
+  /** The message's id (a step claimed at its send in this process is found by it). */
+  readonly msgId?: bigint | undefined
 }
+
+/** Identifies one delivery of a message (id and read count). */
+const deliveryKey = (msgId: bigint, readCt: number) => `${msgId}:${readCt}`
 
 /** What a run would do next, for the test helpers. */
 export type NextWork =
@@ -455,12 +462,15 @@ const make = Effect.gen(function* () {
   const config = yield* PgBusConfig
   const sql = yield* SqlClient.SqlClient
   const store = yield* QueueStore
+  const notifier = yield* Notifier
   const jobs = yield* JobClient
   const batches = yield* Batches
-  const statements: WorkflowSql = makeWorkflowSql(sql, config.schema, (physical, name, rows, now) =>
-    store.messageCtes(physical, name, rows, now)
+  const statements: WorkflowSql = makeWorkflowSql(sql, config.schema, (physical, name, rows, now, claim) =>
+    store.messageCtes(physical, name, rows, now, claim)
   )
   const worker = `${os.hostname()}:${process.pid}`
+  /** Steps a signal claimed for this process's worker, by the delivery of their message (local dispatch). */
+  const preclaimed = new Map<string, ClaimRow>()
   const revision = config.appRevision ?? null
   const db =
     (operation: string) =>
@@ -698,6 +708,12 @@ const make = Effect.gen(function* () {
         })
       }
       const key = options.idempotencyKey?.trim() ? options.idempotencyKey : null
+      // Local dispatch: when a reader of this process has a free slot, the woken step's message
+      // is inserted claimed for it and handed over after the commit (no NOTIFY, no read). Not
+      // inside the caller's transaction: its outcome is not known here.
+      const local = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+      let slot: LocalSlot | undefined
+      let handover: { readonly message: Message; readonly claim: ClaimRow } | undefined
       return yield* verb("signal", id, options, (run, now) =>
         Effect.gen(function* () {
           if (definition !== undefined && definition.name !== run.workflow) {
@@ -745,14 +761,34 @@ const make = Effect.gen(function* () {
           }
           // a matcher this process cannot run is judged at the gate: wake the step to decide
           if (run.status === "waiting") {
-            yield* statements.stepWake({
-              workflow: run.workflow,
-              runId: run.id,
-              stepId: waiting.id,
-              timedOut: false,
-              physicalQueue: physical,
-              now
-            })
+            slot = local ? notifier.reserveLocal(physical) : undefined
+            if (slot === undefined) {
+              yield* statements.stepWake({
+                workflow: run.workflow,
+                runId: run.id,
+                stepId: waiting.id,
+                timedOut: false,
+                physicalQueue: physical,
+                now
+              })
+            } else {
+              // woken and claimed for this process's worker: it runs the step with no claim of its own
+              const [claimRow] = yield* statements.stepWakeClaim({
+                workflow: run.workflow,
+                runId: run.id,
+                stepId: waiting.id,
+                physicalQueue: physical,
+                claim: { claimedBy: slot.claimedBy, visibilityMs: slot.visibilityMs },
+                worker,
+                appRevision: revision,
+                now
+              })
+              const message =
+                claimRow === undefined
+                  ? undefined
+                  : store.claimedMessage(queueOf(waiting.queue || config.workflowQueue).queue, claimRow)
+              handover = message === undefined || claimRow === undefined ? undefined : { message, claim: claimRow }
+            }
           }
           return {
             ...toReceipt(stored, false),
@@ -765,6 +801,26 @@ const make = Effect.gen(function* () {
               ? e
               : new InvalidSignal({ workflow: run.workflow, signal: name, issue: String(e) })
           )
+        )
+      ).pipe(
+        // committed (verb's transaction is the outermost): the claimed message goes to its reader
+        Effect.onExit((exit) =>
+          Effect.suspend(() => {
+            const taken = slot
+            slot = undefined
+            if (taken === undefined) return Effect.void
+            if (Exit.isSuccess(exit) && handover !== undefined) {
+              const { message, claim } = handover
+              const key = deliveryKey(message.msgId, message.readCt)
+              preclaimed.set(key, claim)
+              return taken.deliver(message).pipe(
+                Effect.tap((took) => Effect.sync(() => (took ? undefined : preclaimed.delete(key)))),
+                Effect.asVoid
+              )
+            }
+            taken.cancel()
+            return Effect.void
+          })
         )
       )
     }) as Effect.Effect<SignalReceipt, SignalError>
@@ -2311,6 +2367,14 @@ const make = Effect.gen(function* () {
         yield* run(outcome.claim, false)
         return
       }
+      // claimed by the signal that woke it, in this process (local dispatch)
+      const key = delivery.msgId === undefined ? undefined : deliveryKey(delivery.msgId, delivery.attempt)
+      const pre = key === undefined ? undefined : preclaimed.get(key)
+      if (pre !== undefined && key !== undefined) {
+        preclaimed.delete(key)
+        if (message.step !== null && String(pre.step_id) === message.step)
+          return yield* run(pre, false).pipe(Effect.asVoid)
+      }
       const now = yield* statementNow
       const claimed =
         message.step === null
@@ -2678,7 +2742,7 @@ export class WorkflowSweep extends Context.Service<
 export const layer: Layer.Layer<
   WorkflowClient | WorkflowRunner | WorkflowSweep,
   never,
-  PgBusConfig | SqlClient.SqlClient | QueueStore | JobClient | Batches
+  PgBusConfig | SqlClient.SqlClient | QueueStore | Notifier | JobClient | Batches
 > = Layer.effectContext(
   Effect.map(make, ({ client, runner, sweep }) =>
     Context.make(WorkflowClient, client).pipe(Context.add(WorkflowRunner, runner), Context.add(WorkflowSweep, sweep))

@@ -10,6 +10,7 @@
 import { PgTypes } from "@effect/sql-pg"
 import { Result } from "effect"
 import type { SqlClient, Statement } from "effect/sql"
+import type { ClaimedMessageRow, MessageCtes as QueueMessageCtes } from "../Queue/QueueSql.ts"
 import type { RunStatus, StepStatus } from "./States.ts"
 
 /** A run row. */
@@ -130,12 +131,7 @@ export interface ClaimRow extends RunRow {
 }
 
 /** Builds message CTEs into the queue named (see QueueSql.messageSendCtes). */
-export type MessageCtes = (
-  physicalQueue: string,
-  name: string,
-  rows: Statement.Fragment,
-  now: Date | null
-) => { readonly ctes: Statement.Fragment; readonly notifyRef: Statement.Fragment }
+export type MessageCtes = QueueMessageCtes
 
 /** The job name of workflow step messages. */
 export const STEP_JOB = "pgbus.workflow.step"
@@ -290,6 +286,24 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       ORDER BY (idempotency_key IS NOT DISTINCT FROM ${idempotencyKey}::text) DESC
       LIMIT 1`
 
+  // A step's claim, shared by stepClaim and stepWakeClaim: its `s` CTE (the claimed step)
+  // returns these columns; `claimRest` moves the run to performing and writes `step_started`;
+  // the claim's row (ClaimRow) is `claimColumns` from `r` and `s`.
+  const claimedStepColumns = sql`st.id, st.name, st.attempt, st.position, st.reattempts, st.timed_out, st.timeout_at`
+  const claimRest = (runId: string, now: Date | null) => sql`r AS (
+        UPDATE ${runs} ru SET status = 'performing', current_step = s.name, updated_at = ${NOW(now)}
+        FROM s WHERE ru.id = ${runId}::uuid
+        RETURNING ru.*),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT ${runId}::uuid, 'step_started', s.name, s.attempt, 'system', ${NOW(now)} FROM s)`
+  const claimColumns = sql`r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
+        s.position AS step_position, s.reattempts AS step_reattempts, s.timed_out AS step_timed_out,
+        s.timeout_at AS step_timeout_at,
+        (SELECT jsonb_build_object('id', sg.id::text, 'name', sg.name, 'payload', sg.payload)
+           FROM ${signals} sg WHERE sg.claimed_by_step = s.id AND sg.status = 'claimed' ORDER BY sg.id LIMIT 1) AS held_signal,
+        ${history(sql`r.id`)} AS history`
+
   /** Claims a scheduled, due step of a ready run: step → in_progress, run → performing. */
   const stepClaim = (p: {
     readonly runId: string
@@ -305,21 +319,9 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
           app_revision = ${p.appRevision}
         FROM locked
         WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'scheduled' AND st.due_at <= ${NOW(p.now)}
-        RETURNING st.id, st.name, st.attempt, st.position, st.reattempts, st.timed_out, st.timeout_at),
-      r AS (
-        UPDATE ${runs} ru SET status = 'performing', current_step = s.name, updated_at = ${NOW(p.now)}
-        FROM s WHERE ru.id = ${p.runId}::uuid
-        RETURNING ru.*),
-      e AS (
-        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
-        SELECT ${p.runId}::uuid, 'step_started', s.name, s.attempt, 'system', ${NOW(p.now)} FROM s)
-      SELECT r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
-        s.position AS step_position, s.reattempts AS step_reattempts, s.timed_out AS step_timed_out,
-        s.timeout_at AS step_timeout_at,
-        (SELECT jsonb_build_object('id', sg.id::text, 'name', sg.name, 'payload', sg.payload)
-           FROM ${signals} sg WHERE sg.claimed_by_step = s.id AND sg.status = 'claimed' ORDER BY sg.id LIMIT 1) AS held_signal,
-        ${history(sql`r.id`)} AS history
-      FROM r, s`
+        RETURNING ${claimedStepColumns}),
+      ${claimRest(p.runId, p.now)}
+      SELECT ${claimColumns} FROM r, s`
 
   /** Claims a ready run with no open step, to find its next step by replay (start, resume). */
   const runClaimContinue = (runId: string, now: Date | null) =>
@@ -613,6 +615,41 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         FROM s, locked WHERE ru.id = ${p.runId}::uuid RETURNING ru.status),
       ${message.ctes}
       SELECT s.id, (SELECT status FROM r) AS run_status, ${message.notifyRef} AS notified FROM s`
+  }
+
+  /**
+   * A signal wakes a waiting run's step for a local reader (local dispatch): the wake and the
+   * step's claim in one statement (as `stepWake`, then `stepClaim` for `worker`: step →
+   * in_progress, run → performing, `step_started`), the message inserted claimed for that reader.
+   * Returns the claim, as `stepClaim` does, with the message's `claimed_*` columns.
+   */
+  const stepWakeClaim = (p: {
+    readonly workflow: string
+    readonly runId: string
+    readonly stepId: bigint
+    readonly physicalQueue: string
+    readonly claim: { readonly claimedBy: string; readonly visibilityMs: number }
+    readonly worker: string
+    readonly appRevision: string | null
+    readonly now: Date | null
+  }) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      "wake_message",
+      sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
+      p.now,
+      p.claim
+    )
+    return sql<ClaimRow & ClaimedMessageRow>`WITH locked AS (
+        SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'waiting' FOR UPDATE),
+      s AS (
+        UPDATE ${steps} st SET status = 'in_progress', due_at = ${NOW(p.now)}, timed_out = false,
+          started_at = ${NOW(p.now)}, worker = ${p.worker}, app_revision = ${p.appRevision}
+        FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'waiting'
+        RETURNING ${claimedStepColumns}),
+      ${claimRest(p.runId, p.now)},
+      ${message.ctes}
+      SELECT ${claimColumns}, ${message.claimed} FROM r, s`
   }
 
   /** The step a run waits at (status waiting), if any. */
@@ -1271,6 +1308,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     signalHeldBy,
     signalTransfer,
     stepWake,
+    stepWakeClaim,
     stepWaitingOf,
     stepResolveWaiting,
     stepNotifyLate,

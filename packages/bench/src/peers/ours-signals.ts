@@ -119,7 +119,7 @@ class TracingSpan extends CountingSpan {
         start: this.startedAt,
         end: now()
       }
-      if (this.name === "QueueStore.read") reads.push(stamp)
+      if (this.name === "QueueStore.read" || this.name === "QueueStore.archiveAndRead") reads.push(stamp)
       const id = runOf(this)
       if (id !== undefined) {
         const list = stamps.get(id) ?? []
@@ -189,6 +189,8 @@ const traceReport = (
     return xs[lo]
   }
   let execBusy = 0
+  /** Runs whose step started with no statement of its own before it (local dispatch: claimed by the signal). */
+  let handedOver = 0
   for (let i = 0; i < handles.length; i++) {
     const list = stamps.get(handles[i]!.id) ?? []
     const signal = list.find((x) => x.name === "pgbus.workflow.signal")
@@ -199,6 +201,7 @@ const traceReport = (
     execBusy += exec.end - exec.start
     const sql = list.filter((x) => x.text !== undefined && x.start >= exec.start && x.end <= (step?.start ?? body))
     const claim = sql[0]
+    if (claim === undefined) handedOver++
     add("signal: span (call -> commit)", signal.end - signal.start)
     add("signal: span end -> signal() returned to the sender", sentAt[i]! - signal.end)
     add(
@@ -207,15 +210,30 @@ const traceReport = (
     )
     add("commit -> next worker read starts", (firstAfter(readStarts, signal.end) ?? Number.NaN) - signal.end)
     add("commit -> executor takes the message (execute span start)", exec.start - signal.end)
+    // sent the usual way (not handed over): the read that delivered it, the last ending before
+    // the execute span starts
+    const delivering =
+      claim === undefined
+        ? undefined
+        : reads
+            .filter((r) => r.end <= exec.start + 0.001)
+            .reduce<Stamp | undefined>((a, r) => (a === undefined || r.end > a.end ? r : a), undefined)
+    if (delivering !== undefined) {
+      add("  commit -> delivering read starts", delivering.start - signal.end)
+      add("  delivering read duration", delivering.end - delivering.start)
+      add("  delivering read end -> execute start", exec.start - delivering.end)
+    }
     add("claim statement (execute start -> claim end)", claim === undefined ? undefined : claim.end - exec.start)
     add(
       "claim end -> step span start (gate: guards, held signal)",
       claim === undefined || step === undefined ? undefined : step.start - claim.end
     )
-    add(
-      `  gate statements (${sql.length - 1} per run incl. BEGIN/COMMIT)`,
-      sql.slice(1).reduce((n, x) => n + x.end - x.start, 0)
-    )
+    if (claim !== undefined) {
+      add(
+        `  gate statements (${sql.length - 1} per run incl. BEGIN/COMMIT)`,
+        sql.slice(1).reduce((n, x) => n + x.end - x.start, 0)
+      )
+    }
     add("step span start -> body start", step === undefined ? undefined : body - step.start)
     add("TOTAL signal() returned -> body start", body - sentAt[i]!)
   }
@@ -231,7 +249,7 @@ const traceReport = (
     )
   }
   console.error(
-    `  reads: ${reads.length}; notifications: ${notified.length}; executor busy ${(execBusy / wallMs / CONCURRENCY).toFixed(2)} of ${CONCURRENCY} x wall`
+    `  handed over claimed (local dispatch): ${handedOver}; reads: ${reads.length}; notifications: ${notified.length}; executor busy ${(execBusy / wallMs / CONCURRENCY).toFixed(2)} of ${CONCURRENCY} x wall`
   )
 }
 

@@ -1,0 +1,223 @@
+/**
+ * Local dispatch: a signal sent in a process whose worker serves the woken step's queue and has
+ * a free slot wakes and claims the step in its own transaction, inserts the step's message
+ * claimed for that worker and hands it over after the commit (no NOTIFY, no read, no claim).
+ */
+import os from "node:os"
+import { assert, describe, layer } from "@effect/vitest"
+import { Deferred, Effect, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import { PgBusConfig } from "../src/Config.ts"
+import * as Job from "../src/Job/Job.ts"
+import { JobClient } from "../src/Job/JobClient.ts"
+import { type LocalSlot, Notifier } from "../src/Queue/Notifier.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { WorkflowClient } from "../src/Workflow/Client.ts"
+import * as Workflow from "../src/Workflow/Workflow.ts"
+import { eventually, startSupervisor } from "./support/jobs.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+const LocalWake = Workflow.make(
+  "LocalWake",
+  { payload: Schema.Struct({ id: Schema.String }), signals: { go: Schema.Struct({ v: Schema.Number }) } },
+  function* () {
+    return yield* Workflow.step(
+      "got",
+      Effect.gen(function* () {
+        const ctx = yield* Workflow.context
+        return (ctx.signal?.payload as { v: number } | undefined)?.v ?? -1
+      }),
+      { waitFor: "go" }
+    )
+  }
+)
+
+const gate = Deferred.makeUnsafe<void>()
+const Blocker = Job.make("LocalDispatchBlocker", { payload: Schema.Struct({}), queue: "blocked" }, () =>
+  Deferred.await(gate)
+)
+
+const statusOf = (id: string) => Effect.flatMap(WorkflowClient, (c) => Effect.map(c.get(id), (h) => h.info.status))
+
+/** The at of the run's signal_received and step_started events, and the step's message's read count. */
+const trail = (id: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+    const config = yield* PgBusConfig
+    const client = yield* WorkflowClient
+    const events = yield* client.events(id)
+    const steps = yield* client.steps(id)
+    const at = (type: string) => events.findLast((e) => e.type === type)?.at.getTime()
+    const archived = yield* sql<{ readonly read_ct: number }>`SELECT read_ct FROM ${sql(
+      `${config.schema}.a_${config.queuePrefix}_${config.workflowQueue}`
+    )} WHERE message->'payload'->>'run' = ${id} AND message->'payload'->>'step' IS NOT NULL`
+    return {
+      types: events.map((e) => e.type),
+      received: at("signal_received"),
+      started: at("step_started"),
+      worker: steps.find((s) => s.name === "got")?.worker,
+      readCts: archived.map((r) => r.read_ct)
+    }
+  })
+
+layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestServices: true })("local dispatch", (it) => {
+  describe("a signal woken step, sender and worker in one process", () => {
+    it.effect("is claimed in the signal's transaction and handed to the worker: same audit trail, one delivery", () =>
+      Effect.gen(function* () {
+        yield* startSupervisor([LocalWake], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+        const run = yield* LocalWake.start({ id: "a" })
+        yield* eventually(
+          "waiting",
+          Effect.map(statusOf(run.id), (s) => s === "waiting")
+        )
+        const receipt = yield* run.signal("go", { v: 7 })
+        assert.isTrue(receipt.claimed)
+        yield* eventually(
+          "finished",
+          Effect.map(statusOf(run.id), (s) => s === "finished")
+        )
+        assert.strictEqual((yield* run.refresh).info.output, 7)
+        const t = yield* trail(run.id)
+        assert.deepStrictEqual(t.types.slice(t.types.indexOf("signal_received")), [
+          "signal_received",
+          "signal_claimed",
+          "step_started",
+          "step_completed",
+          "finished"
+        ])
+        // the step started in the signal's own transaction (one now()), by this process
+        assert.strictEqual(t.started, t.received)
+        assert.strictEqual(t.worker, `${os.hostname()}:${process.pid}`)
+        // its message: delivered once (inserted claimed), archived after the step
+        yield* eventually(
+          "archived",
+          Effect.map(trail(run.id), (x) => x.readCts.length === 1)
+        )
+        assert.deepStrictEqual((yield* trail(run.id)).readCts, [1])
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect("inside the caller's transaction it is woken the usual way (sent, read, claimed after the commit)", () =>
+      Effect.gen(function* () {
+        yield* startSupervisor([LocalWake], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+        const run = yield* LocalWake.start({ id: "b" })
+        yield* eventually(
+          "waiting",
+          Effect.map(statusOf(run.id), (s) => s === "waiting")
+        )
+        const sql = yield* SqlClient.SqlClient
+        yield* sql.withTransaction(run.signal("go", { v: 8 }))
+        yield* eventually(
+          "finished",
+          Effect.map(statusOf(run.id), (s) => s === "finished")
+        )
+        assert.strictEqual((yield* run.refresh).info.output, 8)
+        const t = yield* trail(run.id)
+        assert.isAbove(t.started!, t.received!, "claimed by the worker, in a later transaction")
+      }).pipe(Effect.scoped)
+    )
+  })
+
+  describe("the worker's room", () => {
+    it.effect("a slot delivered after its worker stopped gives the claimed message back at once", () =>
+      Effect.gen(function* () {
+        const config = yield* PgBusConfig
+        const notifier = yield* Notifier
+        const store = yield* QueueStore
+        yield* JobClient.use((c) => c.ensureQueue("drained"))
+        // a slot reserved while the worker runs, kept past its drain
+        const slot = yield* Effect.scoped(
+          Effect.gen(function* () {
+            yield* startSupervisor([Blocker], { capsules: [{ name: "d", queues: ["drained"], concurrency: 1 }] })
+            let taken: LocalSlot | undefined
+            yield* eventually(
+              "a slot is offered",
+              Effect.sync(() => {
+                taken = notifier.reserveLocal(`${config.queuePrefix}_drained`)
+                return taken !== undefined
+              })
+            )
+            return taken!
+          })
+        )
+        assert.isUndefined(notifier.reserveLocal(`${config.queuePrefix}_drained`), "a stopped worker offers nothing")
+        const id = yield* store.send("drained", { job: "nothing", payload: {} })
+        const [claimed] = yield* store.read("drained", { limit: 1, visibilityTimeout: "1 minute" })
+        assert.strictEqual(claimed!.msgId, id)
+        assert.isFalse(yield* slot.deliver(claimed!), "not taken: the worker is gone")
+        const [again] = yield* store.read("drained", { limit: 1, visibilityTimeout: "1 minute" })
+        assert.deepStrictEqual([again?.msgId, again?.readCt], [id, 2], "visible again at once")
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect(
+      "a worker offers a slot only while one is free and its queues are drained; a cancelled slot comes back",
+      () =>
+        Effect.gen(function* () {
+          const config = yield* PgBusConfig
+          const notifier = yield* Notifier
+          const physical = `${config.queuePrefix}_blocked`
+          assert.isUndefined(notifier.reserveLocal(physical), "no worker serves the queue yet")
+          yield* startSupervisor([Blocker], { capsules: [{ name: "b", queues: ["blocked"], concurrency: 1 }] })
+          yield* eventually(
+            "a slot is offered",
+            Effect.sync(() => {
+              const slot = notifier.reserveLocal(physical)
+              slot?.cancel()
+              return slot !== undefined
+            })
+          )
+          const first = notifier.reserveLocal(physical)
+          assert.isDefined(first)
+          assert.isUndefined(notifier.reserveLocal(physical), "its one slot is reserved")
+          first!.cancel()
+          first!.cancel()
+          // the job takes the only slot: no room to offer
+          yield* JobClient.use((c) => c.enqueue(Blocker, {}))
+          yield* eventually(
+            "the slot is taken",
+            Effect.sync(() => {
+              const slot = notifier.reserveLocal(physical)
+              slot?.cancel()
+              return slot === undefined
+            })
+          )
+          yield* Deferred.succeed(gate, undefined)
+          yield* eventually(
+            "the slot is free again",
+            Effect.sync(() => {
+              const slot = notifier.reserveLocal(physical)
+              slot?.cancel()
+              return slot !== undefined
+            })
+          )
+        }).pipe(Effect.scoped)
+    )
+  })
+})
+
+layer(TestDatabase.layer({ pollingInterval: "50 millis", localDispatch: false }), { excludeTestServices: true })(
+  "local dispatch off",
+  (it) => {
+    it.effect("localDispatch false: the signal wakes the step the usual way and no worker offers a slot", () =>
+      Effect.gen(function* () {
+        yield* startSupervisor([LocalWake], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+        const config = yield* PgBusConfig
+        const notifier = yield* Notifier
+        const run = yield* LocalWake.start({ id: "c" })
+        yield* eventually(
+          "waiting",
+          Effect.map(statusOf(run.id), (s) => s === "waiting")
+        )
+        assert.isUndefined(notifier.reserveLocal(`${config.queuePrefix}_${config.workflowQueue}`))
+        yield* run.signal("go", { v: 9 })
+        yield* eventually(
+          "finished",
+          Effect.map(statusOf(run.id), (s) => s === "finished")
+        )
+        const t = yield* trail(run.id)
+        assert.isAbove(t.started!, t.received!, "claimed by the worker, in a later transaction")
+      }).pipe(Effect.scoped)
+    )
+  }
+)
