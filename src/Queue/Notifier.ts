@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Context, Duration, Effect, Latch, Layer, Queue, Ref, Schedule } from "effect"
+import { Context, Duration, Effect, Latch, Layer, Queue, Ref, Schedule, type Scope } from "effect"
 import { PgBusConfig } from "../Config.ts"
 import type { Message } from "./Message.ts"
 
@@ -85,10 +85,7 @@ export class Notifier extends Context.Service<
     /** Wakes subscribers of a queue in this process (used by local senders and tests). */
     readonly wake: (physicalQueue: string) => Effect.Effect<void>
     /** Registers a reader of physical queues for local dispatch until the scope closes. */
-    readonly offerLocal: (
-      queues: ReadonlyArray<string>,
-      reader: LocalReader
-    ) => Effect.Effect<void, never, import("effect").Scope.Scope>
+    readonly offerLocal: (queues: ReadonlyArray<string>, reader: LocalReader) => Effect.Effect<void, never, Scope.Scope>
     /** Room for one message of a queue at a reader of this process, if one has it now. */
     readonly reserveLocal: (physicalQueue: string) => LocalSlot | undefined
     /** Counts of notifications and reconnects, for tests and metrics. */
