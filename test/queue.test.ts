@@ -2,9 +2,11 @@ import { assert, describe, expect, layer } from "@effect/vitest"
 import { Clock, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { SqlClient } from "effect/sql"
 import { TestClock } from "effect/testing"
+import { PgBusConfig } from "../src/Config.ts"
 import { layerEffectClock } from "../src/Database.ts"
 import { DEAD_LETTER_HEADER, DLQ_RETRIES_HEADER } from "../src/Queue/Message.ts"
 import { Notifier } from "../src/Queue/Notifier.ts"
+import { makeQueueSql } from "../src/Queue/QueueSql.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -103,6 +105,46 @@ layer(TestDatabase.layer({ visibilityTimeout: "30 seconds" }), { excludeTestServ
         assert.strictEqual(yield* store.setVisibility(q, [first!], "1 hour"), 0)
         assert.strictEqual(yield* store.archive(q, [second!]), 1)
       }).pipe(onTestClock)
+    )
+    it.effect(
+      "archive-and-claim and the receipt statements reach rows by index, never by a scan of the queue (200 receipts, custom and generic plans)",
+      () =>
+        Effect.gen(function* () {
+          const store = yield* QueueStore
+          const sql = yield* SqlClient.SqlClient
+          const config = yield* PgBusConfig
+          const q = yield* newQueue("plans")
+          const { physical } = yield* store.validateName(q)
+          yield* store.sendBatch(
+            q,
+            Array.from({ length: 20_000 }, (_, i) => ({ message: { i } }))
+          )
+          const claimed = yield* store.read(q, { limit: 200 })
+          yield* sql.unsafe(`ANALYZE "${config.schema}"."q_${physical}"`)
+          const statements = makeQueueSql(sql, config.schema, "")
+          const r = { ids: claimed.map((m) => m.msgId), readCounts: claimed.map((m) => m.readCt) }
+          const checked = [
+            statements.messageArchiveAndRead(physical, r, 100, 30_000, null, null),
+            statements.messageRead(physical, 100, 30_000, null, null),
+            statements.messageArchiveReceipts(physical, r, null),
+            statements.messageDeleteReceipts(physical, r),
+            statements.messageSetVisibilityReceipts(physical, r, 30_000, null),
+            statements.messageReleaseReceipts(physical, r, null)
+          ]
+          for (const mode of ["force_custom_plan", "force_generic_plan"]) {
+            for (const statement of checked) {
+              const [text, params] = statement.compile()
+              const plan = yield* sql.withTransaction(
+                Effect.andThen(
+                  sql.unsafe(`SET LOCAL plan_cache_mode = ${mode}`),
+                  sql.unsafe<{ readonly "QUERY PLAN": string }>(`EXPLAIN ${text}`, params)
+                )
+              )
+              const lines = plan.map((row) => row["QUERY PLAN"]).join("\n")
+              assert.notInclude(lines, `Seq Scan on q_${physical}`, `${mode}: ${text}\n${lines}`)
+            }
+          }
+        })
     )
   })
 

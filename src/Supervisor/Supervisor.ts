@@ -132,19 +132,23 @@ export const runWith = (options: SupervisorOptions = {}) =>
       )
     )
 
+    // the first beat one interval after the registration, which wrote the same figures
     yield* Effect.forkScoped(
-      repeatMaintenance(
-        "process heartbeat",
-        Effect.gen(function* () {
-          const busy = stats.reduce((n, s) => n + s.running, 0)
-          const alive = yield* processes.beat(processId, busy, capacity)
-          if (!alive) {
-            yield* Effect.logError(
-              "pgbus: this process was taken for dead (no beat within the stale threshold); its claims were released"
-            )
-          }
-        }),
-        config.processHeartbeatInterval
+      Effect.andThen(
+        Effect.sleep(config.processHeartbeatInterval),
+        repeatMaintenance(
+          "process heartbeat",
+          Effect.gen(function* () {
+            const busy = stats.reduce((n, s) => n + s.running, 0)
+            const alive = yield* processes.beat(processId, busy, capacity)
+            if (!alive) {
+              yield* Effect.logError(
+                "pgbus: this process was taken for dead (no beat within the stale threshold); its claims were released"
+              )
+            }
+          }),
+          config.processHeartbeatInterval
+        )
       )
     )
 

@@ -8,7 +8,7 @@
  * Variants: `ra<N>` = the capsule's read-ahead (messages claimed beyond the free slots); W1 is
  * run at ra0 (the default) and tuned values, W2 at ra0 unless told otherwise.
  */
-import { Effect, Fiber, Layer, ManagedRuntime, References, Schema } from "effect"
+import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
 import { Job, JobClient, PgBus, QueueStore, Registry, Supervisor } from "../../../../src/index.ts"
 import { benchConfig } from "../common.ts"
 import {
@@ -58,19 +58,66 @@ const W2 = Job.make(
 // Silent like the peers' loggers: warnings and errors only.
 const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
 
+// BENCH_OURS_PROFILE=1: a diagnostic run (not to be measured: a tracer makes spans and adds the
+// traceparent header) that tallies every SQL statement of the timed phase by text (count, total
+// and mean time, first start and last end in ms from the phase's start) and prints it to stderr.
+const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
+const tally = new Map<string, { count: number; ns: bigint; first: bigint; last: bigint }>()
+let recordingFrom = 0n
+let recording = false
+class CountingSpan extends Tracer.NativeSpan {
+  override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
+    if (recording && this.status._tag === "Started") {
+      const text = this._attributes?.get("db.query.text")
+      if (typeof text === "string") {
+        const key = text.replace(/\s+/g, " ").slice(0, 110)
+        const t = tally.get(key) ?? { count: 0, ns: 0n, first: this.status.startTime, last: endTime }
+        t.last = endTime
+        t.count++
+        t.ns += endTime - this.status.startTime
+        tally.set(key, t)
+      }
+    }
+    super.end(endTime, exit)
+  }
+}
+const counting = Tracer.make({ span: (options) => new CountingSpan(options) })
+const tracing = PROFILE ? Layer.succeed(Tracer.Tracer, counting) : Layer.empty
+const withTracer = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  PROFILE ? Effect.provideService(effect, Tracer.Tracer, counting) : effect
+const printTally = () => {
+  if (!PROFILE) return
+  const rows = [...tally].sort((a, b) => b[1].count - a[1].count)
+  const total = rows.reduce((n, [, t]) => n + t.count, 0)
+  console.error(`ours profile (${args.workload}, timed phase): ${total} statements; count, total ms, mean ms, text`)
+  for (const [text, t] of rows) {
+    const ms = Number(t.ns) / 1e6
+    const at = (ns: bigint) => (Number(ns - recordingFrom) / 1e6).toFixed(1)
+    console.error(`  ${t.count}\t${ms.toFixed(0)}\t${(ms / t.count).toFixed(2)}\t${at(t.first)}-${at(t.last)}\t${text}`)
+  }
+}
+
 await resetDatabase(DB)
 const runtime = ManagedRuntime.make(
-  Layer.merge(quiet, PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide(quiet)))
+  Layer.mergeAll(
+    quiet,
+    tracing,
+    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide([quiet, tracing]))
+  )
 )
 const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
-  runtime.runPromise(effect.pipe(Effect.provideService(References.MinimumLogLevel, "Warn")))
+  runtime.runPromise(effect.pipe(Effect.provideService(References.MinimumLogLevel, "Warn"), withTracer))
 
 /** Starts the supervisor (one capsule on `bench`) in the background; the returned function drains it. */
 const startWorkers = (): (() => Promise<void>) => {
   const fiber = runtime.runFork(
     Supervisor.runWith({
       capsules: [{ name: "bench", queues: ["bench"], concurrency: CONCURRENCY, readAhead }]
-    }).pipe(Effect.provide(Registry.layer([W1, W2])), Effect.provideService(References.MinimumLogLevel, "Warn"))
+    }).pipe(
+      Effect.provide(Registry.layer([W1, W2])),
+      Effect.provideService(References.MinimumLogLevel, "Warn"),
+      withTracer
+    )
   )
   return () => runtime.runPromise(Fiber.interrupt(fiber))
 }
@@ -100,10 +147,14 @@ try {
       total: W1_JOBS,
       handled: () => handled,
       start: async () => {
+        recording = true
+        recordingFrom = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6))
         stop = startWorkers()
       },
       remaining: async () => (await metrics()).depth
     })
+    recording = false
+    printTally()
     await stop()
     const after = await metrics()
     emit({
@@ -127,7 +178,10 @@ try {
     await ensureQueue("bench")
     const stop = startWorkers()
     await sleep(500)
+    recording = true
     const r = await runLatency({ rec, send: (p) => runP(W2.enqueue(p)) })
+    recording = false
+    printTally()
     await stop()
     emit({
       ...base,
