@@ -81,6 +81,40 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
         })
       )
 
+      it.effect("runs executed at once share their outcome statements; each run keeps its rows and events", () =>
+        Effect.gen(function* () {
+          const runs = yield* Effect.forEach(
+            Array.from({ length: 12 }, (_, i) => `c${i}`),
+            (id) => Three.start({ id })
+          )
+          yield* Effect.forEach(runs, (run) => executeStart([Three], run.id), { concurrency: "unbounded" })
+          for (const [i, run] of runs.entries()) {
+            const after = yield* info(run.id)
+            assert.strictEqual(after.status, "finished")
+            assert.deepStrictEqual(after.output, `c${i}123`)
+            assert.deepStrictEqual(yield* stepRows(run.id), ["one#1:completed", "two#1:completed", "three#1:completed"])
+            const steps = yield* Effect.flatMap(WorkflowClient, (c) => c.steps(run.id))
+            assert.deepStrictEqual(
+              steps.map((s) => s.output),
+              [`c${i}1`, `c${i}12`, `c${i}123`]
+            )
+            assert.deepStrictEqual(yield* eventTypes(run.id), [
+              "started",
+              "step_scheduled:one",
+              "step_started:one",
+              "step_completed:one",
+              "step_scheduled:two",
+              "step_started:two",
+              "step_completed:two",
+              "step_scheduled:three",
+              "step_started:three",
+              "step_completed:three",
+              "finished"
+            ])
+          }
+        })
+      )
+
       it.effect("a first step with a wait: the run is claimed alone and the step scheduled", () =>
         Effect.gen(function* () {
           const Later = Workflow.make("StartLater", { payload: Payload }, function* () {
