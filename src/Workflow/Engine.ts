@@ -93,6 +93,7 @@ import {
   POLL_WAIT,
   type RunRow,
   type SignalRow,
+  type StartEntry,
   type StepRow,
   type WorkflowSql
 } from "./WorkflowSql.ts"
@@ -524,6 +525,36 @@ const make = Effect.gen(function* () {
     skip: (o) => client.skip(row.id, o)
   })
 
+  // Starts made outside a transaction at the same time share a statement (one per queue out at
+  // once): one round trip, one commit and one NOTIFY for several runs. Two starts that a unique
+  // index could set against each other (one subject or key) never share one.
+  const startBatchers = new Map<string, (entry: StartEntry) => Effect.Effect<RunRow | undefined, DatabaseError>>()
+  const startBatched = (physical: string) => {
+    let batcher = startBatchers.get(physical)
+    if (batcher === undefined) {
+      batcher = makeBatcher<StartEntry, RunRow | undefined, DatabaseError>({
+        many: (entries) =>
+          entries.every((e) => e.now?.getTime() === entries[0]!.now?.getTime())
+            ? statements.runStartMany(entries, physical, entries[0]!.now).pipe(
+                db("start runs"),
+                Effect.map((rows) => rows.map((row) => (row.id === null ? undefined : row)))
+              )
+            : Effect.die(new Error("starts at different times (a test clock) are sent alone")),
+        one: (e) =>
+          statements.runStart({ ...e, physicalQueue: physical, rerunOf: null }).pipe(
+            db("start run"),
+            Effect.map((rows) => rows[0])
+          ),
+        key: (e) =>
+          e.subject === null && e.idempotencyKey === null
+            ? e.id
+            : `${e.workflow}\u0000${e.subject}\u0000${e.idempotencyKey}`
+      })
+      startBatchers.set(physical, batcher)
+    }
+    return batcher
+  }
+
   const startRun = <P>(
     workflow: WorkflowRef<P>,
     payload: P,
@@ -556,26 +587,27 @@ const make = Effect.gen(function* () {
       yield* jobs.ensureQueue(queue)
       const now = yield* statementNow
       const id = crypto.randomUUID()
-      const inserted = yield* statements
-        .runStart({
-          id,
-          workflow: workflow.name,
-          subject,
-          resourceId: options.resourceId ?? null,
-          payload: text,
-          idempotencyKey: key,
-          engineVersion: ENGINE_VERSION,
-          definitionVersion: workflow.version ?? null,
-          actor: options.actor ?? "app",
-          reason: options.reason ?? null,
-          physicalQueue: physical,
-          rerunOf,
-          carryInput: size <= CARRIED_INPUT_LIMIT,
-          now
-        })
-        .pipe(db("start run"))
+      const entry: StartEntry = {
+        id,
+        workflow: workflow.name,
+        subject,
+        resourceId: options.resourceId ?? null,
+        payload: text,
+        idempotencyKey: key,
+        engineVersion: ENGINE_VERSION,
+        definitionVersion: workflow.version ?? null,
+        actor: options.actor ?? "app",
+        reason: options.reason ?? null,
+        carryInput: size <= CARRIED_INPUT_LIMIT,
+        now
+      }
+      // outside a transaction, concurrent starts into one queue share a statement
+      const inserted =
+        rerunOf === null && Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+          ? yield* startBatched(physical)(entry)
+          : (yield* statements.runStart({ ...entry, physicalQueue: physical, rerunOf }).pipe(db("start run")))[0]
       // the start returns the new row: no read-back
-      if (inserted[0] !== undefined) return makeHandle(inserted[0], false, workflow)
+      if (inserted !== undefined) return makeHandle(inserted, false, workflow)
       const [holder] = yield* statements.runFindConflicting(workflow.name, subject, key).pipe(db("find run"))
       if (holder === undefined) return yield* Effect.die(new Error("start found neither a new run nor a conflict"))
       if (key !== null && holder.idempotency_key === key) return makeHandle(holder, true, workflow)

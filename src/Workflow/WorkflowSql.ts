@@ -174,6 +174,22 @@ export type NextAction =
   | { readonly _tag: "pause"; readonly reason: string; readonly error: string | null; readonly message: string | null }
   | { readonly _tag: "cancel"; readonly reason: string | null }
 
+/** One entry of `runStartMany`: a fresh run (no rerun) and its payload as JSON text. */
+export interface StartEntry {
+  readonly id: string
+  readonly workflow: string
+  readonly subject: string | null
+  readonly resourceId: string | null
+  readonly payload: string
+  readonly idempotencyKey: string | null
+  readonly engineVersion: number
+  readonly definitionVersion: string | null
+  readonly actor: string
+  readonly reason: string | null
+  readonly carryInput: boolean
+  readonly now: Date | null
+}
+
 /** One entry of `runClaimFirstMany`: a fresh run and the first step its replay reached. */
 export interface ClaimFirstEntry {
   readonly runId: string
@@ -295,6 +311,54 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         FROM run),
       ${message.ctes}
       SELECT run.*, ${message.notifyRef} AS notified FROM run`
+  }
+
+  /**
+   * `runStart` for many fresh runs (no rerun) into one queue, in one statement: each run that no
+   * unique index refuses gets its row, its `started` event and its first message (one NOTIFY for
+   * all). One row per entry back, in order; a refused entry gives a row whose `id` is null.
+   */
+  const runStartMany = (entries: ReadonlyArray<StartEntry>, physicalQueue: string, now: Date | null) => {
+    // one JSON parameter (payloads are JSON already, spliced in as they are)
+    const json = `[${entries
+      .map(
+        (e) =>
+          `{"id":${JSON.stringify(e.id)},"w":${JSON.stringify(e.workflow)},"s":${JSON.stringify(e.subject)},"rs":${JSON.stringify(e.resourceId)},"p":${e.payload},"k":${JSON.stringify(e.idempotencyKey)},"v":${e.engineVersion},"dv":${JSON.stringify(e.definitionVersion)},"a":${JSON.stringify(e.actor)},"re":${JSON.stringify(e.reason)},"c":${e.carryInput}}`
+      )
+      .join(",")}]`
+    const message = messageCtes(
+      physicalQueue,
+      "first_message",
+      sql`SELECT ${NOW(now)} AS vt, jsonb_build_object('job', ${STEP_JOB}::text, 'payload',
+          CASE WHEN i.carry
+            THEN jsonb_build_object('workflow', run.workflow, 'run', run.id, 'step', NULL::text, 'input',
+              jsonb_build_object('payload', run.payload, 'subject', run.subject, 'resource_id', run.resource_id))
+            ELSE jsonb_build_object('workflow', run.workflow, 'run', run.id, 'step', NULL::text) END) AS message
+        FROM run JOIN i ON i.id = run.id ORDER BY i.ord`,
+      now
+    )
+    return sql<RunRow & { readonly id: string | null }>`WITH i AS (
+        SELECT u.ord, (u.e->>'id')::uuid AS id, u.e->>'w' AS workflow, u.e->>'s' AS subject,
+          u.e->>'rs' AS resource_id, u.e->'p' AS payload, u.e->>'k' AS idempotency_key,
+          (u.e->>'v')::int4 AS engine_version, u.e->>'dv' AS definition_version, u.e->>'a' AS actor,
+          u.e->>'re' AS reason, (u.e->>'c')::boolean AS carry
+        FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
+      run AS (
+        INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
+                             definition_version, rerun_of, actor, created_at, updated_at)
+        SELECT id, workflow, subject, resource_id, payload, 'ready', idempotency_key, engine_version,
+               definition_version, NULL, actor, ${NOW(now)}, ${NOW(now)}
+        FROM i ORDER BY ord
+        ON CONFLICT DO NOTHING
+        RETURNING *),
+      started AS (
+        INSERT INTO ${events} (run_id, type, actor, reason, details, at)
+        SELECT run.id, 'started', i.actor, i.reason,
+          jsonb_strip_nulls(jsonb_build_object('subject', i.subject, 'idempotency_key', i.idempotency_key,
+            'rerun_of', NULL::text)), ${NOW(now)}
+        FROM run JOIN i ON i.id = run.id ORDER BY i.ord),
+      ${message.ctes}
+      SELECT run.*, ${message.notifyRef} AS notified FROM i LEFT JOIN run ON run.id = i.id ORDER BY i.ord`
   }
 
   /** The run a start collided with: the one with the key, else the subject's ongoing run. */
@@ -1325,6 +1389,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
 
   return {
     runStart,
+    runStartMany,
     runFindConflicting,
     stepClaim,
     runClaimContinue,
