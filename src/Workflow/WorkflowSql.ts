@@ -174,7 +174,7 @@ export type NextAction =
   | { readonly _tag: "pause"; readonly reason: string; readonly error: string | null; readonly message: string | null }
   | { readonly _tag: "cancel"; readonly reason: string | null }
 
-/** One entry of `runStartMany`: a fresh run (no rerun) and its payload as JSON text. */
+/** A start (`runStart`, or one entry of `runStartMany`): a fresh run and its payload as JSON text. */
 export interface StartEntry {
   readonly id: string
   readonly workflow: string
@@ -186,6 +186,7 @@ export interface StartEntry {
   readonly definitionVersion: string | null
   readonly actor: string
   readonly reason: string | null
+  /** The message carries the run's payload, subject and resource: its worker replays before claiming. */
   readonly carryInput: boolean
   readonly now: Date | null
 }
@@ -269,23 +270,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       jsonb_build_object('workflow', ${workflow}::text, 'run', ${runId}, 'step', ${stepId}::text${input}))`
 
   /** Start: the run, its `started` event and its first message, unless a unique index says no. */
-  const runStart = (p: {
-    readonly id: string
-    readonly workflow: string
-    readonly subject: string | null
-    readonly resourceId: string | null
-    readonly payload: string
-    readonly idempotencyKey: string | null
-    readonly engineVersion: number
-    readonly definitionVersion: string | null
-    readonly actor: string
-    readonly reason: string | null
-    readonly physicalQueue: string
-    readonly rerunOf: string | null
-    /** The message carries the run's payload, subject and resource: its worker replays before claiming. */
-    readonly carryInput: boolean
-    readonly now: Date | null
-  }) => {
+  const runStart = (p: StartEntry & { readonly physicalQueue: string; readonly rerunOf: string | null }) => {
     const input = p.carryInput
       ? sql`, 'input', jsonb_build_object('payload', run.payload, 'subject', run.subject, 'resource_id', run.resource_id)`
       : sql``
