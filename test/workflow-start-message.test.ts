@@ -22,6 +22,21 @@ const stepRows = (id: string) =>
     Effect.map(c.steps(id), (ss) => ss.map((s) => `${s.name}#${s.attempt}:${s.status}`))
   )
 
+/** The audit trail of a three-step run (one, two, three) that ran to its end. */
+const threeStepEvents = [
+  "started",
+  "step_scheduled:one",
+  "step_started:one",
+  "step_completed:one",
+  "step_scheduled:two",
+  "step_started:two",
+  "step_completed:two",
+  "step_scheduled:three",
+  "step_started:three",
+  "step_completed:three",
+  "finished"
+]
+
 const info = (id: string) => Effect.flatMap(WorkflowClient, (c) => Effect.map(c.get(id), (h) => h.info))
 
 /** The start message of a run, as it sits in the queue. */
@@ -65,19 +80,29 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           assert.strictEqual(after.status, "finished")
           assert.deepStrictEqual(after.output, "x123")
           assert.deepStrictEqual(yield* stepRows(run.id), ["one#1:completed", "two#1:completed", "three#1:completed"])
-          assert.deepStrictEqual(yield* eventTypes(run.id), [
-            "started",
-            "step_scheduled:one",
-            "step_started:one",
-            "step_completed:one",
-            "step_scheduled:two",
-            "step_started:two",
-            "step_completed:two",
-            "step_scheduled:three",
-            "step_started:three",
-            "step_completed:three",
-            "finished"
-          ])
+          assert.deepStrictEqual(yield* eventTypes(run.id), threeStepEvents)
+        })
+      )
+
+      it.effect("runs executed at once share their outcome statements; each run keeps its rows and events", () =>
+        Effect.gen(function* () {
+          const runs = yield* Effect.forEach(
+            Array.from({ length: 12 }, (_, i) => `c${i}`),
+            (id) => Three.start({ id })
+          )
+          yield* Effect.forEach(runs, (run) => executeStart([Three], run.id), { concurrency: "unbounded" })
+          for (const [i, run] of runs.entries()) {
+            const after = yield* info(run.id)
+            assert.strictEqual(after.status, "finished")
+            assert.deepStrictEqual(after.output, `c${i}123`)
+            assert.deepStrictEqual(yield* stepRows(run.id), ["one#1:completed", "two#1:completed", "three#1:completed"])
+            const steps = yield* Effect.flatMap(WorkflowClient, (c) => c.steps(run.id))
+            assert.deepStrictEqual(
+              steps.map((s) => s.output),
+              [`c${i}1`, `c${i}12`, `c${i}123`]
+            )
+            assert.deepStrictEqual(yield* eventTypes(run.id), threeStepEvents)
+          }
         })
       )
 

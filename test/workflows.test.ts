@@ -89,6 +89,47 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
       })
     )
 
+    it.effect("concurrent starts share statements and keep every start's answer, key and subject rules", () =>
+      Effect.gen(function* () {
+        const key = unique("shared-key")
+        const subject = unique("shared-user")
+        const free = Array.from({ length: 8 }, (_, i) => Simple.start({ id: `free${i}` }, { reason: `r${i}` }))
+        const keyed = Array.from({ length: 3 }, (_, i) => Simple.start({ id: `k${i}` }, { idempotencyKey: key }))
+        const subjected = Array.from({ length: 3 }, (_, i) => Effect.result(Simple.start({ id: `s${i}` }, { subject })))
+        const [frees, keys, subjects] = yield* Effect.all(
+          [
+            Effect.all(free, { concurrency: "unbounded" }),
+            Effect.all(keyed, { concurrency: "unbounded" }),
+            Effect.all(subjected, { concurrency: "unbounded" })
+          ],
+          { concurrency: "unbounded" }
+        )
+        assert.strictEqual(new Set(frees.map((r) => r.id)).size, 8)
+        assert.strictEqual(new Set(keys.map((r) => r.id)).size, 1, "one run per idempotency key")
+        assert.strictEqual(keys.filter((r) => !r.duplicateStart).length, 1)
+        const held = subjects.filter((r) => r._tag === "Success")
+        assert.strictEqual(held.length, 1, "one ongoing run per subject")
+        for (const r of subjects) {
+          if (r._tag === "Failure") {
+            assert.strictEqual(r.failure._tag, "AlreadyRunning")
+            if (r.failure._tag === "AlreadyRunning" && held[0]?._tag === "Success")
+              assert.strictEqual(r.failure.run.id, held[0].success.id)
+          }
+        }
+        const store = yield* QueueStore
+        const messages = JSON.stringify((yield* store.browse("default", { limit: 10_000 })).map((m) => m.message))
+        for (const [i, run] of frees.entries()) {
+          assert.strictEqual(run.info.status, "ready")
+          const events = yield* run.events
+          assert.deepStrictEqual(
+            events.map((e) => [e.type, e.actor, e.reason]),
+            [["started", "app", `r${i}`]]
+          )
+          assert.isTrue(messages.includes(run.id), "every run has its first message")
+        }
+      })
+    )
+
     it.effect("a start inside a transaction that rolls back leaves no run and no message", () =>
       Effect.gen(function* () {
         const sql = yield* SqlClient.SqlClient

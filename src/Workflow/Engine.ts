@@ -20,6 +20,7 @@ import {
 } from "../Batch/Batch.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { statementNow, toDatabaseError } from "../Database.ts"
+import { makeBatcher } from "../internal/Batcher.ts"
 import * as Job from "../Job/Job.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
 import type { Message } from "../Queue/Message.ts"
@@ -81,16 +82,20 @@ import {
   WaitTimedOut
 } from "./WorkflowError.ts"
 import {
+  type ClaimFirstEntry,
   type ClaimRow,
   type EventRow,
   FAN_OUT_JOB,
   FAN_OUT_WAIT,
+  type FinishManyEntry,
+  type FinishRow,
   type HistoryEntry,
   makeWorkflowSql,
   type NextAction,
   POLL_WAIT,
   type RunRow,
   type SignalRow,
+  type StartEntry,
   type StepRow,
   type WorkflowSql
 } from "./WorkflowSql.ts"
@@ -532,6 +537,36 @@ const make = Effect.gen(function* () {
     skip: (o) => client.skip(row.id, o)
   })
 
+  // Starts made outside a transaction at the same time share a statement (one per queue out at
+  // once): one round trip, one commit and one NOTIFY for several runs. Two starts that a unique
+  // index could set against each other (one subject or key) never share one.
+  const startBatchers = new Map<string, (entry: StartEntry) => Effect.Effect<RunRow | undefined, DatabaseError>>()
+  const startBatched = (physical: string) => {
+    let batcher = startBatchers.get(physical)
+    if (batcher === undefined) {
+      batcher = makeBatcher<StartEntry, RunRow | undefined, DatabaseError>({
+        many: (entries) =>
+          entries.every((e) => e.now?.getTime() === entries[0]!.now?.getTime())
+            ? statements.runStartMany(entries, physical, entries[0]!.now).pipe(
+                db("start runs"),
+                Effect.map((rows) => rows.map((row) => (row.id === null ? undefined : row)))
+              )
+            : Effect.die(new Error("starts at different times (a test clock) are sent alone")),
+        one: (e) =>
+          statements.runStart({ ...e, physicalQueue: physical, rerunOf: null }).pipe(
+            db("start run"),
+            Effect.map((rows) => rows[0])
+          ),
+        key: (e) =>
+          e.subject === null && e.idempotencyKey === null
+            ? e.id
+            : `${e.workflow}\u0000${e.subject}\u0000${e.idempotencyKey}`
+      })
+      startBatchers.set(physical, batcher)
+    }
+    return batcher
+  }
+
   const startRun = <P>(
     workflow: WorkflowRef<P>,
     payload: P,
@@ -564,26 +599,27 @@ const make = Effect.gen(function* () {
       yield* jobs.ensureQueue(queue)
       const now = yield* statementNow
       const id = crypto.randomUUID()
-      const inserted = yield* statements
-        .runStart({
-          id,
-          workflow: workflow.name,
-          subject,
-          resourceId: options.resourceId ?? null,
-          payload: text,
-          idempotencyKey: key,
-          engineVersion: ENGINE_VERSION,
-          definitionVersion: workflow.version ?? null,
-          actor: options.actor ?? "app",
-          reason: options.reason ?? null,
-          physicalQueue: physical,
-          rerunOf,
-          carryInput: size <= CARRIED_INPUT_LIMIT,
-          now
-        })
-        .pipe(db("start run"))
+      const entry: StartEntry = {
+        id,
+        workflow: workflow.name,
+        subject,
+        resourceId: options.resourceId ?? null,
+        payload: text,
+        idempotencyKey: key,
+        engineVersion: ENGINE_VERSION,
+        definitionVersion: workflow.version ?? null,
+        actor: options.actor ?? "app",
+        reason: options.reason ?? null,
+        carryInput: size <= CARRIED_INPUT_LIMIT,
+        now
+      }
+      // outside a transaction, concurrent starts into one queue share a statement
+      const inserted =
+        rerunOf === null && Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+          ? yield* startBatched(physical)(entry)
+          : (yield* statements.runStart({ ...entry, physicalQueue: physical, rerunOf }).pipe(db("start run")))[0]
       // the start returns the new row: no read-back
-      if (inserted[0] !== undefined) return makeHandle(inserted[0], false, workflow)
+      if (inserted !== undefined) return makeHandle(inserted, false, workflow)
       const [holder] = yield* statements.runFindConflicting(workflow.name, subject, key).pipe(db("find run"))
       if (holder === undefined) return yield* Effect.die(new Error("start found neither a new run nor a conflict"))
       if (key !== null && holder.idempotency_key === key) return makeHandle(holder, true, workflow)
@@ -1208,6 +1244,44 @@ const make = Effect.gen(function* () {
   const finish = (p: Omit<Parameters<WorkflowSql["stepFinish"]>[0], "worker" | "appRevision">) =>
     statements.stepFinish({ ...p, worker, appRevision: revision }).pipe(db("apply step outcome"))
 
+  // Outcomes of the common case (completed, no signal held, the next step claimed at once or the
+  // run finished) from concurrent executions share a statement: while one is out, the next ones
+  // pile up and leave together (one round trip and one commit for several runs; W3 went from
+  // 5.4 to 3.1 statements per run). Idle, an outcome leaves at once, alone.
+  const finishBatched = makeBatcher<FinishManyEntry, FinishRow | undefined, DatabaseError>({
+    many: (entries) => statements.stepFinishMany(entries, worker, revision).pipe(db("apply step outcomes")),
+    one: (e) =>
+      finish({
+        workflow: "",
+        runId: e.runId,
+        stepId: e.stepId,
+        status: "completed",
+        output: e.output,
+        error: null,
+        definitionHash: e.definitionHash,
+        next: e.next._tag === "claim" ? { ...e.next, physicalQueue: "" } : e.next,
+        mayHoldSignal: false,
+        now: e.now
+      }).pipe(Effect.map((rows) => rows[0])),
+    key: (e) => e.runId
+  })
+
+  // Fresh runs claimed with their first step by concurrent executions share a statement, as
+  // outcomes do (`finishBatched`).
+  const claimFirstBatched = makeBatcher<ClaimFirstEntry, ClaimRow | undefined, DatabaseError>({
+    many: (entries) =>
+      statements.runClaimFirstMany(entries, worker, revision).pipe(
+        db("claim runs"),
+        Effect.map((rows) => rows.map((row) => (row.id === null ? undefined : row)))
+      ),
+    one: (e) =>
+      statements.runClaimFirst({ ...e, worker, appRevision: revision }).pipe(
+        db("claim run"),
+        Effect.map((rows) => rows[0])
+      ),
+    key: (e) => e.runId
+  })
+
   const lateCompletion = (runId: string, step: Target, now: Date | null) =>
     statements
       .eventInsert({
@@ -1306,21 +1380,21 @@ const make = Effect.gen(function* () {
           const { queue } = queueOf(options.queue ?? defaultQueue, options.priority)
           yield* jobs.ensureQueue(queue)
           speculative = false
-          const [row] = yield* statements
-            .runClaimFirst({
-              runId,
-              name,
-              queue,
-              timeoutMs:
-                options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout)),
-              worker,
-              appRevision: revision,
-              now: yield* statementNow
-            })
-            .pipe(
-              db("claim run"),
-              Effect.catch((error) => halt({ _tag: "claimFailed", error }))
-            )
+          const timeoutMs =
+            options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
+          const now = yield* statementNow
+          const batchable =
+            (timeoutMs === null || Number.isFinite(timeoutMs)) &&
+            Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+          const [row] = yield* (
+            batchable
+              ? Effect.map(claimFirstBatched({ runId, name, queue, timeoutMs, now }), (r) =>
+                  r === undefined ? [] : [r]
+                )
+              : statements
+                  .runClaimFirst({ runId, name, queue, timeoutMs, worker, appRevision: revision, now })
+                  .pipe(db("claim run"))
+          ).pipe(Effect.catch((error) => halt({ _tag: "claimFailed", error })))
           if (row?.step_id === null || row?.step_id === undefined) {
             return yield* halt({ _tag: "restart", claim: row })
           }
@@ -1396,18 +1470,35 @@ const make = Effect.gen(function* () {
       ) =>
         Effect.gen(function* () {
           const now = yield* statementNow
-          const [r] = yield* finish({
-            workflow: def.name,
-            runId,
-            stepId: step.id,
-            status,
-            output,
-            error,
-            definitionHash: hashNames(namesSeen),
-            next,
-            mayHoldSignal: !signalFree.has(step.id),
-            now
-          })
+          const definitionHash = hashNames(namesSeen)
+          const batchable =
+            status === "completed" &&
+            error === null &&
+            signalFree.has(step.id) &&
+            (next._tag === "finish" ||
+              (next._tag === "claim" && (next.timeoutMs === null || Number.isFinite(next.timeoutMs)))) &&
+            Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+          const r = batchable
+            ? yield* finishBatched({
+                runId,
+                stepId: step.id,
+                output,
+                definitionHash,
+                next: next._tag === "claim" ? { ...next } : (next as Extract<NextAction, { _tag: "finish" }>),
+                now
+              })
+            : yield* finish({
+                workflow: def.name,
+                runId,
+                stepId: step.id,
+                status,
+                output,
+                error,
+                definitionHash,
+                next,
+                mayHoldSignal: !signalFree.has(step.id),
+                now
+              }).pipe(Effect.map((rows) => rows[0]))
           if (r === undefined || r.applied === 0n) {
             yield* lateCompletion(runId, step, now)
             return undefined

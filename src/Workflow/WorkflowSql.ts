@@ -176,6 +176,45 @@ export type NextAction =
   | { readonly _tag: "pause"; readonly reason: string; readonly error: string | null; readonly message: string | null }
   | { readonly _tag: "cancel"; readonly reason: string | null }
 
+/** A start (`runStart`, or one entry of `runStartMany`): a fresh run and its payload as JSON text. */
+export interface StartEntry {
+  readonly id: string
+  readonly workflow: string
+  readonly subject: string | null
+  readonly resourceId: string | null
+  readonly payload: string
+  readonly idempotencyKey: string | null
+  readonly engineVersion: number
+  readonly definitionVersion: string | null
+  readonly actor: string
+  readonly reason: string | null
+  /** The message carries the run's payload, subject and resource: its worker replays before claiming. */
+  readonly carryInput: boolean
+  readonly now: Date | null
+}
+
+/** One entry of `runClaimFirstMany`: a fresh run and the first step its replay reached. */
+export interface ClaimFirstEntry {
+  readonly runId: string
+  readonly name: string
+  readonly queue: string
+  readonly timeoutMs: number | null
+  readonly now: Date | null
+}
+
+/** One entry of `stepFinishMany`: a completed attempt that holds no signal, and what follows it. */
+export interface FinishManyEntry {
+  readonly runId: string
+  readonly stepId: bigint
+  /** The output as JSON text (null: none). */
+  readonly output: string | null
+  readonly definitionHash: string | null
+  readonly next:
+    | Omit<Extract<NextAction, { readonly _tag: "claim" }>, "physicalQueue">
+    | { readonly _tag: "finish"; readonly output: string | null }
+  readonly now: Date | null
+}
+
 /** What a finish statement did. */
 export interface FinishRow {
   /** The run's status before (null when the run is gone). */
@@ -233,23 +272,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       jsonb_build_object('workflow', ${workflow}::text, 'run', ${runId}, 'step', ${stepId}::text${input}))`
 
   /** Start: the run, its `started` event and its first message, unless a unique index says no. */
-  const runStart = (p: {
-    readonly id: string
-    readonly workflow: string
-    readonly subject: string | null
-    readonly resourceId: string | null
-    readonly payload: string
-    readonly idempotencyKey: string | null
-    readonly engineVersion: number
-    readonly definitionVersion: string | null
-    readonly actor: string
-    readonly reason: string | null
-    readonly physicalQueue: string
-    readonly rerunOf: string | null
-    /** The message carries the run's payload, subject and resource: its worker replays before claiming. */
-    readonly carryInput: boolean
-    readonly now: Date | null
-  }) => {
+  const runStart = (p: StartEntry & { readonly physicalQueue: string; readonly rerunOf: string | null }) => {
     const input = p.carryInput
       ? sql`, 'input', jsonb_build_object('payload', run.payload, 'subject', run.subject, 'resource_id', run.resource_id)`
       : sql``
@@ -275,6 +298,54 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         FROM run),
       ${message.ctes}
       SELECT run.*, ${message.notifyRef} AS notified FROM run`
+  }
+
+  /**
+   * `runStart` for many fresh runs (no rerun) into one queue, in one statement: each run that no
+   * unique index refuses gets its row, its `started` event and its first message (one NOTIFY for
+   * all). One row per entry back, in order; a refused entry gives a row whose `id` is null.
+   */
+  const runStartMany = (entries: ReadonlyArray<StartEntry>, physicalQueue: string, now: Date | null) => {
+    // one JSON parameter (payloads are JSON already, spliced in as they are)
+    const json = `[${entries
+      .map(
+        (e) =>
+          `{"id":${JSON.stringify(e.id)},"w":${JSON.stringify(e.workflow)},"s":${JSON.stringify(e.subject)},"rs":${JSON.stringify(e.resourceId)},"p":${e.payload},"k":${JSON.stringify(e.idempotencyKey)},"v":${e.engineVersion},"dv":${JSON.stringify(e.definitionVersion)},"a":${JSON.stringify(e.actor)},"re":${JSON.stringify(e.reason)},"c":${e.carryInput}}`
+      )
+      .join(",")}]`
+    const message = messageCtes(
+      physicalQueue,
+      "first_message",
+      sql`SELECT ${NOW(now)} AS vt, jsonb_build_object('job', ${STEP_JOB}::text, 'payload',
+          CASE WHEN i.carry
+            THEN jsonb_build_object('workflow', run.workflow, 'run', run.id, 'step', NULL::text, 'input',
+              jsonb_build_object('payload', run.payload, 'subject', run.subject, 'resource_id', run.resource_id))
+            ELSE jsonb_build_object('workflow', run.workflow, 'run', run.id, 'step', NULL::text) END) AS message
+        FROM run JOIN i ON i.id = run.id ORDER BY i.ord`,
+      now
+    )
+    return sql<RunRow & { readonly id: string | null }>`WITH i AS (
+        SELECT u.ord, (u.e->>'id')::uuid AS id, u.e->>'w' AS workflow, u.e->>'s' AS subject,
+          u.e->>'rs' AS resource_id, u.e->'p' AS payload, u.e->>'k' AS idempotency_key,
+          (u.e->>'v')::int4 AS engine_version, u.e->>'dv' AS definition_version, u.e->>'a' AS actor,
+          u.e->>'re' AS reason, (u.e->>'c')::boolean AS carry
+        FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
+      run AS (
+        INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
+                             definition_version, rerun_of, actor, created_at, updated_at)
+        SELECT id, workflow, subject, resource_id, payload, 'ready', idempotency_key, engine_version,
+               definition_version, NULL, actor, ${NOW(now)}, ${NOW(now)}
+        FROM i ORDER BY ord
+        ON CONFLICT DO NOTHING
+        RETURNING *),
+      started AS (
+        INSERT INTO ${events} (run_id, type, actor, reason, details, at)
+        SELECT run.id, 'started', i.actor, i.reason,
+          jsonb_strip_nulls(jsonb_build_object('subject', i.subject, 'idempotency_key', i.idempotency_key,
+            'rerun_of', NULL::text)), ${NOW(now)}
+        FROM run JOIN i ON i.id = run.id ORDER BY i.ord),
+      ${message.ctes}
+      SELECT run.*, ${message.notifyRef} AS notified FROM i LEFT JOIN run ON run.id = i.id ORDER BY i.ord`
   }
 
   /** The run a start collided with: the one with the key, else the subject's ongoing run. */
@@ -374,6 +445,65 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         s.position AS step_position, s.reattempts AS step_reattempts, false AS step_timed_out,
         NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal, ${history(sql`r.id`)} AS history
       FROM r LEFT JOIN s ON true`
+
+  /**
+   * `runClaimFirst` for many runs in one statement: each entry's run is claimed (and its first
+   * step inserted in progress) exactly as `runClaimFirst` would. One row per entry back, in order;
+   * an entry whose run was not claimed gives a row whose `id` is null. The run ids must differ.
+   */
+  const runClaimFirstMany = (entries: ReadonlyArray<ClaimFirstEntry>, worker: string, appRevision: string | null) => {
+    const json = JSON.stringify(
+      entries.map((e) => ({
+        r: e.runId,
+        n: e.name,
+        q: e.queue,
+        m: e.timeoutMs,
+        t: e.now === null ? null : e.now.toISOString()
+      }))
+    )
+    return sql<ClaimRow & { readonly id: string | null }>`WITH i AS (
+        SELECT u.ord, (u.e->>'r')::uuid AS run_id, u.e->>'n' AS name, u.e->>'q' AS queue,
+          (u.e->>'m')::float8 AS timeout_ms, coalesce((u.e->>'t')::timestamptz, now()) AS at
+        FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
+      locked AS (
+        SELECT id FROM ${runs}
+        WHERE id = ANY(${Result.getOrThrow(
+          PgTypes.array(
+            entries.map((e) => e.runId),
+            PgTypes.OID.uuid
+          )
+        )}::uuid[])
+        ORDER BY id FOR UPDATE),
+      r AS (
+        UPDATE ${runs} ru SET status = 'performing', updated_at = i.at,
+          current_step = CASE WHEN EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id)
+                              THEN ru.current_step ELSE i.name END
+        FROM locked, i
+        WHERE ru.id = locked.id AND ru.id = i.run_id AND ru.status = 'ready'
+          AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id
+                          AND status IN ('scheduled', 'in_progress', 'waiting'))
+        RETURNING ru.*, i.ord AS claim_ord, i.name AS first_name, i.queue AS first_queue,
+          i.timeout_ms AS first_timeout, i.at AS claim_at),
+      s AS (
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
+                              timeout_ms, reattempts, worker, app_revision)
+        SELECT r.id, r.first_name, 1, 0, 'in_progress', r.first_queue, r.claim_at, r.claim_at, r.claim_at,
+               r.first_timeout, 0, ${worker}::text, ${appRevision}::text
+        FROM r WHERE NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = r.id)
+        ORDER BY r.claim_ord
+        RETURNING id, run_id, name, attempt, position, reattempts),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT s.run_id, t.type, s.name, s.attempt, 'system', r.claim_at
+        FROM s JOIN r ON r.id = s.run_id, (VALUES (1, 'step_scheduled'), (2, 'step_started')) AS t(ord, type)
+        ORDER BY r.claim_ord, t.ord)
+      SELECT r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
+        s.position AS step_position, s.reattempts AS step_reattempts, false AS step_timed_out,
+        NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal,
+        CASE WHEN r.id IS NULL THEN NULL ELSE ${history(sql`r.id`)} END AS history
+      FROM i LEFT JOIN r ON r.claim_ord = i.ord LEFT JOIN s ON s.run_id = r.id
+      ORDER BY i.ord`
+  }
 
   /** A performing run's first new step, claimed at once (the replay found it due). */
   const stepInsertClaimed = (p: {
@@ -1116,6 +1246,91 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         ${message ? sql`, ${message.notifyRef} AS notified` : sql``}`
   }
 
+  /**
+   * `stepFinish` for many runs in one statement, in the runner's common case only: each attempt
+   * completed, holds no signal, and its next step is claimed at once (`claim`) or its run
+   * finishes (`finish`). Row for row and event for event what `stepFinish` writes for each entry
+   * (the runs are locked in id order); one row per entry back, in order. The run ids must differ.
+   */
+  const stepFinishMany = (entries: ReadonlyArray<FinishManyEntry>, worker: string, appRevision: string | null) => {
+    // one JSON parameter (outputs are JSON already, spliced in as they are)
+    const json = `[${entries
+      .map((e) => {
+        const next =
+          e.next._tag === "claim"
+            ? `,"n":${JSON.stringify(e.next.name)},"a":${e.next.attempt},"p":${e.next.position},"q":${JSON.stringify(e.next.queue)},"x":${e.next.reattempts},"m":${e.next.timeoutMs === null ? "null" : e.next.timeoutMs}`
+            : e.next.output === null
+              ? ""
+              : `,"f":${e.next.output}`
+        return `{"r":${JSON.stringify(e.runId)},"s":"${e.stepId}","h":${JSON.stringify(e.definitionHash)},"t":${e.now === null ? "null" : JSON.stringify(e.now.toISOString())}${e.output === null ? "" : `,"o":${e.output}`}${next}}`
+      })
+      .join(",")}]`
+    return sql<FinishRow & { readonly run_id: string }>`WITH i AS (
+        SELECT u.ord, (u.e->>'r')::uuid AS run_id, (u.e->>'s')::int8 AS step_id, u.e->'o' AS output,
+          u.e->>'h' AS hash, u.e->>'n' AS next_name, (u.e->>'a')::int4 AS next_attempt,
+          (u.e->>'p')::int4 AS next_position, u.e->>'q' AS next_queue, (u.e->>'x')::int4 AS next_reattempts,
+          (u.e->>'m')::float8 AS next_timeout, u.e->'f' AS final_output,
+          coalesce((u.e->>'t')::timestamptz, now()) AS at
+        FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
+      locked AS (
+        SELECT ru.id, ru.status FROM ${runs} ru
+        WHERE ru.id = ANY(${Result.getOrThrow(
+          PgTypes.array(
+            entries.map((e) => e.runId),
+            PgTypes.OID.uuid
+          )
+        )}::uuid[])
+        ORDER BY ru.id FOR UPDATE),
+      n AS (
+        UPDATE ${steps} st SET status = 'completed', finished_at = i.at, output = i.output, error = NULL
+        FROM locked, i
+        WHERE i.run_id = locked.id AND st.id = i.step_id AND st.run_id = locked.id AND st.status = 'in_progress'
+          AND locked.status IN ('performing', 'paused')
+        RETURNING st.id, st.run_id, st.name, st.attempt, locked.status AS before, i.ord),
+      m AS (
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
+                              timeout_ms, reattempts, worker, app_revision)
+        SELECT n.run_id, i.next_name, i.next_attempt, i.next_position,
+          CASE WHEN n.before = 'performing' THEN 'in_progress' ELSE 'scheduled' END,
+          i.next_queue, i.at, i.at, CASE WHEN n.before = 'performing' THEN i.at END, i.next_timeout,
+          i.next_reattempts, CASE WHEN n.before = 'performing' THEN ${worker}::text END,
+          CASE WHEN n.before = 'performing' THEN ${appRevision}::text END
+        FROM n JOIN i ON i.ord = n.ord
+        WHERE i.next_name IS NOT NULL
+        ORDER BY n.ord
+        RETURNING id, run_id, name, attempt, status),
+      r AS (
+        UPDATE ${runs} ru SET status = CASE WHEN i.next_name IS NULL THEN 'finished' ELSE n.before END,
+          current_step = coalesce(i.next_name, ru.current_step),
+          updated_at = i.at,
+          definition_hash = coalesce(i.hash, ru.definition_hash),
+          finished_at = CASE WHEN i.next_name IS NULL THEN i.at ELSE ru.finished_at END,
+          paused_at = CASE WHEN i.next_name IS NULL THEN NULL ELSE ru.paused_at END,
+          paused_reason = CASE WHEN i.next_name IS NULL THEN NULL ELSE ru.paused_reason END,
+          output = CASE WHEN i.next_name IS NULL THEN i.final_output ELSE ru.output END
+        FROM n JOIN i ON i.ord = n.ord
+        WHERE ru.id = n.run_id
+        RETURNING ru.id, ru.status),
+      ev AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, at)
+        SELECT x.run_id, x.type, x.step, x.attempt, 'system', NULL, x.at FROM (
+          SELECT n.ord, 1 AS k, n.run_id, 'step_completed' AS type, n.name AS step, n.attempt, i.at
+          FROM n JOIN i ON i.ord = n.ord
+          UNION ALL SELECT n.ord, 4, m.run_id, 'step_scheduled', m.name, m.attempt, i.at
+          FROM m JOIN n ON n.run_id = m.run_id JOIN i ON i.ord = n.ord
+          UNION ALL SELECT n.ord, 5, m.run_id, 'step_started', m.name, m.attempt, i.at
+          FROM m JOIN n ON n.run_id = m.run_id JOIN i ON i.ord = n.ord WHERE m.status = 'in_progress'
+          UNION ALL SELECT n.ord, 10, n.run_id, 'finished', NULL, NULL, i.at
+          FROM n JOIN i ON i.ord = n.ord WHERE i.next_name IS NULL) AS x
+        ORDER BY x.ord, x.k)
+      SELECT i.run_id::text AS run_id, locked.status AS before,
+        (CASE WHEN n.id IS NULL THEN 0 ELSE 1 END)::int8 AS applied,
+        m.id AS next_id, m.status AS next_status, r.status AS after
+      FROM i LEFT JOIN locked ON locked.id = i.run_id LEFT JOIN n ON n.ord = i.ord
+        LEFT JOIN m ON m.run_id = i.run_id LEFT JOIN r ON r.id = i.run_id
+      ORDER BY i.ord`
+  }
+
   /** Appends an audit event. */
   const eventInsert = (p: {
     readonly runId: string
@@ -1288,10 +1503,12 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
 
   return {
     runStart,
+    runStartMany,
     runFindConflicting,
     stepClaim,
     runClaimContinue,
     runClaimFirst,
+    runClaimFirstMany,
     stepInsertClaimed,
     stepScheduleNew,
     runEndFromPerforming,
@@ -1326,6 +1543,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     stepResend,
     runsDeleteFinished,
     stepFinish,
+    stepFinishMany,
     eventInsert,
     markerInsert,
     runLock,
