@@ -7,8 +7,10 @@
  * `send`) and pg-workflows 0.15.0 (`step.waitFor` / `triggerEvent`) run in one session, on one
  * PostgreSQL server. Every run is its own Node process (packages/bench/src/peers/<library>-signals.ts)
  * on a freshly created database, dropped once the process has exited; runs go round-robin and the
- * table shows medians [min-max]. Two diagnostic cases (effect-pgbus and DBOS with one sender, so no
- * backlog can build) are printed too, outside the JSON line.
+ * table shows medians [min-max]. Diagnostic cases: effect-pgbus and DBOS with one sender (so no
+ * backlog can build), and effect-pgbus with local dispatch off (`ra0-nolocal`: every woken step goes
+ * through NOTIFY, read and claim, as for signals sent from a process without a worker of the queue;
+ * in the JSON line as ours_nolocal_*).
  *
  *   npm run bench:signals                   # from the repository root (installs the peers first)
  *   RUNS=1 BENCH_ONLY='ours' npm run bench:signals
@@ -295,6 +297,8 @@ const main = async () => {
     { key: "signals pgworkflows workers10", library: "pgworkflows", variant: "workers10", senders: SIG_SENDERS },
     // diagnostics, not in the JSON line: one sender, so no backlog can build (the path's own latency)
     { key: "signals ours ra0 senders1", library: "ours", variant: "ra0", senders: 1 },
+    // local dispatch off: the path of signals sent from a process that runs no worker of the queue
+    { key: "signals ours ra0 nolocal", library: "ours", variant: "ra0-nolocal", senders: SIG_SENDERS },
     { key: "signals dbos recv senders1", library: "dbos", variant: "recv", senders: 1 }
   ]
   const CASES = ALL_CASES.filter(
@@ -441,7 +445,9 @@ const main = async () => {
   }
   const label = (c: Case): string =>
     (c.library === "ours"
-      ? `effect-pgbus (this repo), read-ahead ${c.variant.slice(2)}${c.variant === "ra0" ? " (default)" : ""}`
+      ? c.variant.endsWith("-nolocal")
+        ? `effect-pgbus (this repo), read-ahead ${c.variant.slice(2, -"-nolocal".length)}, **local dispatch off** (diagnostic)`
+        : `effect-pgbus (this repo), read-ahead ${c.variant.slice(2)}${c.variant === "ra0" ? " (default)" : ""}`
       : c.library === "dbos"
         ? `DBOS ${pkgVersion("@dbos-inc/dbos-sdk")} \`recv\``
         : `pg-workflows ${pkgVersion("pg-workflows")} \`workers10\``) +
@@ -551,6 +557,13 @@ const main = async () => {
     ours_p50_ms: round(medianOf(ours, "result.latencyMs.p50"), 2),
     ours_p99_ms: round(medianOf(ours, "result.latencyMs.p99"), 2),
     ours_signals_per_s: round(medianOf(ours, "result.signalsPerSec"), 1)
+  }
+  const nolocal = get("signals ours ra0 nolocal")
+  if (nolocal.length > 0) {
+    // local dispatch off: what a sender in a process without a worker of the queue gets
+    summary.ours_nolocal_p50_ms = round(medianOf(nolocal, "result.latencyMs.p50"), 2)
+    summary.ours_nolocal_p99_ms = round(medianOf(nolocal, "result.latencyMs.p99"), 2)
+    summary.ours_nolocal_signals_per_s = round(medianOf(nolocal, "result.signalsPerSec"), 1)
   }
   if (dbos.length > 0) {
     summary.dbos_p50_ms = round(medianOf(dbos, "result.latencyMs.p50"), 2)

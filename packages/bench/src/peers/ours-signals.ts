@@ -31,9 +31,12 @@ import {
 const args = parseArgs()
 guard()
 const DB = databaseName("sig_ours")
-const variantMatch = /^ra(\d+)$/.exec(args.variant)
+const variantMatch = /^ra(\d+)(-nolocal)?$/.exec(args.variant)
 const readAhead = variantMatch ? Number(variantMatch[1]) : 0
-const variant = `ra${readAhead}`
+// `-nolocal`: local dispatch off, so every woken step goes through NOTIFY, read and claim, as
+// when the signals come from a process that runs no worker of the step's queue
+const localDispatch = variantMatch?.[2] === undefined
+const variant = `ra${readAhead}${localDispatch ? "" : "-nolocal"}`
 
 const recorder = makeStartRecorder()
 
@@ -138,7 +141,7 @@ const runtime = ManagedRuntime.make(
   Layer.mergeAll(
     quiet,
     traced,
-    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide([quiet, traced]))
+    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX, localDispatch })).pipe(Layer.provide([quiet, traced]))
   )
 )
 const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
