@@ -8,6 +8,7 @@ import { Registry } from "../src/Job/Registry.ts"
 import { deliverSignal, expireWait, performNextStep, speedrun } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { WorkflowMetrics, WorkflowRunner, WorkflowSweep } from "../src/Workflow/Engine.ts"
+import * as States from "../src/Workflow/States.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -635,7 +636,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
         const run = yield* wf.start({ id: "pf" })
         yield* performNextStep(run.id).pipe(withRegistry([wf]))
         yield* expireWait(run.id).pipe(withRegistry([wf]))
-        assert.strictEqual(yield* status(run.id), "paused")
+        assert.strictEqual(yield* status(run.id), States.targetOf("notice_pause", "waiting"))
         const info = (yield* run.refresh).info
         assert.strictEqual(info.pausedReason, "error")
         expect(info.error).toMatchObject({ message: "SLA service down" })

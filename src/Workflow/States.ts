@@ -60,7 +60,8 @@ export const InternalVerbs = [
   "park",
   "wake",
   "resolve",
-  "rewait"
+  "rewait",
+  "notice_pause"
 ] as const
 export type InternalVerb = (typeof InternalVerbs)[number]
 
@@ -178,6 +179,13 @@ export const internalTransitions: ReadonlyArray<Transition<InternalVerb>> = [
     from: ["paused"],
     to: "waiting",
     steps: "resume on a run paused while its step was waiting: it waits again"
+  },
+  {
+    verb: "notice_pause",
+    from: ["waiting"],
+    to: "paused",
+    steps:
+      "a per-run notify deadline failed when evaluated again at a late notice: the notice is recorded and the step keeps waiting (resume rewaits, with no deadline)"
   }
 ]
 

@@ -357,7 +357,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       ORDER BY (idempotency_key IS NOT DISTINCT FROM ${idempotencyKey}::text) DESC
       LIMIT 1`
 
-  // A step's claim, shared by stepClaim and stepWakeClaim: its `s` CTE (the claimed step)
+  // A step's claim, shared by stepClaim, stepWakeClaim and runLoadForRenewal: its `s` CTE (the claimed step)
   // returns these columns; `claimRest` moves the run to performing and writes `step_started`;
   // the claim's row (ClaimRow) is `claimColumns` from `r` and `s`.
   const claimedStepColumns = sql`st.id, st.name, st.attempt, st.position, st.reattempts, st.timed_out, st.timeout_at`
@@ -878,7 +878,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     const pause =
       r?.pauseError == null
         ? sql``
-        : sql`,
+        : // the table's notice_pause: waiting → paused, the step still waiting
+          sql`,
       p AS (
         UPDATE ${runs} ru SET status = 'paused', paused_at = ${NOW(p.now)}, paused_reason = 'error',
           error = ${r.pauseError}::jsonb, updated_at = ${NOW(p.now)}
@@ -946,12 +947,12 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
 
   /** A waiting run and its step whose missed deadline a worker is to evaluate again (for replay). */
   const runLoadForRenewal = (runId: string, stepId: bigint, missedAt: Date) =>
-    sql<ClaimRow>`SELECT ru.*, st.id AS step_id, st.name AS step_name, st.attempt AS step_attempt,
-        st.position AS step_position, st.reattempts AS step_reattempts, st.timed_out AS step_timed_out,
-        st.timeout_at AS step_timeout_at, NULL::jsonb AS held_signal, ${history(sql`ru.id`)} AS history
-      FROM ${runs} ru JOIN ${steps} st ON st.run_id = ru.id
-      WHERE ru.id = ${runId}::uuid AND ru.status = 'waiting' AND st.id = ${stepId} AND st.status = 'waiting'
-        AND st.timeout_at = ${missedAt}::timestamptz AND st.deadline_renewal_for = ${missedAt}::timestamptz`
+    sql<ClaimRow>`WITH r AS (SELECT * FROM ${runs} WHERE id = ${runId}::uuid AND status = 'waiting'),
+      s AS (
+        SELECT ${claimedStepColumns} FROM ${steps} st JOIN r ON st.run_id = r.id
+        WHERE st.id = ${stepId} AND st.status = 'waiting'
+          AND st.timeout_at = ${missedAt}::timestamptz AND st.deadline_renewal_for = ${missedAt}::timestamptz)
+      SELECT ${claimColumns} FROM r, s`
 
   /** Resume of a run paused while its step waited: it waits again, its deadline moved by the pause. */
   const runRewait = (runId: string, stepId: bigint, now: Date | null) =>
