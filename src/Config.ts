@@ -75,7 +75,7 @@ export interface PgBusConfigShape {
   readonly pollingInterval: Duration.Duration
   /** Wake readers with LISTEN/NOTIFY (polling stays as the fallback). */
   readonly listenNotify: boolean
-  /** A signal hands the step it wakes to a worker of the sending process with a free slot (claimed, no read). */
+  /** A signal's woken step, or a job enqueued now, goes claimed to an idle worker of the sending process (no read). */
   readonly localDispatch: boolean
   /** How long archived messages are kept; `undefined` keeps them forever. */
   readonly archiveRetention: Duration.Duration | undefined

@@ -330,7 +330,11 @@ layer(
         const sorted = [...started].sort((a, b) => a - b)
         // the poll interval is 5 s here: only a notification explains a start within 250 ms
         assert.isBelow(sorted[5]!, 250, `median pickup ${sorted[5]} ms`)
-      }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "5 seconds" }), { local: true }))
+      }).pipe(
+        Effect.scoped,
+        // local dispatch off: the enqueue and the worker share this process
+        Effect.provide(TestDatabase.layer({ pollingInterval: "5 seconds", localDispatch: false }), { local: true })
+      )
     )
 
     it.effect("with LISTEN/NOTIFY off, jobs still run (polling)", () =>
@@ -370,7 +374,10 @@ layer(
           "second ran after the drop",
           Effect.sync(() => ran.length === 2)
         )
-      }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "10 seconds" }), { local: true }))
+      }).pipe(
+        Effect.scoped,
+        Effect.provide(TestDatabase.layer({ pollingInterval: "10 seconds", localDispatch: false }), { local: true })
+      )
     )
   })
 

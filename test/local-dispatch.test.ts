@@ -12,6 +12,7 @@ import * as Job from "../src/Job/Job.ts"
 import { JobClient } from "../src/Job/JobClient.ts"
 import { type LocalSlot, Notifier } from "../src/Queue/Notifier.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { Processes } from "../src/Supervisor/Processes.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
@@ -36,6 +37,9 @@ const gate = Deferred.makeUnsafe<void>()
 const Blocker = Job.make("LocalDispatchBlocker", { payload: Schema.Struct({}), queue: "blocked" }, () =>
   Deferred.await(gate)
 )
+
+/** A woken step asks for a slot without keeping queue order. */
+const STEP = { inOrder: false } as const
 
 const statusOf = (id: string) => Effect.flatMap(WorkflowClient, (c) => Effect.map(c.get(id), (h) => h.info.status))
 
@@ -133,14 +137,17 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             yield* eventually(
               "a slot is offered",
               Effect.sync(() => {
-                taken = notifier.reserveLocal(`${config.queuePrefix}_drained`)
+                taken = notifier.reserveLocal(`${config.queuePrefix}_drained`, STEP)
                 return taken !== undefined
               })
             )
             return taken!
           })
         )
-        assert.isUndefined(notifier.reserveLocal(`${config.queuePrefix}_drained`), "a stopped worker offers nothing")
+        assert.isUndefined(
+          notifier.reserveLocal(`${config.queuePrefix}_drained`, STEP),
+          "a stopped worker offers nothing"
+        )
         const id = yield* store.send("drained", { job: "nothing", payload: {} })
         const [claimed] = yield* store.read("drained", { limit: 1, visibilityTimeout: "1 minute" })
         assert.strictEqual(claimed!.msgId, id)
@@ -157,19 +164,19 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           const config = yield* PgBusConfig
           const notifier = yield* Notifier
           const physical = `${config.queuePrefix}_blocked`
-          assert.isUndefined(notifier.reserveLocal(physical), "no worker serves the queue yet")
+          assert.isUndefined(notifier.reserveLocal(physical, STEP), "no worker serves the queue yet")
           yield* startSupervisor([Blocker], { capsules: [{ name: "b", queues: ["blocked"], concurrency: 1 }] })
           yield* eventually(
             "a slot is offered",
             Effect.sync(() => {
-              const slot = notifier.reserveLocal(physical)
+              const slot = notifier.reserveLocal(physical, STEP)
               slot?.cancel()
               return slot !== undefined
             })
           )
-          const first = notifier.reserveLocal(physical)
+          const first = notifier.reserveLocal(physical, STEP)
           assert.isDefined(first)
-          assert.isUndefined(notifier.reserveLocal(physical), "its one slot is reserved")
+          assert.isUndefined(notifier.reserveLocal(physical, STEP), "its one slot is reserved")
           first!.cancel()
           first!.cancel()
           // the job takes the only slot: no room to offer
@@ -177,7 +184,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           yield* eventually(
             "the slot is taken",
             Effect.sync(() => {
-              const slot = notifier.reserveLocal(physical)
+              const slot = notifier.reserveLocal(physical, STEP)
               slot?.cancel()
               return slot === undefined
             })
@@ -186,7 +193,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           yield* eventually(
             "the slot is free again",
             Effect.sync(() => {
-              const slot = notifier.reserveLocal(physical)
+              const slot = notifier.reserveLocal(physical, STEP)
               slot?.cancel()
               return slot !== undefined
             })
@@ -209,7 +216,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", localDispatch: false })
           "waiting",
           Effect.map(statusOf(run.id), (s) => s === "waiting")
         )
-        assert.isUndefined(notifier.reserveLocal(`${config.queuePrefix}_${config.workflowQueue}`))
+        assert.isUndefined(notifier.reserveLocal(`${config.queuePrefix}_${config.workflowQueue}`, STEP))
         yield* run.signal("go", { v: 9 })
         yield* eventually(
           "finished",
@@ -221,3 +228,91 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", localDispatch: false })
     )
   }
 )
+
+// Jobs: polling every 5 s and no LISTEN, so only a hand-over explains a start within a second.
+layer(TestDatabase.layer({ listenNotify: false, pollingInterval: "5 seconds", maxPayloadSize: 200 }), {
+  excludeTestServices: true
+})("local dispatch of jobs", (it) => {
+  const Ping = Schema.Struct({ sentAt: Schema.Number, pad: Schema.optional(Schema.String) })
+
+  /** Waits until a worker of `queue` in this process offers a slot (started, its queue drained). */
+  const offered = (queue: string) =>
+    Effect.gen(function* () {
+      const config = yield* PgBusConfig
+      const notifier = yield* Notifier
+      yield* eventually(
+        "a slot is offered",
+        Effect.sync(() => {
+          const slot = notifier.reserveLocal(`${config.queuePrefix}_${queue}`, { inOrder: true })
+          slot?.cancel()
+          return slot !== undefined
+        })
+      )
+    })
+
+  /** The message's row while it is in the queue: its read count and claimer. */
+  const rowOf = (queue: string, msgId: bigint) =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient.SqlClient
+      const config = yield* PgBusConfig
+      const [row] = yield* sql<{
+        readonly read_ct: number
+        readonly claimed_by: string | null
+      }>`SELECT read_ct, claimed_by
+        FROM ${sql(`${config.schema}.q_${config.queuePrefix}_${queue}`)} WHERE msg_id = ${msgId}`
+      return row
+    })
+
+  it.effect("a job enqueued next to an idle worker is inserted claimed and handed over: no read, run once", () =>
+    Effect.gen(function* () {
+      const release = yield* Deferred.make<void>()
+      const pickups: Array<number> = []
+      const job = Job.make("LocalPing", { payload: Ping, queue: "local_jobs" }, ({ sentAt }) =>
+        Effect.sync(() => pickups.push(performance.now() - sentAt)).pipe(Effect.andThen(Deferred.await(release)))
+      )
+      yield* startSupervisor([job], { capsules: [{ name: "l", queues: ["local_jobs"], concurrency: 2 }] })
+      yield* offered("local_jobs")
+      const ref = yield* job.enqueue({ sentAt: performance.now() })
+      yield* eventually(
+        "started",
+        Effect.sync(() => pickups.length === 1)
+      )
+      assert.isBelow(pickups[0]!, 1_000, "handed over, not found by the 5 s poll")
+      const row = yield* rowOf("local_jobs", ref.msgId)
+      assert.strictEqual(row?.read_ct, 1, "claimed at its insert, as one read would leave it")
+      const live = (yield* (yield* Processes).list).map((p) => p.id)
+      assert.include(live, row?.claimed_by, "claimed by this process")
+      yield* Deferred.succeed(release, undefined)
+      const store = yield* QueueStore
+      yield* eventually("archived", store.isArchived("local_jobs", ref.msgId))
+      assert.strictEqual(pickups.length, 1, "run once")
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("inside a transaction or with a delay, a job is sent the usual way (unclaimed)", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient.SqlClient
+      const job = Job.make("LocalLater", { payload: Ping, queue: "local_later" }, () => Effect.void)
+      yield* startSupervisor([job], { capsules: [{ name: "l", queues: ["local_later"], concurrency: 2 }] })
+      yield* offered("local_later")
+      const inTransaction = yield* sql.withTransaction(job.enqueue({ sentAt: 0 }))
+      const delayed = yield* job.enqueue({ sentAt: 0 }, { delay: "1 hour" })
+      for (const ref of [inTransaction, delayed]) {
+        const row = yield* rowOf("local_later", ref.msgId)
+        assert.deepStrictEqual([row?.read_ct, row?.claimed_by], [0, null])
+      }
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("a send that fails gives its reserved slot back", () =>
+    Effect.gen(function* () {
+      const job = Job.make("LocalTooBig", { payload: Ping, queue: "local_big" }, () => Effect.void)
+      yield* startSupervisor([job], { capsules: [{ name: "l", queues: ["local_big"], concurrency: 1 }] })
+      yield* offered("local_big")
+      const error = yield* job.enqueue({ sentAt: 0, pad: "x".repeat(500) }).pipe(Effect.flip)
+      assert.strictEqual(error._tag, "PayloadTooLarge")
+      // the worker's one slot is free again (a slot kept would leave it no room)
+      yield* offered("local_big")
+    }).pipe(Effect.scoped)
+  )
+})

@@ -10,6 +10,7 @@ import { SqlClient } from "effect/sql"
 import { CurrentBatch } from "../Batch/Membership.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { type FairTag, fairFields, resolveFairShare } from "../Queue/FairShare.ts"
+import { type LocalSlot, Notifier } from "../Queue/Notifier.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import type { BatchEntry, CreateOptions, SendOptions } from "../Queue/QueueStore.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
@@ -110,6 +111,9 @@ export const linkedSpan = (headers: Readonly<Record<string, unknown>>): Tracer.E
   return span
 }
 
+/** What the job client's layer needs (the notifier: local dispatch to this process's workers). */
+type JobClientDeps = PgBusConfig | QueueStore | SqlClient.SqlClient | Notifier
+
 /**
  * The job client: enqueue from any Effect.
  *
@@ -138,12 +142,13 @@ export class JobClient extends Context.Service<
   }
 >()("effect-pgbus/JobClient") {
   /** The job client on the queue store. */
-  static readonly layer: Layer.Layer<JobClient, never, PgBusConfig | QueueStore | SqlClient.SqlClient> = Layer.effect(
+  static readonly layer: Layer.Layer<JobClient, never, JobClientDeps> = Layer.effect(
     JobClient,
     Effect.gen(function* () {
       const config = yield* PgBusConfig
       const store = yield* QueueStore
       const sql = yield* SqlClient.SqlClient
+      const notifier = yield* Notifier
       const known = new Set<string>()
 
       // A queue created inside the caller's transaction exists only once it commits, so it is
@@ -217,6 +222,33 @@ export class JobClient extends Context.Service<
           return ids.map((id) => jobRef(queue, id))
         }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))
 
+      // Local dispatch: a job due now, sent outside a transaction from a process whose worker of
+      // its queue is idle (its queues drained, a slot free), is inserted claimed for that worker
+      // and handed over after the commit: no NOTIFY, no read. Not inside a caller's transaction
+      // (its commit is not ours to wait for) nor for fair-share queues (the worker offers none).
+      const reserveLocal = (queue: string, options: EnqueueOptions | undefined) =>
+        Effect.gen(function* () {
+          if (!config.localDispatch || options?.delay !== undefined || options?.at !== undefined) return undefined
+          if (Option.isSome(yield* Effect.serviceOption(sql.transactionService))) return undefined
+          return notifier.reserveLocal(`${config.queuePrefix}_${queue}`, { inOrder: true })
+        })
+
+      // The insert and the hand-over are one uninterruptible unit: a claimed message left
+      // between them would wait for its visibility timeout. A failed insert gives the slot back.
+      const sendLocal = (
+        queue: string,
+        message: unknown,
+        headers: Readonly<Record<string, unknown>> | undefined,
+        slot: LocalSlot
+      ) =>
+        Effect.uninterruptible(
+          store.sendClaimed(queue, message, headers, slot).pipe(
+            Effect.onError(() => Effect.sync(() => slot.cancel())),
+            Effect.tap((m) => slot.deliver(m)),
+            Effect.map((m) => m.msgId)
+          )
+        )
+
       const enqueue = <P>(job: Job<string, P, unknown, unknown, unknown>, payload: P, options?: EnqueueOptions) =>
         Effect.gen(function* () {
           const queue = physicalQueueOf(config, job, options)
@@ -238,11 +270,10 @@ export class JobClient extends Context.Service<
             ...(options?.at !== undefined ? { at: options.at } : {})
           }
           const batch = yield* CurrentBatch
-          const id =
-            batch === undefined
-              ? yield* store.send(queue, message, sendOptions)
-              : (yield* batch.send(queue, [{ ...sendOptions, message }]))[0]!
-          return jobRef(queue, id)
+          if (batch !== undefined) return jobRef(queue, (yield* batch.send(queue, [{ ...sendOptions, message }]))[0]!)
+          const slot = yield* reserveLocal(queue, options)
+          if (slot === undefined) return jobRef(queue, yield* store.send(queue, message, sendOptions))
+          return jobRef(queue, yield* sendLocal(queue, message, sendOptions.headers, slot))
         }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))
 
       return JobClient.of({

@@ -43,9 +43,18 @@ export interface LocalSlot {
   readonly cancel: () => void
 }
 
+/**
+ * What a local send asks of the reader. `inOrder`: the message must not overtake older ones of
+ * its queue (a job), so only a reader that has drained its queues takes it; without it (a woken
+ * workflow step, already due) a reader of one queue takes it while that queue has more.
+ */
+export interface LocalRequest {
+  readonly inOrder: boolean
+}
+
 /** A reader that takes messages claimed for it at send time: `reserve` says whether it has room now. */
 export interface LocalReader {
-  readonly reserve: (physicalQueue: string) => LocalSlot | undefined
+  readonly reserve: (physicalQueue: string, request: LocalRequest) => LocalSlot | undefined
 }
 
 interface Subscriber {
@@ -87,7 +96,7 @@ export class Notifier extends Context.Service<
     /** Registers a reader of physical queues for local dispatch until the scope closes. */
     readonly offerLocal: (queues: ReadonlyArray<string>, reader: LocalReader) => Effect.Effect<void, never, Scope.Scope>
     /** Room for one message of a queue at a reader of this process, if one has it now. */
-    readonly reserveLocal: (physicalQueue: string) => LocalSlot | undefined
+    readonly reserveLocal: (physicalQueue: string, request: LocalRequest) => LocalSlot | undefined
     /** Counts of notifications and reconnects, for tests and metrics. */
     readonly stats: Effect.Effect<{ readonly received: number; readonly connects: number }>
   }
@@ -214,10 +223,10 @@ export class Notifier extends Context.Service<
             }),
             (entry) => Effect.sync(() => localReaders.delete(entry))
           ).pipe(Effect.asVoid),
-        reserveLocal: (queue) => {
+        reserveLocal: (queue, request) => {
           for (const { queues, reader } of localReaders) {
             if (!queues.has(queue)) continue
-            const slot = reader.reserve(queue)
+            const slot = reader.reserve(queue, request)
             if (slot !== undefined) return slot
           }
           return undefined

@@ -213,6 +213,19 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         RETURNING msg_id)
       SELECT msg_id FROM m ${notifyFilter(physical)}`
 
+  // Local dispatch of a job: inserted as a read by `claimedBy` would leave it (read_ct 1,
+  // invisible for the visibility timeout), with no NOTIFY: no other reader is to wake for it.
+  const messageSendOneClaimed = (
+    physical: string,
+    m: Pick<EncodedMessage, "message" | "headers">,
+    claim: { readonly claimedBy: string; readonly visibilityMs: number },
+    now: Date | null
+  ) =>
+    sql<MessageRow>`INSERT INTO ${messages(physical)} (enqueued_at, vt, message, headers, read_ct, claimed_by)
+      VALUES (${NOW(sql, now)}, ${NOW(sql, now)} + ${PgTypes.float8(claim.visibilityMs)} * interval '1 millisecond',
+              ${m.message}::jsonb, ${m.headers}::jsonb, 1, ${claim.claimedBy})
+      RETURNING msg_id, read_ct, enqueued_at, vt, message, headers, last_error`
+
   const messageSendBatch = (physical: string, batch: ReadonlyArray<EncodedMessage>, now: Date | null) =>
     sql<{ readonly msg_id: bigint }>`WITH m AS (
         INSERT INTO ${messages(physical)} (enqueued_at, vt, message, headers)
@@ -639,6 +652,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     queueFind,
     queueMetrics,
     messageSendOne,
+    messageSendOneClaimed,
     messageSendBatch,
     messageSendBatchUniform,
     messageSendCtes,

@@ -211,6 +211,16 @@ export class QueueStore extends Context.Service<
     readonly list: Effect.Effect<ReadonlyArray<QueueInfo>, QueueError>
     /** Sends one message; returns its id. */
     readonly send: (queue: string, message: unknown, options?: SendOptions) => Effect.Effect<bigint, QueueError>
+    /**
+     * Sends one message already claimed for a reader of this process (local dispatch: no NOTIFY,
+     * no read) and returns it as that reader's read would have. Due at once: no delay.
+     */
+    readonly sendClaimed: (
+      queue: string,
+      message: unknown,
+      headers: Readonly<Record<string, unknown>> | undefined,
+      claim: { readonly claimedBy: string; readonly visibilityMs: number }
+    ) => Effect.Effect<Message, QueueError>
     /** Sends many messages in one statement; returns their ids in order. */
     readonly sendBatch: (
       queue: string,
@@ -529,6 +539,22 @@ export class QueueStore extends Context.Service<
             .pipe(Effect.mapError(fail("send to", queue)))
           return rows[0]!.msg_id
         }).pipe(hotSpan("QueueStore.send", { queue }))
+
+      const sendClaimed = (
+        queue: string,
+        message: unknown,
+        headers: Readonly<Record<string, unknown>> | undefined,
+        claim: { readonly claimedBy: string; readonly visibilityMs: number }
+      ) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const [encoded] = yield* encodeAll(queue, [{ message, headers }])
+          const now = yield* statementNow
+          const rows = yield* statements
+            .messageSendOneClaimed(name.physical, encoded!, claim, now)
+            .pipe(Effect.mapError(fail("send to", queue)))
+          return toMessage(queue, rows[0]!)
+        }).pipe(hotSpan("QueueStore.sendClaimed", { queue }))
 
       const sendBatch = (queue: string, entries: ReadonlyArray<BatchEntry>) =>
         Effect.gen(function* () {
@@ -904,6 +930,7 @@ export class QueueStore extends Context.Service<
         drop,
         list,
         send,
+        sendClaimed,
         sendBatch,
         read,
         archiveAndRead,

@@ -488,16 +488,17 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
 
     // Local dispatch (Notifier.reserveLocal): a sender of this process may insert a message
     // claimed for this worker and hand it over after its commit, with no NOTIFY and no read,
-    // while a slot is free, and, for a worker of several queues (priority order), only while they
-    // are drained. With more to read, the read loop still claims whenever nothing is buffered, so
+    // while a slot is free, and, for a worker of several queues (priority order) or a job (FIFO),
+    // only while they are drained. With more to read, the read loop still claims whenever nothing is buffered, so
     // the queue is not starved. The reserved slot counts as buffered until the message arrives or
     // the send gives it back.
     const localQueues = reads.flatMap((r) => (r.cursor === undefined ? [`${config.queuePrefix}_${r.queue}`] : []))
     if (config.localDispatch && localQueues.length > 0) {
       yield* notifier.offerLocal(localQueues, {
-        reserve: () => {
-          // with more to read, only a worker of one queue: no priority order to keep
-          if (stopping || room() <= 0 || (queuesMayHaveMore && reads.length > 1)) return undefined
+        reserve: (_queue, request) => {
+          // with more to read, only a worker of one queue (no priority order to keep), and only
+          // for a message that may overtake the others (a woken step, not a job)
+          if (stopping || room() <= 0 || (queuesMayHaveMore && (reads.length > 1 || request.inOrder))) return undefined
           stats.buffered++
           let open = true
           const close = () => {

@@ -19,7 +19,7 @@
  * The last line of stdout is one JSON object:
  * {"bench":"jobs","ours_jobs_per_s":N,"graphile_jobs_per_s":N,"pgboss_jobs_per_s":N,
  *  "ours_enqueue_bulk_per_s":N,"ours_insert_ms":N,"ours_p50_ms":N,"ours_p99_ms":N,
- *  "graphile_p50_ms":N,"graphile_p99_ms":N}
+ *  "graphile_p50_ms":N,"graphile_p99_ms":N,"ours_nolocal_p50_ms":N,"ours_nolocal_p99_ms":N}
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { appendFileSync } from "node:fs"
@@ -85,6 +85,7 @@ const ALL_CASES: ReadonlyArray<Case> = [
   { key: "w1 graphile batched", library: "graphile", workload: "w1", variant: "batched" },
   { key: "w1 pgboss b100", library: "pgboss", workload: "w1", variant: "b100" },
   { key: `w2 ours ra${W2_RA}`, library: "ours", workload: "w2", variant: `ra${W2_RA}` },
+  { key: `w2 ours ra${W2_RA} nolocal`, library: "ours", workload: "w2", variant: `ra${W2_RA}-nolocal` },
   { key: "w2 graphile default", library: "graphile", workload: "w2", variant: "default" },
   { key: "w2 pgboss notify-b1", library: "pgboss", workload: "w2", variant: "notify-b1" }
 ]
@@ -197,9 +198,12 @@ const libraryLabel = (library: Library): string =>
 
 const variantLabel = (c: Case): string => {
   if (c.library !== "ours") return c.variant
-  const ra = Number(c.variant.slice(2))
+  const nolocal = c.variant.endsWith("-nolocal")
+  const ra = Number(c.variant.slice(2, nolocal ? -"-nolocal".length : undefined))
   if (c.workload === "w2")
-    return `concurrency ${CONCURRENCY}, read-ahead ${ra}${ra === 0 ? " (default)" : ""}, LISTEN/NOTIFY`
+    return nolocal
+      ? `concurrency ${CONCURRENCY}, read-ahead ${ra}, **local dispatch off**: LISTEN/NOTIFY, read, claim (diagnostic)`
+      : `concurrency ${CONCURRENCY}, read-ahead ${ra}${ra === 0 ? " (default)" : ""}, local dispatch (default)`
   const what = ra === 0 ? "default" : "tuned"
   return `read-ahead ${ra} (${what})${ra === REPORTED_RA && c.workload === "w1" ? " **= ours**" : ""}`
 }
@@ -328,11 +332,14 @@ const main = async () => {
     ours_p50_ms: round(medianOf(get(`w2 ours ra${W2_RA}`), "latencyMs.p50"), 2),
     ours_p99_ms: round(medianOf(get(`w2 ours ra${W2_RA}`), "latencyMs.p99"), 2),
     graphile_p50_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p50"), 2),
-    graphile_p99_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p99"), 2)
+    graphile_p99_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p99"), 2),
+    ours_nolocal_p50_ms: round(medianOf(get(`w2 ours ra${W2_RA} nolocal`), "latencyMs.p50"), 2),
+    ours_nolocal_p99_ms: round(medianOf(get(`w2 ours ra${W2_RA} nolocal`), "latencyMs.p99"), 2)
   }
   p(
     `JSON: ours_jobs_per_s = W1 processing of effect-pgbus at read-ahead ${REPORTED_RA}; ours_enqueue_bulk_per_s = its bulk enqueue; ` +
-      `graphile = batched (W1) / default (W2); pg-boss = b100; ours_insert_ms = W1b sequential mean; p50/p99 = W2 medians over runs.`
+      `graphile = batched (W1) / default (W2); pg-boss = b100; ours_insert_ms = W1b sequential mean; p50/p99 = W2 medians over runs; ` +
+      `ours_nolocal_* = W2 of effect-pgbus with local dispatch off (a diagnostic: jobs enqueued by a process without an idle worker of the queue).`
   )
   p()
   process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)

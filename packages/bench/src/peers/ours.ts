@@ -6,7 +6,8 @@
  * exactly as they call the peers' Promise APIs.
  *   tsx packages/bench/src/peers/ours.ts <enq|w1|w2> [--variant ra<N>] [--run N]
  * Variants: `ra<N>` = the capsule's read-ahead (messages claimed beyond the free slots); W1 is
- * run at ra0 (the default) and tuned values, W2 at ra0 unless told otherwise.
+ * run at ra0 (the default) and tuned values, W2 at ra0 unless told otherwise; `ra<N>-nolocal`
+ * turns local dispatch off (W2's jobs then go through NOTIFY, read and claim).
  */
 import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
 import { Job, JobClient, PgBus, QueueStore, Registry, Supervisor } from "../../../../src/index.ts"
@@ -33,9 +34,12 @@ import {
 const args = parseArgs()
 guard()
 const DB = databaseName("ours")
-const variantMatch = /^ra(\d+)$/.exec(args.variant)
+const variantMatch = /^ra(\d+)(-nolocal)?$/.exec(args.variant)
 const readAhead = variantMatch ? Number(variantMatch[1]) : 0
-const variant = `ra${readAhead}`
+// `-nolocal`: local dispatch off, so every W2 job goes through NOTIFY, read and claim, as a job
+// enqueued by a process without a worker of its queue does
+const localDispatch = variantMatch?.[2] === undefined
+const variant = `ra${readAhead}${localDispatch ? "" : "-nolocal"}`
 
 let handled = 0
 const rec = makeLatencyRecorder()
@@ -102,7 +106,7 @@ const runtime = ManagedRuntime.make(
   Layer.mergeAll(
     quiet,
     tracing,
-    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide([quiet, tracing]))
+    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX, localDispatch })).pipe(Layer.provide([quiet, tracing]))
   )
 )
 const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
