@@ -1089,13 +1089,16 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
   }
 
   /** Deletes finished and cancelled runs older than the retention (with their steps, events, signals). */
+  // No foreign key ties steps and events to their run (migration 0009): they go here, with it.
   const runsDeleteFinished = (retentionMs: number, now: Date | null, limit: number) =>
     sql<{ readonly n: bigint }>`WITH d AS (
         DELETE FROM ${runs} WHERE id IN (
           SELECT id FROM ${runs} WHERE finished_at IS NOT NULL
             AND finished_at < ${NOW(now)} - ${PgTypes.float8(retentionMs)} * interval '1 millisecond'
           LIMIT ${limit})
-        RETURNING 1)
+        RETURNING id),
+      ds AS (DELETE FROM ${steps} WHERE run_id IN (SELECT id FROM d)),
+      de AS (DELETE FROM ${events} WHERE run_id IN (SELECT id FROM d))
       SELECT count(*) AS n FROM d`
 
   /** Makes a scheduled step due now, without a message (test helpers run it inline). */
@@ -1328,7 +1331,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       ORDER BY i.ord`
   }
 
-  /** Appends an audit event. */
+  /** Appends an audit event (none when the run is gone: no foreign key checks it, see migration 0009). */
   const eventInsert = (p: {
     readonly runId: string
     readonly type: string
@@ -1340,7 +1343,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly now: Date | null
   }) =>
     sql`INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, details, at)
-      VALUES (${p.runId}::uuid, ${p.type}, ${p.step}, ${p.attempt}, ${p.actor}, ${p.reason}, ${p.details}::jsonb, ${NOW(p.now)})`
+      SELECT id, ${p.type}, ${p.step}, ${p.attempt}, ${p.actor}, ${p.reason}, ${p.details}::jsonb, ${NOW(p.now)}
+      FROM ${runs} WHERE id = ${p.runId}::uuid`
 
   /** Records a `patched` marker as a completed step of the run (at its position). */
   const markerInsert = (p: {
@@ -1350,7 +1354,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly now: Date | null
   }) =>
     sql`INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at, finished_at)
-      VALUES (${p.runId}::uuid, ${p.name}, 1, ${p.position}, 'completed', '', ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)})
+      SELECT id, ${p.name}, 1, ${p.position}, 'completed', '', ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)}
+      FROM ${runs} WHERE id = ${p.runId}::uuid
       ON CONFLICT (run_id, name, attempt) DO NOTHING`
 
   // ---- outside verbs: each runs in a transaction that starts with runLock ----
@@ -1414,8 +1419,9 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     )
     return sql<{ readonly id: bigint }>`WITH s AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, reattempts)
-        VALUES (${p.runId}::uuid, ${p.name}, ${p.attempt}, ${p.position}, 'scheduled', ${p.queue}, ${NOW(p.now)},
-                ${NOW(p.now)}, ${p.reattempts})
+        SELECT id, ${p.name}, ${p.attempt}, ${p.position}, 'scheduled', ${p.queue}, ${NOW(p.now)},
+                ${NOW(p.now)}, ${p.reattempts}
+        FROM ${runs} WHERE id = ${p.runId}::uuid
         RETURNING id, name, attempt, due_at),
       e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
