@@ -483,7 +483,9 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
           current_step = CASE WHEN EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id)
                               THEN ru.current_step ELSE i.name END
         FROM locked, i
-        WHERE ru.id = locked.id AND ru.id = i.run_id AND ru.status = 'ready'
+        -- the guard reads the locked row's status: written on ru, the generic plan found the
+        -- run by the status index, reading every ready run (the whole backlog in W3)
+        WHERE ru.id = locked.id AND ru.id = i.run_id AND locked.status = 'ready'
           AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id
                           AND status IN ('scheduled', 'in_progress', 'waiting'))
         RETURNING ru.*, i.ord AS claim_ord, i.name AS first_name, i.queue AS first_queue,
