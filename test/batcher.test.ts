@@ -2,7 +2,7 @@
 
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber } from "effect"
-import { makeBatcher } from "../src/internal/Batcher.ts"
+import { makeBatcher, makeBatchGroup } from "../src/internal/Batcher.ts"
 
 /** A batcher whose `many` waits for a gate, recording every batch and every lone send. */
 const recording = (options: { readonly failMany?: (items: ReadonlyArray<number>) => boolean } = {}) =>
@@ -93,6 +93,36 @@ describe("makeBatcher", () => {
       yield* Fiber.join(first)
       assert.strictEqual(yield* Fiber.join(kept), "many:3")
       assert.deepStrictEqual(batches, [[1], [3]])
+    })
+  )
+
+  it.effect("batchers of a group have one batch out between them: the other's items pile up, then leave in turn", () =>
+    Effect.gen(function* () {
+      const group = makeBatchGroup(1)
+      const sent: Array<string> = []
+      const gate = yield* Deferred.make<void>()
+      const batcher = (name: string) =>
+        makeBatcher<number, string, never>({
+          many: (items) =>
+            Effect.gen(function* () {
+              sent.push(`${name}:${items.join(",")}`)
+              if (sent.length === 1) yield* Deferred.await(gate)
+              return items.map((i) => `${name}${i}`)
+            }),
+          one: (i) => Effect.succeed(`${name}${i}`),
+          group
+        })
+      const a = batcher("a")
+      const b = batcher("b")
+      const first = yield* Effect.forkChild(a(1))
+      yield* settle
+      const rest = yield* Effect.forkChild(Effect.all([b(2), a(3), b(4)], { concurrency: "unbounded" }))
+      yield* settle
+      assert.deepStrictEqual(sent, ["a:1"], "b waits while a's batch is out")
+      yield* Deferred.succeed(gate, undefined)
+      assert.strictEqual(yield* Fiber.join(first), "a1")
+      assert.deepStrictEqual(yield* Fiber.join(rest), ["b2", "a3", "b4"])
+      assert.deepStrictEqual(sent, ["a:1", "b:2,4", "a:3"], "the other batcher first, then the one that was out")
     })
   )
 })

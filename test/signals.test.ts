@@ -864,6 +864,8 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
         const old = yield* Sweepable.start({ id: "o" })
         yield* old.signal("noise", {})
         yield* old.cancel()
+        const done = yield* Sweepable.start({ id: "d" })
+        assert.strictEqual(yield* speedrun(done.id).pipe(withRegistry([Sweepable])), "finished")
         yield* TestClock.adjust("31 days")
         const fresh = yield* Sweepable.start({ id: "f" })
         yield* fresh.cancel()
@@ -874,6 +876,13 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("signals", (it) => {
         assert.strictEqual((yield* Effect.flip(c.get(old.id)))._tag, "RunNotFound")
         assert.strictEqual((yield* c.events(old.id)).length, 0)
         assert.strictEqual((yield* c.signals(old.id)).length, 0)
+        // no foreign key cascades them (migration 0009): the sweep deletes a run's steps and events with it
+        const sql = yield* SqlClient.SqlClient
+        const [left] = yield* sql<{ readonly steps: number; readonly events: number }>`SELECT
+            (SELECT count(*)::int FROM pgbus.workflow_steps WHERE run_id IN (${old.id}::uuid, ${done.id}::uuid)) AS steps,
+            (SELECT count(*)::int FROM pgbus.workflow_events WHERE run_id IN (${old.id}::uuid, ${done.id}::uuid)) AS events`
+        assert.deepStrictEqual(left, { steps: 0, events: 0 })
+        assert.strictEqual((yield* Effect.flip(c.get(done.id)))._tag, "RunNotFound")
         assert.strictEqual((yield* c.get(fresh.id)).info.status, "cancelled")
         assert.strictEqual((yield* c.get(kept.id)).info.status, "ready", "ongoing runs are never deleted")
       }).pipe(onTestClock)

@@ -6,6 +6,7 @@ import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { type StepMessage, WorkflowRunner } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
+import { makeWorkflowSql } from "../src/Workflow/WorkflowSql.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Payload = Schema.Struct({ id: Schema.String })
@@ -102,6 +103,34 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               [`c${i}1`, `c${i}12`, `c${i}123`]
             )
             assert.deepStrictEqual(yield* eventTypes(run.id), threeStepEvents)
+          }
+        })
+      )
+
+      it.effect("a shared claim passes over a run that is not ready: it keeps its status and gets no step", () =>
+        Effect.gen(function* () {
+          const runs = yield* Effect.forEach(["q0", "q1", "q2"], (id) => Three.start({ id }))
+          const held = runs[1]!
+          yield* held.pause({ reason: "held" })
+          const sql = yield* SqlClient.SqlClient
+          // the statement itself, so that the three runs surely share it
+          const statements = makeWorkflowSql(sql, "pgbus", () => {
+            throw new Error("sends no message")
+          })
+          const rows = yield* statements.runClaimFirstMany(
+            runs.map((run) => ({ runId: run.id, name: "one", queue: "default", timeoutMs: null, now: null })),
+            "test-worker",
+            null
+          )
+          assert.deepStrictEqual(
+            rows.map((r) => r.id),
+            [runs[0]!.id, null, runs[2]!.id]
+          )
+          assert.strictEqual((yield* info(held.id)).status, "paused")
+          assert.deepStrictEqual(yield* stepRows(held.id), [])
+          for (const run of [runs[0]!, runs[2]!]) {
+            assert.strictEqual((yield* info(run.id)).status, "performing")
+            assert.deepStrictEqual(yield* stepRows(run.id), ["one#1:in_progress"])
           }
         })
       )

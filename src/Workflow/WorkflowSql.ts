@@ -271,6 +271,18 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     sql`jsonb_build_object('job', ${STEP_JOB}::text, 'payload',
       jsonb_build_object('workflow', ${workflow}::text, 'run', ${runId}, 'step', ${stepId}::text${input}))`
 
+  /**
+   * Locks the runs of a shared statement (`id`, `status`), in id order (no deadlock between two
+   * shared statements), one primary-key probe per id. `WHERE id = ANY($ids) ORDER BY id FOR UPDATE`
+   * says the same, but the generic plan a prepared statement settles on after five executions
+   * scanned the whole table while it was small (a few thousand rows, dead ones included): in
+   * W3 of bench:workflows every shared claim and outcome read each run row of the bench.
+   */
+  const lockRuns = (ids: ReadonlyArray<string>) =>
+    sql`SELECT l.id, l.status
+        FROM (SELECT k.id FROM unnest(${Result.getOrThrow(PgTypes.array(ids, PgTypes.OID.uuid))}::uuid[]) AS k(id) ORDER BY k.id) AS k,
+          LATERAL (SELECT ru.id, ru.status FROM ${runs} ru WHERE ru.id = k.id FOR UPDATE) AS l`
+
   /** Start: the run, its `started` event and its first message, unless a unique index says no. */
   const runStart = (p: StartEntry & { readonly physicalQueue: string; readonly rerunOf: string | null }) => {
     const input = p.carryInput
@@ -465,21 +477,15 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         SELECT u.ord, (u.e->>'r')::uuid AS run_id, u.e->>'n' AS name, u.e->>'q' AS queue,
           (u.e->>'m')::float8 AS timeout_ms, coalesce((u.e->>'t')::timestamptz, now()) AS at
         FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
-      locked AS (
-        SELECT id FROM ${runs}
-        WHERE id = ANY(${Result.getOrThrow(
-          PgTypes.array(
-            entries.map((e) => e.runId),
-            PgTypes.OID.uuid
-          )
-        )}::uuid[])
-        ORDER BY id FOR UPDATE),
+      locked AS (${lockRuns(entries.map((e) => e.runId))}),
       r AS (
         UPDATE ${runs} ru SET status = 'performing', updated_at = i.at,
           current_step = CASE WHEN EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id)
                               THEN ru.current_step ELSE i.name END
         FROM locked, i
-        WHERE ru.id = locked.id AND ru.id = i.run_id AND ru.status = 'ready'
+        -- the guard reads the locked row's status: written on ru, the generic plan found the
+        -- run by the status index, reading every ready run (the whole backlog in W3)
+        WHERE ru.id = locked.id AND ru.id = i.run_id AND locked.status = 'ready'
           AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id
                           AND status IN ('scheduled', 'in_progress', 'waiting'))
         RETURNING ru.*, i.ord AS claim_ord, i.name AS first_name, i.queue AS first_queue,
@@ -1085,13 +1091,16 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
   }
 
   /** Deletes finished and cancelled runs older than the retention (with their steps, events, signals). */
+  // No foreign key ties steps and events to their run (migration 0009): they go here, with it.
   const runsDeleteFinished = (retentionMs: number, now: Date | null, limit: number) =>
     sql<{ readonly n: bigint }>`WITH d AS (
         DELETE FROM ${runs} WHERE id IN (
           SELECT id FROM ${runs} WHERE finished_at IS NOT NULL
             AND finished_at < ${NOW(now)} - ${PgTypes.float8(retentionMs)} * interval '1 millisecond'
           LIMIT ${limit})
-        RETURNING 1)
+        RETURNING id),
+      ds AS (DELETE FROM ${steps} WHERE run_id IN (SELECT id FROM d)),
+      de AS (DELETE FROM ${events} WHERE run_id IN (SELECT id FROM d))
       SELECT count(*) AS n FROM d`
 
   /** Makes a scheduled step due now, without a message (test helpers run it inline). */
@@ -1273,15 +1282,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
           (u.e->>'m')::float8 AS next_timeout, u.e->'f' AS final_output,
           coalesce((u.e->>'t')::timestamptz, now()) AS at
         FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
-      locked AS (
-        SELECT ru.id, ru.status FROM ${runs} ru
-        WHERE ru.id = ANY(${Result.getOrThrow(
-          PgTypes.array(
-            entries.map((e) => e.runId),
-            PgTypes.OID.uuid
-          )
-        )}::uuid[])
-        ORDER BY ru.id FOR UPDATE),
+      locked AS (${lockRuns(entries.map((e) => e.runId))}),
       n AS (
         UPDATE ${steps} st SET status = 'completed', finished_at = i.at, output = i.output, error = NULL
         FROM locked, i
@@ -1332,7 +1333,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       ORDER BY i.ord`
   }
 
-  /** Appends an audit event. */
+  /** Appends an audit event (none when the run is gone: no foreign key checks it, see migration 0009). */
   const eventInsert = (p: {
     readonly runId: string
     readonly type: string
@@ -1344,7 +1345,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly now: Date | null
   }) =>
     sql`INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, details, at)
-      VALUES (${p.runId}::uuid, ${p.type}, ${p.step}, ${p.attempt}, ${p.actor}, ${p.reason}, ${p.details}::jsonb, ${NOW(p.now)})`
+      SELECT id, ${p.type}, ${p.step}, ${p.attempt}, ${p.actor}, ${p.reason}, ${p.details}::jsonb, ${NOW(p.now)}
+      FROM ${runs} WHERE id = ${p.runId}::uuid`
 
   /** Records a `patched` marker as a completed step of the run (at its position). */
   const markerInsert = (p: {
@@ -1354,7 +1356,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly now: Date | null
   }) =>
     sql`INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at, finished_at)
-      VALUES (${p.runId}::uuid, ${p.name}, 1, ${p.position}, 'completed', '', ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)})
+      SELECT id, ${p.name}, 1, ${p.position}, 'completed', '', ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)}
+      FROM ${runs} WHERE id = ${p.runId}::uuid
       ON CONFLICT (run_id, name, attempt) DO NOTHING`
 
   // ---- outside verbs: each runs in a transaction that starts with runLock ----
@@ -1418,8 +1421,9 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     )
     return sql<{ readonly id: bigint }>`WITH s AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, reattempts)
-        VALUES (${p.runId}::uuid, ${p.name}, ${p.attempt}, ${p.position}, 'scheduled', ${p.queue}, ${NOW(p.now)},
-                ${NOW(p.now)}, ${p.reattempts})
+        SELECT id, ${p.name}, ${p.attempt}, ${p.position}, 'scheduled', ${p.queue}, ${NOW(p.now)},
+                ${NOW(p.now)}, ${p.reattempts}
+        FROM ${runs} WHERE id = ${p.runId}::uuid
         RETURNING id, name, attempt, due_at),
       e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, at)

@@ -12,7 +12,23 @@ export interface BatcherOptions<I, O, E> {
   readonly maxBatch?: number | undefined
   /** Items with one key never share a batch (the later one waits for the next). */
   readonly key?: ((item: I) => string) | undefined
+  /**
+   * Batchers of one group share the group's `maxOut` (this batcher's own is then ignored): while
+   * a batch of one is out, the items of all pile up, and when it returns each batcher, in turn,
+   * sends what waits while the limit allows.
+   */
+  readonly group?: BatchGroup | undefined
 }
+
+/** Batchers sharing one limit of batches out (see `BatcherOptions.group`). */
+export interface BatchGroup {
+  readonly maxOut: number
+  out: number
+  readonly pumps: Array<Effect.Effect<void>>
+}
+
+/** A group of batchers with at most `maxOut` batches out between them (default 1). */
+export const makeBatchGroup = (maxOut = 1): BatchGroup => ({ maxOut, out: 0, pumps: [] })
 
 /**
  * Opportunistic batching: an item sent while fewer than `maxOut` batches are out leaves at once
@@ -26,10 +42,9 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
     readonly item: I
     readonly done: Deferred.Deferred<O, E>
   }
-  const maxOut = options.maxOut ?? 1
+  const group: BatchGroup = options.group ?? makeBatchGroup(options.maxOut ?? 1)
   const maxBatch = options.maxBatch ?? 64
   const waiting: Array<Queued> = []
-  let out = 0
 
   const send = (batch: ReadonlyArray<Queued>): Effect.Effect<void> =>
     options.many(batch.map((q) => q.item)).pipe(
@@ -50,7 +65,7 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
     )
 
   const pump: Effect.Effect<void> = Effect.suspend(() => {
-    if (out >= maxOut || waiting.length === 0) return Effect.void
+    if (group.out >= group.maxOut || waiting.length === 0) return Effect.void
     const batch: Array<Queued> = []
     const keys = new Set<string>()
     for (let i = 0; i < waiting.length && batch.length < maxBatch; ) {
@@ -63,15 +78,18 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
         waiting.splice(i, 1)
       }
     }
-    out++
+    group.out++
     // detached: a batch is applied whatever happens to the fibers waiting on it
     return Effect.asVoid(
       Effect.forkDetach(
         Effect.uninterruptible(send(batch)).pipe(
           Effect.ensuring(
             Effect.suspend(() => {
-              out--
-              return pump
+              group.out--
+              // the other batchers of the group first, this one last: none waits behind another forever
+              const at = group.pumps.indexOf(pump)
+              const order = [...group.pumps.slice(at + 1), ...group.pumps.slice(0, at + 1)]
+              return Effect.forEach(order, (p) => p, { discard: true })
             })
           )
         )
@@ -79,6 +97,7 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
     )
   })
 
+  group.pumps.push(pump)
   return (item) =>
     Effect.gen(function* () {
       const queued: Queued = { item, done: yield* Deferred.make<O, E>() }
