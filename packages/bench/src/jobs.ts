@@ -9,8 +9,8 @@
  *   RUNS=1 BENCH_ONLY='^w2' npm run bench:jobs
  *
  * Knobs (env): RUNS (3), BENCH_ONLY (regex on the case key, e.g. `ours|graphile`, `^w1`),
- * BENCH_OURS_READ_AHEAD (tuned read-aheads tried in W1, "90,190"), BENCH_OURS_REPORTED_RA (the
- * configuration reported as ours, 190), BENCH_OURS_W2_READ_AHEAD (0), BENCH_W1_JOBS (20000),
+ * BENCH_OURS_READ_AHEAD (tuned read-aheads tried in W1, "190,590"), BENCH_OURS_REPORTED_RA (the
+ * configuration reported as ours, 590), BENCH_OURS_W2_READ_AHEAD (0), BENCH_W1_JOBS (20000),
  * BENCH_ENQ_SINGLE_JOBS (2000), BENCH_W2_JOBS (1000), BENCH_W2_SPACING_MS (5), BENCH_W2_WARMUP_JOBS
  * (20), BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), BENCH_PHASE_CAP_MS (120000),
  * BENCH_RUN_TIMEOUT_MS (per run, 300000), BENCH_RESULTS (append every run's JSON to this file),
@@ -70,7 +70,7 @@ const intList = (raw: string | undefined, fallback: ReadonlyArray<number>): Read
 }
 
 const RUNS = Number(process.env.RUNS ?? 3)
-const TUNED_RA = intList(process.env.BENCH_OURS_READ_AHEAD, [90, 190]).filter((n) => n !== 0)
+const TUNED_RA = intList(process.env.BENCH_OURS_READ_AHEAD, [190, 590]).filter((n) => n !== 0)
 const REPORTED_RA = Number(process.env.BENCH_OURS_REPORTED_RA ?? TUNED_RA[TUNED_RA.length - 1] ?? 0)
 const W2_RA = Number(process.env.BENCH_OURS_W2_READ_AHEAD ?? 0)
 const RUN_TIMEOUT_MS = Number(process.env.BENCH_RUN_TIMEOUT_MS ?? Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
