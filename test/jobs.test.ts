@@ -415,6 +415,48 @@ layer(
       })
     )
 
+    it.effect("a supervisor without workers starts its dispatcher at once (no first claim to wait for)", () =>
+      Effect.gen(function* () {
+        const store = yield* QueueStore
+        const processes = yield* Processes
+        const sql = yield* SqlClient.SqlClient
+        const job = Job.make("BootOrder", { payload: Payload, queue: unique("bootorder") }, () => Effect.void)
+        const deadClaim = (id: string) =>
+          Effect.gen(function* () {
+            yield* processes.register({
+              id,
+              pid: 1,
+              host: "gone",
+              roles: ["workers"],
+              capsules: [],
+              capacity: 1,
+              appRevision: undefined,
+              version: "test"
+            })
+            yield* sql`UPDATE pgbus.processes SET last_beat_at = now() - interval '1 hour' WHERE id = ${id}`
+          })
+        // the dispatcher's first round would wait 1 s for workers' first claims
+        const other = unique("bootorder_noworkers")
+        yield* store.create(other)
+        yield* store.send(other, { job: "BootOrder", payload: { id: 3 } })
+        yield* deadClaim("dead-at-boot-2")
+        assert.strictEqual(
+          (yield* store.read(other, { limit: 1, visibilityTimeout: "1 hour", claimedBy: "dead-at-boot-2" })).length,
+          1
+        )
+        yield* Effect.scoped(
+          Effect.gen(function* () {
+            yield* startSupervisor([job], { roles: ["dispatcher"] })
+            yield* eventually(
+              "reaped",
+              Effect.map(processes.list, (ps) => !ps.some((p) => p.id === "dead-at-boot-2")),
+              "900 millis"
+            )
+          })
+        )
+      })
+    )
+
     it.effect("an enqueue inside a span carries its trace context; the execution span links to it", () =>
       Effect.gen(function* () {
         const queue = unique("trace")

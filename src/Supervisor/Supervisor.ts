@@ -9,7 +9,7 @@
 
 import os from "node:os"
 import { NodeRuntime } from "@effect/platform-node"
-import { Cause, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
 import { Batches, BatchSweep } from "../Batch/Batch.ts"
 import { describeTarget, PgBusConfig } from "../Config.ts"
 import { consumerCapsules } from "../EventBus/Consumer.ts"
@@ -42,6 +42,9 @@ export interface SupervisorOptions {
 
 /** Archive retention runs at most this often. */
 const ARCHIVE_CLEANUP_EVERY = Duration.hours(1)
+
+/** Longest the dispatcher's first round waits at boot for the workers' first claims. */
+const FIRST_CLAIMS_WAIT = Duration.seconds(1)
 
 /** Runs a maintenance task repeatedly; a failure is logged and the next tick tries again. */
 const repeatMaintenance = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) =>
@@ -90,6 +93,20 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const processId = crypto.randomUUID()
     const capacity = runsWorkers ? capsules.reduce((n, c) => n + c.concurrency, 0) : 0
     const stats: Array<WorkerStats> = runsWorkers ? capsules.map(makeStats) : []
+    // At boot the workers claim first and the dispatcher's rounds start after their first
+    // claims (1 s at most): a process (or a fleet) restarting with a backlog puts its work
+    // ahead of sweeps and retention, which otherwise compete with the first claims for the
+    // database (about 30 ms of every 20,000-job run of bench:jobs).
+    const firstClaims = yield* Deferred.make<void>()
+    const claimedOnce = new Set<number>()
+    const firstClaimOf = (i: number) =>
+      Effect.suspend(() => {
+        claimedOnce.add(i)
+        return claimedOnce.size >= capsules.length ? Deferred.succeed(firstClaims, undefined) : Effect.void
+      })
+    if (!runsWorkers || capsules.length === 0) yield* Deferred.succeed(firstClaims, undefined)
+    const afterFirstClaims = <A, E>(loop: Effect.Effect<A, E>) =>
+      Effect.andThen(Effect.timeoutOption(Deferred.await(firstClaims), FIRST_CLAIMS_WAIT), loop)
 
     yield* checkSchemaVersion()
 
@@ -154,59 +171,67 @@ export const runWith = (options: SupervisorOptions = {}) =>
 
     if (roles.includes("dispatcher")) {
       yield* Effect.forkScoped(
-        repeatMaintenance(
-          "workflow sweep",
-          Effect.flatMap(sweep.runOnce, (r) =>
-            r.stalled + r.resent + r.timedOut + r.deleted === 0
-              ? Effect.void
-              : Effect.logInfo(
-                  `pgbus: workflow sweep: ${r.stalled} stalled, ${r.resent} re-sent, ${r.timedOut} timed out, ${r.deleted} deleted`
-                )
-          ),
-          config.workflowSweepInterval
+        afterFirstClaims(
+          repeatMaintenance(
+            "workflow sweep",
+            Effect.flatMap(sweep.runOnce, (r) =>
+              r.stalled + r.resent + r.timedOut + r.deleted === 0
+                ? Effect.void
+                : Effect.logInfo(
+                    `pgbus: workflow sweep: ${r.stalled} stalled, ${r.resent} re-sent, ${r.timedOut} timed out, ${r.deleted} deleted`
+                  )
+            ),
+            config.workflowSweepInterval
+          )
         )
       )
       yield* Effect.forkScoped(
-        repeatMaintenance(
-          "batch sweep",
-          Effect.flatMap(batchSweep.runOnce, (r) =>
-            r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
-              ? Effect.void
-              : Effect.logInfo(
-                  `pgbus: batch sweep: ${r.recovered} member end(s) recovered, ${r.uncounted} member(s) with no message un-counted, ${r.unstuck} stalled, ${r.finished} finished, ${r.callbacksSent} callback set(s) sent, ${r.deleted} deleted`
-                )
-          ),
-          config.batchSweepInterval
+        afterFirstClaims(
+          repeatMaintenance(
+            "batch sweep",
+            Effect.flatMap(batchSweep.runOnce, (r) =>
+              r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
+                ? Effect.void
+                : Effect.logInfo(
+                    `pgbus: batch sweep: ${r.recovered} member end(s) recovered, ${r.uncounted} member(s) with no message un-counted, ${r.unstuck} stalled, ${r.finished} finished, ${r.callbacksSent} callback set(s) sent, ${r.deleted} deleted`
+                  )
+            ),
+            config.batchSweepInterval
+          )
         )
       )
       yield* Effect.forkScoped(
-        repeatMaintenance("reaping stale processes", processes.reapStale, config.dispatchInterval)
+        afterFirstClaims(repeatMaintenance("reaping stale processes", processes.reapStale, config.dispatchInterval))
       )
       yield* Effect.forkScoped(
-        repeatMaintenance(
-          "processed-events retention",
-          Effect.flatMap(processedEvents.purge, (n) =>
-            n === 0
-              ? Effect.void
-              : Effect.logInfo(`pgbus: idempotency retention deleted ${n} processed-event record(s)`)
-          ),
-          ARCHIVE_CLEANUP_EVERY
+        afterFirstClaims(
+          repeatMaintenance(
+            "processed-events retention",
+            Effect.flatMap(processedEvents.purge, (n) =>
+              n === 0
+                ? Effect.void
+                : Effect.logInfo(`pgbus: idempotency retention deleted ${n} processed-event record(s)`)
+            ),
+            ARCHIVE_CLEANUP_EVERY
+          )
         )
       )
       // the outbox poller (returns at once unless outboxEnabled); pollers on several processes
       // never relay one entry twice (SKIP LOCKED)
-      yield* Effect.forkScoped(outbox.pollerRole)
+      yield* Effect.forkScoped(afterFirstClaims(outbox.pollerRole))
       yield* Effect.forkScoped(
-        repeatMaintenance(
-          "archive retention",
-          Effect.flatMap(store.cleanupArchive(), (report) =>
-            report.length === 0
-              ? Effect.void
-              : Effect.logInfo(
-                  `pgbus: archive retention deleted ${report.map((r) => `${r.deleted} from ${r.queue}`).join(", ")}`
-                )
-          ),
-          ARCHIVE_CLEANUP_EVERY
+        afterFirstClaims(
+          repeatMaintenance(
+            "archive retention",
+            Effect.flatMap(store.cleanupArchive(), (report) =>
+              report.length === 0
+                ? Effect.void
+                : Effect.logInfo(
+                    `pgbus: archive retention deleted ${report.map((r) => `${r.deleted} from ${r.queue}`).join(", ")}`
+                  )
+            ),
+            ARCHIVE_CLEANUP_EVERY
+          )
         )
       )
     }
@@ -229,7 +254,15 @@ export const runWith = (options: SupervisorOptions = {}) =>
             Effect.scoped(
               runWorker(
                 capsule,
-                { config, store, notifier, registry, processId, recordBatchOutcomes: batches.recordOutcomes },
+                {
+                  config,
+                  store,
+                  notifier,
+                  registry,
+                  processId,
+                  recordBatchOutcomes: batches.recordOutcomes,
+                  onFirstClaim: firstClaimOf(i)
+                },
                 stats[i]!
               )
             ).pipe(

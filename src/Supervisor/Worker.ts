@@ -49,6 +49,8 @@ export interface WorkerDeps {
   readonly processId: string
   /** Records the end of batch members after their archive or dead-letter (never fails). */
   readonly recordBatchOutcomes?: ((outcomes: ReadonlyArray<MemberOutcome>) => Effect.Effect<void>) | undefined
+  /** Runs once, when the worker's first claim has ended (claimed, found nothing, or failed). */
+  readonly onFirstClaim?: Effect.Effect<void> | undefined
 }
 
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
@@ -133,6 +135,7 @@ export const makeStats = (capsule: Capsule): WorkerStats => ({
 export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats) =>
   Effect.gen(function* () {
     const { config, store, notifier, registry, processId, recordBatchOutcomes } = deps
+    let onFirstClaim = deps.onFirstClaim
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
     const reads = capsule.queues.flatMap((q) => {
       const fair = readsFairly(config, registry, q)
@@ -438,7 +441,17 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       claimArchives && queuesMayHaveMore && completed.length > 0
         ? flushLock.withPermit(claimWith(true))
         : claimWith(false)
-    ).pipe(Effect.ensuring(Effect.sync(() => claimEnded.openUnsafe())), Effect.uninterruptible)
+    ).pipe(
+      Effect.ensuring(
+        Effect.suspend(() => {
+          claimEnded.openUnsafe()
+          const first = onFirstClaim
+          onFirstClaim = undefined
+          return first ?? Effect.void
+        })
+      ),
+      Effect.uninterruptible
+    )
 
     // While the queues have more, claim only once a good part of the capacity is free (one
     // read feeds many jobs; in bench:jobs reading at every freed slot cost a read per job).
