@@ -13,6 +13,21 @@ const unique = (base: string) => `${base}_${n++}`
 
 const Payload = Schema.Struct({ id: Schema.Number })
 
+/** Registers the row of a worker process that is not running (its claims are the test's). */
+const registerGone = (id: string) =>
+  Effect.flatMap(Processes, (processes) =>
+    processes.register({
+      id,
+      pid: 1,
+      host: "gone",
+      roles: ["workers"],
+      capsules: [],
+      capacity: 1,
+      appRevision: undefined,
+      version: "test"
+    })
+  )
+
 layer(
   TestDatabase.layer({
     visibilityTimeout: "30 seconds",
@@ -390,16 +405,7 @@ layer(
         const sql = yield* SqlClient.SqlClient
         yield* store.create(queue)
         yield* store.sendBatch(queue, [{ message: 1 }, { message: 2 }])
-        yield* processes.register({
-          id: "dead-one",
-          pid: 1,
-          host: "gone",
-          roles: ["workers"],
-          capsules: [],
-          capacity: 1,
-          appRevision: undefined,
-          version: "test"
-        })
+        yield* registerGone("dead-one")
         const claimed = yield* store.read(queue, { limit: 2, visibilityTimeout: "1 hour", claimedBy: "dead-one" })
         assert.strictEqual(claimed.length, 2)
         assert.strictEqual((yield* store.read(queue)).length, 0)
@@ -421,25 +427,12 @@ layer(
         const processes = yield* Processes
         const sql = yield* SqlClient.SqlClient
         const job = Job.make("BootOrder", { payload: Payload, queue: unique("bootorder") }, () => Effect.void)
-        const deadClaim = (id: string) =>
-          Effect.gen(function* () {
-            yield* processes.register({
-              id,
-              pid: 1,
-              host: "gone",
-              roles: ["workers"],
-              capsules: [],
-              capacity: 1,
-              appRevision: undefined,
-              version: "test"
-            })
-            yield* sql`UPDATE pgbus.processes SET last_beat_at = now() - interval '1 hour' WHERE id = ${id}`
-          })
         // the dispatcher's first round would wait 1 s for workers' first claims
         const other = unique("bootorder_noworkers")
         yield* store.create(other)
         yield* store.send(other, { job: "BootOrder", payload: { id: 3 } })
-        yield* deadClaim("dead-at-boot-2")
+        yield* registerGone("dead-at-boot-2")
+        yield* sql`UPDATE pgbus.processes SET last_beat_at = now() - interval '1 hour' WHERE id = 'dead-at-boot-2'`
         assert.strictEqual(
           (yield* store.read(other, { limit: 1, visibilityTimeout: "1 hour", claimedBy: "dead-at-boot-2" })).length,
           1
