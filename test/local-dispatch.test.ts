@@ -38,8 +38,8 @@ const Blocker = Job.make("LocalDispatchBlocker", { payload: Schema.Struct({}), q
   Deferred.await(gate)
 )
 
-/** A woken step asks for a slot without keeping queue order. */
-const STEP = { inOrder: false } as const
+/** A slot for the blocker job, asked without keeping queue order (as a woken step asks). */
+const STEP = { inOrder: false, runs: { job: "LocalDispatchBlocker" } } as const
 
 const statusOf = (id: string) => Effect.flatMap(WorkflowClient, (c) => Effect.map(c.get(id), (h) => h.info.status))
 
@@ -216,7 +216,12 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", localDispatch: false })
           "waiting",
           Effect.map(statusOf(run.id), (s) => s === "waiting")
         )
-        assert.isUndefined(notifier.reserveLocal(`${config.queuePrefix}_${config.workflowQueue}`, STEP))
+        assert.isUndefined(
+          notifier.reserveLocal(`${config.queuePrefix}_${config.workflowQueue}`, {
+            inOrder: false,
+            runs: { workflow: "LocalWake" }
+          })
+        )
         yield* run.signal("go", { v: 9 })
         yield* eventually(
           "finished",
@@ -236,14 +241,14 @@ layer(TestDatabase.layer({ listenNotify: false, pollingInterval: "5 seconds", ma
   const Ping = Schema.Struct({ sentAt: Schema.Number, pad: Schema.optional(Schema.String) })
 
   /** Waits until a worker of `queue` in this process offers a slot (started, its queue drained). */
-  const offered = (queue: string) =>
+  const offered = (queue: string, job: string) =>
     Effect.gen(function* () {
       const config = yield* PgBusConfig
       const notifier = yield* Notifier
       yield* eventually(
         "a slot is offered",
         Effect.sync(() => {
-          const slot = notifier.reserveLocal(`${config.queuePrefix}_${queue}`, { inOrder: true })
+          const slot = notifier.reserveLocal(`${config.queuePrefix}_${queue}`, { inOrder: true, runs: { job } })
           slot?.cancel()
           return slot !== undefined
         })
@@ -271,7 +276,7 @@ layer(TestDatabase.layer({ listenNotify: false, pollingInterval: "5 seconds", ma
         Effect.sync(() => pickups.push(performance.now() - sentAt)).pipe(Effect.andThen(Deferred.await(release)))
       )
       yield* startSupervisor([job], { capsules: [{ name: "l", queues: ["local_jobs"], concurrency: 2 }] })
-      yield* offered("local_jobs")
+      yield* offered("local_jobs", "LocalPing")
       const ref = yield* job.enqueue({ sentAt: performance.now() })
       yield* eventually(
         "started",
@@ -289,30 +294,35 @@ layer(TestDatabase.layer({ listenNotify: false, pollingInterval: "5 seconds", ma
     }).pipe(Effect.scoped)
   )
 
-  it.effect("inside a transaction or with a delay, a job is sent the usual way (unclaimed)", () =>
-    Effect.gen(function* () {
-      const sql = yield* SqlClient.SqlClient
-      const job = Job.make("LocalLater", { payload: Ping, queue: "local_later" }, () => Effect.void)
-      yield* startSupervisor([job], { capsules: [{ name: "l", queues: ["local_later"], concurrency: 2 }] })
-      yield* offered("local_later")
-      const inTransaction = yield* sql.withTransaction(job.enqueue({ sentAt: 0 }))
-      const delayed = yield* job.enqueue({ sentAt: 0 }, { delay: "1 hour" })
-      for (const ref of [inTransaction, delayed]) {
-        const row = yield* rowOf("local_later", ref.msgId)
-        assert.deepStrictEqual([row?.read_ct, row?.claimed_by], [0, null])
-      }
-    }).pipe(Effect.scoped)
+  it.effect(
+    "inside a transaction, with a delay, or of a job this process cannot run, a job is sent the usual way",
+    () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const job = Job.make("LocalLater", { payload: Ping, queue: "local_later" }, () => Effect.void)
+        // on the same queue, registered in another process only
+        const elsewhere = Job.make("LocalElsewhere", { payload: Ping, queue: "local_later" }, () => Effect.void)
+        yield* startSupervisor([job], { capsules: [{ name: "l", queues: ["local_later"], concurrency: 2 }] })
+        yield* offered("local_later", "LocalLater")
+        const inTransaction = yield* sql.withTransaction(job.enqueue({ sentAt: 0 }))
+        const delayed = yield* job.enqueue({ sentAt: 0 }, { delay: "1 hour" })
+        const unknownHere = yield* elsewhere.enqueue({ sentAt: 0 })
+        for (const ref of [inTransaction, delayed, unknownHere]) {
+          const row = yield* rowOf("local_later", ref.msgId)
+          assert.deepStrictEqual([row?.read_ct, row?.claimed_by], [0, null])
+        }
+      }).pipe(Effect.scoped)
   )
 
   it.effect("a send that fails gives its reserved slot back", () =>
     Effect.gen(function* () {
       const job = Job.make("LocalTooBig", { payload: Ping, queue: "local_big" }, () => Effect.void)
       yield* startSupervisor([job], { capsules: [{ name: "l", queues: ["local_big"], concurrency: 1 }] })
-      yield* offered("local_big")
+      yield* offered("local_big", "LocalTooBig")
       const error = yield* job.enqueue({ sentAt: 0, pad: "x".repeat(500) }).pipe(Effect.flip)
       assert.strictEqual(error._tag, "PayloadTooLarge")
       // the worker's one slot is free again (a slot kept would leave it no room)
-      yield* offered("local_big")
+      yield* offered("local_big", "LocalTooBig")
     }).pipe(Effect.scoped)
   )
 })

@@ -226,11 +226,11 @@ export class JobClient extends Context.Service<
       // its queue is idle (its queues drained, a slot free), is inserted claimed for that worker
       // and handed over after the commit: no NOTIFY, no read. Not inside a caller's transaction
       // (its commit is not ours to wait for) nor for fair-share queues (the worker offers none).
-      const reserveLocal = (queue: string, options: EnqueueOptions | undefined) =>
+      const reserveLocal = (job: string, queue: string, options: EnqueueOptions | undefined) =>
         Effect.gen(function* () {
           if (!config.localDispatch || options?.delay !== undefined || options?.at !== undefined) return undefined
           if (Option.isSome(yield* Effect.serviceOption(sql.transactionService))) return undefined
-          return notifier.reserveLocal(`${config.queuePrefix}_${queue}`, { inOrder: true })
+          return notifier.reserveLocal(`${config.queuePrefix}_${queue}`, { inOrder: true, runs: { job } })
         })
 
       // The insert and the hand-over are one uninterruptible unit: a claimed message left
@@ -271,7 +271,7 @@ export class JobClient extends Context.Service<
           }
           const batch = yield* CurrentBatch
           if (batch !== undefined) return jobRef(queue, (yield* batch.send(queue, [{ ...sendOptions, message }]))[0]!)
-          const slot = yield* reserveLocal(queue, options)
+          const slot = yield* reserveLocal(job.name, queue, options)
           if (slot === undefined) return jobRef(queue, yield* store.send(queue, message, sendOptions))
           return jobRef(queue, yield* sendLocal(queue, message, sendOptions.headers, slot))
         }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))

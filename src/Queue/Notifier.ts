@@ -50,6 +50,8 @@ export interface LocalSlot {
  */
 export interface LocalRequest {
   readonly inOrder: boolean
+  /** The job the message runs, or the workflow of the step: a reader whose process does not have it registered offers no slot. */
+  readonly runs: { readonly job: string } | { readonly workflow: string }
 }
 
 /** A reader that takes messages claimed for it at send time: `reserve` says whether it has room now. */

@@ -512,6 +512,10 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           // with more to read, only a worker of one queue (no priority order to keep), and only
           // for a message that may overtake the others (a woken step, not a job)
           if (stopping || room() <= 0 || (queuesMayHaveMore && (reads.length > 1 || request.inOrder))) return undefined
+          // a message this process cannot run goes the usual way, to a process that can
+          const known =
+            "job" in request.runs ? registry.jobs.has(request.runs.job) : registry.workflows.has(request.runs.workflow)
+          if (!known) return undefined
           stats.buffered++
           let open = true
           const close = () => {

@@ -849,7 +849,9 @@ const make = Effect.gen(function* () {
           }
           // a matcher this process cannot run is judged at the gate: wake the step to decide
           if (run.status === "waiting") {
-            slot = local ? notifier.reserveLocal(physical, { inOrder: false }) : undefined
+            slot = local
+              ? notifier.reserveLocal(physical, { inOrder: false, runs: { workflow: run.workflow } })
+              : undefined
             if (slot === undefined) {
               yield* statements.stepWake({
                 workflow: run.workflow,
