@@ -383,8 +383,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
                   `pgbus: ${done.length - archived} succeeded job(s) on ${queue} had been delivered again before their archive`
                 )
               : Effect.void
-          }),
-          Effect.map(({ messages, more }) => ({ messages, more }))
+          })
         )
 
     /** Claims up to `limit` of a queue (archiving successes on the way when allowed); `more`: it left some. */
