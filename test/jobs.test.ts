@@ -396,6 +396,71 @@ layer(
     )
   })
 
+  describe("database connection restarts", () => {
+    it.effect("every connection terminated while jobs run: the worker reconnects, no job is lost", () =>
+      Effect.gen(function* () {
+        const queue = unique("connkill")
+        const runs = new Map<number, number>()
+        const job = Job.make("SurvivesRestart", { payload: Payload, queue }, ({ id }) =>
+          Effect.sync(() => runs.set(id, (runs.get(id) ?? 0) + 1)).pipe(Effect.andThen(Effect.sleep("50 millis")))
+        )
+        const store = yield* QueueStore
+        const sql = yield* SqlClient.SqlClient
+        const ids = Array.from({ length: 40 }, (_, i) => i)
+        yield* job.enqueueMany(ids.map((id) => ({ id })))
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 4 }] })
+        yield* eventually(
+          "some ran",
+          Effect.sync(() => runs.size >= 4)
+        )
+        // The queue's table is locked so that the worker's next archive or claim waits on it, in
+        // flight; then every other connection of the pool (that one, the listener, idle ones) is
+        // terminated from the connection holding the lock.
+        const blocked = yield* sql
+          .withTransaction(
+            Effect.gen(function* () {
+              yield* sql`LOCK TABLE ${sql(`pgbus.q_pgbus_${queue}`)} IN ACCESS EXCLUSIVE MODE`
+              yield* eventually(
+                "a worker statement waits on the lock",
+                Effect.map(
+                  sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                    WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+                  ([row]) => row!.n > 0
+                )
+              )
+              // OFFSET 0 keeps the planner from calling pg_terminate_backend before the pid filter
+              return yield* sql<{ readonly terminated: boolean; readonly waited: boolean }>`SELECT
+                  pg_terminate_backend(pid) AS terminated, waited FROM (
+                  SELECT pid, wait_event_type = 'Lock' AS waited FROM pg_stat_activity
+                  WHERE datname = current_database() AND pid <> pg_backend_pid() OFFSET 0) others`
+            })
+          )
+          .pipe(Effect.map((rows) => rows.filter((r) => r.terminated && r.waited).length))
+        assert.isAbove(blocked, 0, "a statement in flight was terminated")
+        yield* eventually(
+          "every job archived",
+          // this check's own connection may be one that was terminated: a failed check is "not yet"
+          store.metrics(queue).pipe(
+            Effect.map((m) => m.depth === 0 && m.archiveSize === ids.length),
+            Effect.orElseSucceed(() => false)
+          ),
+          "20 seconds"
+        )
+        assert.deepStrictEqual(
+          ids.filter((id) => !runs.has(id)),
+          [],
+          "every job ran"
+        )
+      }).pipe(
+        Effect.scoped,
+        // a claim whose reply was lost with its connection comes back after the visibility timeout
+        Effect.provide(TestDatabase.layer({ visibilityTimeout: "2 seconds", pollingInterval: "100 millis" }), {
+          local: true
+        })
+      )
+    )
+  })
+
   describe("fast recovery and tracing", () => {
     it.effect("messages claimed by a process that stopped beating are released at once", () =>
       Effect.gen(function* () {
