@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Context, Effect, Layer, Redacted, Schema } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Redacted, Schedule, Schema } from "effect"
 import type { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig, type PgBusConfigShape } from "./Config.ts"
@@ -41,6 +41,10 @@ export const serverError = (error: SqlError): { readonly code: string | undefine
   return { code: undefined, message: error.message }
 }
 
+// SQLSTATE classes of a connection that failed or a server that is going away (admin shutdown,
+// crash shutdown, starting up): the driver reports the server's message for them as unknown.
+const passingStates = /^(08|57P0[1-3])/
+
 /** Turns a driver error into a `DatabaseError` for `operation`. */
 export const toDatabaseError =
   (operation: string) =>
@@ -51,9 +55,28 @@ export const toDatabaseError =
       reason: error.reason._tag,
       ...(server.code ? { sqlState: server.code } : {}),
       detail: server.message,
-      retryable: error.isRetryable
+      retryable: error.isRetryable || (server.code !== undefined && passingStates.test(server.code))
     })
   }
+
+/** 100 ms doubling to 5 s between tries, for a minute at most. */
+const transientRetry = Schedule.exponential("100 millis", 2).pipe(
+  Schedule.modifyDelay(({ duration }) => Effect.succeed(Duration.min(duration, Duration.seconds(5)))),
+  Schedule.upTo({ duration: Duration.minutes(1) })
+)
+
+/**
+ * Runs a statement again while it fails for a reason that may pass (`retryable`: connection
+ * lost, server restarting, deadlock), for up to a minute, logging each failure: for a write
+ * whose input cannot be had again (a step's output), so that it is not lost to a restart.
+ */
+export const retryTransient = <A, R>(effect: Effect.Effect<A, DatabaseError, R>): Effect.Effect<A, DatabaseError, R> =>
+  effect.pipe(
+    Effect.tapError((error) =>
+      error.retryable ? Effect.logWarning(`pgbus: ${error.message}; trying again`) : Effect.void
+    ),
+    Effect.retry({ schedule: transientRetry, while: (error) => error.retryable })
+  )
 
 /**
  * Which clock time-dependent statements use. `database` (the default) binds null so that

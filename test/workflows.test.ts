@@ -732,5 +732,150 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
         assert.strictEqual((yield* run.refresh).info.output, "sup:2")
       }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "50 millis" }), { local: true }))
     )
+
+    it.effect("a step's outcome whose statement dies with its connection is written again: no pause, one attempt", () =>
+      Effect.gen(function* () {
+        const reached = yield* Deferred.make<void>()
+        const locked = yield* Deferred.make<void>()
+        let ran = 0
+        const Outcome = Workflow.make("OutcomeRetried", { payload: Payload }, function* ({ payload }) {
+          const a = yield* Workflow.step(
+            "a",
+            Effect.gen(function* () {
+              ran++
+              yield* Deferred.succeed(reached, undefined)
+              yield* Deferred.await(locked)
+              return 1
+            })
+          )
+          // b waits, so a's outcome goes alone (a shared outcome whose statement fails is sent again alone)
+          const b = yield* Workflow.step("b", Effect.succeed(a + 1), { wait: "100 millis" })
+          return `${payload.id}:${b}`
+        })
+        const sql = yield* SqlClient.SqlClient
+        const { startSupervisor } = yield* Effect.promise(() => import("./support/jobs.ts"))
+        yield* startSupervisor([Outcome], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+        const run = yield* Outcome.start({ id: "o" })
+        yield* Deferred.await(reached)
+        // the events table is locked before step a returns, so that its outcome (which writes
+        // step_completed) waits on the lock, in flight; then every other connection is terminated
+        // from the one holding it
+        const blocked = yield* sql.withTransaction(
+          Effect.gen(function* () {
+            yield* sql`LOCK TABLE pgbus.workflow_events IN ACCESS EXCLUSIVE MODE`
+            yield* Deferred.succeed(locked, undefined)
+            yield* eventually(
+              "the outcome waits on the lock",
+              Effect.map(
+                sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+                ([row]) => row!.n > 0
+              )
+            )
+            // OFFSET 0 keeps the planner from calling pg_terminate_backend before the pid filter
+            return yield* sql<{ readonly terminated: boolean; readonly waited: boolean }>`SELECT
+                pg_terminate_backend(pid) AS terminated, waited FROM (
+                SELECT pid, wait_event_type = 'Lock' AS waited FROM pg_stat_activity
+                WHERE datname = current_database() AND pid <> pg_backend_pid() OFFSET 0) others`
+          })
+        )
+        assert.isTrue(
+          blocked.some((r) => r.terminated && r.waited),
+          "a statement in flight was terminated"
+        )
+        yield* eventually(
+          "the run finished",
+          // this check's own connection may be one that was terminated: a failed check is "not yet"
+          Effect.orElseSucceed(
+            Effect.map(status(run.id), (s) => s === "finished"),
+            () => false
+          ),
+          "20 seconds"
+        )
+        assert.strictEqual((yield* run.refresh).info.output, "o:2")
+        assert.strictEqual(ran, 1, "step a ran once")
+        assert.deepStrictEqual(yield* stepRows(run.id), ["a#1:completed", "b#1:completed"])
+        assert.notInclude(yield* eventTypes(run.id), "paused")
+      }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "50 millis" }), { local: true }))
+    )
+
+    it.effect("every connection terminated while runs perform steps: all runs still finish", () =>
+      Effect.gen(function* () {
+        const Resilient = Workflow.make("Resilient", { payload: Payload }, function* ({ payload }) {
+          const a = yield* Workflow.step("a", Effect.as(Effect.sleep("20 millis"), 1))
+          const b = yield* Workflow.step("b", Effect.as(Effect.sleep("20 millis"), a + 1))
+          const c = yield* Workflow.step("c", Effect.as(Effect.sleep("20 millis"), b + 1))
+          return `${payload.id}:${c}`
+        })
+        const sql = yield* SqlClient.SqlClient
+        const { startSupervisor } = yield* Effect.promise(() => import("./support/jobs.ts"))
+        yield* startSupervisor([Resilient], { capsules: [{ name: "c", queues: ["default"], concurrency: 4 }] })
+        const runs = yield* Effect.forEach(
+          Array.from({ length: 10 }, (_, i) => `r${i}`),
+          (id) => Resilient.start({ id })
+        )
+        yield* eventually(
+          "a step finished",
+          Effect.map(
+            sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pgbus.workflow_steps WHERE status = 'completed'`,
+            ([row]) => row!.n > 0
+          )
+        )
+        // The runs table is locked so that the engine's next claim or outcome waits on it, in
+        // flight; then every other connection of the pool is terminated from the one holding it.
+        const blocked = yield* sql
+          .withTransaction(
+            Effect.gen(function* () {
+              yield* sql`LOCK TABLE pgbus.workflow_runs IN ACCESS EXCLUSIVE MODE`
+              yield* eventually(
+                "an engine statement waits on the lock",
+                Effect.map(
+                  sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                    WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+                  ([row]) => row!.n > 0
+                )
+              )
+              // OFFSET 0 keeps the planner from calling pg_terminate_backend before the pid filter
+              return yield* sql<{ readonly terminated: boolean; readonly waited: boolean }>`SELECT
+                  pg_terminate_backend(pid) AS terminated, waited FROM (
+                  SELECT pid, wait_event_type = 'Lock' AS waited FROM pg_stat_activity
+                  WHERE datname = current_database() AND pid <> pg_backend_pid() OFFSET 0) others`
+            })
+          )
+          .pipe(Effect.map((rows) => rows.filter((r) => r.terminated && r.waited).length))
+        assert.isAbove(blocked, 0, "a statement in flight was terminated")
+        yield* eventually(
+          "every run finished",
+          // this check's own connection may be one that was terminated: a failed check is "not yet"
+          Effect.forEach(runs, (run) => status(run.id)).pipe(
+            Effect.map((all) => all.every((s) => s === "finished")),
+            Effect.orElseSucceed(() => false)
+          ),
+          "30 seconds"
+        )
+        const outputs = yield* Effect.forEach(runs, (run) => Effect.map(run.refresh, (r) => r.info.output))
+        assert.deepStrictEqual(
+          outputs,
+          runs.map((_, i) => `r${i}:3`)
+        )
+        // no run was paused on the way (a lost connection is not the workflow's error)
+        const paused = yield* sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pgbus.workflow_events
+          WHERE type = 'paused'`
+        assert.strictEqual(paused[0]!.n, 0)
+      }).pipe(
+        Effect.scoped,
+        // a claim whose reply was lost with its connection comes back after the visibility timeout
+        Effect.provide(
+          TestDatabase.layer({
+            pollingInterval: "50 millis",
+            visibilityTimeout: "2 seconds",
+            workflowSweepInterval: "500 millis",
+            workflowStallThreshold: "3 seconds",
+            workflowStallAction: "reattempt"
+          }),
+          { local: true }
+        )
+      )
+    )
   })
 })

@@ -19,7 +19,7 @@ import {
   BatchNotFound
 } from "../Batch/Batch.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
-import { statementNow, toDatabaseError } from "../Database.ts"
+import { retryTransient, statementNow, toDatabaseError } from "../Database.ts"
 import { makeBatcher, makeBatchGroup } from "../internal/Batcher.ts"
 import * as Job from "../Job/Job.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
@@ -1540,27 +1540,31 @@ const make = Effect.gen(function* () {
             (next._tag === "finish" ||
               (next._tag === "claim" && (next.timeoutMs === null || Number.isFinite(next.timeoutMs)))) &&
             Option.isNone(yield* Effect.serviceOption(sql.transactionService))
-          const r = batchable
-            ? yield* finishBatched({
-                runId,
-                stepId: step.id,
-                output,
-                definitionHash,
-                next: next._tag === "claim" ? { ...next } : (next as Extract<NextAction, { _tag: "finish" }>),
-                now
-              })
-            : yield* finish({
-                workflow: def.name,
-                runId,
-                stepId: step.id,
-                status,
-                output,
-                error,
-                definitionHash,
-                next,
-                mayHoldSignal: !signalFree.has(step.id),
-                now
-              }).pipe(Effect.map((rows) => rows[0]))
+          // the step has run: a lost connection or a restarting server must not lose its outcome
+          // (if a lost reply hid a commit, the retry finds the step moved on: a late completion)
+          const r = yield* retryTransient(
+            batchable
+              ? finishBatched({
+                  runId,
+                  stepId: step.id,
+                  output,
+                  definitionHash,
+                  next: next._tag === "claim" ? { ...next } : (next as Extract<NextAction, { _tag: "finish" }>),
+                  now
+                })
+              : finish({
+                  workflow: def.name,
+                  runId,
+                  stepId: step.id,
+                  status,
+                  output,
+                  error,
+                  definitionHash,
+                  next,
+                  mayHoldSignal: !signalFree.has(step.id),
+                  now
+                }).pipe(Effect.map((rows) => rows[0]))
+          )
           if (r === undefined || r.applied === 0n) {
             yield* lateCompletion(runId, step, now)
             return undefined
