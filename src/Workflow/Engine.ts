@@ -1533,38 +1533,39 @@ const make = Effect.gen(function* () {
         Effect.gen(function* () {
           const now = yield* statementNow
           const definitionHash = hashNames(namesSeen)
+          const inTransaction = Option.isSome(yield* Effect.serviceOption(sql.transactionService))
           const batchable =
             status === "completed" &&
             error === null &&
             signalFree.has(step.id) &&
             (next._tag === "finish" ||
               (next._tag === "claim" && (next.timeoutMs === null || Number.isFinite(next.timeoutMs)))) &&
-            Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+            !inTransaction
           // the step has run: a lost connection or a restarting server must not lose its outcome
-          // (if a lost reply hid a commit, the retry finds the step moved on: a late completion)
-          const r = yield* retryTransient(
-            batchable
-              ? finishBatched({
-                  runId,
-                  stepId: step.id,
-                  output,
-                  definitionHash,
-                  next: next._tag === "claim" ? { ...next } : (next as Extract<NextAction, { _tag: "finish" }>),
-                  now
-                })
-              : finish({
-                  workflow: def.name,
-                  runId,
-                  stepId: step.id,
-                  status,
-                  output,
-                  error,
-                  definitionHash,
-                  next,
-                  mayHoldSignal: !signalFree.has(step.id),
-                  now
-                }).pipe(Effect.map((rows) => rows[0]))
-          )
+          // (if a lost reply hid a commit, the retry finds the step moved on: a late completion);
+          // not in a caller's transaction, which a lost connection has ended
+          const write = batchable
+            ? finishBatched({
+                runId,
+                stepId: step.id,
+                output,
+                definitionHash,
+                next: next._tag === "claim" ? { ...next } : (next as Extract<NextAction, { _tag: "finish" }>),
+                now
+              })
+            : finish({
+                workflow: def.name,
+                runId,
+                stepId: step.id,
+                status,
+                output,
+                error,
+                definitionHash,
+                next,
+                mayHoldSignal: !signalFree.has(step.id),
+                now
+              }).pipe(Effect.map((rows) => rows[0]))
+          const r = yield* inTransaction ? write : retryTransient(write)
           if (r === undefined || r.applied === 0n) {
             yield* lateCompletion(runId, step, now)
             return undefined
