@@ -5,6 +5,7 @@ import * as Job from "../src/Job/Job.ts"
 import { JobClient, TRACEPARENT } from "../src/Job/JobClient.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
+import { terminateWhileWaiting } from "./support/connections.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -405,7 +406,6 @@ layer(
           Effect.sync(() => runs.set(id, (runs.get(id) ?? 0) + 1)).pipe(Effect.andThen(Effect.sleep("50 millis")))
         )
         const store = yield* QueueStore
-        const sql = yield* SqlClient.SqlClient
         const ids = Array.from({ length: 40 }, (_, i) => i)
         yield* job.enqueueMany(ids.map((id) => ({ id })))
         yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 4 }] })
@@ -413,29 +413,9 @@ layer(
           "some ran",
           Effect.sync(() => runs.size >= 4)
         )
-        // The queue's table is locked so that the worker's next archive or claim waits on it, in
-        // flight; then every other connection of the pool (that one, the listener, idle ones) is
-        // terminated from the connection holding the lock.
-        const blocked = yield* sql
-          .withTransaction(
-            Effect.gen(function* () {
-              yield* sql`LOCK TABLE ${sql(`pgbus.q_pgbus_${queue}`)} IN ACCESS EXCLUSIVE MODE`
-              yield* eventually(
-                "a worker statement waits on the lock",
-                Effect.map(
-                  sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
-                    WHERE datname = current_database() AND wait_event_type = 'Lock'`,
-                  ([row]) => row!.n > 0
-                )
-              )
-              // OFFSET 0 keeps the planner from calling pg_terminate_backend before the pid filter
-              return yield* sql<{ readonly terminated: boolean; readonly waited: boolean }>`SELECT
-                  pg_terminate_backend(pid) AS terminated, waited FROM (
-                  SELECT pid, wait_event_type = 'Lock' AS waited FROM pg_stat_activity
-                  WHERE datname = current_database() AND pid <> pg_backend_pid() OFFSET 0) others`
-            })
-          )
-          .pipe(Effect.map((rows) => rows.filter((r) => r.terminated && r.waited).length))
+        // the worker's next archive or claim waits on the locked queue table when every other
+        // connection (that one, the listener, idle ones) is terminated
+        const blocked = yield* terminateWhileWaiting(`pgbus.q_pgbus_${queue}`)
         assert.isAbove(blocked, 0, "a statement in flight was terminated")
         yield* eventually(
           "every job archived",

@@ -7,6 +7,7 @@ import { performNextStep, speedrun } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { ErrorReporter, WorkflowRunner } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
+import { terminateWhileWaiting } from "./support/connections.ts"
 import { eventually } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -752,37 +753,14 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           const b = yield* Workflow.step("b", Effect.succeed(a + 1), { wait: "100 millis" })
           return `${payload.id}:${b}`
         })
-        const sql = yield* SqlClient.SqlClient
         const { startSupervisor } = yield* Effect.promise(() => import("./support/jobs.ts"))
         yield* startSupervisor([Outcome], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
         const run = yield* Outcome.start({ id: "o" })
         yield* Deferred.await(reached)
         // the events table is locked before step a returns, so that its outcome (which writes
-        // step_completed) waits on the lock, in flight; then every other connection is terminated
-        // from the one holding it
-        const blocked = yield* sql.withTransaction(
-          Effect.gen(function* () {
-            yield* sql`LOCK TABLE pgbus.workflow_events IN ACCESS EXCLUSIVE MODE`
-            yield* Deferred.succeed(locked, undefined)
-            yield* eventually(
-              "the outcome waits on the lock",
-              Effect.map(
-                sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
-                  WHERE datname = current_database() AND wait_event_type = 'Lock'`,
-                ([row]) => row!.n > 0
-              )
-            )
-            // OFFSET 0 keeps the planner from calling pg_terminate_backend before the pid filter
-            return yield* sql<{ readonly terminated: boolean; readonly waited: boolean }>`SELECT
-                pg_terminate_backend(pid) AS terminated, waited FROM (
-                SELECT pid, wait_event_type = 'Lock' AS waited FROM pg_stat_activity
-                WHERE datname = current_database() AND pid <> pg_backend_pid() OFFSET 0) others`
-          })
-        )
-        assert.isTrue(
-          blocked.some((r) => r.terminated && r.waited),
-          "a statement in flight was terminated"
-        )
+        // step_completed) waits on the lock, in flight, when every other connection is terminated
+        const blocked = yield* terminateWhileWaiting("pgbus.workflow_events", Deferred.succeed(locked, undefined))
+        assert.isAbove(blocked, 0, "a statement in flight was terminated")
         yield* eventually(
           "the run finished",
           // this check's own connection may be one that was terminated: a failed check is "not yet"
@@ -821,28 +799,9 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             ([row]) => row!.n > 0
           )
         )
-        // The runs table is locked so that the engine's next claim or outcome waits on it, in
-        // flight; then every other connection of the pool is terminated from the one holding it.
-        const blocked = yield* sql
-          .withTransaction(
-            Effect.gen(function* () {
-              yield* sql`LOCK TABLE pgbus.workflow_runs IN ACCESS EXCLUSIVE MODE`
-              yield* eventually(
-                "an engine statement waits on the lock",
-                Effect.map(
-                  sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
-                    WHERE datname = current_database() AND wait_event_type = 'Lock'`,
-                  ([row]) => row!.n > 0
-                )
-              )
-              // OFFSET 0 keeps the planner from calling pg_terminate_backend before the pid filter
-              return yield* sql<{ readonly terminated: boolean; readonly waited: boolean }>`SELECT
-                  pg_terminate_backend(pid) AS terminated, waited FROM (
-                  SELECT pid, wait_event_type = 'Lock' AS waited FROM pg_stat_activity
-                  WHERE datname = current_database() AND pid <> pg_backend_pid() OFFSET 0) others`
-            })
-          )
-          .pipe(Effect.map((rows) => rows.filter((r) => r.terminated && r.waited).length))
+        // the engine's next claim or outcome waits on the locked runs table when every other
+        // connection is terminated
+        const blocked = yield* terminateWhileWaiting("pgbus.workflow_runs")
         assert.isAbove(blocked, 0, "a statement in flight was terminated")
         yield* eventually(
           "every run finished",
