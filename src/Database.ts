@@ -5,9 +5,9 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Context, Duration, Effect, Layer, Redacted, Schedule, Schema } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
 import type { SqlClient } from "effect/sql"
-import type { SqlError } from "effect/sql/SqlError"
+import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { PgBusConfig, type PgBusConfigShape } from "./Config.ts"
 
 /**
@@ -58,6 +58,26 @@ export const toDatabaseError =
       retryable: error.isRetryable || (server.code !== undefined && passingStates.test(server.code))
     })
   }
+
+/**
+ * `sql.withTransaction`, except that a commit or rollback that fails with its connection fails
+ * with that `SqlError` (the driver reports it as a defect, which typed handling and retries
+ * would not see); the transaction's own failure, when it has one, comes first.
+ */
+export const withTransaction = <A, E, R>(
+  sql: SqlClient.SqlClient,
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, E | SqlError, R> =>
+  sql.withTransaction(effect).pipe(
+    Effect.catchCause((cause) => {
+      const dies = cause.reasons.filter(Cause.isDieReason)
+      if (dies.length === 0 || Cause.hasInterrupts(cause) || !dies.every((d) => isSqlError(d.defect))) {
+        return Effect.failCause(cause)
+      }
+      const failure = Cause.findErrorOption(cause)
+      return Effect.fail(Option.isSome(failure) ? failure.value : (dies[0]!.defect as SqlError))
+    })
+  )
 
 /** 100 ms doubling to 5 s between tries, for a minute at most. */
 const transientRetry = Schedule.exponential("100 millis", 2).pipe(

@@ -777,6 +777,45 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
       }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "50 millis" }), { local: true }))
     )
 
+    it.effect(
+      "a signal whose transaction loses its connection fails with a retryable DatabaseError; sent again, it wakes the run",
+      () =>
+        Effect.gen(function* () {
+          const Waits = Workflow.make(
+            "WaitsThroughRestart",
+            { payload: Payload, signals: { go: Schema.Struct({ n: Schema.Number }) } },
+            function* ({ payload, waitForSignal }) {
+              const go = yield* waitForSignal("go")
+              return `${payload.id}:${go.n}`
+            }
+          )
+          const { startSupervisor } = yield* Effect.promise(() => import("./support/jobs.ts"))
+          yield* startSupervisor([Waits], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+          const run = yield* Waits.start({ id: "w" })
+          yield* eventually(
+            "waiting",
+            Effect.map(status(run.id), (s) => s === "waiting")
+          )
+          // the signal's transaction waits on the locked runs table when its connection is terminated:
+          // its rollback fails with the connection, which must still reach the caller as a typed error
+          const sending = yield* Effect.forkChild(Effect.flip(run.signal("go", { n: 7 })))
+          const blocked = yield* terminateWhileWaiting("pgbus.workflow_runs")
+          assert.isAbove(blocked, 0, "a statement in flight was terminated")
+          const error = yield* Fiber.join(sending)
+          assert.strictEqual(error._tag, "DatabaseError")
+          assert.isTrue(error._tag === "DatabaseError" && error.retryable, "a lost connection is worth trying again")
+          yield* run.signal("go", { n: 7 })
+          yield* eventually(
+            "finished",
+            Effect.orElseSucceed(
+              Effect.map(status(run.id), (s) => s === "finished"),
+              () => false
+            )
+          )
+          assert.strictEqual((yield* run.refresh).info.output, "w:7")
+        }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "50 millis" }), { local: true }))
+    )
+
     it.effect("every connection terminated while runs perform steps: all runs still finish", () =>
       Effect.gen(function* () {
         const Resilient = Workflow.make("Resilient", { payload: Payload }, function* ({ payload }) {

@@ -11,7 +11,7 @@ import { Cause, Context, Duration, Effect, Exit, Layer, Option, Schema } from "e
 import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
-import { type DatabaseError, statementNow, toDatabaseError } from "../Database.ts"
+import { type DatabaseError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import { isJob, type Job, JobContext } from "../Job/Job.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
@@ -239,7 +239,7 @@ const makeServices = Effect.gen(function* () {
   // All or nothing: a transaction, or a savepoint inside the caller's (which may carry on
   // after a failure here without committing half of it).
   const transactional = <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
-    sql.withTransaction(effect).pipe(
+    withTransaction(sql, effect).pipe(
       Effect.catchIf(
         (e): e is SqlError => typeof e === "object" && e !== null && "_tag" in e && e._tag === "SqlError",
         (e) => Effect.fail(toDatabaseError(operation)(e))

@@ -11,7 +11,7 @@ import { Context, Duration, Effect, Layer, Metric, Option, Schema } from "effect
 import { SqlClient } from "effect/sql"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import * as Database from "../Database.ts"
-import { type DatabaseError, statementNow, toDatabaseError } from "../Database.ts"
+import { type DatabaseError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import type { Job } from "../Job/Job.ts"
 import {
   type EnqueueOptions,
@@ -370,7 +370,7 @@ export class Outbox extends Context.Service<
 
       /** Runs a relay step in a savepoint when the bus is this database (its inserts roll back on failure). */
       const atomically = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, unknown> =>
-        bus.sameDatabase ? sql.withTransaction(effect) : effect
+        bus.sameDatabase ? withTransaction(sql, effect) : effect
 
       const prepareEvent = (row: OutboxRow) =>
         bus.publisher.prepare(
@@ -429,55 +429,54 @@ export class Outbox extends Context.Service<
           return { sent, failed }
         })
 
-      const runOnce = sql
-        .withTransaction(
-          Effect.gen(function* () {
-            const rows = yield* statements.outboxClaim(config.outboxBatchSize)
-            if (rows.length === 0) return { claimed: 0, published: 0, failed: [] } satisfies OutboxReport
-            const events = rows.filter((r) => r.kind === "event")
-            const byQueue = new Map<string, Array<OutboxRow>>()
-            for (const row of rows) {
-              if (row.kind !== "queue" || row.queue === null) continue
-              const list = byQueue.get(row.queue)
-              if (list) list.push(row)
-              else byQueue.set(row.queue, [row])
-            }
-            const sent: Array<bigint> = []
-            const failed: Array<{ id: bigint; error: string }> = []
-            if (events.length > 0) {
-              const result = yield* relayGroup(events, sendEvents)
-              sent.push(...result.sent)
-              failed.push(...result.failed)
-            }
-            for (const [queue, list] of byQueue) {
-              const result = yield* relayGroup(list, (group) => sendToQueue(queue, group))
-              sent.push(...result.sent)
-              failed.push(...result.failed)
-            }
-            const now = yield* statementNow
-            if (sent.length > 0) yield* statements.outboxMarkPublished(sent, now)
-            for (const f of failed) yield* statements.outboxRecordFailure(f.id, f.error, now)
-            return { claimed: rows.length, published: sent.length, failed } satisfies OutboxReport
-          })
-        )
-        .pipe(
-          db("relay outbox"),
-          Effect.tap((report) =>
-            Effect.all([
-              Metric.update(outboxPublished, report.published),
-              Metric.update(outboxFailures, report.failed.length),
-              report.failed.length === 0
-                ? Effect.void
-                : Effect.logWarning(
-                    `pgbus: ${report.failed.length} outbox entr${report.failed.length === 1 ? "y" : "ies"} failed to relay, retrying next cycle: ${report.failed
-                      .slice(0, 3)
-                      .map((f) => `#${f.id} ${f.error}`)
-                      .join("; ")}`
-                  )
-            ])
-          ),
-          Effect.withSpan("pgbus.outbox.run_once", {}, { captureStackTrace: false })
-        )
+      const runOnce = withTransaction(
+        sql,
+        Effect.gen(function* () {
+          const rows = yield* statements.outboxClaim(config.outboxBatchSize)
+          if (rows.length === 0) return { claimed: 0, published: 0, failed: [] } satisfies OutboxReport
+          const events = rows.filter((r) => r.kind === "event")
+          const byQueue = new Map<string, Array<OutboxRow>>()
+          for (const row of rows) {
+            if (row.kind !== "queue" || row.queue === null) continue
+            const list = byQueue.get(row.queue)
+            if (list) list.push(row)
+            else byQueue.set(row.queue, [row])
+          }
+          const sent: Array<bigint> = []
+          const failed: Array<{ id: bigint; error: string }> = []
+          if (events.length > 0) {
+            const result = yield* relayGroup(events, sendEvents)
+            sent.push(...result.sent)
+            failed.push(...result.failed)
+          }
+          for (const [queue, list] of byQueue) {
+            const result = yield* relayGroup(list, (group) => sendToQueue(queue, group))
+            sent.push(...result.sent)
+            failed.push(...result.failed)
+          }
+          const now = yield* statementNow
+          if (sent.length > 0) yield* statements.outboxMarkPublished(sent, now)
+          for (const f of failed) yield* statements.outboxRecordFailure(f.id, f.error, now)
+          return { claimed: rows.length, published: sent.length, failed } satisfies OutboxReport
+        })
+      ).pipe(
+        db("relay outbox"),
+        Effect.tap((report) =>
+          Effect.all([
+            Metric.update(outboxPublished, report.published),
+            Metric.update(outboxFailures, report.failed.length),
+            report.failed.length === 0
+              ? Effect.void
+              : Effect.logWarning(
+                  `pgbus: ${report.failed.length} outbox entr${report.failed.length === 1 ? "y" : "ies"} failed to relay, retrying next cycle: ${report.failed
+                    .slice(0, 3)
+                    .map((f) => `#${f.id} ${f.error}`)
+                    .join("; ")}`
+                )
+          ])
+        ),
+        Effect.withSpan("pgbus.outbox.run_once", {}, { captureStackTrace: false })
+      )
 
       const purge = Effect.gen(function* () {
         if (config.outboxRetention === undefined) return 0

@@ -10,7 +10,7 @@ import { Clock, Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
-import { serverError, statementNow, toDatabaseError } from "../Database.ts"
+import { serverError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import { hotSpan } from "../internal/span.ts"
 import { type FairClaim, FairCursor } from "./FairShare.ts"
 import {
@@ -451,23 +451,22 @@ export class QueueStore extends Context.Service<
               ],
               { discard: true }
             )
-          yield* sql
-            .withTransaction(
-              Effect.gen(function* () {
-                yield* statements.queueLockTransaction(name.physical)
-                yield* makeTables(name.physical)
-                const fresh = yield* statements.queueRegister(name.physical, null)
-                // only on a new queue: on a populated one a plain build would block its writes
-                if (options?.fairIndex === true && fresh.length > 0 && !QueueName.isDeadLetter(name)) {
-                  yield* statements.queueCreateFairIndex(name.physical)
-                }
-                if (!QueueName.isDeadLetter(name)) {
-                  yield* makeTables(dead.physical)
-                  yield* statements.queueRegister(dead.physical, name.physical)
-                }
-              })
-            )
-            .pipe(Effect.mapError(fail("create queue", queue)))
+          yield* withTransaction(
+            sql,
+            Effect.gen(function* () {
+              yield* statements.queueLockTransaction(name.physical)
+              yield* makeTables(name.physical)
+              const fresh = yield* statements.queueRegister(name.physical, null)
+              // only on a new queue: on a populated one a plain build would block its writes
+              if (options?.fairIndex === true && fresh.length > 0 && !QueueName.isDeadLetter(name)) {
+                yield* statements.queueCreateFairIndex(name.physical)
+              }
+              if (!QueueName.isDeadLetter(name)) {
+                yield* makeTables(dead.physical)
+                yield* statements.queueRegister(dead.physical, name.physical)
+              }
+            })
+          ).pipe(Effect.mapError(fail("create queue", queue)))
         }).pipe(Effect.withSpan("QueueStore.create", { attributes: { queue } }))
 
       const ensureFairIndex = (queue: string) =>
@@ -501,20 +500,19 @@ export class QueueStore extends Context.Service<
         Effect.gen(function* () {
           const name = yield* validateName(queue)
           const dead = QueueName.deadLetterOf(name)
-          return yield* sql
-            .withTransaction(
-              Effect.gen(function* () {
-                yield* statements.queueLockTransaction(name.physical)
-                const removed = yield* statements.queueUnregister(name.physical)
-                yield* statements.queueDropTables(name.physical)
-                if (!QueueName.isDeadLetter(name)) {
-                  yield* statements.queueUnregister(dead.physical)
-                  yield* statements.queueDropTables(dead.physical)
-                }
-                return removed.length > 0
-              })
-            )
-            .pipe(Effect.mapError(fail("drop queue", queue)))
+          return yield* withTransaction(
+            sql,
+            Effect.gen(function* () {
+              yield* statements.queueLockTransaction(name.physical)
+              const removed = yield* statements.queueUnregister(name.physical)
+              yield* statements.queueDropTables(name.physical)
+              if (!QueueName.isDeadLetter(name)) {
+                yield* statements.queueUnregister(dead.physical)
+                yield* statements.queueDropTables(dead.physical)
+              }
+              return removed.length > 0
+            })
+          ).pipe(Effect.mapError(fail("drop queue", queue)))
         }).pipe(Effect.withSpan("QueueStore.drop", { attributes: { queue } }))
 
       const list = statements.queueList().pipe(

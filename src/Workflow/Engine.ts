@@ -19,7 +19,7 @@ import {
   BatchNotFound
 } from "../Batch/Batch.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
-import { retryTransient, statementNow, toDatabaseError } from "../Database.ts"
+import { retryTransient, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import { makeBatcher, makeBatchGroup } from "../internal/Batcher.ts"
 import * as Job from "../Job/Job.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
@@ -697,16 +697,15 @@ const make = Effect.gen(function* () {
     Effect.gen(function* () {
       if (!isUuid(id)) return yield* new RunNotFound({ id })
       const now = yield* statementNow
-      return yield* sql
-        .withTransaction(
-          Effect.gen(function* () {
-            const [run] = yield* statements.runLock(id, options?.resourceId ?? null)
-            if (run === undefined) return yield* new RunNotFound({ id })
-            if (!States.isLegal(name, run.status)) return yield* verbError(name, run)
-            return yield* act(run, now)
-          })
-        )
-        .pipe(Effect.mapError((e) => (isSqlError(e) ? toDatabaseError(`workflow ${name}`)(e) : e)))
+      return yield* withTransaction(
+        sql,
+        Effect.gen(function* () {
+          const [run] = yield* statements.runLock(id, options?.resourceId ?? null)
+          if (run === undefined) return yield* new RunNotFound({ id })
+          if (!States.isLegal(name, run.status)) return yield* verbError(name, run)
+          return yield* act(run, now)
+        })
+      ).pipe(Effect.mapError((e) => (isSqlError(e) ? toDatabaseError(`workflow ${name}`)(e) : e)))
     }).pipe(
       Effect.withSpan(`pgbus.workflow.${name}`, { attributes: { workflow_id: id } }, { captureStackTrace: false })
     ) as Effect.Effect<
@@ -1594,7 +1593,8 @@ const make = Effect.gen(function* () {
       const renewDeadline = (step: Target, options: StepOptions<unknown>, missedAt: Date) =>
         Effect.gen(function* () {
           targetReached = true
-          const noticed = yield* sql.withTransaction(
+          const noticed = yield* withTransaction(
+            sql,
             Effect.gen(function* () {
               yield* statements.runLock(runId, null)
               const answer = yield* Effect.exit(waitDeadline(options, runContext))
@@ -1658,80 +1658,79 @@ const make = Effect.gen(function* () {
                 : typeof options.waitFor === "string"
                   ? options.waitFor
                   : options.waitFor.name
-            const guard = yield* sql
-              .withTransaction(
-                Effect.gen(function* () {
-                  yield* statements.runLock(runId, null)
-                  let held: SignalRow | undefined
-                  let candidate: { readonly row: SignalRow; readonly payload: unknown } | undefined
-                  if (waitName === undefined && options.takesHeldSignal === true) {
-                    held = (yield* statements.signalHeldBy(step.id))[0]
-                  }
-                  if (waitName !== undefined) {
-                    held = (yield* statements.signalHeldBy(step.id))[0]
-                    if (held === undefined && !timedOut) {
-                      for (const row of yield* statements.signalsPending(runId, waitName)) {
-                        const decoded = yield* matchSignal(def, options.waitFor!, row.payload)
-                        if (decoded !== NO_MATCH) {
-                          candidate = { row, payload: decoded }
-                          break
-                        }
+            const guard = yield* withTransaction(
+              sql,
+              Effect.gen(function* () {
+                yield* statements.runLock(runId, null)
+                let held: SignalRow | undefined
+                let candidate: { readonly row: SignalRow; readonly payload: unknown } | undefined
+                if (waitName === undefined && options.takesHeldSignal === true) {
+                  held = (yield* statements.signalHeldBy(step.id))[0]
+                }
+                if (waitName !== undefined) {
+                  held = (yield* statements.signalHeldBy(step.id))[0]
+                  if (held === undefined && !timedOut) {
+                    for (const row of yield* statements.signalsPending(runId, waitName)) {
+                      const decoded = yield* matchSignal(def, options.waitFor!, row.payload)
+                      if (decoded !== NO_MATCH) {
+                        candidate = { row, payload: decoded }
+                        break
                       }
                     }
                   }
-                  readers = { woken: held !== undefined, signalReady: held !== undefined || candidate !== undefined }
-                  const withReaders = <X, Y, Z>(e: Effect.Effect<X, Y, Z>) =>
-                    Effect.provideService(e, SignalReaders, readers)
-                  if (def.cancelIf !== undefined && (yield* withReaders(def.cancelIf(runContext as never)))) {
-                    return { _tag: "cancel" } as const
-                  }
-                  if (options.skipIf !== undefined && (yield* withReaders(options.skipIf(runContext)))) {
-                    return { _tag: "skip" } as const
-                  }
-                  if (waitName === undefined && held !== undefined) {
-                    return {
-                      _tag: "signal",
-                      signal: { id: String(held.id), name: held.name, payload: held.payload }
-                    } as const
-                  }
-                  if (waitName === undefined || timedOut) return { _tag: "run" } as const
-                  const now = yield* statementNow
-                  if (held !== undefined) {
-                    const payload = yield* matchSignal(def, options.waitFor!, held.payload, { decodeOnly: true })
-                    return {
-                      _tag: "signal",
-                      signal: {
-                        id: String(held.id),
-                        name: held.name,
-                        payload: payload === NO_MATCH ? held.payload : payload
-                      }
-                    } as const
-                  }
-                  if (candidate !== undefined) {
-                    yield* statements.signalClaim({ runId, signalId: candidate.row.id, stepId: step.id, now })
-                    return {
-                      _tag: "signal",
-                      signal: { id: String(candidate.row.id), name: candidate.row.name, payload: candidate.payload }
-                    } as const
-                  }
-                  // no signal: the step parks (nothing is sent until a signal or the deadline wakes it)
-                  const deadline = yield* waitDeadline(options, runContext)
-                  yield* statements.stepPark({
-                    runId,
-                    stepId: step.id,
-                    waitFor: waitName,
-                    matcher: typeof options.waitFor !== "string" || declaredMatcher(def, waitName),
-                    timeoutMs: deadline.ms,
-                    timeoutAt: deadline.at,
-                    onTimeout: options.onTimeout ?? (deadline.at === null && deadline.ms === null ? null : "pause"),
-                    periodMs: deadline.periodMs,
-                    perRun: typeof options.waitTimeout === "function",
-                    now
-                  })
-                  return { _tag: "parked" } as const
+                }
+                readers = { woken: held !== undefined, signalReady: held !== undefined || candidate !== undefined }
+                const withReaders = <X, Y, Z>(e: Effect.Effect<X, Y, Z>) =>
+                  Effect.provideService(e, SignalReaders, readers)
+                if (def.cancelIf !== undefined && (yield* withReaders(def.cancelIf(runContext as never)))) {
+                  return { _tag: "cancel" } as const
+                }
+                if (options.skipIf !== undefined && (yield* withReaders(options.skipIf(runContext)))) {
+                  return { _tag: "skip" } as const
+                }
+                if (waitName === undefined && held !== undefined) {
+                  return {
+                    _tag: "signal",
+                    signal: { id: String(held.id), name: held.name, payload: held.payload }
+                  } as const
+                }
+                if (waitName === undefined || timedOut) return { _tag: "run" } as const
+                const now = yield* statementNow
+                if (held !== undefined) {
+                  const payload = yield* matchSignal(def, options.waitFor!, held.payload, { decodeOnly: true })
+                  return {
+                    _tag: "signal",
+                    signal: {
+                      id: String(held.id),
+                      name: held.name,
+                      payload: payload === NO_MATCH ? held.payload : payload
+                    }
+                  } as const
+                }
+                if (candidate !== undefined) {
+                  yield* statements.signalClaim({ runId, signalId: candidate.row.id, stepId: step.id, now })
+                  return {
+                    _tag: "signal",
+                    signal: { id: String(candidate.row.id), name: candidate.row.name, payload: candidate.payload }
+                  } as const
+                }
+                // no signal: the step parks (nothing is sent until a signal or the deadline wakes it)
+                const deadline = yield* waitDeadline(options, runContext)
+                yield* statements.stepPark({
+                  runId,
+                  stepId: step.id,
+                  waitFor: waitName,
+                  matcher: typeof options.waitFor !== "string" || declaredMatcher(def, waitName),
+                  timeoutMs: deadline.ms,
+                  timeoutAt: deadline.at,
+                  onTimeout: options.onTimeout ?? (deadline.at === null && deadline.ms === null ? null : "pause"),
+                  periodMs: deadline.periodMs,
+                  perRun: typeof options.waitTimeout === "function",
+                  now
                 })
-              )
-              .pipe(Effect.exit)
+                return { _tag: "parked" } as const
+              })
+            ).pipe(Effect.exit)
             if (Exit.isFailure(guard)) {
               return yield* failed(step, Cause.squash(guard.cause), options, startedAt)
             }
@@ -1826,47 +1825,46 @@ const make = Effect.gen(function* () {
             // one transaction: the batch, its members' messages, the step parked on it and the
             // `fan_out_opened` event; the batch's callback can only finish it after the commit
             const stepKey = `pgbus-wf:${runId}:${step.name}`
-            const opened = yield* sql
-              .withTransaction(
-                Effect.gen(function* () {
-                  const batch = yield* batches.make({
-                    onFinish: { job: fanOutCallback, queue: step.queue || defaultQueue },
-                    description: `${def.name}#${step.name} ${runId}`,
-                    properties: { workflow_id: runId, step_id: String(step.id) }
-                  })
-                  yield* batch.enqueue(
-                    Effect.forEach(
-                      fanOut.members,
-                      (member, i) => {
-                        const { key, ...enqueueOptions } = member.options
-                        // the builder's `add` checked the payload's type against the job
-                        return jobs.enqueue(member.job as never, member.payload as never, {
-                          ...enqueueOptions,
-                          headers: { ...enqueueOptions.headers, pgbus_idempotency_key: `${stepKey}:${key ?? i}` }
-                        })
-                      },
-                      { discard: true }
-                    )
-                  )
-                  const now = yield* statementNow
-                  const [parked] = yield* statements.stepPark({
-                    runId,
-                    stepId: step.id,
-                    waitFor: FAN_OUT_WAIT,
-                    matcher: false,
-                    timeoutMs: null,
-                    timeoutAt: null,
-                    onTimeout: null,
-                    periodMs: null,
-                    batch: { id: batch.id, size: fanOut.members.length },
-                    now
-                  })
-                  // the step was moved on while its body ran: no batch
-                  if (parked === undefined) return yield* Effect.fail(LATE)
-                  return batch.id
+            const opened = yield* withTransaction(
+              sql,
+              Effect.gen(function* () {
+                const batch = yield* batches.make({
+                  onFinish: { job: fanOutCallback, queue: step.queue || defaultQueue },
+                  description: `${def.name}#${step.name} ${runId}`,
+                  properties: { workflow_id: runId, step_id: String(step.id) }
                 })
-              )
-              .pipe(Effect.exit)
+                yield* batch.enqueue(
+                  Effect.forEach(
+                    fanOut.members,
+                    (member, i) => {
+                      const { key, ...enqueueOptions } = member.options
+                      // the builder's `add` checked the payload's type against the job
+                      return jobs.enqueue(member.job as never, member.payload as never, {
+                        ...enqueueOptions,
+                        headers: { ...enqueueOptions.headers, pgbus_idempotency_key: `${stepKey}:${key ?? i}` }
+                      })
+                    },
+                    { discard: true }
+                  )
+                )
+                const now = yield* statementNow
+                const [parked] = yield* statements.stepPark({
+                  runId,
+                  stepId: step.id,
+                  waitFor: FAN_OUT_WAIT,
+                  matcher: false,
+                  timeoutMs: null,
+                  timeoutAt: null,
+                  onTimeout: null,
+                  periodMs: null,
+                  batch: { id: batch.id, size: fanOut.members.length },
+                  now
+                })
+                // the step was moved on while its body ran: no batch
+                if (parked === undefined) return yield* Effect.fail(LATE)
+                return batch.id
+              })
+            ).pipe(Effect.exit)
             if (Exit.isFailure(opened)) {
               const error = Cause.squash(opened.cause)
               if (error === LATE) {
