@@ -90,13 +90,16 @@ const transientRetry = Schedule.exponential("100 millis", 2).pipe(
  * lost, server restarting, deadlock), for up to a minute, logging each failure: for a write
  * whose input cannot be had again (a step's output), so that it is not lost to a restart.
  */
-export const retryTransient = <A, R>(effect: Effect.Effect<A, DatabaseError, R>): Effect.Effect<A, DatabaseError, R> =>
+export const retryTransient = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   effect.pipe(
     Effect.tapError((error) =>
-      error.retryable ? Effect.logWarning(`pgbus: ${error.message}; trying again`) : Effect.void
+      mayPass(error) ? Effect.logWarning(`pgbus: ${error.message}; trying again`) : Effect.void
     ),
-    Effect.retry({ schedule: transientRetry, while: (error) => error.retryable })
+    Effect.retry({ schedule: transientRetry, while: mayPass })
   )
+
+/** Whether an error is a database failure that trying again may get past. */
+const mayPass = (error: unknown): error is DatabaseError => error instanceof DatabaseError && error.retryable
 
 /**
  * Which clock time-dependent statements use. `database` (the default) binds null so that

@@ -1,5 +1,5 @@
 import { assert, describe, expect, layer } from "@effect/vitest"
-import { Duration, Effect, Exit, Option, Schema, Tracer } from "effect"
+import { Deferred, Duration, Effect, Exit, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Job from "../src/Job/Job.ts"
 import { JobClient, TRACEPARENT } from "../src/Job/JobClient.ts"
@@ -438,6 +438,54 @@ layer(
           local: true
         })
       )
+    )
+
+    it.effect(
+      "a failure recorded while its connection is lost is written again: the retry comes after the backoff",
+      () =>
+        Effect.gen(function* () {
+          const queue = unique("connfail")
+          const reached = yield* Deferred.make<void>()
+          const locked = yield* Deferred.make<void>()
+          const attempts: Array<number> = []
+          const job = Job.make("FailsThroughRestart", { payload: Payload, queue }, (_, { attempt }) =>
+            Effect.gen(function* () {
+              attempts.push(attempt)
+              if (attempt > 1) return
+              yield* Deferred.succeed(reached, undefined)
+              yield* Deferred.await(locked)
+              return yield* Effect.fail("first attempt fails")
+            })
+          )
+          // one slot (no read while the job runs) and no dispatcher: the statement that waits on the
+          // lock is the failure's record
+          yield* startSupervisor([job], {
+            roles: ["workers"],
+            capsules: [{ name: "c", queues: [queue], concurrency: 1 }]
+          })
+          yield* job.enqueue({ id: 1 })
+          yield* Deferred.await(reached)
+          // the failure's record waits on the locked queue table when every other connection is terminated
+          const blocked = yield* terminateWhileWaiting(`pgbus.q_pgbus_${queue}`, Deferred.succeed(locked, undefined))
+          assert.isAbove(blocked, 0, "a statement in flight was terminated")
+          // the visibility timeout is 30 s: only a recorded failure (200 ms backoff) brings it back this soon
+          yield* eventually(
+            "the second attempt ran",
+            Effect.sync(() => attempts.length === 2),
+            "5 seconds"
+          )
+          assert.deepStrictEqual(attempts, [1, 2])
+        }).pipe(
+          Effect.scoped,
+          Effect.provide(
+            TestDatabase.layer({
+              visibilityTimeout: "30 seconds",
+              retryBackoff: "200 millis",
+              pollingInterval: "100 millis"
+            }),
+            { local: true }
+          )
+        )
     )
   })
 

@@ -754,7 +754,11 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           return `${payload.id}:${b}`
         })
         const { startSupervisor } = yield* Effect.promise(() => import("./support/jobs.ts"))
-        yield* startSupervisor([Outcome], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+        // workers only: no sweep that could be the statement waiting on the lock instead of the outcome
+        yield* startSupervisor([Outcome], {
+          roles: ["workers"],
+          capsules: [{ name: "c", queues: ["default"], concurrency: 2 }]
+        })
         const run = yield* Outcome.start({ id: "o" })
         yield* Deferred.await(reached)
         // the events table is locked before step a returns, so that its outcome (which writes
@@ -790,7 +794,11 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             }
           )
           const { startSupervisor } = yield* Effect.promise(() => import("./support/jobs.ts"))
-          yield* startSupervisor([Waits], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+          // workers only: no sweep that could be the statement waiting on the lock instead of the signal
+          yield* startSupervisor([Waits], {
+            roles: ["workers"],
+            capsules: [{ name: "c", queues: ["default"], concurrency: 2 }]
+          })
           const run = yield* Waits.start({ id: "w" })
           yield* eventually(
             "waiting",

@@ -11,6 +11,7 @@
 import { Cause, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
 import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "../Batch/Membership.ts"
 import type { PgBusConfigShape } from "../Config.ts"
+import { retryTransient } from "../Database.ts"
 import { isEventMessage } from "../EventBus/Envelope.ts"
 import { execute, type Outcome } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
@@ -237,7 +238,10 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           return Effect.void
         case "Retry":
           stats.retried++
-          return store.recordFailure(m.queue, receipt, outcome.failure, Duration.millis(outcome.delayMs)).pipe(
+          // the outcome is known: a lost connection must not turn the backoff into a visibility timeout
+          return retryTransient(
+            store.recordFailure(m.queue, receipt, outcome.failure, Duration.millis(outcome.delayMs))
+          ).pipe(
             Effect.tap((kept) =>
               Effect.logWarning(
                 `pgbus: job failed (attempt ${m.readCt}), retrying in ${outcome.delayMs} ms: ${outcome.failure.errorClass}: ${outcome.failure.message}`
@@ -249,22 +253,22 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           )
         case "DeadLetter":
           stats.deadLettered++
-          return store
-            .moveToDeadLetter(m.queue, receipt, {
+          return retryTransient(
+            store.moveToDeadLetter(m.queue, receipt, {
               source: isEventMessage(m.message) ? "consumer" : "worker",
               ...(outcome.failure ? { failure: outcome.failure } : {})
             })
-            .pipe(
-              Effect.tap(() =>
-                Effect.logError(
-                  `pgbus: job dead-lettered after ${m.readCt} deliveries${outcome.failure ? `: ${outcome.failure.errorClass}: ${outcome.failure.message}` : ""}`
-                ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId) }))
-              ),
-              Effect.tap((moved) => endBatchMembers(moved._tag === "Some" ? [m] : [], "failed")),
-              Effect.asVoid,
-              Effect.catch((error) => Effect.logError("pgbus: dead-lettering failed", error)),
-              Effect.ensuring(Effect.sync(() => forget(m)))
-            )
+          ).pipe(
+            Effect.tap(() =>
+              Effect.logError(
+                `pgbus: job dead-lettered after ${m.readCt} deliveries${outcome.failure ? `: ${outcome.failure.errorClass}: ${outcome.failure.message}` : ""}`
+              ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId) }))
+            ),
+            Effect.tap((moved) => endBatchMembers(moved._tag === "Some" ? [m] : [], "failed")),
+            Effect.asVoid,
+            Effect.catch((error) => Effect.logError("pgbus: dead-lettering failed", error)),
+            Effect.ensuring(Effect.sync(() => forget(m)))
+          )
         case "Abandoned":
           stats.abandoned++
           return store.release(m.queue, [receipt]).pipe(

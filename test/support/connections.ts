@@ -14,14 +14,19 @@ export const terminateWhileWaiting = (table: string, afterLock: Effect.Effect<vo
       Effect.gen(function* () {
         yield* sql`LOCK TABLE ${sql(table)} IN ACCESS EXCLUSIVE MODE`
         yield* afterLock
+        // pg_stat_activity is read once per transaction unless its snapshot is cleared
         yield* eventually(
           "a statement waits on the lock",
-          Effect.map(
-            sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'`,
-            ([row]) => row!.n > 0
+          Effect.andThen(
+            sql`SELECT pg_stat_clear_snapshot()`,
+            Effect.map(
+              sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+              ([row]) => row!.n > 0
+            )
           )
         )
+        yield* sql`SELECT pg_stat_clear_snapshot()`
         // OFFSET 0 keeps the planner from calling pg_terminate_backend before the pid filter
         const rows = yield* sql<{ readonly terminated: boolean; readonly waited: boolean }>`SELECT
             pg_terminate_backend(pid) AS terminated, waited FROM (
