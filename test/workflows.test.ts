@@ -876,8 +876,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             pollingInterval: "50 millis",
             visibilityTimeout: "2 seconds",
             workflowSweepInterval: "500 millis",
-            workflowStallThreshold: "3 seconds",
-            workflowStallAction: "reattempt"
+            workflowStallThreshold: "3 seconds"
           }),
           { local: true }
         )
