@@ -514,6 +514,49 @@ layer(
       })
     )
 
+    it.effect(
+      "after failing to reach the database, a supervisor reaps no one until it has reached it for a stale threshold",
+      () =>
+        Effect.gen(function* () {
+          const processes = yield* Processes
+          const sql = yield* SqlClient.SqlClient
+          yield* startSupervisor([], { roles: ["dispatcher"] })
+          yield* eventually(
+            "registered",
+            Effect.map(processes.list, (ps) => ps.length === 1)
+          )
+          yield* registerGone("outage-peer")
+          // this supervisor's next beat or reap waits on the locked processes table when its
+          // connection is terminated: to it, the database was gone
+          const blocked = yield* terminateWhileWaiting("pgbus.processes")
+          assert.isAbove(blocked, 0, "a statement in flight was terminated")
+          // the peer missed its beats during the outage (its connection may be one of those terminated)
+          yield* sql`UPDATE pgbus.processes SET last_beat_at = now() - interval '1 hour' WHERE id = 'outage-peer'`.pipe(
+            Effect.retry({ times: 3 })
+          )
+          yield* Effect.sleep("1200 millis")
+          assert.isTrue(
+            (yield* processes.list).some((p) => p.id === "outage-peer"),
+            "not reaped within the threshold after the outage"
+          )
+          yield* eventually(
+            "reaped once this process has reached the database for the threshold",
+            Effect.map(processes.list, (ps) => !ps.some((p) => p.id === "outage-peer")),
+            "5 seconds"
+          )
+        }).pipe(
+          Effect.scoped,
+          Effect.provide(
+            TestDatabase.layer({
+              processHeartbeatInterval: "200 millis",
+              staleProcessThreshold: "2 seconds",
+              dispatchInterval: "100 millis"
+            }),
+            { local: true }
+          )
+        )
+    )
+
     it.effect("a supervisor without workers starts its dispatcher at once (no first claim to wait for)", () =>
       Effect.gen(function* () {
         const store = yield* QueueStore

@@ -9,9 +9,10 @@
 
 import os from "node:os"
 import { NodeRuntime } from "@effect/platform-node"
-import { Cause, Deferred, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
+import { Cause, Clock, Deferred, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
 import { Batches, BatchSweep } from "../Batch/Batch.ts"
 import { describeTarget, PgBusConfig } from "../Config.ts"
+import { retryTransient } from "../Database.ts"
 import { consumerCapsules } from "../EventBus/Consumer.ts"
 import { Outbox } from "../EventBus/Outbox.ts"
 import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
@@ -132,22 +133,39 @@ export const runWith = (options: SupervisorOptions = {}) =>
       for (const physical of servedQueues(config, q)) yield* client.ensureQueue(physical, options)
     }
 
-    yield* processes.register({
-      id: processId,
-      pid: process.pid,
-      host: os.hostname(),
-      roles,
-      capsules: capsules.map((c) => ({ name: c.name, queues: c.queues, concurrency: c.concurrency })),
-      capacity,
-      appRevision: config.appRevision,
-      version: VERSION
-    })
+    // a database restarting while the supervisor boots is waited for (a minute at most)
+    yield* retryTransient(
+      processes.register({
+        id: processId,
+        pid: process.pid,
+        host: os.hostname(),
+        roles,
+        capsules: capsules.map((c) => ({ name: c.name, queues: c.queues, concurrency: c.concurrency })),
+        capacity,
+        appRevision: config.appRevision,
+        version: VERSION
+      })
+    )
     yield* Effect.addFinalizer(() =>
       processes.unregister(processId).pipe(
         Effect.catch((e) => Effect.logWarning("pgbus: could not unregister the process", e)),
         Effect.andThen(Effect.logInfo("[pgbus] stopped"))
       )
     )
+
+    // After this process failed to reach the database (a beat or a reap failed), the others may
+    // have failed too and missed their beats: it reaps again only once it has reached the database
+    // for a whole stale threshold, by when a live process has beaten. Otherwise, after an outage
+    // longer than the threshold, every process would take the others for dead and run their jobs.
+    let troubleAt: number | undefined
+    const noteTrouble = Effect.map(Clock.currentTimeMillis, (now) => {
+      troubleAt = now
+    })
+    const reapStale = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      if (troubleAt !== undefined && now - troubleAt < Duration.toMillis(config.staleProcessThreshold)) return
+      yield* processes.reapStale.pipe(Effect.tapError(() => noteTrouble))
+    })
 
     // the first beat one interval after the registration, which wrote the same figures
     yield* Effect.forkScoped(
@@ -157,7 +175,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
           "process heartbeat",
           Effect.gen(function* () {
             const busy = stats.reduce((n, s) => n + s.running, 0)
-            const alive = yield* processes.beat(processId, busy, capacity)
+            const alive = yield* processes.beat(processId, busy, capacity).pipe(Effect.tapError(() => noteTrouble))
             if (!alive) {
               yield* Effect.logError(
                 "pgbus: this process was taken for dead (no beat within the stale threshold); its claims were released"
@@ -201,7 +219,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
         )
       )
       yield* Effect.forkScoped(
-        afterFirstClaims(repeatMaintenance("reaping stale processes", processes.reapStale, config.dispatchInterval))
+        afterFirstClaims(repeatMaintenance("reaping stale processes", reapStale, config.dispatchInterval))
       )
       yield* Effect.forkScoped(
         afterFirstClaims(
