@@ -5,7 +5,7 @@ import { Registry } from "../src/Job/Registry.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { performNextStep, speedrun } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
-import { ErrorReporter, WorkflowRunner } from "../src/Workflow/Engine.ts"
+import { ErrorReporter, WorkflowRunner, WorkflowSweep } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { terminateWhileWaiting } from "./support/connections.ts"
 import { eventually } from "./support/jobs.ts"
@@ -712,6 +712,61 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           ["a:completed", "b:scheduled"]
         )
       })
+    )
+  })
+
+  describe("retention", () => {
+    it.effect("an event written under the run's lock while retention deletes the run goes with it", () =>
+      Effect.gen(function* () {
+        const Short = Workflow.make("ShortLived", { payload: Payload }, function* () {
+          return yield* Workflow.step("only", Effect.succeed(1))
+        })
+        const run = yield* Short.start({ id: "r" })
+        yield* run.cancel()
+        yield* Effect.sleep("20 millis")
+        const sql = yield* SqlClient.SqlClient
+        const sweep = yield* WorkflowSweep
+        // a writer holding the run's row lock, as every verb does, writes an event and commits only
+        // once retention's delete (outside its transaction) waits for that lock
+        const locked = yield* Deferred.make<void>()
+        const writer = yield* Effect.forkChild(
+          sql.withTransaction(
+            Effect.gen(function* () {
+              yield* sql`SELECT id FROM pgbus.workflow_runs WHERE id = ${run.id}::uuid FOR UPDATE`
+              yield* sql`INSERT INTO pgbus.workflow_events (run_id, type, actor, at)
+                VALUES (${run.id}::uuid, 'note', 'test', now())`
+              yield* Deferred.succeed(locked, undefined)
+              yield* eventually(
+                "retention waits for the run's lock",
+                Effect.andThen(
+                  sql`SELECT pg_stat_clear_snapshot()`,
+                  Effect.map(
+                    sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                      WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+                    ([row]) => row!.n > 0
+                  )
+                )
+              )
+            })
+          )
+        )
+        yield* Deferred.await(locked)
+        const report = yield* sweep.runOnce
+        yield* Fiber.join(writer)
+        assert.strictEqual(report.deleted, 1)
+        yield* eventually(
+          "the run is deleted",
+          Effect.map(Effect.exit(Effect.flatMap(WorkflowClient, (c) => c.get(run.id))), Exit.isFailure)
+        )
+        const [left] = yield* sql<{ readonly events: number; readonly steps: number }>`SELECT
+            (SELECT count(*)::int FROM pgbus.workflow_events WHERE run_id = ${run.id}::uuid) AS events,
+            (SELECT count(*)::int FROM pgbus.workflow_steps WHERE run_id = ${run.id}::uuid) AS steps`
+        assert.deepStrictEqual(left, { events: 0, steps: 0 }, "no orphaned rows")
+      }).pipe(
+        Effect.provide(TestDatabase.layer({ pollingInterval: "50 millis", workflowRetention: "1 millis" }), {
+          local: true
+        })
+      )
     )
   })
 

@@ -2789,8 +2789,14 @@ const make = Effect.gen(function* () {
     if (config.workflowRetention !== undefined) {
       const retentionMs = Duration.toMillis(config.workflowRetention)
       while (true) {
-        const [row] = yield* statements.runsDeleteFinished(retentionMs, now, 1_000).pipe(db("delete old runs"))
-        const n = Number(row?.n ?? 0n)
+        const n = yield* withTransaction(
+          sql,
+          Effect.gen(function* () {
+            const ids = (yield* statements.runsDeleteFinished(retentionMs, now, 1_000)).map((r) => r.id)
+            if (ids.length > 0) yield* statements.runsDeleteRows(ids)
+            return ids.length
+          })
+        ).pipe(db("delete old runs"))
         deleted += n
         if (n < 1_000) break
       }

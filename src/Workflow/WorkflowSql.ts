@@ -1090,18 +1090,28 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       SELECT s.id, ${message.notifyRef} AS notified FROM s`
   }
 
-  /** Deletes finished and cancelled runs older than the retention (with their steps, events, signals). */
-  // No foreign key ties steps and events to their run (migration 0009): they go here, with it.
+  /**
+   * Deletes finished and cancelled runs older than the retention (their signals cascade); returns
+   * their ids, whose steps and events `runsDeleteRows` deletes next.
+   */
   const runsDeleteFinished = (retentionMs: number, now: Date | null, limit: number) =>
-    sql<{ readonly n: bigint }>`WITH d AS (
-        DELETE FROM ${runs} WHERE id IN (
-          SELECT id FROM ${runs} WHERE finished_at IS NOT NULL
-            AND finished_at < ${NOW(now)} - ${PgTypes.float8(retentionMs)} * interval '1 millisecond'
-          LIMIT ${limit})
-        RETURNING id),
-      ds AS (DELETE FROM ${steps} WHERE run_id IN (SELECT id FROM d)),
-      de AS (DELETE FROM ${events} WHERE run_id IN (SELECT id FROM d))
-      SELECT count(*) AS n FROM d`
+    sql<{ readonly id: string }>`DELETE FROM ${runs} WHERE id IN (
+        SELECT id FROM ${runs} WHERE finished_at IS NOT NULL
+          AND finished_at < ${NOW(now)} - ${PgTypes.float8(retentionMs)} * interval '1 millisecond'
+        LIMIT ${limit})
+      RETURNING id`
+
+  /**
+   * Deletes the steps and events of deleted runs. No foreign key ties them to their run
+   * (migration 0009), so this runs after `runsDeleteFinished` in its transaction: the later
+   * statement's snapshot also sees an event committed by a writer that held a run's row lock
+   * while the runs' delete waited for it (one statement would have left that event orphaned).
+   */
+  const runsDeleteRows = (ids: ReadonlyArray<string>) => {
+    const array = Result.getOrThrow(PgTypes.array(ids, PgTypes.OID.uuid))
+    return sql`WITH ds AS (DELETE FROM ${steps} WHERE run_id = ANY(${array}::uuid[]))
+      DELETE FROM ${events} WHERE run_id = ANY(${array}::uuid[])`
+  }
 
   /** Makes a scheduled step due now, without a message (test helpers run it inline). */
   const stepMakeDue = (stepId: bigint, now: Date | null) =>
@@ -1547,6 +1557,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     waitsTimedOut,
     stepResend,
     runsDeleteFinished,
+    runsDeleteRows,
     stepFinish,
     stepFinishMany,
     eventInsert,
