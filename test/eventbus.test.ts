@@ -13,6 +13,7 @@ import { Registry } from "../src/Job/Registry.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import type { Capsule } from "../src/Supervisor/Capsule.ts"
 import * as Supervisor from "../src/Supervisor/Supervisor.ts"
+import { terminateWhileWaiting } from "./support/connections.ts"
 import { eventually } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -567,6 +568,81 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("event bu
         )
         assert.strictEqual(calls, 2)
       }).pipe(Effect.scoped)
+    )
+
+    it.effect("a completion sent again (its first reply lost) is ours; a claim taken over is not", () =>
+      Effect.gen(function* () {
+        const processed = yield* ProcessedEvents
+        const eventId = crypto.randomUUID()
+        assert.deepStrictEqual(yield* processed.claim(eventId, "complete-twice"), { _tag: "Claimed", takenOver: false })
+        assert.isTrue(yield* processed.complete(eventId, "complete-twice"))
+        assert.isTrue(yield* processed.complete(eventId, "complete-twice"), "the retry of a completion that committed")
+        const other = yield* Layer.build(Layer.fresh(ProcessedEvents.layer))
+        assert.isFalse(yield* Context.get(other, ProcessedEvents).complete(eventId, "complete-twice"))
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect("every connection terminated while handlers complete their claims: each handler ran once", () =>
+      Effect.gen(function* () {
+        const t = unique("connkill")
+        const gate = yield* Deferred.make<void>()
+        const runs = new Map<string, number>()
+        const subscriber = EventBus.subscribe(
+          `${t}.created`,
+          (e) =>
+            Effect.sync(() => runs.set(e.id, (runs.get(e.id) ?? 0) + 1)).pipe(Effect.andThen(Deferred.await(gate))),
+          { idempotent: true, concurrency: 5 }
+        )
+        yield* startConsumers([subscriber])
+        const ids = Array.from({ length: 5 }, () => crypto.randomUUID())
+        yield* Effect.forEach(ids, (eventId) => EventBus.publish(`${t}.created`, {}, { eventId }))
+        yield* eventually(
+          "every handler claimed its event and runs",
+          Effect.sync(() => runs.size === ids.length)
+        )
+        // the handlers return while processed_events is locked: their completions wait on it, in
+        // flight, when every other connection is terminated
+        const blocked = yield* terminateWhileWaiting("pgbus.processed_events", Deferred.succeed(gate, undefined))
+        assert.isAbove(blocked, 0, "a statement in flight was terminated")
+        yield* eventually(
+          "every delivery archived",
+          archived(subscriber.queue).pipe(
+            Effect.map((x) => x === ids.length),
+            Effect.orElseSucceed(() => false)
+          ),
+          "20 seconds"
+        )
+        const sql = yield* SqlClient.SqlClient
+        const done = yield* sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pgbus.processed_events
+          WHERE handler = ${subscriber.name} AND completed_at IS NOT NULL`
+        assert.strictEqual(done[0]!.n, ids.length, "every claim completed")
+        assert.deepStrictEqual(
+          ids.map((id) => runs.get(id)),
+          ids.map(() => 1),
+          "each handler ran once"
+        )
+      }).pipe(
+        Effect.scoped,
+        // a delivery whose archive was lost with its connection comes back after the visibility timeout
+        Effect.provide(
+          EventBusLayer.layer.pipe(
+            Layer.provideMerge(
+              TestDatabase.layer({
+                visibilityTimeout: "2 seconds",
+                retryBackoff: "200 millis",
+                retryBackoffMax: "1 second",
+                maxRetries: 10,
+                pollingInterval: "50 millis",
+                processHeartbeatInterval: "200 millis",
+                staleProcessThreshold: "1 second",
+                dispatchInterval: "200 millis"
+              })
+            ),
+            Layer.orDie
+          ),
+          { local: true }
+        )
+      )
     )
 
     it.effect("the purge deletes records older than idempotencyTtl", () =>

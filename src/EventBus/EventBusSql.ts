@@ -149,10 +149,14 @@ export const makeEventBusSql = (sql: SqlClient.SqlClient, schema: string) => {
       FROM ${processed} p
       WHERE p.event_id = ${eventId}::uuid AND p.handler = ${handler} AND NOT EXISTS (SELECT 1 FROM claim)`
 
-  /** Phase two: the handler returned; stamps the claim completed (only if it is still ours). */
+  /**
+   * Phase two: the handler returned; stamps the claim completed (only if it is still ours). A
+   * claim we completed already (a retry after a lost reply) keeps its stamp and counts as ours.
+   */
   const processedComplete = (eventId: string, handler: string, holder: string, now: Date | null) =>
-    sql<{ readonly handler: string }>`UPDATE ${processed} SET completed_at = ${NOW(now)}, heartbeat_at = ${NOW(now)}
-      WHERE event_id = ${eventId}::uuid AND handler = ${handler} AND claimed_by = ${holder} AND completed_at IS NULL
+    sql<{ readonly handler: string }>`UPDATE ${processed} AS p
+      SET completed_at = coalesce(p.completed_at, ${NOW(now)}), heartbeat_at = ${NOW(now)}
+      WHERE event_id = ${eventId}::uuid AND handler = ${handler} AND claimed_by = ${holder}
       RETURNING handler`
 
   /** The handler failed or was interrupted: drops our pending claim so a retry runs at once. */

@@ -10,7 +10,7 @@ import os from "node:os"
 import { Context, Duration, Effect, Exit, Layer, Metric, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
-import { type DatabaseError, statementNow, toDatabaseError } from "../Database.ts"
+import { type DatabaseError, retryTransient, statementNow, toDatabaseError } from "../Database.ts"
 import { EventClaimOwned } from "./EventBusError.ts"
 import { makeEventBusSql } from "./EventBusSql.ts"
 
@@ -190,7 +190,9 @@ export class ProcessedEvents extends Context.Service<
                 const exit = yield* Effect.exit(restore(effect))
                 live.delete(key)
                 if (Exit.isSuccess(exit)) {
-                  const kept = yield* complete(eventId, handler)
+                  // the handler has run: a lost connection must not lose its completion, or the
+                  // retried delivery would find the claim pending, wait for it to go quiet and run again
+                  const kept = yield* retryTransient(complete(eventId, handler))
                   remember(key)
                   if (!kept) {
                     yield* Effect.logWarning(
