@@ -62,7 +62,9 @@ export const toDatabaseError =
 /**
  * `sql.withTransaction`, except that a commit or rollback that fails with its connection fails
  * with that `SqlError` (the driver reports it as a defect, which typed handling and retries
- * would not see); the transaction's own failure, when it has one, comes first.
+ * would not see); the transaction's own failure, when it has one, comes first. A failed
+ * rollback can turn that failure into a defect too (a `DatabaseError` beside the rollback's
+ * `SqlError`): the `SqlError` then stands for both.
  */
 export const withTransaction = <A, E, R>(
   sql: SqlClient.SqlClient,
@@ -71,11 +73,16 @@ export const withTransaction = <A, E, R>(
   sql.withTransaction(effect).pipe(
     Effect.catchCause((cause) => {
       const dies = cause.reasons.filter(Cause.isDieReason)
-      if (dies.length === 0 || Cause.hasInterrupts(cause) || !dies.every((d) => isSqlError(d.defect))) {
+      const lost = dies.find((d) => isSqlError(d.defect))
+      if (
+        lost === undefined ||
+        Cause.hasInterrupts(cause) ||
+        !dies.every((d) => isSqlError(d.defect) || d.defect instanceof DatabaseError)
+      ) {
         return Effect.failCause(cause)
       }
       const failure = Cause.findErrorOption(cause)
-      return Effect.fail(Option.isSome(failure) ? failure.value : (dies[0]!.defect as SqlError))
+      return Effect.fail(Option.isSome(failure) ? failure.value : (lost.defect as SqlError))
     })
   )
 

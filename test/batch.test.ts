@@ -1,11 +1,13 @@
 /** Batches (seed 002 "Batches"): membership, counters, callbacks, handles, bad input. */
 import { assert, describe, layer } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Option, Queue, Schema } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber, Option, Queue, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Batch from "../src/Batch/Batch.ts"
 import { BATCH_EXECUTION_HEADER, BATCH_ID_HEADER, outcomesOf } from "../src/Batch/Membership.ts"
+import { DatabaseError } from "../src/Database.ts"
 import * as Job from "../src/Job/Job.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { terminateWhileWaiting } from "./support/connections.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -372,6 +374,98 @@ layer(
         assert.strictEqual(error._tag, "BatchNotFound")
         assert.strictEqual((yield* store.browse(queue)).length, 1, "only the job enqueued outside")
       })
+    )
+  })
+
+  describe("database connection restarts", () => {
+    it.effect("a join whose connection is terminated fails with a retryable DatabaseError; nothing counted", () =>
+      Effect.gen(function* () {
+        const queue = unique("batch_joinkill")
+        const Work = Job.make("BatchJoinWork", { payload: Payload, queue }, () => Effect.void)
+        const store = yield* QueueStore
+        yield* store.create(queue)
+        const batch = yield* Batch.make({})
+        // a first member keeps the batch pending (a block that adds nothing to an empty batch finishes it)
+        yield* batch.enqueue(Work.enqueue({ id: 0 }))
+        const joining = yield* Effect.forkChild(batch.enqueue(Work.enqueueMany([{ id: 1 }, { id: 2 }])))
+        // the join's member rows wait on the lock inside its transaction when the connection goes
+        const blocked = yield* terminateWhileWaiting("pgbus.batch_executions")
+        assert.isAbove(blocked, 0, "a statement in flight was terminated")
+        const exit = yield* Fiber.await(joining)
+        assert.isTrue(Exit.isFailure(exit))
+        const error = Exit.isFailure(exit) ? Cause.findErrorOption(exit.cause) : Option.none()
+        assert.isTrue(
+          Option.isSome(error) && error.value instanceof DatabaseError && error.value.retryable,
+          `a typed, retryable DatabaseError, not ${Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "success"}`
+        )
+        assert.deepStrictEqual(yield* snapshot(batch.id), {
+          total: 1,
+          completed: 0,
+          failed: 0,
+          rows: 1,
+          status: "pending"
+        })
+        assert.strictEqual((yield* store.metrics(queue)).depth, 1, "no message sent")
+        // the batch takes the retry
+        yield* batch.enqueue(Work.enqueueMany([{ id: 1 }, { id: 2 }]))
+        assert.deepStrictEqual(yield* snapshot(batch.id), {
+          total: 3,
+          completed: 0,
+          failed: 0,
+          rows: 3,
+          status: "pending"
+        })
+      }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "50 millis" }), { local: true }))
+    )
+
+    it.effect("every connection terminated while members end: the batch finishes, counted right, callbacks once", () =>
+      Effect.gen(function* () {
+        const queue = unique("batch_connkill")
+        const Work = Job.make("BatchConnWork", { payload: Payload, queue }, () => Effect.sleep("30 millis"))
+        const done = yield* callbackJob("BatchConnDone", queue)
+        const ok = yield* callbackJob("BatchConnOk", queue)
+        const batch = yield* Batch.make({ onFinish: done.job, onSuccess: ok.job })
+        const ids = Array.from({ length: 20 }, (_, i) => i)
+        yield* batch.enqueue(Work.enqueueMany(ids.map((id) => ({ id }))))
+        yield* startSupervisor([Work, done.job, ok.job], {
+          capsules: [{ name: "c", queues: [queue], concurrency: 2 }]
+        })
+        // the batch row is locked so that the ends of the members archived meanwhile wait on it,
+        // in flight; then every other connection is terminated
+        const blocked = yield* terminateWhileWaiting(
+          "pgbus.batches",
+          Effect.void,
+          `%DELETE FROM "pgbus"."batch_executions"%`
+        )
+        assert.isAbove(blocked, 0, "a statement in flight was terminated")
+        const [finish] = yield* takeN(done.received, 1).pipe(Effect.timeout("20 seconds"))
+        yield* takeN(ok.received, 1).pipe(Effect.timeout("5 seconds"))
+        assert.strictEqual(finish!.payload.completedJobs, ids.length)
+        assert.deepStrictEqual(yield* snapshot(batch.id), {
+          total: ids.length,
+          completed: ids.length,
+          failed: 0,
+          rows: 0,
+          status: "finished"
+        })
+        // a few more sweeps: the callbacks are not sent again
+        yield* Effect.sleep("1500 millis")
+        assert.strictEqual(yield* Queue.size(done.received), 0, "onFinish once")
+        assert.strictEqual(yield* Queue.size(ok.received), 0, "onSuccess once")
+      }).pipe(
+        Effect.scoped,
+        // the sweep counts the members whose end was lost with its connection
+        Effect.provide(
+          TestDatabase.layer({
+            pollingInterval: "50 millis",
+            visibilityTimeout: "2 seconds",
+            dispatchInterval: "200 millis",
+            batchSweepInterval: "300 millis",
+            batchStallThreshold: "1 second"
+          }),
+          { local: true }
+        )
+      )
     )
   })
 

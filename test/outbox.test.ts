@@ -1,8 +1,9 @@
 /** The transactional outbox against the real database: writes, the poller, a separate bus database. */
 import { assert, describe, expect, it, layer } from "@effect/vitest"
-import { Context, Effect, Exit, Layer, Schema } from "effect"
+import { Cause, Context, Deferred, Effect, Exit, Layer, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
+import type { DatabaseError } from "../src/Database.ts"
 import { consumerCapsules } from "../src/EventBus/Consumer.ts"
 import * as Event from "../src/EventBus/Event.ts"
 import * as EventBus from "../src/EventBus/EventBus.ts"
@@ -13,6 +14,7 @@ import { Registry } from "../src/Job/Registry.ts"
 import * as PgBus from "../src/PgBus.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import * as Supervisor from "../src/Supervisor/Supervisor.ts"
+import { terminateWhileWaiting } from "./support/connections.ts"
 import { eventually } from "./support/jobs.ts"
 import { urlFor } from "./support/server.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
@@ -246,6 +248,89 @@ layer(TestLayer, { excludeTestServices: true, timeout: "60 seconds" })("outbox",
       )
       assert.sameMembers(ran, ["job:ada", "event:ada"])
     }).pipe(Effect.scoped)
+  )
+})
+
+describe("outbox under connection loss", () => {
+  it.live("every connection terminated while the poller relays: each entry is relayed once, none is left", () =>
+    Effect.gen(function* () {
+      const t = unique("connkill")
+      const subscriber = EventBus.subscribe(`${t}.created`, () => Effect.void)
+      yield* EventBus.register([subscriber])
+      const store = yield* QueueStore
+      const raw = `${t}_raw`
+      yield* store.create(raw)
+      const sql = yield* SqlClient.SqlClient
+      const entries = yield* sql.withTransaction(
+        Effect.forEach(
+          Array.from({ length: 60 }, (_, i) => i),
+          (i) => Effect.zip(Outbox.publishEvent(`${t}.created`, { i }), Outbox.publish(raw, { i }))
+        )
+      )
+      // the subscriber queue is locked so that the poller's relay waits on it, in flight, inside
+      // its transaction; then every other connection is terminated. The poller is forked outside
+      // the locking transaction (so that it does not use its connection) and starts once locked.
+      const locked = yield* Deferred.make<void>()
+      yield* Deferred.await(locked).pipe(Effect.andThen(Outbox.pollerRole), Effect.forkScoped)
+      const blocked = yield* terminateWhileWaiting(
+        `pgbus.q_pgbus_${subscriber.queue}`,
+        Deferred.succeed(locked, undefined)
+      )
+      assert.isAbove(blocked, 0, "a statement in flight was terminated")
+      yield* eventually(
+        "every entry relayed",
+        pending.pipe(
+          Effect.map((n) => n === 0),
+          Effect.orElseSucceed(() => false)
+        ),
+        "20 seconds"
+      )
+      const events = yield* eventIdsIn(subscriber.queue)
+      assert.deepStrictEqual(events.toSorted(), entries.map(([e]) => e.eventId!).toSorted(), "each event once")
+      const messages = yield* store.browse(raw, { limit: 1_000 })
+      assert.deepStrictEqual(
+        messages.map((m) => (m.message as { i: number }).i).toSorted((a, b) => a - b),
+        entries.map((_, i) => i),
+        "each message once"
+      )
+    }).pipe(
+      Effect.scoped,
+      Effect.provide(EventBusLayer.layer.pipe(Layer.provideMerge(TestDatabase.layer(settings)), Layer.orDie))
+    )
+  )
+
+  it.live("a cycle whose connection is terminated fails with a retryable DatabaseError; the next relays", () =>
+    Effect.gen(function* () {
+      const t = unique("cyclekill")
+      const subscriber = EventBus.subscribe(`${t}.created`, () => Effect.void)
+      yield* EventBus.register([subscriber])
+      yield* Outbox.publishEvent(`${t}.created`, { i: 1 })
+      const outbox = yield* Outbox.Outbox
+      const cycle = yield* Deferred.make<Exit.Exit<Outbox.OutboxReport, DatabaseError>>()
+      const locked = yield* Deferred.make<void>()
+      yield* Deferred.await(locked).pipe(
+        Effect.andThen(Effect.exit(outbox.runOnce)),
+        Effect.flatMap((e) => Deferred.succeed(cycle, e)),
+        Effect.forkScoped
+      )
+      const blocked = yield* terminateWhileWaiting(
+        `pgbus.q_pgbus_${subscriber.queue}`,
+        Deferred.succeed(locked, undefined)
+      )
+      assert.isAbove(blocked, 0, "a statement in flight was terminated")
+      const exit = yield* Deferred.await(cycle)
+      const error = Exit.isFailure(exit) ? Cause.findErrorOption(exit.cause) : Option.none()
+      assert.isTrue(
+        Option.isSome(error) && error.value.retryable,
+        `a typed, retryable DatabaseError, not ${Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "success"}`
+      )
+      assert.strictEqual(yield* pending, 1, "nothing marked")
+      assert.strictEqual((yield* outbox.runOnce).published, 1)
+      assert.strictEqual((yield* eventIdsIn(subscriber.queue)).length, 1)
+    }).pipe(
+      Effect.scoped,
+      Effect.provide(EventBusLayer.layer.pipe(Layer.provideMerge(TestDatabase.layer(settings)), Layer.orDie))
+    )
   )
 })
 

@@ -5,10 +5,15 @@ import { eventually } from "./jobs.ts"
 
 /**
  * Locks `table` (schema-qualified) in a transaction, runs `afterLock`, waits until a statement
- * of another connection waits on the lock (in flight), then terminates every other connection
+ * of another connection (one like `query`) waits on the lock (in flight), then terminates every other connection
  * of the database from the one holding the lock. Returns how many terminated ones were waiting.
  */
-export const terminateWhileWaiting = (table: string, afterLock: Effect.Effect<void> = Effect.void) =>
+export const terminateWhileWaiting = (
+  table: string,
+  afterLock: Effect.Effect<void> = Effect.void,
+  /** Only statements whose text is `LIKE` this count as waiting (default: any). */
+  query = "%"
+) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql.withTransaction(
       Effect.gen(function* () {
@@ -21,7 +26,7 @@ export const terminateWhileWaiting = (table: string, afterLock: Effect.Effect<vo
             sql`SELECT pg_stat_clear_snapshot()`,
             Effect.map(
               sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
-                WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE ${query}`,
               ([row]) => row!.n > 0
             )
           )
