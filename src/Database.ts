@@ -97,13 +97,13 @@ const transientRetry = Schedule.exponential("100 millis", 2).pipe(
  * lost, server restarting, deadlock), for up to a minute, logging each failure: for a write
  * whose input cannot be had again (a step's output), so that it is not lost to a restart.
  */
-export const retryTransient = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  effect.pipe(
-    Effect.tapError((error) =>
-      mayPass(error) ? Effect.logWarning(`pgbus: ${error.message}; trying again`) : Effect.void
-    ),
-    Effect.retry({ schedule: transientRetry, while: mayPass })
+export const retryTransient = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => {
+  const logged = Effect.tapError(effect, (error) =>
+    mayPass(error) ? Effect.logWarning(`pgbus: ${error.message}; trying again`) : Effect.void
   )
+  // the schedule is set up only after a first failure: this wraps hot writes (every step outcome)
+  return Effect.catchIf(logged, mayPass, () => Effect.retry(logged, { schedule: transientRetry, while: mayPass }))
+}
 
 /** Whether an error is a database failure that trying again may get past. */
 const mayPass = (error: unknown): error is DatabaseError => error instanceof DatabaseError && error.retryable
