@@ -7,7 +7,7 @@ import { performNextStep, speedrun } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { ErrorReporter, WorkflowRunner, WorkflowSweep } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
-import { terminateWhileWaiting } from "./support/connections.ts"
+import { awaitLockWaiter, terminateWhileWaiting } from "./support/connections.ts"
 import { eventually } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -736,17 +736,8 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               yield* sql`INSERT INTO pgbus.workflow_events (run_id, type, actor, at)
                 VALUES (${run.id}::uuid, 'note', 'test', now())`
               yield* Deferred.succeed(locked, undefined)
-              yield* eventually(
-                "retention waits for the run's lock",
-                Effect.andThen(
-                  sql`SELECT pg_stat_clear_snapshot()`,
-                  Effect.map(
-                    sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
-                      WHERE datname = current_database() AND wait_event_type = 'Lock'`,
-                    ([row]) => row!.n > 0
-                  )
-                )
-              )
+              // retention waits for the run's lock
+              yield* awaitLockWaiter()
             })
           )
         )

@@ -19,18 +19,7 @@ export const terminateWhileWaiting = (
       Effect.gen(function* () {
         yield* sql`LOCK TABLE ${sql(table)} IN ACCESS EXCLUSIVE MODE`
         yield* afterLock
-        // pg_stat_activity is read once per transaction unless its snapshot is cleared
-        yield* eventually(
-          "a statement waits on the lock",
-          Effect.andThen(
-            sql`SELECT pg_stat_clear_snapshot()`,
-            Effect.map(
-              sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
-                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE ${query}`,
-              ([row]) => row!.n > 0
-            )
-          )
-        )
+        yield* awaitLockWaiter(query)
         yield* sql`SELECT pg_stat_clear_snapshot()`
         // OFFSET 0 keeps the planner from calling pg_terminate_backend before the pid filter
         const rows = yield* sql<{ readonly terminated: boolean; readonly waited: boolean }>`SELECT
@@ -39,5 +28,24 @@ export const terminateWhileWaiting = (
             WHERE datname = current_database() AND pid <> pg_backend_pid() OFFSET 0) others`
         return rows.filter((r) => r.terminated && r.waited).length
       })
+    )
+  )
+
+/**
+ * Waits until a statement of the database (its text LIKE `query`) waits on a lock. Run inside
+ * a transaction too: pg_stat_activity is read once per transaction unless its snapshot is cleared.
+ */
+export const awaitLockWaiter = (query = "%") =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    eventually(
+      "a statement waits on the lock",
+      Effect.andThen(
+        sql`SELECT pg_stat_clear_snapshot()`,
+        Effect.map(
+          sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+            WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE ${query}`,
+          ([row]) => row!.n > 0
+        )
+      )
     )
   )
