@@ -7,7 +7,7 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, Layer, Metric, Option, Schema } from "effect"
+import { Cause, Context, Duration, Effect, Layer, Metric, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import * as Database from "../Database.ts"
@@ -498,13 +498,17 @@ export class Outbox extends Context.Service<
 
       const relayLoop = Effect.gen(function* () {
         while (true) {
+          // any failure, a defect too, is logged and the next cycle polls again: the role never
+          // ends while the supervisor runs (as the dispatcher's maintenance loops)
           const report = yield* runOnce.pipe(
-            Effect.catch((error) =>
-              Effect.as(Effect.logWarning("pgbus: outbox poll failed, retrying", error), {
-                claimed: 0,
-                published: 0,
-                failed: []
-              } satisfies OutboxReport)
+            Effect.catchCause((cause) =>
+              Cause.hasInterruptsOnly(cause)
+                ? Effect.interrupt
+                : Effect.as(Effect.logWarning("pgbus: outbox poll failed, retrying", Cause.pretty(cause)), {
+                    claimed: 0,
+                    published: 0,
+                    failed: []
+                  } satisfies OutboxReport)
             )
           )
           // a full batch means more may be waiting: poll again at once
@@ -516,7 +520,11 @@ export class Outbox extends Context.Service<
 
       const purgeLoop = purge.pipe(
         Effect.tap((n) => (n > 0 ? Effect.logInfo(`pgbus: outbox retention deleted ${n} entries`) : Effect.void)),
-        Effect.catch((error) => Effect.logWarning("pgbus: outbox purge failed", error)),
+        Effect.catchCause((cause) =>
+          Cause.hasInterruptsOnly(cause)
+            ? Effect.interrupt
+            : Effect.logWarning("pgbus: outbox purge failed", Cause.pretty(cause))
+        ),
         Effect.andThen(Effect.sleep(PURGE_EVERY)),
         Effect.forever
       )
