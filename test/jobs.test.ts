@@ -1,6 +1,7 @@
 import { assert, describe, expect, layer } from "@effect/vitest"
 import { Deferred, Duration, Effect, Exit, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
+import { DatabaseError } from "../src/Database.ts"
 import * as Job from "../src/Job/Job.ts"
 import { JobClient, TRACEPARENT } from "../src/Job/JobClient.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
@@ -555,6 +556,74 @@ layer(
             { local: true }
           )
         )
+    )
+
+    it.effect("a claim's messages are released by its mark; fast recovery finds marked claims by their process", () =>
+      Effect.gen(function* () {
+        const queue = unique("marks")
+        const store = yield* QueueStore
+        const processes = yield* Processes
+        const sql = yield* SqlClient.SqlClient
+        yield* store.create(queue)
+        yield* store.sendBatch(queue, [{ message: 1 }, { message: 2 }, { message: 3 }])
+        yield* registerGone("marked-one")
+        const first = yield* store.read(queue, { limit: 2, visibilityTimeout: "1 hour", claimedBy: "marked-one#1" })
+        const second = yield* store.read(queue, { limit: 1, visibilityTimeout: "1 hour", claimedBy: "marked-one#2" })
+        assert.deepStrictEqual([first.length, second.length], [2, 1])
+        assert.strictEqual(yield* store.releaseClaim(queue, "marked-one#1"), 2)
+        const again = yield* store.read(queue, { limit: 3 })
+        assert.deepStrictEqual(
+          again.map((m) => m.msgId),
+          first.map((m) => m.msgId),
+          "only that claim's messages came back"
+        )
+        yield* sql`UPDATE pgbus.processes SET last_beat_at = now() - interval '1 hour' WHERE id = 'marked-one'`
+        const report = yield* processes.reapStale
+        assert.deepStrictEqual(report.released, [{ queue, released: 1 }], "the other claim, by its process")
+      })
+    )
+
+    it.effect(
+      "a claim whose reply is lost with its connection gives its messages back at once, not after the visibility timeout",
+      () =>
+        Effect.gen(function* () {
+          const queue = unique("lostreply")
+          const ran: Array<number> = []
+          const job = Job.make("LostReply", { payload: Payload, queue }, (_, { attempt }) =>
+            Effect.sync(() => ran.push(attempt))
+          )
+          const store = yield* QueueStore
+          // the first claim of the queue commits, then fails as if its reply had been lost
+          let lost = false
+          const lossy = QueueStore.of({
+            ...store,
+            archiveAndRead: (q, receipts, options) =>
+              Effect.flatMap(store.archiveAndRead(q, receipts, options), (result) => {
+                if (lost || q !== queue || result.messages.length === 0) return Effect.succeed(result)
+                lost = true
+                return Effect.fail(
+                  new DatabaseError({
+                    operation: "read",
+                    reason: "ConnectionError",
+                    detail: "the reply was lost (test)",
+                    retryable: true
+                  })
+                )
+              })
+          })
+          yield* job.enqueue({ id: 1 })
+          yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 1 }] }).pipe(
+            Effect.provideService(QueueStore, lossy)
+          )
+          // the visibility timeout is 30 s
+          yield* eventually(
+            "the job ran",
+            Effect.sync(() => ran.length === 1),
+            "5 seconds"
+          )
+          assert.isTrue(lost, "a claim's reply was lost")
+          assert.deepStrictEqual(ran, [2], "delivered once, after the lost claim")
+        })
     )
 
     it.effect("a supervisor without workers starts its dispatcher at once (no first claim to wait for)", () =>

@@ -486,11 +486,21 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
       RETURNING q.msg_id`
 
   // Fast recovery: the claims of processes found dead become visible at once. A message whose
-  // vt already lapsed, or that a live process re-claimed since, is left alone.
+  // vt already lapsed, or that a live process re-claimed since, is left alone. A claim's mark is
+  // its process id, or `<process id>#<claim>` for a worker's claim (see messageReleaseClaim).
   const messageReleaseClaimedBy = (physical: string, processIds: ReadonlyArray<string>, now: Date | null) =>
     sql<{ readonly msg_id: bigint }>`UPDATE ${messages(physical)}
       SET vt = ${NOW(sql, now)}, claimed_by = NULL
-      WHERE claimed_by = ANY(${typedArray(processIds, PgTypes.OID.text)}::text[]) AND vt > ${NOW(sql, now)}
+      WHERE split_part(claimed_by, '#', 1) = ANY(${typedArray(processIds, PgTypes.OID.text)}::text[])
+        AND vt > ${NOW(sql, now)}
+      RETURNING msg_id`
+
+  // The messages of one claim, by its mark, become visible at once: a claim whose reply was lost
+  // with its connection may have committed, and no one else would release them before their vt.
+  const messageReleaseClaim = (physical: string, claimedBy: string, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`UPDATE ${messages(physical)}
+      SET vt = ${NOW(sql, now)}, claimed_by = NULL
+      WHERE claimed_by = ${claimedBy} AND vt > ${NOW(sql, now)}
       RETURNING msg_id`
 
   const messageRecordFailure = (
@@ -668,6 +678,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageReleaseReceipts,
     messageRecordFailure,
     messageReleaseClaimedBy,
+    messageReleaseClaim,
     messageMoveToDeadLetter,
     messageRetryDeadLetter,
     messagePurge,

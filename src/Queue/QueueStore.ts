@@ -277,6 +277,8 @@ export class QueueStore extends Context.Service<
     readonly releaseClaimsOf: (
       processIds: ReadonlyArray<string>
     ) => Effect.Effect<ReadonlyArray<{ readonly queue: string; readonly released: number }>, QueueError>
+    /** Makes the messages of one claim (by its `claimedBy` mark) visible at once; returns how many. */
+    readonly releaseClaim: (queue: string, claimedBy: string) => Effect.Effect<number, QueueError>
     /** Deletes every message of a queue; returns how many. */
     readonly purge: (queue: string) => Effect.Effect<number, QueueError>
     /** One message by id (not claimed). */
@@ -814,6 +816,16 @@ export class QueueStore extends Context.Service<
           return report as ReadonlyArray<{ readonly queue: string; readonly released: number }>
         })
 
+      const releaseClaim = (queue: string, claimedBy: string) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const now = yield* statementNow
+          const rows = yield* statements
+            .messageReleaseClaim(name.physical, claimedBy, now)
+            .pipe(Effect.mapError(fail("release a claim in", queue)))
+          return rows.length
+        })
+
       const purge = (queue: string) =>
         Effect.gen(function* () {
           const name = yield* validateName(queue)
@@ -941,6 +953,7 @@ export class QueueStore extends Context.Service<
         moveToDeadLetter,
         retryDeadLetters,
         releaseClaimsOf,
+        releaseClaim,
         purge,
         get,
         browse,

@@ -46,7 +46,7 @@ export interface WorkerDeps {
   readonly store: QueueStore["Service"]
   readonly notifier: Notifier["Service"]
   readonly registry: Registry["Service"]
-  /** Recorded as `claimed_by` on every claimed message (fast recovery of a dead process). */
+  /** Recorded in `claimed_by` on every claimed message, as `<id>#<claim>` for the worker's own claims (fast recovery of a dead process). */
   readonly processId: string
   /** Records the end of batch members after their archive or dead-letter (never fails). */
   readonly recordBatchOutcomes?: ((outcomes: ReadonlyArray<MemberOutcome>) => Effect.Effect<void>) | undefined
@@ -366,12 +366,12 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     }
 
     // Archives the given successes with the read (one statement); on failure they go back on the list.
-    const archiveAndRead = (queue: string, done: ReadonlyArray<Message>, limit: number) =>
+    const archiveAndRead = (queue: string, done: ReadonlyArray<Message>, limit: number, mark: string) =>
       store
         .archiveAndRead(queue, done.map(receiptOf), {
           limit,
           visibilityTimeout: config.visibilityTimeout,
-          claimedBy: processId
+          claimedBy: mark
         })
         .pipe(
           Effect.tapError(() =>
@@ -390,19 +390,39 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           })
         )
 
+    // Each claim marks its messages `<process id>#<n>` (fast recovery matches the process id): a
+    // claim that fails with its connection may have committed with its reply lost, and its
+    // messages, which this worker never got, are released by that mark instead of waiting for
+    // their visibility timeout.
+    let claims = 0
+    const releaseLostClaim = (queue: string, mark: string) =>
+      retryTransient(store.releaseClaim(queue, mark)).pipe(
+        Effect.flatMap((n) =>
+          n === 0
+            ? Effect.void
+            : Effect.logWarning(`pgbus: released ${n} message(s) of a claim on ${queue} whose reply was lost`)
+        ),
+        Effect.catch((error) => Effect.logWarning("pgbus: releasing a claim whose reply was lost failed", error))
+      )
+
     /** Claims up to `limit` of a queue (archiving successes on the way when allowed); `more`: it left some. */
     const readOne = (queue: string, cursor: FairCursor | undefined, limit: number, withArchive: boolean) => {
       const done = withArchive && cursor === undefined && completed.length > 0 ? takeCompleted(queue) : []
-      return cursor === undefined
-        ? archiveAndRead(queue, done, limit)
-        : store
-            .read(queue, {
-              limit,
-              visibilityTimeout: config.visibilityTimeout,
-              claimedBy: processId,
-              fair: cursor
-            })
-            .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
+      const mark = `${processId}#${++claims}`
+      const claimed =
+        cursor === undefined
+          ? archiveAndRead(queue, done, limit, mark)
+          : store
+              .read(queue, {
+                limit,
+                visibilityTimeout: config.visibilityTimeout,
+                claimedBy: mark,
+                fair: cursor
+              })
+              .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
+      return Effect.tapError(claimed, (error) =>
+        error._tag === "DatabaseError" && error.retryable ? releaseLostClaim(queue, mark) : Effect.void
+      )
     }
 
     /** The queues the last claim read without fairness: the next claim likely reads them again. */
