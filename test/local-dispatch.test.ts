@@ -5,9 +5,10 @@
  */
 import os from "node:os"
 import { assert, describe, layer } from "@effect/vitest"
-import { Deferred, Effect, Schema } from "effect"
+import { Context, Deferred, Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
+import { DatabaseError } from "../src/Database.ts"
 import * as Job from "../src/Job/Job.ts"
 import { JobClient } from "../src/Job/JobClient.ts"
 import { type LocalSlot, Notifier } from "../src/Queue/Notifier.ts"
@@ -286,7 +287,7 @@ layer(TestDatabase.layer({ listenNotify: false, pollingInterval: "5 seconds", ma
       const row = yield* rowOf("local_jobs", ref.msgId)
       assert.strictEqual(row?.read_ct, 1, "claimed at its insert, as one read would leave it")
       const live = (yield* (yield* Processes).list).map((p) => p.id)
-      assert.include(live, row?.claimed_by, "claimed by this process")
+      assert.include(live, row?.claimed_by?.split("#")[0], "claimed by this process (with its slot's mark)")
       yield* Deferred.succeed(release, undefined)
       const store = yield* QueueStore
       yield* eventually("archived", store.isArchived("local_jobs", ref.msgId))
@@ -324,5 +325,50 @@ layer(TestDatabase.layer({ listenNotify: false, pollingInterval: "5 seconds", ma
       // the worker's one slot is free again (a slot kept would leave it no room)
       yield* offered("local_big", "LocalTooBig")
     }).pipe(Effect.scoped)
+  )
+
+  it.effect("a send whose reply is lost fails, and its message, released by the slot's mark, runs soon", () =>
+    Effect.gen(function* () {
+      const ran: Array<number> = []
+      const job = Job.make("LocalLost", { payload: Ping, queue: "local_lost" }, (_, { attempt }) =>
+        Effect.sync(() => ran.push(attempt))
+      )
+      yield* startSupervisor([job], { capsules: [{ name: "l", queues: ["local_lost"], concurrency: 1 }] })
+      yield* offered("local_lost", "LocalLost")
+      // a client whose claimed insert commits, then fails as if its reply had been lost
+      const store = yield* QueueStore
+      const lossy = QueueStore.of({
+        ...store,
+        sendClaimed: (queue, message, headers, claim) =>
+          Effect.andThen(
+            store.sendClaimed(queue, message, headers, claim),
+            Effect.fail(
+              new DatabaseError({
+                operation: "send",
+                reason: "ConnectionError",
+                detail: "the reply was lost (test)",
+                retryable: true
+              })
+            )
+          )
+      })
+      // fresh: not the memoized client of the test layer
+      const client = yield* Layer.build(Layer.fresh(JobClient.layer)).pipe(
+        Effect.provideService(QueueStore, lossy),
+        Effect.map((context) => Context.get(context, JobClient))
+      )
+      const error = yield* Effect.flip(client.enqueue(job, { sentAt: 0 }))
+      assert.strictEqual(error._tag, "DatabaseError")
+      // visibility timeout 30 s: only the release by the slot's mark brings it back this soon
+      yield* eventually(
+        "ran",
+        Effect.sync(() => ran.length === 1),
+        "3 seconds"
+      )
+      assert.deepStrictEqual(ran, [2], "read once released (the lost insert counted one delivery)")
+    }).pipe(
+      Effect.scoped,
+      Effect.provide(TestDatabase.layer({ listenNotify: false, pollingInterval: "100 millis" }), { local: true })
+    )
   )
 })

@@ -9,6 +9,7 @@ import { Context, Effect, Exit, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import { CurrentBatch } from "../Batch/Membership.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
+import { retryTransient } from "../Database.ts"
 import { type FairTag, fairFields, resolveFairShare } from "../Queue/FairShare.ts"
 import { type LocalSlot, Notifier } from "../Queue/Notifier.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
@@ -234,7 +235,10 @@ export class JobClient extends Context.Service<
         })
 
       // The insert and the hand-over are one uninterruptible unit: a claimed message left
-      // between them would wait for its visibility timeout. A failed insert gives the slot back.
+      // between them would wait for its visibility timeout. A failed insert gives the slot back;
+      // one that failed with its connection may have committed with its reply lost: its message,
+      // claimed for a worker that will never get it, is released by the slot's mark to be read
+      // as usual (the caller still gets the error: an enqueue whose reply is lost is ambiguous).
       const sendLocal = (
         queue: string,
         message: unknown,
@@ -244,6 +248,11 @@ export class JobClient extends Context.Service<
         Effect.uninterruptible(
           store.sendClaimed(queue, message, headers, slot).pipe(
             Effect.onError(() => Effect.sync(() => slot.cancel())),
+            Effect.tapError((error) =>
+              error._tag === "DatabaseError" && error.retryable
+                ? retryTransient(store.releaseClaim(queue, slot.claimedBy)).pipe(Effect.ignore)
+                : Effect.void
+            ),
             Effect.tap((m) => slot.deliver(m)),
             Effect.map((m) => m.msgId)
           )

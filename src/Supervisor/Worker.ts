@@ -547,7 +547,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
             return true
           }
           return {
-            claimedBy: processId,
+            // a mark of its own, as a claim's: a send that loses its reply releases by it
+            claimedBy: `${processId}#${++claims}`,
             visibilityMs,
             deliver: (m) =>
               Effect.suspend(() => {
