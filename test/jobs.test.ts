@@ -626,6 +626,30 @@ layer(
         })
     )
 
+    it.effect(
+      "a supervisor taken for dead registers again at its next beat, so its later claims stay recoverable",
+      () =>
+        Effect.gen(function* () {
+          const processes = yield* Processes
+          const sql = yield* SqlClient.SqlClient
+          yield* startSupervisor([], { roles: ["workers"], capsules: [] })
+          yield* eventually(
+            "registered",
+            Effect.map(processes.list, (ps) => ps.length === 1)
+          )
+          const [me] = yield* processes.list
+          // as another process's reaper does with a process whose beats stopped
+          yield* sql`DELETE FROM pgbus.processes WHERE id = ${me!.id}`
+          yield* eventually(
+            "registered again",
+            Effect.map(processes.list, (ps) => ps.some((p) => p.id === me!.id))
+          )
+        }).pipe(
+          Effect.scoped,
+          Effect.provide(TestDatabase.layer({ processHeartbeatInterval: "200 millis" }), { local: true })
+        )
+    )
+
     it.effect("a supervisor without workers starts its dispatcher at once (no first claim to wait for)", () =>
       Effect.gen(function* () {
         const store = yield* QueueStore

@@ -133,19 +133,18 @@ export const runWith = (options: SupervisorOptions = {}) =>
       for (const physical of servedQueues(config, q)) yield* client.ensureQueue(physical, options)
     }
 
+    const registration = {
+      id: processId,
+      pid: process.pid,
+      host: os.hostname(),
+      roles,
+      capsules: capsules.map((c) => ({ name: c.name, queues: c.queues, concurrency: c.concurrency })),
+      capacity,
+      appRevision: config.appRevision,
+      version: VERSION
+    }
     // a database restarting while the supervisor boots is waited for (a minute at most)
-    yield* retryTransient(
-      processes.register({
-        id: processId,
-        pid: process.pid,
-        host: os.hostname(),
-        roles,
-        capsules: capsules.map((c) => ({ name: c.name, queues: c.queues, concurrency: c.concurrency })),
-        capacity,
-        appRevision: config.appRevision,
-        version: VERSION
-      })
-    )
+    yield* retryTransient(processes.register(registration))
     yield* Effect.addFinalizer(() =>
       processes.unregister(processId).pipe(
         Effect.catch((e) => Effect.logWarning("pgbus: could not unregister the process", e)),
@@ -178,8 +177,10 @@ export const runWith = (options: SupervisorOptions = {}) =>
             const alive = yield* processes.beat(processId, busy, capacity).pipe(Effect.tapError(() => noteTrouble))
             if (!alive) {
               yield* Effect.logError(
-                "pgbus: this process was taken for dead (no beat within the stale threshold); its claims were released"
+                "pgbus: this process was taken for dead (no beat within the stale threshold); its claims were released; registering again"
               )
+              // without its row, its later claims would not be recovered if it died
+              yield* processes.register(registration)
             }
           }),
           config.processHeartbeatInterval
