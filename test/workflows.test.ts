@@ -852,8 +852,12 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           )
           // the signal's transaction waits on the locked runs table when its connection is terminated:
           // its rollback fails with the connection, which must still reach the caller as a typed error
-          const sending = yield* Effect.forkChild(Effect.flip(run.signal("go", { n: 7 })))
-          const blocked = yield* terminateWhileWaiting("pgbus.workflow_runs")
+          // sent once the lock is held (forked here, outside the locking transaction)
+          const locked = yield* Deferred.make<void>()
+          const sending = yield* Effect.forkChild(
+            Effect.andThen(Deferred.await(locked), Effect.flip(run.signal("go", { n: 7 })))
+          )
+          const blocked = yield* terminateWhileWaiting("pgbus.workflow_runs", Deferred.succeed(locked, undefined))
           assert.isAbove(blocked, 0, "a statement in flight was terminated")
           const error = yield* Fiber.join(sending)
           assert.strictEqual(error._tag, "DatabaseError")
