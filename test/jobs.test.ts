@@ -650,6 +650,20 @@ layer(
         )
     )
 
+    it.effect("no process is taken for dead before the server has been up for the stale threshold", () =>
+      Effect.gen(function* () {
+        const processes = yield* Processes
+        const sql = yield* SqlClient.SqlClient
+        // the server started less than 100 days ago: as if it had restarted within the threshold,
+        // during which no process could beat
+        yield* registerGone("restart-peer")
+        yield* sql`UPDATE pgbus.processes SET last_beat_at = now() - interval '200 days' WHERE id = 'restart-peer'`
+        const report = yield* processes.reapStale
+        assert.deepStrictEqual(report.deadProcesses, [])
+        assert.isTrue((yield* processes.list).some((p) => p.id === "restart-peer"))
+      }).pipe(Effect.provide(TestDatabase.layer({ staleProcessThreshold: "100 days" }), { local: true }))
+    )
+
     it.effect("a supervisor without workers starts its dispatcher at once (no first claim to wait for)", () =>
       Effect.gen(function* () {
         const store = yield* QueueStore

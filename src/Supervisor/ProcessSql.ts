@@ -43,9 +43,13 @@ export const makeProcessSql = (sql: SqlClient.SqlClient, schema: string) => {
   const processDelete = (ids: ReadonlyArray<string>) =>
     sql<{ readonly id: string }>`DELETE FROM ${processes} WHERE id = ANY(${[...ids]}::text[]) RETURNING id`
 
+  // A server that started within the threshold stopped every process's beats while it was
+  // down: no process is judged until it has been up for a whole threshold (by when the live
+  // ones have beaten), whoever reaps, a process that booted after the restart included.
   const processListStale = (thresholdMs: number, now: Date | null) =>
     sql<ProcessRow>`SELECT * FROM ${processes}
-      WHERE last_beat_at < ${NOW(now)} - ${thresholdMs}::float8 * interval '1 millisecond'`
+      WHERE last_beat_at < ${NOW(now)} - ${thresholdMs}::float8 * interval '1 millisecond'
+        AND pg_postmaster_start_time() < now() - ${thresholdMs}::float8 * interval '1 millisecond'`
 
   const processList = () => sql<ProcessRow>`SELECT * FROM ${processes} ORDER BY started_at`
 
