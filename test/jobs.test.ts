@@ -664,6 +664,37 @@ layer(
       }).pipe(Effect.provide(TestDatabase.layer({ staleProcessThreshold: "100 days" }), { local: true }))
     )
 
+    it.effect("claims released by fast recovery wake a listening worker at once, not at its next poll", () =>
+      Effect.gen(function* () {
+        const queue = unique("recoverwake")
+        const ran: Array<number> = []
+        const job = Job.make("RecoverWake", { payload: Payload, queue }, ({ id }) => Effect.sync(() => ran.push(id)))
+        const store = yield* QueueStore
+        const processes = yield* Processes
+        const sql = yield* SqlClient.SqlClient
+        yield* job.enqueue({ id: 1 })
+        yield* registerGone("dead-waker")
+        assert.strictEqual(
+          (yield* store.read(queue, { limit: 1, visibilityTimeout: "1 hour", claimedBy: "dead-waker#1" })).length,
+          1
+        )
+        // a worker that polls every 10 s: its first claim finds nothing, then it waits for a NOTIFY
+        yield* startSupervisor([job], {
+          roles: ["workers"],
+          capsules: [{ name: "c", queues: [queue], concurrency: 1 }]
+        })
+        yield* Effect.sleep("300 millis")
+        yield* sql`UPDATE pgbus.processes SET last_beat_at = now() - interval '1 hour' WHERE id = 'dead-waker'`
+        const report = yield* processes.reapStale
+        assert.deepStrictEqual(report.released, [{ queue, released: 1 }])
+        yield* eventually(
+          "ran",
+          Effect.sync(() => ran.length === 1),
+          "2 seconds"
+        )
+      }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "10 seconds" }), { local: true }))
+    )
+
     it.effect("a supervisor without workers starts its dispatcher at once (no first claim to wait for)", () =>
       Effect.gen(function* () {
         const store = yield* QueueStore

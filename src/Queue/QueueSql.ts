@@ -488,20 +488,25 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
   // Fast recovery: the claims of processes found dead become visible at once. A message whose
   // vt already lapsed, or that a live process re-claimed since, is left alone. A claim's mark is
   // its process id, or `<process id>#<claim>` for a worker's claim (see messageReleaseClaim).
+  // Both releases wake the queue's readers when they released any (as a send does).
   const messageReleaseClaimedBy = (physical: string, processIds: ReadonlyArray<string>, now: Date | null) =>
-    sql<{ readonly msg_id: bigint }>`UPDATE ${messages(physical)}
-      SET vt = ${NOW(sql, now)}, claimed_by = NULL
-      WHERE split_part(claimed_by, '#', 1) = ANY(${typedArray(processIds, PgTypes.OID.text)}::text[])
-        AND vt > ${NOW(sql, now)}
-      RETURNING msg_id`
+    sql<{ readonly msg_id: bigint }>`WITH r AS (
+        UPDATE ${messages(physical)}
+        SET vt = ${NOW(sql, now)}, claimed_by = NULL
+        WHERE split_part(claimed_by, '#', 1) = ANY(${typedArray(processIds, PgTypes.OID.text)}::text[])
+          AND vt > ${NOW(sql, now)}
+        RETURNING msg_id)
+      SELECT msg_id FROM r ${notifyFilter(physical)}`
 
   // The messages of one claim, by its mark, become visible at once: a claim whose reply was lost
   // with its connection may have committed, and no one else would release them before their vt.
   const messageReleaseClaim = (physical: string, claimedBy: string, now: Date | null) =>
-    sql<{ readonly msg_id: bigint }>`UPDATE ${messages(physical)}
-      SET vt = ${NOW(sql, now)}, claimed_by = NULL
-      WHERE claimed_by = ${claimedBy} AND vt > ${NOW(sql, now)}
-      RETURNING msg_id`
+    sql<{ readonly msg_id: bigint }>`WITH r AS (
+        UPDATE ${messages(physical)}
+        SET vt = ${NOW(sql, now)}, claimed_by = NULL
+        WHERE claimed_by = ${claimedBy} AND vt > ${NOW(sql, now)}
+        RETURNING msg_id)
+      SELECT msg_id FROM r ${notifyFilter(physical)}`
 
   const messageRecordFailure = (
     physical: string,
