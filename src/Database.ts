@@ -99,14 +99,17 @@ const transientRetry = Schedule.exponential("100 millis", 2).pipe(
  */
 export const retryTransient = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => {
   const logged = Effect.tapError(effect, (error) =>
-    mayPass(error) ? Effect.logWarning(`pgbus: ${error.message}; trying again`) : Effect.void
+    isPassingFailure(error) ? Effect.logWarning(`pgbus: ${error.message}; trying again`) : Effect.void
   )
   // the schedule is set up only after a first failure: this wraps hot writes (every step outcome)
-  return Effect.catchIf(logged, mayPass, () => Effect.retry(logged, { schedule: transientRetry, while: mayPass }))
+  return Effect.catchIf(logged, isPassingFailure, () =>
+    Effect.retry(logged, { schedule: transientRetry, while: isPassingFailure })
+  )
 }
 
-/** Whether an error is a database failure that trying again may get past. */
-const mayPass = (error: unknown): error is DatabaseError => error instanceof DatabaseError && error.retryable
+/** Whether an error is a database failure that trying again may get past (a lost connection, say). */
+export const isPassingFailure = (error: unknown): error is DatabaseError =>
+  error instanceof DatabaseError && error.retryable
 
 /**
  * Which clock time-dependent statements use. `database` (the default) binds null so that

@@ -9,7 +9,7 @@ import { Context, Effect, Exit, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import { CurrentBatch } from "../Batch/Membership.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
-import { retryTransient } from "../Database.ts"
+import { isPassingFailure, retryTransient } from "../Database.ts"
 import { type FairTag, fairFields, resolveFairShare } from "../Queue/FairShare.ts"
 import { type LocalSlot, Notifier } from "../Queue/Notifier.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
@@ -249,7 +249,7 @@ export class JobClient extends Context.Service<
           store.sendClaimed(queue, message, headers, slot).pipe(
             Effect.onError(() => Effect.sync(() => slot.cancel())),
             Effect.tapError((error) =>
-              error._tag === "DatabaseError" && error.retryable
+              isPassingFailure(error)
                 ? retryTransient(store.releaseClaim(queue, slot.claimedBy)).pipe(Effect.ignore)
                 : Effect.void
             ),

@@ -487,7 +487,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
 
   // Fast recovery: the claims of processes found dead become visible at once. A message whose
   // vt already lapsed, or that a live process re-claimed since, is left alone. A claim's mark is
-  // its process id, or `<process id>#<claim>` for a worker's claim (see messageReleaseClaim).
+  // `<process id>#<n>` (a worker's claim or local hand-over, see messageReleaseClaim) or the id alone.
   // Both releases wake the queue's readers when they released any (as a send does).
   const messageReleaseClaimedBy = (physical: string, processIds: ReadonlyArray<string>, now: Date | null) =>
     sql<{ readonly msg_id: bigint }>`WITH r AS (

@@ -11,7 +11,7 @@
 import { Cause, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
 import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "../Batch/Membership.ts"
 import type { PgBusConfigShape } from "../Config.ts"
-import { retryTransient } from "../Database.ts"
+import { isPassingFailure, retryTransient } from "../Database.ts"
 import { isEventMessage } from "../EventBus/Envelope.ts"
 import { execute, type Outcome } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
@@ -421,7 +421,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
               })
               .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
       return Effect.tapError(claimed, (error) =>
-        error._tag === "DatabaseError" && error.retryable ? releaseLostClaim(queue, mark) : Effect.void
+        isPassingFailure(error) ? releaseLostClaim(queue, mark) : Effect.void
       )
     }
 

@@ -21,6 +21,7 @@ import {
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { retryTransient, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import { makeBatcher, makeBatchGroup } from "../internal/Batcher.ts"
+import { boundedMemo } from "../internal/memo.ts"
 import * as Job from "../Job/Job.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
 import type { Message } from "../Queue/Message.ts"
@@ -266,45 +267,23 @@ const waitDeadline = (
 
 // A metric with attributes keys its series on first use: one per workflow, step and outcome,
 // kept, rather than a new one (and its key) for every step.
-const stepMetricsMemo = new Map<string, { readonly total: typeof stepsTotal; readonly duration: typeof stepDuration }>()
-const stepMetrics = (workflow: string, step: string, outcome: string) => {
-  const key = `${workflow}\u0000${step}\u0000${outcome}`
-  let m = stepMetricsMemo.get(key)
-  if (m === undefined) {
-    const attributes = { workflow_class: workflow, step, outcome }
-    m = {
-      total: stepsTotal.pipe(Metric.withAttributes(attributes)),
-      duration: stepDuration.pipe(Metric.withAttributes(attributes))
-    }
-    if (stepMetricsMemo.size >= 4096) stepMetricsMemo.clear()
-    stepMetricsMemo.set(key, m)
+const stepMetricsOf = boundedMemo((key) => {
+  const [workflow, step, outcome] = key.split("\u0000")
+  const attributes = { workflow_class: workflow!, step: step!, outcome: outcome! }
+  return {
+    total: stepsTotal.pipe(Metric.withAttributes(attributes)),
+    duration: stepDuration.pipe(Metric.withAttributes(attributes))
   }
-  return m
-}
-const finishedMemo = new Map<string, typeof finishedTotal>()
-const finishedOf = (workflow: string) => {
-  let m = finishedMemo.get(workflow)
-  if (m === undefined) {
-    m = finishedTotal.pipe(Metric.withAttributes({ workflow_class: workflow }))
-    if (finishedMemo.size >= 4096) finishedMemo.clear()
-    finishedMemo.set(workflow, m)
-  }
-  return m
-}
+})
+const stepMetrics = (workflow: string, step: string, outcome: string) =>
+  stepMetricsOf(`${workflow}\u0000${step}\u0000${outcome}`)
+const finishedOf = boundedMemo((workflow) => finishedTotal.pipe(Metric.withAttributes({ workflow_class: workflow })))
 
 // Every outcome records the hash of the step names so far, and the runs of a workflow share
-// their name sequences: a small memo spares a sha256 per step (about 3% of the runner's CPU in
-// W3 of bench:workflows). Cleared when full, so that it stays bounded.
-const namesHashes = new Map<string, string>()
-const hashNames = (names: ReadonlyArray<string>): string => {
-  const joined = names.join("\u0000")
-  const known = namesHashes.get(joined)
-  if (known !== undefined) return known
-  const hash = createHash("sha256").update(joined).digest("hex").slice(0, 32)
-  if (namesHashes.size >= 4096) namesHashes.clear()
-  namesHashes.set(joined, hash)
-  return hash
-}
+// their name sequences: a memo spares a sha256 per step (about 3% of the runner's CPU in W3 of
+// bench:workflows).
+const hashJoined = boundedMemo((joined) => createHash("sha256").update(joined).digest("hex").slice(0, 32))
+const hashNames = (names: ReadonlyArray<string>): string => hashJoined(names.join("\u0000"))
 
 // ---------------------------------------------------------------------------------------------
 // Row mapping

@@ -256,6 +256,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
   const signals = sql(`${schema}.workflow_signals`)
   const NOW = (now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
   const textArray = (values: ReadonlyArray<string>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.text))
+  const uuidArray = (values: ReadonlyArray<string>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.uuid))
 
   const history = (runRef: Statement.Fragment) => sql`(SELECT coalesce(jsonb_agg(jsonb_build_object(
         'id', h.id::text, 'name', h.name, 'attempt', h.attempt, 'position', h.position, 'status', h.status,
@@ -280,7 +281,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
    */
   const lockRuns = (ids: ReadonlyArray<string>) =>
     sql`SELECT l.id, l.status
-        FROM (SELECT k.id FROM unnest(${Result.getOrThrow(PgTypes.array(ids, PgTypes.OID.uuid))}::uuid[]) AS k(id) ORDER BY k.id) AS k,
+        FROM (SELECT k.id FROM unnest(${uuidArray(ids)}::uuid[]) AS k(id) ORDER BY k.id) AS k,
           LATERAL (SELECT ru.id, ru.status FROM ${runs} ru WHERE ru.id = k.id FOR UPDATE) AS l`
 
   /** Start: the run, its `started` event and its first message, unless a unique index says no. */
@@ -1108,7 +1109,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
    * while the runs' delete waited for it (one statement would have left that event orphaned).
    */
   const runsDeleteRows = (ids: ReadonlyArray<string>) => {
-    const array = Result.getOrThrow(PgTypes.array(ids, PgTypes.OID.uuid))
+    const array = uuidArray(ids)
     return sql`WITH ds AS (DELETE FROM ${steps} WHERE run_id = ANY(${array}::uuid[]))
       DELETE FROM ${events} WHERE run_id = ANY(${array}::uuid[])`
   }
