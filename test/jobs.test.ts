@@ -206,6 +206,73 @@ layer(
       }).pipe(Effect.scoped)
     )
 
+    it.effect("the dead-letter block names the job's own retry limit, not the config's (3 here)", () =>
+      Effect.gen(function* () {
+        const queue = unique("ownlimit")
+        const attempts: Array<number> = []
+        const fast = { backoff: "10 millis", backoffMax: "20 millis" } as const
+        const Eight = Job.make(
+          "FailsEightTimes",
+          { payload: Payload, queue, retry: { maxRetries: 8, ...fast } },
+          (_, ctx) => Effect.sync(() => attempts.push(ctx.attempt)).pipe(Effect.andThen(Effect.fail(new Error("no"))))
+        )
+        const Once = Job.make("FailsOnce", { payload: Payload, queue, retry: { maxRetries: 1 } }, () =>
+          Effect.fail(new Error("no"))
+        )
+        const store = yield* QueueStore
+        yield* startSupervisor([Eight, Once], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+        yield* Eight.enqueue({ id: 8 })
+        yield* Once.enqueue({ id: 1 })
+        yield* eventually(
+          "both dead-lettered",
+          Effect.map(store.browse(`${queue}_dlq`), (rows) => rows.length === 2),
+          "30 seconds"
+        )
+        assert.deepStrictEqual(attempts, [1, 2, 3, 4, 5, 6, 7, 8])
+        const blocks = new Map(
+          (yield* store.browse(`${queue}_dlq`)).map((m) => [
+            (m.message as { job: string }).job,
+            store.deadLetterOf(m).deadLetter
+          ])
+        )
+        expect(blocks.get("FailsEightTimes")).toMatchObject({ attempts: 8, max_retries: 8, error_attempt: 8 })
+        expect(blocks.get("FailsOnce")).toMatchObject({ attempts: 1, max_retries: 1, error_attempt: 1 })
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect(
+      "a delivery past the job's own limit with no verdict (its runner died) is dead-lettered naming that limit",
+      () =>
+        Effect.gen(function* () {
+          const queue = unique("ownlimitdead")
+          const ran: Array<number> = []
+          const job = Job.make("LimitTwo", { payload: Payload, queue, retry: { maxRetries: 2 } }, ({ id }) =>
+            Effect.sync(() => ran.push(id))
+          )
+          const store = yield* QueueStore
+          const ref = yield* job.enqueue({ id: 1 })
+          // two deliveries whose processes died before a verdict: claimed, then given back
+          for (const _ of [1, 2]) {
+            const [claimed] = yield* store.read(queue, { limit: 1 })
+            assert.strictEqual(claimed?.msgId, ref.msgId)
+            yield* store.release(queue, [{ msgId: claimed!.msgId, readCt: claimed!.readCt }])
+          }
+          yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 1 }] })
+          yield* eventually(
+            "dead-lettered unrun",
+            Effect.map(store.browse(`${queue}_dlq`), (rows) => rows.length === 1)
+          )
+          const [dead] = yield* store.browse(`${queue}_dlq`)
+          expect(store.deadLetterOf(dead!).deadLetter).toMatchObject({
+            reason: "max_retries_exceeded",
+            source: "worker",
+            attempts: 3,
+            max_retries: 2
+          })
+          assert.deepStrictEqual(ran, [])
+        }).pipe(Effect.scoped)
+    )
+
     it.effect("a defect and a timeout are failures of the delivery, not of the worker", () =>
       Effect.gen(function* () {
         const queue = unique("defects")

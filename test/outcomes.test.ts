@@ -54,6 +54,11 @@ describe("the outcome of a delivery", () => {
   it("a failure of the last attempt dead-letters", () => {
     assert.strictEqual(decide(Exit.fail(new Error("x")), 5, policy, 0.5)._tag, "DeadLetter")
   })
+  it("a dead letter names the job's own limit", () => {
+    const own: ResolvedRetryPolicy = { ...policy, maxRetries: 8 }
+    const outcome = decide(Exit.fail(new Error("x")), 8, own, 0.5)
+    assert.strictEqual(outcome._tag === "DeadLetter" && outcome.maxRetries, 8)
+  })
   it("a defect is a failure too, named by its class", () => {
     const outcome = decide(Exit.die(new RangeError("bad")), 1, policy, 0.5)
     assert.strictEqual(outcome._tag === "Retry" && outcome.failure.errorClass, "RangeError")

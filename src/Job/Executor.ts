@@ -23,8 +23,11 @@ export type Outcome =
   | { readonly _tag: "Succeeded" }
   /** The attempt failed: record it and deliver again after `delayMs`. */
   | { readonly _tag: "Retry"; readonly delayMs: number; readonly failure: Failure }
-  /** No attempt is left (or the delivery is past the limit): move to the dead-letter queue. */
-  | { readonly _tag: "DeadLetter"; readonly failure: Failure | undefined }
+  /**
+   * No attempt is left (or the delivery is past the limit): move to the dead-letter queue.
+   * `maxRetries` is the job's own policy's, written into the block.
+   */
+  | { readonly _tag: "DeadLetter"; readonly failure: Failure | undefined; readonly maxRetries: number }
   /** The run was interrupted (shutdown past the drain timeout): give the message back. */
   | { readonly _tag: "Abandoned" }
 
@@ -62,7 +65,7 @@ export const decide = (
   if (Exit.isSuccess(exit)) return { _tag: "Succeeded" }
   if (Cause.hasInterruptsOnly(exit.cause)) return { _tag: "Abandoned" }
   const failure = failureOf(exit.cause, attempt)
-  if (isLastAttempt(policy, attempt)) return { _tag: "DeadLetter", failure }
+  if (isLastAttempt(policy, attempt)) return { _tag: "DeadLetter", failure, maxRetries: policy.maxRetries }
   return { _tag: "Retry", delayMs: backoffDelayMs(policy, attempt, random), failure }
 }
 
@@ -96,7 +99,7 @@ export const execute = (
   const policy = registered?.policy ?? defaultPolicy
   if (isExhausted(policy, message.readCt)) {
     // delivered past the limit without a recorded verdict (the process running it died)
-    return Effect.succeed({ _tag: "DeadLetter", failure: undefined })
+    return Effect.succeed({ _tag: "DeadLetter", failure: undefined, maxRetries: policy.maxRetries })
   }
   const run: Effect.Effect<unknown, unknown> =
     registered === undefined

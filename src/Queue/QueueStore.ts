@@ -125,6 +125,8 @@ export interface DeadLetterOptions {
   readonly source: DeadLetterSource
   /** The failure to name; defaults to the last failure recorded on the message. */
   readonly failure?: Failure | undefined
+  /** The limit to name as `max_retries`: the job's own policy's; defaults to the config's `maxRetries`. */
+  readonly maxRetries?: number | undefined
 }
 
 /** Where a message is: still in its queue, archived, in the queue's DLQ, or nowhere. */
@@ -775,7 +777,7 @@ export class QueueStore extends Context.Service<
               {
                 reason: options.reason ?? "max_retries_exceeded",
                 source: options.source,
-                maxRetries: config.maxRetries,
+                maxRetries: options.maxRetries ?? config.maxRetries,
                 error: options.failure ? JSON.stringify(encodeFailure(options.failure)) : null
               },
               now

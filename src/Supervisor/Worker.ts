@@ -256,6 +256,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           return retryTransient(
             store.moveToDeadLetter(m.queue, receipt, {
               source: isEventMessage(m.message) ? "consumer" : "worker",
+              maxRetries: outcome.maxRetries,
               ...(outcome.failure ? { failure: outcome.failure } : {})
             })
           ).pipe(
