@@ -13,6 +13,7 @@ import { isPassingFailure, retryTransient } from "../Database.ts"
 import { type FairTag, fairFields, resolveFairShare } from "../Queue/FairShare.ts"
 import { type LocalSlot, Notifier } from "../Queue/Notifier.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
+import * as QueueName from "../Queue/QueueName.ts"
 import type { BatchEntry, CreateOptions, SendOptions } from "../Queue/QueueStore.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type { AnyJob, Job } from "./Job.ts"
@@ -231,7 +232,10 @@ export class JobClient extends Context.Service<
         Effect.gen(function* () {
           if (!config.localDispatch || options?.delay !== undefined || options?.at !== undefined) return undefined
           if (Option.isSome(yield* Effect.serviceOption(sql.transactionService))) return undefined
-          return notifier.reserveLocal(`${config.queuePrefix}_${queue}`, { inOrder: true, runs: { job } })
+          return notifier.reserveLocal(QueueName.physicalOf(config.queuePrefix, queue), {
+            inOrder: true,
+            runs: { job }
+          })
         })
 
       // The insert and the hand-over are one uninterruptible unit: a claimed message left

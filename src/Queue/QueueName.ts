@@ -25,6 +25,9 @@ export interface QueueName {
   readonly physical: string
 }
 
+/** The physical name of a queue under a prefix (`<prefix>_<name>`): the one place it is built. */
+export const physicalOf = (prefix: string, name: string): string => `${prefix}_${name}`
+
 /** Checks a queue name against the rule, for the given prefix. */
 export const validate = (name: unknown, prefix: string): Effect.Effect<QueueName, InvalidQueueName> => {
   if (typeof name !== "string") {
@@ -38,7 +41,7 @@ export const validate = (name: unknown, prefix: string): Effect.Effect<QueueName
       })
     )
   }
-  const physical = `${prefix}_${name}`
+  const physical = physicalOf(prefix, name)
   const limit = MAX_PHYSICAL_LENGTH + (name.endsWith(DEAD_LETTER_SUFFIX) ? DEAD_LETTER_SUFFIX.length : 0)
   if (physical.length > limit) {
     return Effect.fail(
@@ -61,5 +64,7 @@ export const deadLetterOf = (queue: QueueName): QueueName => ({
 export const isDeadLetter = (queue: QueueName): boolean => queue.name.endsWith(DEAD_LETTER_SUFFIX)
 
 /** The app-facing name of a physical name under a prefix, if it carries that prefix. */
-export const fromPhysical = (physical: string, prefix: string): string | undefined =>
-  physical.startsWith(`${prefix}_`) ? physical.slice(prefix.length + 1) : undefined
+export const fromPhysical = (physical: string, prefix: string): string | undefined => {
+  const head = physicalOf(prefix, "")
+  return physical.startsWith(head) ? physical.slice(head.length) : undefined
+}

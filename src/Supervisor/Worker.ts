@@ -21,6 +21,7 @@ import { FairCursor } from "../Queue/FairShare.ts"
 import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
 import type { Notifier } from "../Queue/Notifier.ts"
 import { pollDelay } from "../Queue/Notifier.ts"
+import * as QueueName from "../Queue/QueueName.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
 import type { Capsule } from "./Capsule.ts"
 
@@ -143,7 +144,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       return servedQueues(config, q).map((queue) => ({ queue, cursor: fair ? new FairCursor() : undefined }))
     })
     const queues = reads.map((r) => r.queue)
-    const physical = queues.map((q) => `${config.queuePrefix}_${q}`)
+    const physical = queues.map((q) => QueueName.physicalOf(config.queuePrefix, q))
     const readAhead = capsule.readAhead ?? config.readAhead
     const prefetchLimit = capsule.prefetchLimit ?? config.prefetchLimit
     const visibilityMs = Duration.toMillis(config.visibilityTimeout)
@@ -529,7 +530,9 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     // only while they are drained. With more to read, the read loop still claims whenever nothing is buffered, so
     // the queue is not starved. The reserved slot counts as buffered until the message arrives or
     // the send gives it back.
-    const localQueues = reads.flatMap((r) => (r.cursor === undefined ? [`${config.queuePrefix}_${r.queue}`] : []))
+    const localQueues = reads.flatMap((r) =>
+      r.cursor === undefined ? [QueueName.physicalOf(config.queuePrefix, r.queue)] : []
+    )
     if (config.localDispatch && localQueues.length > 0) {
       yield* notifier.offerLocal(localQueues, {
         reserve: (_queue, request) => {

@@ -27,6 +27,7 @@ import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
 import type { Message } from "../Queue/Message.ts"
 import { type LocalSlot, Notifier } from "../Queue/Notifier.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
+import * as QueueName from "../Queue/QueueName.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type {
   AuditEvent,
@@ -503,7 +504,7 @@ const make = Effect.gen(function* () {
   /** The logical and physical queue of a workflow's step messages. */
   const queueOf = (logical: string, priority?: number) => {
     const queue = physicalQueueOf(config, { queue: logical, priority: undefined }, { queue: logical, priority })
-    return { queue, physical: `${config.queuePrefix}_${queue}` }
+    return { queue, physical: QueueName.physicalOf(config.queuePrefix, queue) }
   }
 
   const errorJson = (error: unknown) =>
