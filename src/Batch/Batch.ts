@@ -12,13 +12,6 @@ import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
 import { type DatabaseError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
-import { isJob, type Job, JobContext } from "../Job/Job.ts"
-import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
-import type { QueueError } from "../Queue/QueueError.ts"
-import * as QueueName from "../Queue/QueueName.ts"
-import { type BatchEntry, type MessagePlace, QueueStore } from "../Queue/QueueStore.ts"
-import { AlreadyFinished, type BatchJoinError, BatchNotFound, InvalidBatchOptions } from "./BatchError.ts"
-import { type BatchRow, type ExecutionOutcome, makeBatchSql } from "./BatchSql.ts"
 import {
   BATCH_EXECUTION_HEADER,
   BATCH_ID_HEADER,
@@ -26,10 +19,17 @@ import {
   CurrentBatch,
   type MemberOutcome,
   memberOf
-} from "./Membership.ts"
+} from "../Job/BatchMembership.ts"
+import { isJob, type Job, JobContext } from "../Job/Job.ts"
+import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
+import type { QueueError } from "../Queue/QueueError.ts"
+import * as QueueName from "../Queue/QueueName.ts"
+import { type BatchEntry, type MessagePlace, QueueStore } from "../Queue/QueueStore.ts"
+import { AlreadyFinished, type BatchJoinError, BatchNotFound, InvalidBatchOptions } from "./BatchError.ts"
+import { type BatchRow, type ExecutionOutcome, makeBatchSql } from "./BatchSql.ts"
 
+export { CurrentBatch, type MemberOutcome } from "../Job/BatchMembership.ts"
 export { AlreadyFinished, BatchNotFound, InvalidBatchOptions } from "./BatchError.ts"
-export { CurrentBatch, type MemberOutcome } from "./Membership.ts"
 
 /**
  * What a callback job receives: the batch as it finished, and which callback this is.

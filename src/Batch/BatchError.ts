@@ -5,34 +5,8 @@
  */
 import { Schema } from "effect"
 
-/**
- * The batch has finished: nothing more can join it. Raised by `batch.enqueue` (and by a job
- * enqueue inside it) before any message is sent, even through a handle taken while the batch
- * was still pending.
- *
- * @category errors
- */
-export class AlreadyFinished extends Schema.TaggedError<AlreadyFinished>()("AlreadyFinished", {
-  batchId: Schema.String
-}) {
-  override get message(): string {
-    return `batch ${this.batchId} has already finished: no job can join it`
-  }
-}
-
-/**
- * No batch has this id (never made, made in a transaction that rolled back, or deleted after
- * the retention).
- *
- * @category errors
- */
-export class BatchNotFound extends Schema.TaggedError<BatchNotFound>()("BatchNotFound", {
-  batchId: Schema.String
-}) {
-  override get message(): string {
-    return `no batch ${JSON.stringify(this.batchId.slice(0, 80))}`
-  }
-}
+// raised by the job client when a job joins a batch: defined with the job layer's errors
+export { AlreadyFinished, type BatchJoinError, BatchNotFound } from "../Job/JobError.ts"
 
 /**
  * `Batch.make` was given a bad option (properties that are not a JSON object, a callback that
@@ -48,6 +22,3 @@ export class InvalidBatchOptions extends Schema.TaggedError<InvalidBatchOptions>
     return `invalid batch option ${this.option}: ${this.reason}`
   }
 }
-
-/** Why a job could not join a batch. */
-export type BatchJoinError = AlreadyFinished | BatchNotFound

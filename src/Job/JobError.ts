@@ -1,10 +1,9 @@
 /**
- * The errors of jobs: defining, enqueueing and running them.
+ * The errors of jobs: defining, enqueueing (joining a batch included) and running them.
  *
  * @since 0.1.0
  */
 import { Schema } from "effect"
-import type { BatchJoinError } from "../Batch/BatchError.ts"
 import type { InvalidFairShare } from "../Queue/FairShare.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 
@@ -82,6 +81,38 @@ export class JobTimeout extends Schema.TaggedError<JobTimeout>()("JobTimeout", {
     return `job ${this.job} timed out after ${this.timeoutMs} ms`
   }
 }
+
+/**
+ * The batch has finished: nothing more can join it. Raised by `batch.enqueue` (and by a job
+ * enqueue inside it) before any message is sent, even through a handle taken while the batch
+ * was still pending.
+ *
+ * @category errors
+ */
+export class AlreadyFinished extends Schema.TaggedError<AlreadyFinished>()("AlreadyFinished", {
+  batchId: Schema.String
+}) {
+  override get message(): string {
+    return `batch ${this.batchId} has already finished: no job can join it`
+  }
+}
+
+/**
+ * No batch has this id (never made, made in a transaction that rolled back, or deleted after
+ * the retention).
+ *
+ * @category errors
+ */
+export class BatchNotFound extends Schema.TaggedError<BatchNotFound>()("BatchNotFound", {
+  batchId: Schema.String
+}) {
+  override get message(): string {
+    return `no batch ${JSON.stringify(this.batchId.slice(0, 80))}`
+  }
+}
+
+/** Why a job could not join a batch. */
+export type BatchJoinError = AlreadyFinished | BatchNotFound
 
 /** Errors of an enqueue (a batch's only inside `batch.enqueue`; `InvalidFairShare` only with a `fairShare` resolver). */
 export type EnqueueError = InvalidPayload | InvalidFairShare | QueueError | BatchJoinError

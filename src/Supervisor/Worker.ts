@@ -9,10 +9,10 @@
  * @since 0.1.0
  */
 import { Cause, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
-import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "../Batch/Membership.ts"
 import type { PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient } from "../Database.ts"
 import { isEventMessage } from "../EventBus/Envelope.ts"
+import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "../Job/BatchMembership.ts"
 import { execute, type Outcome } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
 import type { Registry } from "../Job/Registry.ts"

@@ -1,15 +1,15 @@
 /**
- * Batch membership as the job client and the worker see it: the headers a member's message
- * carries, and the reference `batch.enqueue` sets so that the jobs enqueued inside it join.
- * Kept apart from `Batch.ts` so that the job client and the worker depend on this small
- * module only (the batch service itself depends on the job client).
+ * Batch membership as the job layer sees it: the headers a member's message carries, the
+ * reference `batch.enqueue` sets so that the jobs enqueued inside it join, and the outcomes
+ * the worker reports. The port batches plug into: the job client and the worker depend on
+ * this module only, and the batch service (above the job layer) implements it.
  *
  * @since 0.1.0
  */
 import { Context, type Effect } from "effect"
 import type { QueueError } from "../Queue/QueueError.ts"
 import type { BatchEntry } from "../Queue/QueueStore.ts"
-import type { BatchJoinError } from "./BatchError.ts"
+import type { BatchJoinError } from "./JobError.ts"
 
 /** Header naming the batch a member's message belongs to. */
 export const BATCH_ID_HEADER = "pgbus_batch_id"
