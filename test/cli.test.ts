@@ -402,7 +402,7 @@ const appModule = Effect.acquireRelease(
       [
         `import { Effect, Schema } from "effect"`,
         `import * as Job from ${JSON.stringify(src("Job/Job.ts"))}`,
-        `import { Registry } from ${JSON.stringify(src("Job/Registry.ts"))}`,
+        `import { Registry } from ${JSON.stringify(src("Registry.ts"))}`,
         `const CliEcho = Job.make("CliEcho", { payload: Schema.Struct({ n: Schema.Number }), queue: "cli_jobs" }, ({ n }) => Effect.log("echo", n))`,
         `export const registry = Registry.layer([CliEcho])`,
         ""

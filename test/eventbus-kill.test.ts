@@ -9,9 +9,9 @@ import { consumerCapsules } from "../src/EventBus/Consumer.ts"
 import * as EventBus from "../src/EventBus/EventBus.ts"
 import * as EventBusLayer from "../src/EventBus/EventBusLayer.ts"
 import { ProcessedEvents } from "../src/EventBus/ProcessedEvents.ts"
-import { Registry } from "../src/Job/Registry.ts"
 import * as PgBus from "../src/PgBus.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { Registry } from "../src/Registry.ts"
 import * as Supervisor from "../src/Supervisor/Supervisor.ts"
 import { eventually } from "./support/jobs.ts"
 import { urlFor } from "./support/server.ts"
@@ -40,7 +40,7 @@ const PgBus = await src("PgBus.ts")
 const EventBusLayer = await src("EventBus/EventBusLayer.ts")
 const EventBus = await src("EventBus/EventBus.ts")
 const Consumer = await src("EventBus/Consumer.ts")
-const { Registry } = await src("Job/Registry.ts")
+const { Registry } = await src("Registry.ts")
 const Supervisor = await src("Supervisor/Supervisor.ts")
 const subscriber = EventBus.subscribe(
   "kill.orders.created",

@@ -1,11 +1,13 @@
 import { assert, describe, expect, layer } from "@effect/vitest"
-import { Deferred, Duration, Effect, Exit, Option, Schema, Tracer } from "effect"
+import { Context, Deferred, Duration, Effect, Exit, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import { DatabaseError } from "../src/Database.ts"
 import * as Job from "../src/Job/Job.ts"
 import { JobClient, TRACEPARENT } from "../src/Job/JobClient.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { Registry } from "../src/Registry.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
+import * as Workflow from "../src/Workflow/Workflow.ts"
 import { terminateWhileWaiting } from "./support/connections.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
@@ -334,6 +336,63 @@ layer(
           assert.include(store.deadLetterOf(unknown!).deadLetter?.error_message ?? "", "NobodyKnowsMe")
           assert.deepStrictEqual(ran, [42])
         }).pipe(Effect.scoped)
+    )
+  })
+
+  describe("the registry", () => {
+    const build = (definitions: ReadonlyArray<Job.AnyJob | Workflow.AnyWorkflow>) =>
+      Layer.build(Registry.layer(definitions)).pipe(Effect.scoped, Effect.flip)
+
+    it.effect("fails on two jobs or two workflows with one name", () =>
+      Effect.gen(function* () {
+        const job = Job.make("Twice", { payload: Payload }, () => Effect.void)
+        const twoJobs = yield* build([job, Job.make("Twice", { payload: Payload }, () => Effect.void)])
+        assert.strictEqual(twoJobs._tag, "InvalidJobDefinition")
+        assert.include(twoJobs.message, "two jobs are registered with this name")
+        const flow = Workflow.make("TwiceFlow", { payload: Payload }, function* () {})
+        const twoFlows = yield* build([flow, flow])
+        assert.strictEqual(twoFlows._tag, "InvalidWorkflowDefinition")
+      })
+    )
+
+    it.effect("fails on a job named like one of the library's own (workflow steps, fan-out callbacks, events)", () =>
+      Effect.gen(function* () {
+        for (const [name, owner] of [
+          ["pgbus.workflow.step", "workflows"],
+          ["pgbus.workflow.fan_out_finished", "workflows"],
+          ["pgbus.event", "events"]
+        ] as const) {
+          const error = yield* build([Job.make(name, { payload: Payload }, () => Effect.void)])
+          assert.strictEqual(error._tag, "InvalidJobDefinition")
+          assert.include(error.message, `${name}: the name is reserved for ${owner}`)
+        }
+      })
+    )
+
+    it.effect("lists the library's own jobs beside the user's, and every queue once", () =>
+      Effect.gen(function* () {
+        const a = Job.make("OnMailers", { payload: Payload, queue: "mailers" }, () => Effect.void)
+        const b = Job.make("AlsoOnMailers", { payload: Payload, queue: "mailers" }, () => Effect.void)
+        const c = Job.make("OnDefault", { payload: Payload }, () => Effect.void)
+        const flow = Workflow.make("ListedFlow", { payload: Payload, queue: "flows" }, function* () {})
+        const registry = yield* Layer.build(Registry.layer([a, b, c, flow])).pipe(
+          Effect.map((context) => Context.get(context, Registry)),
+          Effect.scoped
+        )
+        assert.sameMembers(
+          [...registry.jobs.keys()],
+          [
+            "OnMailers",
+            "AlsoOnMailers",
+            "OnDefault",
+            "pgbus.workflow.step",
+            "pgbus.workflow.fan_out_finished",
+            "pgbus.event"
+          ]
+        )
+        assert.deepStrictEqual(registry.queues, ["mailers", "default", "flows"])
+        assert.deepStrictEqual([...registry.workflows.keys()], ["ListedFlow"])
+      })
     )
   })
 

@@ -3,7 +3,7 @@
 import { readFileSync } from "node:fs"
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Effect, Exit, Schema } from "effect"
-import { decide, failureOf } from "../src/Job/Executor.ts"
+import { beforeRun, decide, failureOf } from "../src/Job/Completer.ts"
 import * as Job from "../src/Job/Job.ts"
 import { backoffDelayMs, type ResolvedRetryPolicy } from "../src/Job/Retry.ts"
 import { parseWorkers } from "../src/Supervisor/Capsule.ts"
@@ -54,10 +54,12 @@ describe("the outcome of a delivery", () => {
   it("a failure of the last attempt dead-letters", () => {
     assert.strictEqual(decide(Exit.fail(new Error("x")), 5, policy, 0.5)._tag, "DeadLetter")
   })
-  it("a dead letter names the job's own limit", () => {
+  it("a dead letter names the job's own limit; a delivery past it dead-letters before running", () => {
     const own: ResolvedRetryPolicy = { ...policy, maxRetries: 8 }
     const outcome = decide(Exit.fail(new Error("x")), 8, own, 0.5)
     assert.strictEqual(outcome._tag === "DeadLetter" && outcome.maxRetries, 8)
+    assert.deepStrictEqual(beforeRun(own, 9), { _tag: "DeadLetter", failure: undefined, maxRetries: 8 })
+    assert.isUndefined(beforeRun(own, 8))
   })
   it("a defect is a failure too, named by its class", () => {
     const outcome = decide(Exit.die(new RangeError("bad")), 1, policy, 0.5)

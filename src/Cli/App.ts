@@ -8,8 +8,8 @@
 import { resolve as resolvePath } from "node:path"
 import { pathToFileURL } from "node:url"
 import { Effect, Layer } from "effect"
-import type { Registry } from "../Job/Registry.ts"
 import type { PgBus } from "../PgBus.ts"
+import type { Registry } from "../Registry.ts"
 import { AppModuleError } from "./CliError.ts"
 
 /**

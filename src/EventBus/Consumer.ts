@@ -11,7 +11,7 @@ import type { PgBusConfigShape } from "../Config.ts"
 import { internalJob } from "../Job/InternalJob.ts"
 import type { JobContext } from "../Job/Job.ts"
 import { linkedSpan } from "../Job/JobClient.ts"
-import type { RegisteredJob } from "../Job/Registry.ts"
+import type { RegisteredJob } from "../Job/RegisteredJob.ts"
 import { CurrentAttributes, EVENT_JOB, type Event, EventEnvelope } from "./Envelope.ts"
 import { EventBus } from "./EventBus.ts"
 import { EventPayloadDecodeError, type RegisterError } from "./EventBusError.ts"
@@ -170,7 +170,10 @@ export const registerSubscribers = (
         return yield* Effect.failCause(failed[0]!.exit.cause)
       })
 
-    const job: RegisteredJob = internalJob(config, EVENT_JOB, EventEnvelope, undefined, dispatch)
+    // its dead letters name the consumer as their mover
+    const job: RegisteredJob = internalJob(config, EVENT_JOB, EventEnvelope, undefined, dispatch, {
+      deadLetterSource: "consumer"
+    })
     return { job, subscribers, consumers }
   })
 

@@ -1,8 +1,8 @@
 /**
  * Batch membership as the job layer sees it: the headers a member's message carries, the
  * reference `batch.enqueue` sets so that the jobs enqueued inside it join, and the outcomes
- * the worker reports. The port batches plug into: the job client and the worker depend on
- * this module only, and the batch service (above the job layer) implements it.
+ * the completer reports. The port batches plug into: the job client and the completer depend
+ * on this module only, and the batch service (above the job layer) implements it.
  *
  * @since 0.1.0
  */
@@ -37,7 +37,7 @@ export const CurrentBatch = Context.Reference<BatchMembership | undefined>("effe
   defaultValue: () => undefined
 })
 
-/** A member's terminal outcome, reported by the worker after its archive or dead-letter. */
+/** A member's terminal outcome, reported by the completer after its archive or dead-letter. */
 export interface MemberOutcome {
   readonly batchId: string
   readonly execution: bigint

@@ -1,14 +1,16 @@
 /**
  * The library's own jobs (workflow steps, fan-out callbacks, event deliveries): registered
- * under reserved names and run by the library instead of a user's handler.
+ * under reserved names by the feature that owns them and run by the library instead of a
+ * user's handler.
  *
  * @since 0.1.0
  */
 import { Effect, Schema } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
+import type { DeadLetterSource } from "../Queue/Message.ts"
 import type { AnyJob, JobContext } from "./Job.ts"
 import { PayloadDecodeError } from "./JobError.ts"
-import type { RegisteredJob } from "./Registry.ts"
+import type { RegisteredJob } from "./RegisteredJob.ts"
 import { resolvePolicy } from "./Retry.ts"
 
 /** A job of the library's own (workflow steps, fan-out callbacks, event deliveries), run by `run`. */
@@ -17,7 +19,8 @@ export const internalJob = <P>(
   name: string,
   payload: Schema.ConstraintCodec<P, unknown>,
   queue: string | undefined,
-  run: (payload: P, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>
+  run: (payload: P, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>,
+  options?: { readonly deadLetterSource?: DeadLetterSource | undefined }
 ): RegisteredJob => {
   const decode = Schema.decodeUnknownEffect(payload)
   return {
@@ -35,6 +38,7 @@ export const internalJob = <P>(
     decode: (message) =>
       decode(message).pipe(Effect.mapError((e) => new PayloadDecodeError({ job: name, issue: e.message }))),
     run: (message, context) => run(message as P, context),
-    provide: (effect) => effect
+    provide: (effect) => effect,
+    ...(options?.deadLetterSource === undefined ? {} : { deadLetterSource: options.deadLetterSource })
   }
 }

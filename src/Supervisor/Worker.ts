@@ -11,11 +11,10 @@
 import { Cause, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient } from "../Database.ts"
-import { isEventMessage } from "../EventBus/Envelope.ts"
-import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "../Job/BatchMembership.ts"
-import { execute, type Outcome } from "../Job/Executor.ts"
+import type { MemberOutcome } from "../Job/BatchMembership.ts"
+import { archivableByClaim, makeCompleter, type Outcome } from "../Job/Completer.ts"
+import { execute } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
-import type { Registry } from "../Job/Registry.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
 import { FairCursor } from "../Queue/FairShare.ts"
 import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
@@ -23,6 +22,7 @@ import type { Notifier } from "../Queue/Notifier.ts"
 import { pollDelay } from "../Queue/Notifier.ts"
 import * as QueueName from "../Queue/QueueName.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
+import type { Registry } from "../Registry.ts"
 import type { Capsule } from "./Capsule.ts"
 
 /** Live figures of a worker, read by the supervisor's heartbeat and health. */
@@ -57,9 +57,6 @@ export interface WorkerDeps {
 
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
 const FLUSH_DEFER = Duration.millis(250)
-
-/** Whether a claim may archive a success in its own statement: not a batch member (those end after their archive). */
-const archivableByClaim = (m: Message) => m.headers[BATCH_ID_HEADER] === undefined
 
 const groupMessagesByQueue = (messages: Iterable<Message>): Map<string, Array<Message>> => {
   const out = new Map<string, Array<Message>>()
@@ -183,22 +180,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     const claimArchives = prefetchLimit === undefined
 
     const forget = (m: Message) => inFlight.delete(m)
-
-    // Batch members end in a second statement after their archive or dead-letter (a crash in
-    // between is the batch sweep's to repair). The flusher waits for it, so that successes pile
-    // up for the next flush (fewer, larger archives and ends: a recording fiber that did not
-    // wait was about 8 % slower in bench:batches), but for a second at most: a batch row locked
-    // by a long enqueue transaction must not hold up the archives. Messages of no batch cost a
-    // header lookup.
-    const endBatchMembers = (messages: ReadonlyArray<Message>, outcome: MemberOutcome["outcome"]) => {
-      if (recordBatchOutcomes === undefined) return Effect.void
-      const ends = outcomesOf(messages, outcome)
-      if (ends.length === 0) return Effect.void
-      return Effect.forkDetach(recordBatchOutcomes(ends)).pipe(
-        Effect.flatMap((recording) => Effect.timeoutOption(Fiber.join(recording), "1 second")),
-        Effect.asVoid
-      )
-    }
+    // what becomes of each delivery (retries, dead letters, batch members' ends) is the completer's
+    const completer = makeCompleter({ store, registry, recordBatchOutcomes })
 
     // Archives completed messages in one statement per queue. What fails to archive stays in
     // flight (heartbeated) and goes back on the list for the next flush. Returns false then.
@@ -222,15 +205,16 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
               )
             }
             for (const m of messages) forget(m)
-            yield* endBatchMembers(messages, "completed")
+            yield* completer.archived(messages)
           }
           return ok
         })
       )
     )
 
+    // A success waits for the next archive (a flush, or the next claim's statement); any other
+    // outcome is applied by the completer at once.
     const applyOutcome = (m: Message, outcome: Outcome): Effect.Effect<void> => {
-      const receipt = receiptOf(m)
       switch (outcome._tag) {
         case "Succeeded":
           stats.succeeded++
@@ -239,46 +223,18 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           return Effect.void
         case "Retry":
           stats.retried++
-          // the outcome is known: a lost connection must not turn the backoff into a visibility timeout
-          return retryTransient(
-            store.recordFailure(m.queue, receipt, outcome.failure, Duration.millis(outcome.delayMs))
-          ).pipe(
-            Effect.tap((kept) =>
-              Effect.logWarning(
-                `pgbus: job failed (attempt ${m.readCt}), retrying in ${outcome.delayMs} ms: ${outcome.failure.errorClass}: ${outcome.failure.message}`
-              ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId), claim_lost: !kept }))
-            ),
-            Effect.asVoid,
-            Effect.catch((error) => Effect.logError("pgbus: recording a failure failed", error)),
-            Effect.ensuring(Effect.sync(() => forget(m)))
-          )
+          break
         case "DeadLetter":
           stats.deadLettered++
-          return retryTransient(
-            store.moveToDeadLetter(m.queue, receipt, {
-              source: isEventMessage(m.message) ? "consumer" : "worker",
-              maxRetries: outcome.maxRetries,
-              ...(outcome.failure ? { failure: outcome.failure } : {})
-            })
-          ).pipe(
-            Effect.tap(() =>
-              Effect.logError(
-                `pgbus: job dead-lettered after ${m.readCt} deliveries${outcome.failure ? `: ${outcome.failure.errorClass}: ${outcome.failure.message}` : ""}`
-              ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId) }))
-            ),
-            Effect.tap((moved) => endBatchMembers(moved._tag === "Some" ? [m] : [], "failed")),
-            Effect.asVoid,
-            Effect.catch((error) => Effect.logError("pgbus: dead-lettering failed", error)),
-            Effect.ensuring(Effect.sync(() => forget(m)))
-          )
+          break
         case "Abandoned":
           stats.abandoned++
-          return store.release(m.queue, [receipt]).pipe(
-            Effect.asVoid,
-            Effect.catch((error) => Effect.logWarning("pgbus: giving a message back failed", error)),
-            Effect.ensuring(Effect.sync(() => forget(m)))
-          )
+          break
       }
+      return Effect.ensuring(
+        completer.complete(m, outcome),
+        Effect.sync(() => forget(m))
+      )
     }
 
     const runOne = (m: Message) =>

@@ -7,7 +7,7 @@
  */
 import { Effect, Option } from "effect"
 import { Batches } from "../Batch/Batch.ts"
-import { Registry } from "../Job/Registry.ts"
+import { Registry } from "../Registry.ts"
 import type { SignalOptions } from "../Workflow/Client.ts"
 import { WorkflowClient } from "../Workflow/Client.ts"
 import { fanOutOutcomeOf, type NextWork, WorkflowRunner, WorkflowSweep } from "../Workflow/Engine.ts"

@@ -1,7 +1,7 @@
 /** Helpers for job tests: run a supervisor in the test's scope, wait for conditions. */
 import { Duration, Effect, Schedule } from "effect"
 import type { AnyJob } from "../../src/Job/Job.ts"
-import { Registry } from "../../src/Job/Registry.ts"
+import { Registry } from "../../src/Registry.ts"
 import * as Supervisor from "../../src/Supervisor/Supervisor.ts"
 import type { AnyWorkflow } from "../../src/Workflow/Workflow.ts"
 

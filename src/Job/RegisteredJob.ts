@@ -1,0 +1,116 @@
+/**
+ * Registered jobs, the job layer's port on the registry: what the executor and the completer
+ * read of the process's registry (`src/Registry.ts`, which sits above the features and fills
+ * it), and the registration of user jobs (checked definitions, decoders, captured services).
+ *
+ * @since 0.1.0
+ */
+import { Context, Effect, Exit, Schema } from "effect"
+import type { PgBusConfigShape } from "../Config.ts"
+import type { DeadLetterSource, Message } from "../Queue/Message.ts"
+import { type AnyJob, type JobContext, validateDefinition } from "./Job.ts"
+import { InvalidJobDefinition, PayloadDecodeError } from "./JobError.ts"
+import { type ResolvedRetryPolicy, resolvePolicy } from "./Retry.ts"
+
+/** A job ready to run in this process. */
+export interface RegisteredJob {
+  readonly job: AnyJob
+  readonly policy: ResolvedRetryPolicy
+  /** Decodes a stored payload with the job's Schema. */
+  readonly decode: (payload: unknown) => Effect.Effect<unknown, PayloadDecodeError>
+  /** Runs the handler; its services come from `provide`, around the whole delivery. */
+  readonly run: (payload: unknown, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>
+  /** Provides the services the handler needs (the registry's, merged once per executor context). */
+  readonly provide: <A, E>(effect: Effect.Effect<A, E>) => Effect.Effect<A, E>
+  /** Who a dead letter's block names as its mover (default `worker`; event deliveries: `consumer`). */
+  readonly deadLetterSource?: DeadLetterSource | undefined
+}
+
+/**
+ * The registry as the job layer reads it: the registered jobs by name, the library's own
+ * included. `Registry` (in `src/Registry.ts`) is one.
+ *
+ * @category models
+ */
+export interface JobRegistry {
+  readonly jobs: ReadonlyMap<string, RegisteredJob>
+}
+
+/** Whether a stored message is a job envelope: what `Schema.is(Envelope)` checks, by hand (it runs per delivery). */
+const isEnvelope = (u: unknown): u is { readonly job: string; readonly payload?: unknown } =>
+  typeof u === "object" && u !== null && !Array.isArray(u) && typeof (u as { job?: unknown }).job === "string"
+
+/** Finds the job a message names (undefined when the message is not a job envelope). */
+export const jobOf = (
+  registry: JobRegistry,
+  message: Message
+): { readonly name: string; readonly registered: RegisteredJob | undefined; readonly payload: unknown } => {
+  const envelope = message.message
+  if (!isEnvelope(envelope)) return { name: "(not a job envelope)", registered: undefined, payload: undefined }
+  return { name: envelope.job, registered: registry.jobs.get(envelope.job), payload: envelope.payload }
+}
+
+/**
+ * Provides `services` through a cache of merged contexts: an executor runs every delivery in
+ * the same context, so the merge (a copy of the whole context, then a new fiber cache) is done
+ * once per executor context rather than per job.
+ */
+export const cachedProvide = (services: Context.Context<never>) => {
+  const merged = new WeakMap<Context.Context<never>, Context.Context<never>>()
+  const withServices = (context: Context.Context<never>) => {
+    let out = merged.get(context)
+    if (out === undefined) {
+      out = Context.merge(context, services)
+      merged.set(context, out)
+    }
+    return out
+  }
+  return <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, E> => Effect.updateContext(effect, withServices)
+}
+
+/**
+ * Registers user jobs: checks each definition and builds its decoder and retry policy; their
+ * handlers' services come from `provide`. Fails with `InvalidJobDefinition` for two jobs with
+ * one name or a bad definition.
+ */
+export const registerJobs = (
+  config: PgBusConfigShape,
+  jobs: ReadonlyArray<AnyJob>,
+  provide: RegisteredJob["provide"]
+): Effect.Effect<Map<string, RegisteredJob>, InvalidJobDefinition> =>
+  Effect.gen(function* () {
+    const byName = new Map<string, RegisteredJob>()
+    for (const job of jobs) {
+      if (byName.has(job.name)) {
+        return yield* new InvalidJobDefinition({ job: job.name, reason: "two jobs are registered with this name" })
+      }
+      const invalid = validateDefinition(job.name, {
+        payload: job.payload,
+        queue: job.queue,
+        priority: job.priority,
+        retry: job.retry,
+        timeout: job.timeout
+      })
+      if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })
+      const decodePayload = Schema.decodeUnknownEffect(job.payload)
+      const decodeSync = Schema.decodeUnknownExit(job.payload)
+      byName.set(job.name, {
+        job,
+        policy: resolvePolicy(config, job.retry),
+        decode: (payload) => {
+          // synchronously when it succeeds (an Exit is an Effect); a failure or an
+          // asynchronous schema takes the Effect path, which reports it as before
+          const exit = decodeSync(payload)
+          return Exit.isSuccess(exit)
+            ? Exit.succeed(exit.value)
+            : decodePayload(payload).pipe(
+                Effect.mapError((error) => new PayloadDecodeError({ job: job.name, issue: error.message }))
+              )
+        },
+        // the requirements are met by `provide`, which wraps the delivery
+        run: job.handler as RegisteredJob["run"],
+        provide
+      })
+    }
+    return byName
+  })
