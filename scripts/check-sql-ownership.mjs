@@ -8,6 +8,13 @@ const owners = new Set([
   "src/Batch/BatchSql.ts", // batches, batch_executions
   "src/Migrations.ts", // the schema, schema_migrations
   "src/Supervisor/ProcessSql.ts", // processes
+  "src/Queue/QueueStateSql.ts", // queue_states
+  "src/Workflow/QuerySql.ts", // workflow tables, read-only queries for operators
+  "src/Queue/QueueQuerySql.ts", // q_<queue>, a_<queue>: read-only queries for operators
+  "src/EventBus/EventQuerySql.ts", // event_subscriptions, processed_events: read-only queries
+  "src/EventBus/OutboxQuerySql.ts", // outbox_entries: read-only queries
+  "src/Batch/BatchQuerySql.ts", // batches: read-only queries
+  "src/Operations/CatalogSql.ts", // PostgreSQL's catalogs and statistics
   "src/Workflow/WorkflowSql.ts", // workflow_runs, workflow_steps, workflow_events
   "src/EventBus/EventBusSql.ts", // event_subscriptions, processed_events
   "src/EventBus/OutboxSql.ts" // outbox_entries

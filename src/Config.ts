@@ -141,6 +141,12 @@ export interface PgBusConfigShape {
   readonly batchStallThreshold: Duration.Duration
   /** Finished batches are deleted after this long; `undefined` keeps them. */
   readonly batchRetention: Duration.Duration | undefined
+  /** Claimable work older than this on a queue that live workers serve makes the cluster verdict STALLED. */
+  readonly stallThreshold: Duration.Duration
+  /** The MCP server offers its write tools (resume, cancel, ... with a reason). */
+  readonly mcpWriteTools: boolean
+  /** MCP read tools may return payloads, outputs and error text when a call asks (`includePayloads`). */
+  readonly mcpAllowPayloads: boolean
   /** Tags each job at enqueue with a fair-share key (and weight); set, workers read job queues fairly. Code only. */
   readonly fairShare: ((job: JobFairShareInput) => FairShareKey) | undefined
   /** Tags each event at publish with a fair-share key (and weight); set, consumers read fairly. Code only. */
@@ -194,6 +200,9 @@ export interface PgBusConfigInput {
   readonly batchSweepInterval?: Duration.Input
   readonly batchStallThreshold?: Duration.Input
   readonly batchRetention?: Duration.Input | null
+  readonly stallThreshold?: Duration.Input
+  readonly mcpWriteTools?: boolean
+  readonly mcpAllowPayloads?: boolean
   readonly fairShare?: ((job: JobFairShareInput) => FairShareKey) | null
   readonly eventFairShare?: ((event: EventFairShareInput) => FairShareKey) | null
 }
@@ -284,6 +293,9 @@ export const PgBusConfigSchema = Schema.Struct({
   batchSweepInterval: PositiveDuration,
   batchStallThreshold: PositiveDuration,
   batchRetention: Schema.UndefinedOr(PositiveDuration),
+  stallThreshold: PositiveDuration,
+  mcpWriteTools: Schema.Boolean,
+  mcpAllowPayloads: Schema.Boolean,
   fairShare: Schema.UndefinedOr(Resolver<(job: JobFairShareInput) => FairShareKey>()),
   eventFairShare: Schema.UndefinedOr(Resolver<(event: EventFairShareInput) => FairShareKey>())
 })
@@ -354,6 +366,9 @@ export const fields = {
   batchSweepInterval: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_BATCH_SWEEP_INTERVAL" },
   batchStallThreshold: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_BATCH_STALL_THRESHOLD" },
   batchRetention: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_BATCH_RETENTION" },
+  stallThreshold: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_STALL_THRESHOLD" },
+  mcpWriteTools: { kind: "boolean", default: false, env: "PGBUS_MCP_WRITE_TOOLS" },
+  mcpAllowPayloads: { kind: "boolean", default: false, env: "PGBUS_MCP_ALLOW_PAYLOADS" },
   fairShare: { kind: "resolver", default: undefined, env: undefined },
   eventFairShare: { kind: "resolver", default: undefined, env: undefined }
 } satisfies Record<keyof PgBusConfigShape, Field>

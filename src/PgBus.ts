@@ -14,6 +14,7 @@ import * as EventBusLayer from "./EventBus/EventBusLayer.ts"
 import { JobClient } from "./Job/JobClient.ts"
 import * as Migrations from "./Migrations.ts"
 import { Notifier } from "./Queue/Notifier.ts"
+import { QueueStates } from "./Queue/QueueStates.ts"
 import { QueueStore } from "./Queue/QueueStore.ts"
 import { Processes } from "./Supervisor/Processes.ts"
 import type { WorkflowClient } from "./Workflow/Client.ts"
@@ -26,6 +27,7 @@ export type PgBus =
   | SqlClient.SqlClient
   | Notifier
   | QueueStore
+  | QueueStates
   | JobClient
   | Processes
   | WorkflowClient
@@ -53,7 +55,7 @@ export const layerFrom = <E>(config: Layer.Layer<PgBusConfig, E>): Layer.Layer<P
   // read bottom to top: config, database, notifier, queue store, then what stands on it
   const database = Database.layer
   const notifier = Notifier.layer.pipe(Layer.provideMerge(database))
-  const queues = QueueStore.layer.pipe(Layer.provideMerge(notifier))
+  const queues = Layer.mergeAll(QueueStore.layer, QueueStates.layer).pipe(Layer.provideMerge(notifier))
   const onQueues = Layer.mergeAll(JobClient.layer, Processes.layer)
   const batches = Batch.layer.pipe(Layer.provideMerge(onQueues))
   const workflows = WorkflowEngine.layer.pipe(Layer.provideMerge(batches))

@@ -5,27 +5,7 @@
  * @since 0.1.0
  */
 
-/** What a filtered value is replaced with. */
-export const FILTERED = "[FILTERED]"
-
-/** Keys whose values are never printed (case-insensitive, anywhere in the key). */
-export const SENSITIVE_KEY = /password|passwd|token|secret|authorization|api[_-]?key/i
-
-const isRecord = (u: unknown): u is Readonly<Record<string, unknown>> =>
-  typeof u === "object" && u !== null && !Array.isArray(u)
-
-/** Replaces the values of sensitive-looking keys, at any depth, with `[FILTERED]`. */
-export const filterSensitive = (value: unknown): unknown => {
-  if (Array.isArray(value)) return value.map(filterSensitive)
-  if (isRecord(value)) {
-    const out: Record<string, unknown> = {}
-    for (const [key, inner] of Object.entries(value)) {
-      out[key] = SENSITIVE_KEY.test(key) ? FILTERED : filterSensitive(inner)
-    }
-    return out
-  }
-  return value
-}
+export { FILTERED, filterSensitive, SENSITIVE_KEY } from "../Operations/Redact.ts"
 
 /** Renders rows under a header as columns separated by two spaces (no trailing blanks). */
 export const table = (header: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<string>>): string => {

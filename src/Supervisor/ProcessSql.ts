@@ -18,6 +18,21 @@ export interface ProcessRow {
   readonly version: string
   readonly started_at: Date
   readonly last_beat_at: Date
+  /** Jobs that succeeded since the process started. */
+  readonly succeeded: bigint
+  /** Jobs that failed (retried or dead-lettered) since the process started. */
+  readonly failed: bigint
+  /** Jobs finished per second over the last beat interval. */
+  readonly jobs_per_second: number
+}
+
+/** What a beat writes. */
+export interface BeatFigures {
+  readonly busy: number
+  readonly capacity: number
+  readonly succeeded: number
+  readonly failed: number
+  readonly jobsPerSecond: number
 }
 
 /** The statements of one schema. */
@@ -35,9 +50,10 @@ export const makeProcessSql = (sql: SqlClient.SqlClient, schema: string) => {
       VALUES (${row.id}, ${row.pid}, ${row.host}, ${[...row.roles]}::text[], ${row.capsules}::jsonb, ${row.busy},
               ${row.capacity}, ${row.app_revision}, ${row.version}, ${NOW(now)}, ${NOW(now)})`
 
-  const processBeat = (id: string, busy: number, capacity: number, now: Date | null) =>
+  const processBeat = (id: string, f: BeatFigures, now: Date | null) =>
     sql<{ readonly id: string }>`UPDATE ${processes}
-      SET busy = ${busy}, capacity = ${capacity}, last_beat_at = ${NOW(now)}
+      SET busy = ${f.busy}, capacity = ${f.capacity}, succeeded = ${f.succeeded}, failed = ${f.failed},
+        jobs_per_second = ${f.jobsPerSecond}::float8, last_beat_at = ${NOW(now)}
       WHERE id = ${id} RETURNING id`
 
   const processDelete = (ids: ReadonlyArray<string>) =>

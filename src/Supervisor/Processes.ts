@@ -11,7 +11,7 @@ import { PgBusConfig } from "../Config.ts"
 import { type DatabaseError, statementNow, toDatabaseError } from "../Database.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
-import { makeProcessSql, type ProcessRow } from "./ProcessSql.ts"
+import { type BeatFigures, makeProcessSql, type ProcessRow } from "./ProcessSql.ts"
 
 /** What a process registers. */
 export interface ProcessInfo {
@@ -49,8 +49,8 @@ export class Processes extends Context.Service<
   Processes,
   {
     readonly register: (info: ProcessInfo) => Effect.Effect<void, DatabaseError>
-    /** Records a beat; false if the row is gone (this process was taken for dead). */
-    readonly beat: (id: string, busy: number, capacity: number) => Effect.Effect<boolean, DatabaseError>
+    /** Records a beat and the process's figures; false if the row is gone (this process was taken for dead). */
+    readonly beat: (id: string, figures: BeatFigures) => Effect.Effect<boolean, DatabaseError>
     readonly unregister: (id: string) => Effect.Effect<void, DatabaseError>
     readonly list: Effect.Effect<ReadonlyArray<ProcessRow>, DatabaseError>
     /** Finds processes silent past the threshold, releases their claims, deletes them. */
@@ -84,8 +84,8 @@ export class Processes extends Context.Service<
           )
         ).pipe(Effect.asVoid, Effect.mapError(toDatabaseError("register process")))
 
-      const beat = (id: string, busy: number, capacity: number) =>
-        Effect.flatMap(statementNow, (now) => statements.processBeat(id, busy, capacity, now)).pipe(
+      const beat = (id: string, figures: BeatFigures) =>
+        Effect.flatMap(statementNow, (now) => statements.processBeat(id, figures, now)).pipe(
           Effect.map((rows) => rows.length > 0),
           Effect.mapError(toDatabaseError("process heartbeat"))
         )

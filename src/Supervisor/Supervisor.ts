@@ -19,6 +19,7 @@ import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
 import { JobClient, servedQueues } from "../Job/JobClient.ts"
 import { checkSchemaVersion } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
+import { QueueStates } from "../Queue/QueueStates.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { Registry } from "../Registry.ts"
 import { VERSION } from "../version.ts"
@@ -72,6 +73,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const batchSweep = yield* BatchSweep
     const processedEvents = yield* ProcessedEvents
     const outbox = yield* Outbox
+    const queueStates = yield* QueueStates
     const readiness = yield* Ref.make<Readiness>("BOOTING")
     const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher"]
     const allCapsules = options.capsules
@@ -166,6 +168,19 @@ export const runWith = (options: SupervisorOptions = {}) =>
       yield* processes.reapStale.pipe(Effect.tapError(() => noteTrouble))
     })
 
+    // jobs/s over the interval since the previous beat
+    let lastBeat = { at: yield* Clock.currentTimeMillis, finished: 0 }
+    const beatFigures = Effect.map(Clock.currentTimeMillis, (at) => {
+      const succeeded = stats.reduce((n, s) => n + s.succeeded, 0)
+      const failed = stats.reduce((n, s) => n + s.retried + s.deadLettered, 0)
+      const finished = succeeded + failed
+      const seconds = (at - lastBeat.at) / 1000
+      const jobsPerSecond = seconds > 0 ? (finished - lastBeat.finished) / seconds : 0
+      lastBeat = { at, finished }
+      const busy = stats.reduce((n, s) => n + s.running, 0)
+      return { busy, capacity, succeeded, failed, jobsPerSecond }
+    })
+
     // the first beat one interval after the registration, which wrote the same figures
     yield* Effect.forkScoped(
       Effect.andThen(
@@ -173,8 +188,9 @@ export const runWith = (options: SupervisorOptions = {}) =>
         repeatMaintenance(
           "process heartbeat",
           Effect.gen(function* () {
-            const busy = stats.reduce((n, s) => n + s.running, 0)
-            const alive = yield* processes.beat(processId, busy, capacity).pipe(Effect.tapError(() => noteTrouble))
+            const alive = yield* Effect.flatMap(beatFigures, (figures) => processes.beat(processId, figures)).pipe(
+              Effect.tapError(() => noteTrouble)
+            )
             if (!alive) {
               yield* Effect.logError(
                 "pgbus: this process was taken for dead (no beat within the stale threshold); its claims were released; registering again"
@@ -266,6 +282,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     }
 
     if (runsWorkers) {
+      const paused = yield* queueStates.watch
       yield* Effect.forkScoped(
         Effect.forEach(
           capsules,
@@ -280,7 +297,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
                   registry,
                   processId,
                   recordBatchOutcomes: batches.recordOutcomes,
-                  onFirstClaim: firstClaimOf(i)
+                  onFirstClaim: firstClaimOf(i),
+                  paused
                 },
                 stats[i]!
               )

@@ -21,6 +21,7 @@ import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
 import type { Notifier } from "../Queue/Notifier.ts"
 import { pollDelay } from "../Queue/Notifier.ts"
 import * as QueueName from "../Queue/QueueName.ts"
+import type { PausedQueues } from "../Queue/QueueStates.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
 import type { Registry } from "../Registry.ts"
 import type { Capsule } from "./Capsule.ts"
@@ -53,6 +54,8 @@ export interface WorkerDeps {
   readonly recordBatchOutcomes?: ((outcomes: ReadonlyArray<MemberOutcome>) => Effect.Effect<void>) | undefined
   /** Runs once, when the worker's first claim has ended (claimed, found nothing, or failed). */
   readonly onFirstClaim?: Effect.Effect<void> | undefined
+  /** Paused queues (QueueStates.watch): the worker claims nothing from them, locally dispatched or read. */
+  readonly paused?: PausedQueues | undefined
 }
 
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
@@ -133,7 +136,7 @@ export const makeStats = (capsule: Capsule): WorkerStats => ({
  */
 export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats) =>
   Effect.gen(function* () {
-    const { config, store, notifier, registry, processId, recordBatchOutcomes } = deps
+    const { config, store, notifier, registry, processId, recordBatchOutcomes, paused } = deps
     let onFirstClaim = deps.onFirstClaim
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
     const reads = capsule.queues.flatMap((q) => {
@@ -165,6 +168,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       const free = total - stats.running - stats.buffered
       return prefetchLimit === undefined ? free : Math.min(free, prefetchLimit - inFlight.size)
     }
+    const isPaused = (queue: string) => paused?.isPaused(QueueName.physicalOf(config.queuePrefix, queue)) === true
     const refillAt = Math.max(1, Math.floor(total / 2))
     /** While the queues have more: claim once half the room is free, or when nothing is buffered. */
     const worthClaiming = () => {
@@ -401,6 +405,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
             more = true
             break
           }
+          if (isPaused(queue)) continue
           if (cursor === undefined) read.add(queue)
           const got = yield* readOne(queue, cursor, want, withArchive)
           for (const m of got.messages) inFlight.add(m)
@@ -491,10 +496,11 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     )
     if (config.localDispatch && localQueues.length > 0) {
       yield* notifier.offerLocal(localQueues, {
-        reserve: (_queue, request) => {
+        reserve: (physicalQueue, request) => {
           // with more to read, only a worker of one queue (no priority order to keep), and only
           // for a message that may overtake the others (a woken step, not a job)
           if (stopping || room() <= 0 || (queuesMayHaveMore && (reads.length > 1 || request.inOrder))) return undefined
+          if (paused?.isPaused(physicalQueue) === true) return undefined
           // a message this process cannot run goes the usual way, to a process that can
           const known =
             "job" in request.runs ? registry.jobs.has(request.runs.job) : registry.workflows.has(request.runs.workflow)

@@ -1,0 +1,147 @@
+/**
+ * Read-only statements on queue tables for operators: a queue's figures by job state, job
+ * listings by state, and dead letters filtered by error class. Queue names reach this module
+ * validated and are bound as quoted identifiers.
+ *
+ * A message's state follows from its columns: `ready` (visible now), `running` (claimed, its
+ * visibility ahead), `retrying` (a failure recorded, waiting out its backoff), `scheduled`
+ * (enqueued for later); `archived` rows are in the archive.
+ *
+ * @since 0.1.0
+ */
+import type { SqlClient, Statement } from "effect/sql"
+
+/** The states of a queued message. */
+export const JobStates = ["ready", "scheduled", "running", "retrying"] as const
+export type JobState = (typeof JobStates)[number] | "archived"
+
+/** A queue's figures. */
+export interface QueueFiguresRow {
+  readonly depth: bigint
+  readonly ready: bigint
+  readonly scheduled: bigint
+  readonly running: bigint
+  readonly retrying: bigint
+  readonly oldest_age_ms: number | null
+  /** Age of the oldest claimable message since it became claimable (0 when none is claimable). */
+  readonly claimable_latency_ms: number | null
+  readonly archived: bigint
+}
+
+/** A listed message with its state. */
+export interface JobRow {
+  readonly msg_id: bigint
+  readonly read_ct: number
+  readonly enqueued_at: Date
+  readonly vt: Date
+  readonly message: unknown
+  readonly headers: unknown
+  readonly last_error: unknown
+  readonly claimed_by: string | null
+  readonly archived_at: Date | null
+  readonly state: JobState
+}
+
+/** A dead letter with its block's fields. */
+export interface DeadLetterRow {
+  readonly msg_id: bigint
+  readonly read_ct: number
+  readonly enqueued_at: Date
+  readonly message: unknown
+  readonly headers: unknown
+}
+
+/** Builds the statements for one schema. */
+export const makeQueueQuerySql = (sql: SqlClient.SqlClient, schema: string) => {
+  const messages = (physical: string) => sql(`${schema}.q_${physical}`)
+  const archive = (physical: string) => sql(`${schema}.a_${physical}`)
+  const NOW = (now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
+
+  const stateOf = (now: Date | null) => sql`CASE
+      WHEN vt <= ${NOW(now)} THEN 'ready'
+      WHEN claimed_by IS NOT NULL THEN 'running'
+      WHEN last_error IS NOT NULL THEN 'retrying'
+      ELSE 'scheduled' END`
+
+  const queueFigures = (physical: string, now: Date | null) =>
+    sql<QueueFiguresRow>`SELECT count(*) AS depth,
+        count(*) FILTER (WHERE vt <= ${NOW(now)}) AS ready,
+        count(*) FILTER (WHERE vt > ${NOW(now)} AND claimed_by IS NULL AND last_error IS NULL) AS scheduled,
+        count(*) FILTER (WHERE vt > ${NOW(now)} AND claimed_by IS NOT NULL) AS running,
+        count(*) FILTER (WHERE vt > ${NOW(now)} AND claimed_by IS NULL AND last_error IS NOT NULL) AS retrying,
+        (extract(epoch FROM ${NOW(now)} - min(enqueued_at)) * 1000)::float8 AS oldest_age_ms,
+        coalesce((extract(epoch FROM ${NOW(now)} - min(vt) FILTER (WHERE vt <= ${NOW(now)})) * 1000)::float8, 0)
+          AS claimable_latency_ms,
+        (SELECT count(*) FROM ${archive(physical)}) AS archived
+      FROM ${messages(physical)}`
+
+  const byId = (afterId: bigint | null): Statement.Fragment =>
+    afterId === null ? sql`true` : sql`msg_id > ${afterId}::int8`
+
+  /** Messages of a queue in id order, optionally of one state, after a cursor. */
+  const jobsList = (
+    physical: string,
+    state: JobState | null,
+    job: string | null,
+    afterId: bigint | null,
+    limit: number,
+    now: Date | null
+  ) => {
+    const ofJob = job === null ? sql`true` : sql`message ->> 'job' = ${job}`
+    if (state === "archived") {
+      return sql<JobRow>`SELECT msg_id, read_ct, enqueued_at, vt, message, headers, NULL::jsonb AS last_error,
+          NULL::text AS claimed_by, archived_at, 'archived' AS state
+        FROM ${archive(physical)} WHERE ${byId(afterId)} AND ${ofJob} ORDER BY msg_id LIMIT ${limit}`
+    }
+    return sql<JobRow>`SELECT * FROM (
+        SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, claimed_by,
+          NULL::timestamptz AS archived_at, ${stateOf(now)} AS state
+        FROM ${messages(physical)} WHERE ${byId(afterId)} AND ${ofJob}) m
+      WHERE ${state === null ? sql`true` : sql`m.state = ${state}`}
+      ORDER BY msg_id LIMIT ${limit}`
+  }
+
+  /** One archived message. */
+  const archivedGet = (physical: string, msgId: bigint) =>
+    sql<JobRow>`SELECT msg_id, read_ct, enqueued_at, vt, message, headers, NULL::jsonb AS last_error,
+        NULL::text AS claimed_by, archived_at, 'archived' AS state
+      FROM ${archive(physical)} WHERE msg_id = ${msgId}`
+
+  /** One queued message with its state. */
+  const jobGet = (physical: string, msgId: bigint, now: Date | null) =>
+    sql<JobRow>`SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, claimed_by,
+        NULL::timestamptz AS archived_at, ${stateOf(now)} AS state
+      FROM ${messages(physical)} WHERE msg_id = ${msgId}`
+
+  const ofErrorClass = (errorClass: string | null) =>
+    errorClass === null ? sql`true` : sql`headers -> 'pgbus_dead_letter' ->> 'error_class' = ${errorClass}`
+
+  /** Dead letters of a dead-letter queue in id order, optionally of one error class. */
+  const deadLettersList = (physical: string, errorClass: string | null, afterId: bigint | null, limit: number) =>
+    sql<DeadLetterRow>`SELECT msg_id, read_ct, enqueued_at, message, headers FROM ${messages(physical)}
+      WHERE ${byId(afterId)} AND ${ofErrorClass(errorClass)}
+      ORDER BY msg_id LIMIT ${limit}`
+
+  /** How many dead letters a filter matches. */
+  const deadLettersCount = (physical: string, errorClass: string | null) =>
+    sql<{ readonly n: bigint }>`SELECT count(*) AS n FROM ${messages(physical)} WHERE ${ofErrorClass(errorClass)}`
+
+  /** Dead letters per error class (the filter's choices). */
+  const deadLetterClasses = (physical: string) =>
+    sql<{ readonly error_class: string | null; readonly n: bigint }>`SELECT
+        headers -> 'pgbus_dead_letter' ->> 'error_class' AS error_class, count(*) AS n
+      FROM ${messages(physical)} GROUP BY 1 ORDER BY 2 DESC`
+
+  return {
+    queueFigures,
+    jobsList,
+    jobGet,
+    archivedGet,
+    deadLettersList,
+    deadLettersCount,
+    deadLetterClasses
+  }
+}
+
+/** The statements of one schema. */
+export type QueueQuerySql = ReturnType<typeof makeQueueQuerySql>
