@@ -1,0 +1,396 @@
+import { createServer } from "node:net"
+import { assert, describe, layer } from "@effect/vitest"
+import { Effect, Layer, Schema } from "effect"
+import * as Http from "../src/Http/Http.ts"
+import type { Failure } from "../src/Queue/Message.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { Registry } from "../src/Registry.ts"
+import { performNextStep } from "../src/Testing/Workflows.ts"
+import { WorkflowClient } from "../src/Workflow/Client.ts"
+import * as Workflow from "../src/Workflow/Workflow.ts"
+import { type Call, webCaller } from "./support/http.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+let n = 0
+const unique = (base: string) => `${base}_${n++}`
+const Payload = Schema.Struct({ id: Schema.Number })
+const failure: Failure = { errorClass: "SmtpError", message: "refused", attempt: 1 }
+
+const Flow = Workflow.make(
+  "HttpFlow",
+  { payload: Payload, signals: { go: Schema.Struct({ n: Schema.Number }) } },
+  function* ({ payload, waitForSignal }) {
+    yield* Workflow.step("first", Effect.succeed(payload.id))
+    const go = yield* waitForSignal("go")
+    yield* Workflow.sleep("nap", "1 hour")
+    return go.n
+  }
+)
+const step = (id: string) => performNextStep(id).pipe(Effect.provide(Registry.layer([Flow])))
+
+/** The API with a header-driven caller: `x-role` (read|write|deny) and `x-tenant`. */
+const hooked: Http.ApiOptions = {
+  resolveContext: (request) => {
+    const tenant = request.headers["x-tenant"]
+    return tenant === "forbidden" ? Effect.fail(new Error("unknown tenant")) : Effect.succeed({ resourceId: tenant })
+  },
+  authorize: (request) => {
+    const role = request.headers["x-role"]
+    if (role === "deny" || role === undefined) return Effect.fail(new Error("no session"))
+    return Effect.succeed({ actor: "alice", role: role === "write" ? "write" : "read" })
+  }
+}
+const writer = { "x-role": "write" }
+const reader = { "x-role": "read" }
+const api = "/pgbus/api"
+
+const withApi = (options: Http.ApiOptions) => webCaller(Http.layer(options))
+
+/** Starts a run, runs its first step: it waits for `go`. */
+const waitingRun = (resourceId?: string) =>
+  Effect.gen(function* () {
+    const run = yield* Flow.start({ id: 1 }, resourceId === undefined ? {} : { resourceId })
+    yield* step(run.id)
+    return run.id
+  })
+
+const deadLetter = (queue: string) =>
+  Effect.gen(function* () {
+    const store = yield* QueueStore
+    yield* store.create(queue)
+    yield* store.send(queue, { job: "Mail", payload: { secret: "x" } })
+    const [m] = yield* store.read(queue)
+    yield* store.moveToDeadLetter(queue, m!, { source: "worker", failure })
+    return `${queue}_dlq:${m!.msgId}`
+  })
+
+layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestServices: true, timeout: "60 seconds" })(
+  "json api",
+  (it) => {
+    describe("reads", () => {
+      it.effect("every read route answers; payloads are redacted for readers; OpenAPI and docs are served", () =>
+        Effect.gen(function* () {
+          const call: Call = yield* withApi({})
+          const queue = unique("readq")
+          const dlqId = yield* deadLetter(queue)
+          const store = yield* QueueStore
+          const msgId = yield* store.send(queue, { job: "Mail", payload: { to: "a" } })
+          const runId = yield* waitingRun()
+
+          const routes = [
+            "/health",
+            "/overview",
+            "/processes",
+            "/queues",
+            `/queues/${queue}`,
+            `/queues/${queue}/jobs?state=ready&limit=10`,
+            `/queues/${queue}/jobs/${msgId}`,
+            `/dead-letters?queue=${queue}&errorClass=SmtpError`,
+            `/dead-letters/${dlqId}`,
+            "/workflows?workflow=HttpFlow&status=waiting,ready",
+            "/workflows/counts?workflow=HttpFlow",
+            "/workflows/attention",
+            "/workflows/definitions?windowMs=3600000",
+            "/workflows/definitions/HttpFlow",
+            `/workflows/${runId}`,
+            "/events",
+            "/outbox?state=pending",
+            "/batches?status=pending"
+          ]
+          for (const route of routes) {
+            const answer = yield* call("GET", `${api}${route}`)
+            assert.strictEqual(answer.status, 200, `${route}: ${answer.text}`)
+            assert.include(answer.contentType, "application/json", route)
+          }
+
+          const job = yield* call("GET", `${api}/queues/${queue}/jobs/${msgId}`)
+          assert.strictEqual(job.json.payload, "[redacted]")
+          const dead = yield* call("GET", `${api}/dead-letters/${dlqId}`)
+          assert.deepStrictEqual([dead.json.errorClass, dead.json.payload], ["SmtpError", "[redacted]"])
+          const run = yield* call("GET", `${api}/workflows/${runId}`)
+          assert.strictEqual(run.json.run.status, "waiting")
+          assert.include(run.json.run.description, "Waiting for signal `go`")
+          assert.deepStrictEqual(run.json.run.availableActions, ["pause", "cancel", "skip", "signal"])
+          assert.strictEqual(run.json.run.payload, "[redacted]")
+          const list = yield* call("GET", `${api}/workflows?workflow=HttpFlow&limit=1`)
+          assert.strictEqual(list.json.runs.length, 1)
+
+          const openapi = yield* call("GET", `${api}/openapi.json`)
+          assert.strictEqual(openapi.status, 200)
+          assert.strictEqual(openapi.json.info.title, "effect-pgbus operations API")
+          assert.property(openapi.json.paths, `${api}/workflows/{id}/cancel`)
+          assert.property(openapi.json.paths, `${api}/queues/{queue}/pause`)
+          const docs = yield* call("GET", `${api}/docs`)
+          assert.strictEqual(docs.status, 200)
+          assert.include(docs.contentType, "text/html")
+
+          const live = yield* call("GET", `${api}/livez`)
+          assert.strictEqual(live.status, 200)
+          const ready = yield* call("GET", `${api}/readyz`)
+          assert.include(["OK", "DEGRADED"], ready.json.status)
+          assert.strictEqual(ready.status, 200)
+
+          const missing = yield* call("GET", `${api}/workflows/00000000-0000-4000-8000-000000000000`)
+          assert.deepStrictEqual([missing.status, missing.json.error], [404, "not_found"])
+          const noQueue = yield* call("GET", `${api}/queues/nope_nope`)
+          assert.strictEqual(noQueue.status, 404)
+          const badLimit = yield* call("GET", `${api}/workflows?limit=abc`)
+          assert.deepStrictEqual([badLimit.status, badLimit.json.error], [400, "validation"])
+          const badStatus = yield* call("GET", `${api}/workflows?status=sleeping`)
+          assert.strictEqual(badStatus.status, 400)
+          const badTime = yield* call("GET", `${api}/workflows?createdFrom=yesterday`)
+          assert.strictEqual(badTime.status, 400)
+        })
+      )
+
+      it.effect("a writer with payloads allowed sees them", () =>
+        Effect.gen(function* () {
+          const call = yield* withApi(hooked)
+          const queue = unique("payq")
+          const store = yield* QueueStore
+          yield* store.create(queue)
+          const msgId = yield* store.send(queue, { job: "Mail", payload: { to: "a", token: "t0ps3cret" } })
+          const asWriter = yield* call("GET", `${api}/queues/${queue}/jobs/${msgId}`, undefined, writer)
+          assert.deepStrictEqual(asWriter.json.payload, { job: "Mail", payload: { to: "a", token: "[FILTERED]" } })
+          const asReader = yield* call("GET", `${api}/queues/${queue}/jobs/${msgId}`, undefined, reader)
+          assert.strictEqual(asReader.json.payload, "[redacted]")
+        })
+      )
+    })
+
+    describe("closed by default", () => {
+      it.effect("writes answer 403 without a hook, 401 when the hook refuses, 403 to a reader", () =>
+        Effect.gen(function* () {
+          const open = yield* withApi({})
+          const runId = yield* waitingRun()
+          const noHook = yield* open("POST", `${api}/workflows/${runId}/cancel`, { reason: "x" })
+          assert.deepStrictEqual([noHook.status, noHook.json.error], [403, "forbidden"])
+          assert.include(noHook.json.message, "no authorize hook")
+          const queue = unique("closedq")
+          yield* (yield* QueueStore).create(queue)
+          const noPause = yield* open("POST", `${api}/queues/${queue}/pause`, {})
+          assert.strictEqual(noPause.status, 403)
+
+          const call = yield* withApi(hooked)
+          const denied = yield* call("POST", `${api}/workflows/${runId}/cancel`, {}, { "x-role": "deny" })
+          assert.deepStrictEqual([denied.status, denied.json.error], [401, "unauthorized"])
+          const deniedRead = yield* call("GET", `${api}/queues`, undefined, { "x-role": "deny" })
+          assert.strictEqual(deniedRead.status, 401)
+          const badTenant = yield* call("GET", `${api}/workflows`, undefined, { ...reader, "x-tenant": "forbidden" })
+          assert.strictEqual(badTenant.status, 401)
+          const asReader = yield* call("POST", `${api}/workflows/${runId}/cancel`, {}, reader)
+          assert.deepStrictEqual([asReader.status, asReader.json.error], [403, "forbidden"])
+          assert.strictEqual((yield* (yield* WorkflowClient).get(runId)).info.status, "waiting", "nothing changed")
+
+          const done = yield* call("POST", `${api}/workflows/${runId}/cancel`, { reason: "customer asked" }, writer)
+          assert.strictEqual(done.status, 200, done.text)
+          assert.strictEqual(done.json.run.status, "cancelled")
+          const events = yield* (yield* WorkflowClient).events(runId)
+          const cancelled = events.find((e) => e.type === "cancelled")
+          assert.deepStrictEqual([cancelled?.actor, cancelled?.reason], ["api:alice", "customer asked"])
+        })
+      )
+
+      it.effect(
+        "tenant scoping: another tenant's run is 404, lists hold only the caller's, cluster routes are 403",
+        () =>
+          Effect.gen(function* () {
+            const call = yield* withApi(hooked)
+            const mine = yield* waitingRun("acme")
+            const theirs = yield* waitingRun("globex")
+            const acme = { ...writer, "x-tenant": "acme" }
+            assert.strictEqual((yield* call("GET", `${api}/workflows/${mine}`, undefined, acme)).status, 200)
+            const other = yield* call("GET", `${api}/workflows/${theirs}`, undefined, acme)
+            assert.deepStrictEqual([other.status, other.json.error], [404, "not_found"])
+            const act = yield* call("POST", `${api}/workflows/${theirs}/pause`, {}, acme)
+            assert.strictEqual(act.status, 404)
+            assert.strictEqual((yield* (yield* WorkflowClient).get(theirs)).info.status, "waiting")
+            const list = yield* call("GET", `${api}/workflows?workflow=HttpFlow`, undefined, acme)
+            assert.isTrue(list.json.runs.length >= 1)
+            assert.isTrue(list.json.runs.every((r: { resourceId: string }) => r.resourceId === "acme"))
+            const bulk = yield* call("POST", `${api}/workflows/bulk/pause`, { ids: [mine, theirs] }, acme)
+            assert.deepStrictEqual([bulk.json.moved, bulk.json.alreadyMovedOn], [1, 1])
+            assert.strictEqual((yield* (yield* WorkflowClient).get(theirs)).info.status, "waiting")
+            const queues = yield* call("GET", `${api}/queues`, undefined, acme)
+            assert.strictEqual(queues.status, 403)
+            const health = yield* call("GET", `${api}/health`, undefined, acme)
+            assert.strictEqual(health.status, 200, "the verdict carries no tenant data")
+          })
+      )
+    })
+
+    describe("writes", () => {
+      it.effect("every workflow verb goes through its guard; an illegal one is 409 with the current status", () =>
+        Effect.gen(function* () {
+          // with the workflow registered in the API's process, signals are checked against its Schemas
+          const call = yield* withApi(hooked).pipe(Effect.provide(Registry.layer([Flow])))
+          const id = yield* waitingRun()
+          const run = `${api}/workflows/${id}`
+
+          const illegal = yield* call("POST", `${run}/resume`, {}, writer)
+          assert.deepStrictEqual(
+            [illegal.status, illegal.json.error, illegal.json.status],
+            [409, "conflict", "waiting"]
+          )
+          assert.deepStrictEqual(illegal.json.allowed, ["pause", "cancel", "skip", "signal"])
+          const mismatch = yield* call("POST", `${run}/pause`, { expectedStatus: "ready" }, writer)
+          assert.deepStrictEqual([mismatch.status, mismatch.json.status], [409, "waiting"])
+
+          const badSignal = yield* call("POST", `${run}/signal`, { name: "go", payload: { n: "not a number" } }, writer)
+          assert.strictEqual(badSignal.status, 400, "the declared Schema checks the payload")
+          const signalled = yield* call(
+            "POST",
+            `${run}/signal`,
+            { name: "go", payload: { n: 7 }, idempotencyKey: "k1" },
+            writer
+          )
+          assert.strictEqual(signalled.status, 200, signalled.text)
+          assert.isFalse(signalled.json.signal.duplicate)
+          const again = yield* call(
+            "POST",
+            `${run}/signal`,
+            { name: "go", payload: { n: 7 }, idempotencyKey: "k1" },
+            writer
+          )
+          assert.isTrue(again.json.signal.duplicate)
+          yield* step(id)
+          const napping = yield* call("GET", run, undefined, writer)
+          assert.deepStrictEqual([napping.json.run.status, napping.json.run.currentStep], ["ready", "nap"])
+
+          const at = new Date(Date.now() + 7_200_000).toISOString()
+          const rescheduled = yield* call("POST", `${run}/reschedule`, { at, reason: "later" }, writer)
+          assert.strictEqual(rescheduled.status, 200, rescheduled.text)
+          const badAt = yield* call("POST", `${run}/reschedule`, { at: "soon" }, writer)
+          assert.strictEqual(badAt.status, 400)
+          const now = yield* call("POST", `${run}/run-now`, {}, writer)
+          assert.strictEqual(now.status, 200, now.text)
+          const paused = yield* call("POST", `${run}/pause`, { reason: "look" }, writer)
+          assert.strictEqual(paused.json.run.status, "paused")
+          const resumedAt = yield* call("POST", `${run}/resume-at`, { step: "first" }, writer)
+          assert.strictEqual(resumedAt.status, 200, resumedAt.text)
+          yield* call("POST", `${run}/pause`, {}, writer)
+          const unknownStep = yield* call("POST", `${run}/resume-at`, { step: "nope" }, writer)
+          assert.strictEqual(unknownStep.status, 404)
+          const resumed = yield* call("POST", `${run}/resume`, {}, writer)
+          assert.strictEqual(resumed.status, 200)
+          const cancelled = yield* call("POST", `${run}/cancel`, {}, writer)
+          assert.strictEqual(cancelled.json.run.status, "cancelled")
+          const rerun = yield* call("POST", `${run}/rerun`, { reason: "try again" }, writer)
+          assert.strictEqual(rerun.status, 200, rerun.text)
+          assert.notStrictEqual(rerun.json.run.id, id)
+
+          const waiting = yield* waitingRun()
+          const skipped = yield* call("POST", `${api}/workflows/${waiting}/skip`, {}, writer)
+          assert.strictEqual(skipped.status, 200, skipped.text)
+          assert.notStrictEqual(skipped.json.run.status, "waiting")
+
+          const badBody = yield* call("POST", `${run}/pause`, { expectedStatus: "sleeping" }, writer)
+          assert.deepStrictEqual([badBody.status, badBody.json.error], [400, "validation"])
+        })
+      )
+
+      it.effect("a bulk verb of 600 runs is refused; on a filter it is capped at 500, already-moved-on counted", () =>
+        Effect.gen(function* () {
+          const call = yield* withApi(hooked)
+          const Many = Workflow.make("HttpMany", { payload: Payload }, function* () {
+            return yield* Workflow.step("only", Effect.succeed(1))
+          })
+          const runs = yield* Effect.forEach(
+            Array.from({ length: 600 }, (_, i) => i),
+            (id) => Many.start({ id }),
+            {
+              concurrency: 20
+            }
+          )
+          const ids = runs.map((r) => r.id)
+          const refused = yield* call("POST", `${api}/workflows/bulk/cancel`, { ids }, writer)
+          assert.deepStrictEqual([refused.status, refused.json.error], [400, "validation"])
+          assert.include(refused.json.message, "at most 500")
+          yield* call("POST", `${api}/workflows/${ids[0]}/pause`, {}, writer)
+          const capped = yield* call(
+            "POST",
+            `${api}/workflows/bulk/cancel`,
+            { filter: { workflow: "HttpMany", status: ["ready", "paused"] }, reason: "cleanup" },
+            writer
+          )
+          assert.strictEqual(capped.status, 200, capped.text)
+          assert.deepStrictEqual([capped.json.requested, capped.json.moved, capped.json.capped], [500, 500, true])
+          const rest = yield* call("POST", `${api}/workflows/bulk/cancel`, { ids: ids.slice(0, 550) }, writer)
+          assert.deepStrictEqual([rest.status, rest.json.error], [400, "validation"])
+          const tail = yield* call("POST", `${api}/workflows/bulk/cancel`, { ids: ids.slice(100, 600) }, writer)
+          assert.deepStrictEqual([tail.json.requested, tail.json.moved, tail.json.alreadyMovedOn], [500, 100, 400])
+          assert.include(tail.json.summary, "400 had already moved on")
+        })
+      )
+
+      it.effect("queue pause, resume and purge; dead-letter retry, discard and bulk", () =>
+        Effect.gen(function* () {
+          const call = yield* withApi(hooked)
+          const queue = unique("writeq")
+          const dlqId = yield* deadLetter(queue)
+          const second = yield* deadLetter(queue)
+          const third = yield* deadLetter(queue)
+
+          const paused = yield* call("POST", `${api}/queues/${queue}/pause`, { reason: "incident 42" }, writer)
+          assert.strictEqual(paused.status, 200, paused.text)
+          assert.deepStrictEqual(
+            [paused.json.paused, paused.json.pause.actor, paused.json.pause.reason],
+            [true, "api:alice", "incident 42"]
+          )
+          const resumed = yield* call("POST", `${api}/queues/${queue}/resume`, {}, writer)
+          assert.isFalse(resumed.json.paused)
+
+          const retried = yield* call("POST", `${api}/dead-letters/${dlqId}/retry`, {}, writer)
+          assert.strictEqual(retried.status, 200, retried.text)
+          const gone = yield* call("POST", `${api}/dead-letters/${dlqId}/retry`, {}, writer)
+          assert.strictEqual(gone.status, 404)
+          const discarded = yield* call("POST", `${api}/dead-letters/${second}/discard`, {}, writer)
+          assert.isTrue(discarded.json.discarded)
+          const bulk = yield* call("POST", `${api}/dead-letters/retry`, { ids: [second, third] }, writer)
+          assert.deepStrictEqual([bulk.json.moved, bulk.json.alreadyMovedOn], [1, 1])
+          yield* deadLetter(queue)
+          const discardAll = yield* call(
+            "POST",
+            `${api}/dead-letters/discard`,
+            { queue, errorClass: "SmtpError" },
+            writer
+          )
+          assert.deepStrictEqual([discardAll.json.requested, discardAll.json.moved], [1, 1])
+          const tooMany = yield* call(
+            "POST",
+            `${api}/dead-letters/retry`,
+            { ids: Array.from({ length: 501 }, (_, i) => `${queue}_dlq:${i + 1}`) },
+            writer
+          )
+          assert.strictEqual(tooMany.status, 400)
+
+          const purged = yield* call("POST", `${api}/queues/${queue}/purge`, { reason: "reset" }, writer)
+          assert.deepStrictEqual([purged.status, purged.json.purged], [200, 2])
+          const badId = yield* call("POST", `${api}/dead-letters/not-an-id/retry`, {}, writer)
+          assert.strictEqual(badId.status, 400)
+        })
+      )
+    })
+
+    it.effect("serves standalone on a port of its own", () =>
+      Effect.gen(function* () {
+        const port = yield* Effect.promise(
+          () =>
+            new Promise<number>((resolve) => {
+              const probe = createServer()
+              probe.listen(0, "127.0.0.1", () => {
+                const address = probe.address()
+                probe.close(() => resolve(typeof address === "object" && address ? address.port : 0))
+              })
+            })
+        )
+        const context = yield* Effect.context<Http.ApiRequirements>()
+        yield* Layer.build(Http.serve({ port }).pipe(Layer.provide(Layer.succeedContext(context))))
+        const response = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/pgbus/api/health`))
+        assert.strictEqual(response.status, 200)
+        const body = (yield* Effect.promise(() => response.json())) as { status: string }
+        assert.include(["OK", "DEGRADED", "STALLED"], body.status)
+      })
+    )
+  }
+)
