@@ -9,6 +9,7 @@ import { Config, Console, Context, Effect, Layer, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import { PgBusConfig, type PgBusConfigInput } from "../Config.ts"
 import * as Database from "../Database.ts"
+import * as Metrics from "../Operations/Metrics.ts"
 import * as PgBus from "../PgBus.ts"
 import { DEAD_LETTER_HEADER } from "../Queue/Message.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
@@ -293,7 +294,11 @@ const start = Command.make(
             }
           }
           state.supervising = true
-          return yield* Supervisor.runWith({ roles, capsule }).pipe(Effect.provide(registry))
+          // /metrics on the health port samples the gauges; OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set
+          return yield* Supervisor.runWith({ roles, capsule }).pipe(
+            Effect.provide(Layer.mergeAll(Metrics.layer, Metrics.layerOtlp)),
+            Effect.provide(registry)
+          )
         })
       )
     })

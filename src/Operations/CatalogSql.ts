@@ -53,7 +53,13 @@ export const makeCatalogSql = (sql: SqlClient.SqlClient, schema: string) => {
       WHERE name IN ('autovacuum', 'autovacuum_naptime', 'autovacuum_vacuum_scale_factor', 'autovacuum_vacuum_cost_delay')
       ORDER BY name`
 
-  return { serverInfo, tableHealth, oldestTransaction, autovacuumSettings }
+  /** Connections of clients named `applicationName` on this database: open and idle (every process's pools). */
+  const clientConnections = (applicationName: string) =>
+    sql<{ readonly open: bigint; readonly idle: bigint }>`SELECT count(*) AS open,
+        count(*) FILTER (WHERE state = 'idle') AS idle
+      FROM pg_stat_activity WHERE datname = current_database() AND application_name = ${applicationName}`
+
+  return { serverInfo, tableHealth, oldestTransaction, autovacuumSettings, clientConnections }
 }
 
 /** The statements of one schema. */

@@ -17,7 +17,7 @@ import { Clock, Duration, Effect } from "effect"
 import { toDatabaseError } from "../Database.ts"
 import type { ProcessRow } from "../Supervisor/ProcessSql.ts"
 import { count, type Deps, inWords, iso } from "./Deps.ts"
-import type { ProcessSummary, Verdict } from "./Model.ts"
+import type { DatabaseHealth, ProcessSummary, Verdict } from "./Model.ts"
 import type { OperationsError } from "./OperationsError.ts"
 import type { makeQueues } from "./Queues.ts"
 
@@ -41,6 +41,9 @@ const capsulesOf = (row: ProcessRow): ReadonlyArray<CapsuleInfo> =>
           : []
       )
     : []
+
+/** The application name effect-pgbus's pools connect with (see `Database.clientOptions`). */
+const APPLICATION_NAME = "effect-pgbus"
 
 /** How long the verdict waits for the database before it says ERROR. */
 const VERDICT_TIMEOUT = Duration.seconds(5)
@@ -161,5 +164,32 @@ export const makeCluster = (deps: Deps, queues: ReturnType<typeof makeQueues>) =
     )
   )
 
-  return { processes: processList, verdict, summaryOf }
+  /** Table health, the oldest open transaction, effect-pgbus's connections, autovacuum settings. */
+  const database: Effect.Effect<DatabaseHealth, OperationsError> = Effect.gen(function* () {
+    const fail = toDatabaseError("read database statistics")
+    const tables = yield* catalog.tableHealth().pipe(Effect.mapError(fail))
+    const [oldest] = yield* catalog.oldestTransaction().pipe(Effect.mapError(fail))
+    const [connections] = yield* catalog.clientConnections(APPLICATION_NAME).pipe(Effect.mapError(fail))
+    const settings = yield* catalog.autovacuumSettings().pipe(Effect.mapError(fail))
+    return {
+      tables: tables.map((t) => {
+        const live = count(t.live_tuples)
+        const dead = count(t.dead_tuples)
+        return {
+          table: t.table,
+          liveTuples: live,
+          deadTuples: dead,
+          bloatRatio: live + dead === 0 ? 0 : dead / (live + dead),
+          lastVacuumAgeSeconds: t.last_vacuum_age_s,
+          lastAutovacuumAgeSeconds: t.last_autovacuum_age_s,
+          options: t.options ?? []
+        }
+      }),
+      oldestTransactionAgeMs: oldest?.age_ms ?? null,
+      connections: { open: count(connections?.open), idle: count(connections?.idle) },
+      settings: Object.fromEntries(settings.map((s) => [s.name, s.setting]))
+    }
+  })
+
+  return { processes: processList, verdict, summaryOf, database }
 }

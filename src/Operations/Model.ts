@@ -183,6 +183,29 @@ export const Verdict = Schema.Struct({
 })
 export type Verdict = typeof Verdict.Type
 
+/** One table of the schema: tuples, vacuum ages, autovacuum options. */
+export const TableHealth = Schema.Struct({
+  table: Schema.String,
+  liveTuples: Schema.Number,
+  deadTuples: Schema.Number,
+  /** dead / (dead + live); 0 for an empty table. */
+  bloatRatio: Schema.Number,
+  lastVacuumAgeSeconds: NullableNumber,
+  lastAutovacuumAgeSeconds: NullableNumber,
+  options: Schema.Array(Schema.String)
+})
+export type TableHealth = typeof TableHealth.Type
+
+/** The database as the metrics that tell when to tune see it. */
+export const DatabaseHealth = Schema.Struct({
+  tables: Schema.Array(TableHealth),
+  oldestTransactionAgeMs: NullableNumber,
+  /** Connections of effect-pgbus clients on the database, every process's pools together. */
+  connections: Schema.Struct({ open: Schema.Number, idle: Schema.Number }),
+  settings: Schema.Record(Schema.String, Schema.String)
+})
+export type DatabaseHealth = typeof DatabaseHealth.Type
+
 // ---- workflows ----
 
 /** The stuck reasons of a run. */

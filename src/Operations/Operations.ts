@@ -70,6 +70,7 @@ const build = (deps: Deps) => {
     overview,
     health: cluster.verdict,
     processes: cluster.processes,
+    database: cluster.database,
     queues: queues.queues,
     queue: queues.queue,
     pauseQueue: queues.pauseQueue,

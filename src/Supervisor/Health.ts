@@ -1,15 +1,34 @@
 /**
  * The supervisor's own health endpoints: `/livez` (the process is up) and a container-local
  * `/readyz` (this supervisor booted and its workers are healthy) for rolling deploys. Neither
- * touches the database.
+ * touches the database. `/metrics` serves the process's metrics in Prometheus's text format,
+ * after the `MetricsSampler` (which `Metrics.layer` provides) has sampled the gauges.
  *
  * @since 0.1.0
  */
 
 import { createServer } from "node:http"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer, Ref } from "effect"
+import { Context, Effect, Layer, Ref } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
+import { PrometheusMetrics } from "effect/observability"
+
+/**
+ * What runs before `/metrics` is formatted: samples the gauges that are read from the database
+ * (queue depths, runs by status, table health). Nothing by default; `Metrics.layer` provides it.
+ *
+ * @category references
+ */
+export const MetricsSampler = Context.Reference<Effect.Effect<void>>("effect-pgbus/MetricsSampler", {
+  defaultValue: () => Effect.void
+})
+
+/** The `/metrics` response: the sampler, then every metric in Prometheus's text format. */
+export const metricsResponse = (sample: Effect.Effect<void>) =>
+  sample.pipe(
+    Effect.andThen(PrometheusMetrics.format()),
+    Effect.map((text) => HttpServerResponse.text(text, { contentType: "text/plain; version=0.0.4; charset=utf-8" }))
+  )
 
 /** Readiness of one supervisor. Only `OK` answers 200. */
 export type Readiness = "BOOTING" | "OK" | "DEGRADED" | "DRAINING"
@@ -21,11 +40,12 @@ export interface ReadinessReport {
   readonly live: number
 }
 
-/** Serves `/livez` and `/readyz` on `host:port` until the scope closes. */
+/** Serves `/livez`, `/readyz` and `/metrics` on `host:port` until the scope closes. */
 export const serveHealth = (
   port: number,
   host: string,
-  readiness: Effect.Effect<ReadinessReport>
+  readiness: Effect.Effect<ReadinessReport>,
+  sample: Effect.Effect<void> = Effect.void
 ): Layer.Layer<never, never, never> => {
   const notAllowed = HttpServerResponse.text("method not allowed", { status: 405 })
   const routes = HttpRouter.use((router) =>
@@ -38,9 +58,11 @@ export const serveHealth = (
           HttpServerResponse.json(report, { status: report.status === "OK" ? 200 : 503 })
         )
       ),
+      router.add("GET", "/metrics", metricsResponse(sample)),
       ...(["POST", "PUT", "PATCH", "DELETE"] as const).flatMap((method) => [
         router.add(method, "/livez", notAllowed),
-        router.add(method, "/readyz", notAllowed)
+        router.add(method, "/readyz", notAllowed),
+        router.add(method, "/metrics", notAllowed)
       ])
     ])
   )

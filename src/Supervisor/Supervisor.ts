@@ -25,7 +25,7 @@ import { Registry } from "../Registry.ts"
 import { VERSION } from "../version.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
-import { type Readiness, serveHealth } from "./Health.ts"
+import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
 import { Processes } from "./Processes.ts"
 import { makeStats, readsFairly, runWorker, type WorkerStats } from "./Worker.ts"
 
@@ -277,7 +277,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
         const degraded = status === "OK" && live < stats.length
         return { status: degraded ? ("DEGRADED" as const) : status, expected: stats.length, live }
       })
-      yield* Layer.build(serveHealth(config.healthPort, config.healthBind, report))
+      yield* Layer.build(serveHealth(config.healthPort, config.healthBind, report, yield* MetricsSampler))
       yield* Effect.logInfo(`[pgbus] health endpoints on http://${config.healthBind}:${config.healthPort}`)
     }
 

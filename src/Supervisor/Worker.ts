@@ -8,13 +8,14 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
+import { Cause, Clock, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient } from "../Database.ts"
 import type { MemberOutcome } from "../Job/BatchMembership.ts"
 import { archivableByClaim, makeCompleter, type Outcome } from "../Job/Completer.ts"
-import { execute } from "../Job/Executor.ts"
+import { execute, jobOf } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
+import { countJob, timeJob } from "../Job/JobMetrics.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
 import { FairCursor } from "../Queue/FairShare.ts"
 import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
@@ -241,11 +242,29 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       )
     }
 
+    /** Counts and times a delivery that ended (an abandoned one did not). */
+    const recordOutcome = (m: Message, outcome: Outcome, startedAt: number) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        if (outcome._tag === "Abandoned") return Effect.void
+        const job = jobOf(registry, m).name
+        const counted =
+          outcome._tag === "Succeeded"
+            ? countJob(m.queue, job, "completed")
+            : Effect.andThen(
+                countJob(m.queue, job, "failed"),
+                countJob(m.queue, job, outcome._tag === "Retry" ? "retried" : "dead_lettered")
+              )
+        return Effect.andThen(counted, timeJob(m.queue, job, now - startedAt))
+      })
+
     const runOne = (m: Message) =>
       Effect.suspend(() => {
         stats.buffered = Math.max(0, stats.buffered - 1)
         stats.running++
-        return execute(registry, defaultPolicy, m).pipe(
+        return Clock.currentTimeMillis.pipe(
+          Effect.flatMap((startedAt) =>
+            execute(registry, defaultPolicy, m).pipe(Effect.tap((outcome) => recordOutcome(m, outcome, startedAt)))
+          ),
           Effect.onInterrupt(() => applyOutcome(m, { _tag: "Abandoned" })),
           Effect.flatMap((outcome) => Effect.uninterruptible(applyOutcome(m, outcome))),
           Effect.ensuring(

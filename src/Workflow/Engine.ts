@@ -22,6 +22,7 @@ import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { retryTransient, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import { makeBatcher, makeBatchGroup } from "../internal/Batcher.ts"
 import { boundedMemo } from "../internal/memo.ts"
+import { runSpan, stepSpan } from "../internal/span.ts"
 import * as Job from "../Job/Job.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
 import type { Message } from "../Queue/Message.ts"
@@ -1763,14 +1764,7 @@ const make = Effect.gen(function* () {
                     orElse: () => Effect.fail(new StepTimeout({ step: step.name, timeoutMs }))
                   })
                 )
-          ).pipe(
-            Effect.withSpan(
-              "pgbus.workflow.step",
-              { attributes: { workflow: def.name, workflow_id: runId, step: step.name, attempt: step.attempt } },
-              { captureStackTrace: false }
-            ),
-            Effect.exit
-          )
+          ).pipe(Effect.withSpan(...stepSpan(def.name, runId, step), { captureStackTrace: false }), Effect.exit)
           inStep = false
           const verbCalled = control as ControlVerb | undefined
           control = undefined
@@ -2511,13 +2505,7 @@ const make = Effect.gen(function* () {
       const claim = claimed[0]
       if (claim === undefined) return yield* unclaimed(registered, message, delivery)
       yield* run(claim, false)
-    }).pipe(
-      Effect.withSpan(
-        "pgbus.workflow.execute",
-        { attributes: { workflow: message.workflow, workflow_id: message.run, step_id: message.step ?? "" } },
-        { captureStackTrace: false }
-      )
-    )
+    }).pipe(Effect.withSpan(...runSpan(message.workflow, message.run), { captureStackTrace: false }))
 
   const next = (runId: string): Effect.Effect<NextWork, DatabaseError | RunNotFound> =>
     Effect.gen(function* () {

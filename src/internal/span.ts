@@ -14,3 +14,22 @@ export const hotSpan =
         ? self
         : self.pipe(Effect.withSpan(name, { attributes }, { captureStackTrace: false }))
     )
+
+/** The span of one workflow execution and its attributes, named as seed 004's tracing names them. */
+export const runSpan = (workflow: string, runId: string) =>
+  ["pgbus.workflow.run", { attributes: { "workflow.id": workflow, "workflow.run_id": runId } }] as const
+
+/** The span of one step attempt (`step.type` says which verb). */
+export const stepSpan = (workflow: string, runId: string, step: { readonly name: string; readonly attempt: number }) =>
+  [
+    "pgbus.step.run",
+    {
+      attributes: {
+        "workflow.id": workflow,
+        "workflow.run_id": runId,
+        "step.id": step.name,
+        "step.type": "run",
+        "step.attempt": step.attempt
+      }
+    }
+  ] as const

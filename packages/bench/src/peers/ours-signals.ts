@@ -92,7 +92,7 @@ class CountingSpan extends Tracer.NativeSpan {
 }
 // BENCH_OURS_TRACE=1: where the latency goes. Every span of the timed phase is stamped with
 // performance.now() (the driver's clock) when it starts and ends; spans are tied to a run by the
-// workflow_id of the span (pgbus.workflow.signal, .execute, .step) or of their execute ancestor.
+// the run id of the span (pgbus.workflow.signal, pgbus.workflow.run, pgbus.step.run) or of their run ancestor.
 const TRACE = process.env.BENCH_OURS_TRACE === "1"
 interface Stamp {
   readonly name: string
@@ -104,8 +104,8 @@ const stamps = new Map<string, Array<Stamp>>()
 const reads: Array<Stamp> = []
 const runOf = (span: Tracer.AnySpan | undefined): string | undefined => {
   for (let s = span; s !== undefined; s = s._tag === "Span" ? Option.getOrUndefined(s.parent) : undefined) {
-    if (s._tag === "Span" && s.name.startsWith("pgbus.workflow.")) {
-      const id = s.attributes.get("workflow_id")
+    if (s._tag === "Span" && (s.name.startsWith("pgbus.workflow.") || s.name.startsWith("pgbus.step."))) {
+      const id = s.attributes.get("workflow_id") ?? s.attributes.get("workflow.run_id")
       if (typeof id === "string") return id
     }
   }
@@ -197,8 +197,8 @@ const traceReport = (
   for (let i = 0; i < handles.length; i++) {
     const list = stamps.get(handles[i]!.id) ?? []
     const signal = list.find((x) => x.name === "pgbus.workflow.signal")
-    const exec = list.find((x) => x.name === "pgbus.workflow.execute")
-    const step = list.find((x) => x.name === "pgbus.workflow.step")
+    const exec = list.find((x) => x.name === "pgbus.workflow.run")
+    const step = list.find((x) => x.name === "pgbus.step.run")
     const body = recorder.startedAt[i]!
     if (signal === undefined || exec === undefined) continue
     execBusy += exec.end - exec.start

@@ -1,0 +1,48 @@
+/**
+ * The job metrics, recorded by the worker for every delivery that ends: counts by queue, job
+ * and status (`completed`, `failed`, and of the failures `retried` or `dead_lettered`), and run
+ * times by queue and job. Names as seed 002 gives them.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Metric } from "effect"
+import { boundedMemo } from "../internal/memo.ts"
+
+/** What ended a delivery, as the counter's `status` label says it. */
+export type JobStatus = "completed" | "failed" | "retried" | "dead_lettered"
+
+/** Job deliveries by queue, job and status. */
+export const jobCount = Metric.counter("pgbus_queue_job_count", {
+  description:
+    "job deliveries that ended, by queue, job and status (completed, failed; failed ones also retried or dead_lettered)"
+})
+
+/** Run time of job deliveries, in milliseconds, by queue and job. */
+export const jobDuration = Metric.histogram("pgbus_job_duration_ms", {
+  description: "run time of job deliveries in milliseconds, by queue and job",
+  boundaries: Metric.exponentialBoundaries({ start: 1, factor: 4, count: 10 })
+})
+
+const counterOf = boundedMemo((key) => {
+  const [queue, job, status] = key.split("\u0000")
+  return jobCount.pipe(Metric.withAttributes({ queue: queue!, job: job!, status: status! }))
+})
+
+const durationOf = boundedMemo((key) => {
+  const [queue, job] = key.split("\u0000")
+  return jobDuration.pipe(Metric.withAttributes({ queue: queue!, job: job! }))
+})
+
+/** Counts one status of a job on a queue (by 0 registers the series). */
+export const countJob = (queue: string, job: string, status: JobStatus, by = 1): Effect.Effect<void> =>
+  Metric.update(counterOf(`${queue}\u0000${job}\u0000${status}`), by)
+
+/** Records a delivery's run time. */
+export const timeJob = (queue: string, job: string, ms: number): Effect.Effect<void> =>
+  Metric.update(durationOf(`${queue}\u0000${job}`), ms)
+
+/** Registers every status of a job on a queue at 0, so its series exist before its first delivery. */
+export const registerJob = (queue: string, job: string): Effect.Effect<void> =>
+  Effect.forEach(["completed", "failed", "retried", "dead_lettered"] as const, (s) => countJob(queue, job, s, 0), {
+    discard: true
+  })
