@@ -159,16 +159,20 @@ layer(testLayer, { excludeTestServices: true, timeout: "30 seconds" })("pgbus cl
         "DEPTH",
         "VISIBLE",
         "OLDEST",
+        "LATENCY",
         "DEAD",
-        "ARCHIVED"
+        "ARCHIVED",
+        "PAUSED"
       ])
       const row = rowOf(out.stdout, q)
       assert.isDefined(row, out.stdout)
       assert.strictEqual(row?.[1], "3", "depth")
       assert.strictEqual(row?.[2], "2", "visible")
       assert.match(row?.[3] ?? "", /^\d+s$/, "oldest age")
-      assert.strictEqual(row?.[4], "1", "dead letters")
-      assert.strictEqual(row?.[5], "0", "archived")
+      assert.match(row?.[4] ?? "", /^\d+s$/, "claimable latency")
+      assert.strictEqual(row?.[5], "1", "dead letters")
+      assert.strictEqual(row?.[6], "0", "archived")
+      assert.strictEqual(row?.[7], "-", "not paused")
       assert.isUndefined(rowOf(out.stdout, `${q}_dlq`))
     })
   )

@@ -89,6 +89,32 @@ export class AppModuleError extends Schema.TaggedError<AppModuleError>()("AppMod
   }
 }
 
+/**
+ * `pgbus doctor` (or `start --doctor`) found a failed check: the report was printed.
+ *
+ * @category errors
+ */
+export class DoctorFailed extends Schema.TaggedError<DoctorFailed>()("DoctorFailed", {
+  failed: Schema.Array(Schema.String)
+}) {
+  override get message(): string {
+    return `doctor: ${this.failed.length} check(s) failed: ${this.failed.join(", ")}`
+  }
+}
+
+/**
+ * A write command needs `--yes` (`queues purge`): nothing was changed.
+ *
+ * @category errors
+ */
+export class ConfirmationRequired extends Schema.TaggedError<ConfirmationRequired>()("ConfirmationRequired", {
+  action: Schema.String
+}) {
+  override get message(): string {
+    return `refusing to ${this.action} without --yes; nothing was changed`
+  }
+}
+
 /** Every error a command fails with on its own (library errors come on top). */
 export type CliError =
   | UsageError
@@ -97,3 +123,5 @@ export type CliError =
   | AmbiguousDeadLetter
   | PurgeRefused
   | AppModuleError
+  | DoctorFailed
+  | ConfirmationRequired

@@ -18,9 +18,12 @@ import { parseWorkers } from "../Supervisor/Capsule.ts"
 import * as Supervisor from "../Supervisor/Supervisor.ts"
 import { VERSION } from "../version.ts"
 import { type AppRegistry, loadRegistry } from "./App.ts"
+import { makeBusCommands } from "./BusCommands.ts"
 import { PurgeRefused, UnknownDeadLetter, UsageError } from "./CliError.ts"
 import * as DeadLetters from "./DeadLetters.ts"
-import { age, fields, filterSensitive, json, table } from "./Format.ts"
+import { fields, filterSensitive, json, table } from "./Format.ts"
+import { jsonFlag, makeOperateCommands } from "./Operate.ts"
+import { makeWorkflowCommands } from "./WorkflowCommands.ts"
 
 /**
  * What the process running the CLI needs to know after it ends: whether it was supervising
@@ -57,6 +60,9 @@ const overrides = Effect.map(
 const withBus = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.flatMap(overrides, (input) => Effect.provide(effect, PgBus.layer(input), { local: true }))
 
+/** How a command module runs an effect on the bus (`withBus`). */
+export type WithBus = typeof withBus
+
 // ---------------------------------------------------------------------------------------------
 // version, migrate
 
@@ -83,31 +89,6 @@ const migrate = Command.make("migrate", {}, () =>
 ).pipe(Command.withDescription("Apply pending migrations (idempotent)"))
 
 // ---------------------------------------------------------------------------------------------
-// queues
-
-const queues = Command.make("queues", {}, () =>
-  withBus(
-    Effect.gen(function* () {
-      const store = yield* QueueStore
-      const all = yield* store.list
-      const deadLetterQueueOf = new Map<string, string>()
-      for (const q of all) if (q.deadLetterOf !== undefined) deadLetterQueueOf.set(q.deadLetterOf, q.name)
-      const live = all.filter((q) => q.deadLetterOf === undefined).sort((a, b) => (a.name < b.name ? -1 : 1))
-      if (live.length === 0) return yield* Console.log("no queues")
-      const rows = yield* Effect.forEach(live, (q) =>
-        Effect.gen(function* () {
-          const m = yield* store.metrics(q.name)
-          const dlq = deadLetterQueueOf.get(q.name)
-          const dead = dlq === undefined ? 0 : (yield* store.metrics(dlq)).depth
-          return [q.name, String(m.depth), String(m.visible), age(m.oldestAgeMs), String(dead), String(m.archiveSize)]
-        })
-      )
-      yield* Console.log(table(["QUEUE", "DEPTH", "VISIBLE", "OLDEST", "DEAD", "ARCHIVED"], rows))
-    })
-  )
-).pipe(Command.withDescription("List queues with depth, visible messages, oldest age, dead letters, archived"))
-
-// ---------------------------------------------------------------------------------------------
 // dlq
 
 const idArgument = Argument.String("id").pipe(
@@ -125,12 +106,29 @@ const list = Command.make(
   "list",
   {
     page: Flag.Int("page").pipe(Flag.withDescription("Page number, from 1"), Flag.withDefault(1)),
-    perPage: Flag.Int("per-page").pipe(Flag.withDescription("Rows per page, 1 to 1000"), Flag.withDefault(50))
+    perPage: Flag.Int("per-page").pipe(Flag.withDescription("Rows per page, 1 to 1000"), Flag.withDefault(50)),
+    json: jsonFlag
   },
-  ({ page, perPage }) =>
+  ({ page, perPage, json: asJson }) =>
     withBus(
       Effect.gen(function* () {
         const result = yield* DeadLetters.page(page, perPage)
+        if (asJson) {
+          // never payloads: ids, queues, attempts and why they died
+          return yield* Console.log(
+            json({
+              ...result,
+              entries: result.entries.map((e) => ({
+                id: DeadLetters.formatId(e.dlq.name, e.message.msgId),
+                dlq: e.dlq.name,
+                origin: e.dlq.deadLetterOf ?? null,
+                readCt: e.message.readCt,
+                enqueuedAt: e.message.enqueuedAt.toISOString(),
+                deadLetter: e.message.deadLetter ?? null
+              }))
+            })
+          )
+        }
         if (result.total === 0) return yield* Console.log("no dead letters")
         if (result.entries.length > 0) {
           const rows = result.entries.map((e) => [
@@ -176,8 +174,25 @@ export const renderDeadLetter = (located: DeadLetters.Located): string => {
   return sections.join("\n\n")
 }
 
-const show = Command.make("show", { id: idArgument }, ({ id }) =>
-  withBus(Effect.flatMap(DeadLetters.resolve(id), (located) => Console.log(renderDeadLetter(located))))
+const show = Command.make("show", { id: idArgument, json: jsonFlag }, ({ id, json: asJson }) =>
+  withBus(
+    Effect.flatMap(DeadLetters.resolve(id), (located) =>
+      Console.log(
+        asJson
+          ? json({
+              id: DeadLetters.formatId(located.dlq.name, located.message.msgId),
+              dlq: located.dlq.name,
+              origin: located.dlq.deadLetterOf ?? null,
+              readCt: located.message.readCt,
+              enqueuedAt: located.message.enqueuedAt.toISOString(),
+              deadLetter: located.message.deadLetter ?? null,
+              headers: filterSensitive(located.message.headers),
+              payload: filterSensitive(located.message.message)
+            })
+          : renderDeadLetter(located)
+      )
+    )
+  )
 ).pipe(Command.withDescription("Show a dead letter: metadata, why it died, headers, payload (sensitive keys filtered)"))
 
 const retry = Command.make("retry", { id: idArgument }, ({ id }) =>
@@ -256,7 +271,11 @@ const start = Command.make(
       Flag.withDescription("Only the dispatcher (maintenance)"),
       Flag.withDefault(false)
     ),
-    migrate: Flag.Boolean("migrate").pipe(Flag.withDescription("Apply migrations first"), Flag.withDefault(false))
+    migrate: Flag.Boolean("migrate").pipe(Flag.withDescription("Apply migrations first"), Flag.withDefault(false)),
+    doctor: Flag.Boolean("doctor").pipe(
+      Flag.withDescription("Run pgbus doctor first (process liveness skipped) and refuse to boot on a failed check"),
+      Flag.withDefault(false)
+    )
   },
   (flags) =>
     Effect.gen(function* () {
@@ -280,6 +299,7 @@ const start = Command.make(
         )
       }
       const capsule = Option.getOrUndefined(flags.capsule)
+      if (flags.doctor) yield* operate.runDoctor(false, false)
       const state = yield* RunState
       yield* withBus(
         Effect.gen(function* () {
@@ -308,5 +328,26 @@ const start = Command.make(
 
 // ---------------------------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------------------------
+// operations: status, doctor, api, mcp, workflows, queues, events, outbox, batches
+
+const operate = makeOperateCommands(withBus)
+const bus = makeBusCommands(withBus)
+
 /** The whole `pgbus` command. */
-export const pgbus = base.pipe(Command.withSubcommands([start, queues, dlq, migrate, version]))
+export const pgbus = base.pipe(
+  Command.withSubcommands([
+    start,
+    operate.status,
+    operate.doctor,
+    bus.queues,
+    dlq,
+    makeWorkflowCommands(withBus),
+    bus.events,
+    bus.outbox,
+    bus.batches,
+    operate.api,
+    migrate,
+    version
+  ])
+)

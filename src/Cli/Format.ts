@@ -5,14 +5,21 @@
  * @since 0.1.0
  */
 
+import { CliOutput } from "effect/cli"
+
 export { FILTERED, filterSensitive, SENSITIVE_KEY } from "../Operations/Redact.ts"
 
-/** Renders rows under a header as columns separated by two spaces (no trailing blanks). */
+/**
+ * Renders rows under a header as columns separated by two spaces (no trailing blanks). Cells are
+ * measured by their display width (wide characters count two columns, ANSI codes none).
+ */
 export const table = (header: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<string>>): string => {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)))
+  const width = (text: string) => CliOutput.displayWidth(text)
+  const widths = header.map((h, i) => Math.max(width(h), ...rows.map((r) => width(r[i] ?? ""))))
+  const pad = (cell: string, to: number) => cell + " ".repeat(Math.max(0, to - width(cell)))
   const line = (cells: ReadonlyArray<string>) =>
     cells
-      .map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i] ?? 0)))
+      .map((cell, i) => (i === cells.length - 1 ? cell : pad(cell, widths[i] ?? 0)))
       .join("  ")
       .trimEnd()
   return [line(header), ...rows.map(line)].join("\n")
