@@ -347,6 +347,7 @@ export const pgbus = base.pipe(
     bus.outbox,
     bus.batches,
     operate.api,
+    operate.mcp,
     migrate,
     version
   ])

@@ -8,6 +8,7 @@
 import { Console, Effect, Layer, Option } from "effect"
 import { Command, Flag } from "effect/cli"
 import * as Http from "../Http/Http.ts"
+import * as Mcp from "../Mcp/Mcp.ts"
 import * as Doctor from "../Operations/Doctor.ts"
 import type { ProcessSummary, Verdict } from "../Operations/Model.ts"
 import { Operations } from "../Operations/Operations.ts"
@@ -138,5 +139,13 @@ export const makeOperateCommands = (withBus: WithBus) => {
       )
   ).pipe(Command.withDescription("Serve the JSON API and its docs page until SIGTERM (read-only: no authorize hook)"))
 
-  return { status, doctor, api, runDoctor }
+  const mcp = Command.make("mcp", {}, () =>
+    withBus(Layer.launch(Mcp.layerStdio)).pipe(Effect.provide(Mcp.logToStderr))
+  ).pipe(
+    Command.withDescription(
+      "Run the MCP server over stdio (read tools; write tools with PGBUS_MCP_WRITE_TOOLS=true); logs go to stderr"
+    )
+  )
+
+  return { status, doctor, api, mcp, runDoctor }
 }

@@ -27,17 +27,17 @@ export type Call = (
  */
 type ServerServices = HttpRouter.HttpRouter | Layer.Success<typeof HttpServer.layerServices>
 
-export const webCaller = <R>(
-  app: Layer.Layer<never, never, R>
+export const webCaller = <A, E, R>(
+  app: Layer.Layer<A, E, R>
 ): Effect.Effect<Call, never, Scope.Scope | Exclude<R, ServerServices>> =>
   Effect.gen(function* () {
     const context = yield* Effect.context<Exclude<R, ServerServices>>()
     const { handler, dispose } = HttpRouter.toWebHandler(
-      app.pipe(Layer.provide(HttpServer.layerServices), Layer.provide(Layer.succeedContext(context))) as Layer.Layer<
-        never,
-        never,
-        HttpRouter.HttpRouter
-      >,
+      app.pipe(
+        Layer.provide(HttpServer.layerServices),
+        Layer.provide(Layer.succeedContext(context)),
+        Layer.orDie
+      ) as unknown as Layer.Layer<never, never, HttpRouter.HttpRouter>,
       { disableLogger: true }
     )
     yield* Effect.addFinalizer(() => Effect.promise(() => dispose()))

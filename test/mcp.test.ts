@@ -1,0 +1,257 @@
+import { spawn } from "node:child_process"
+import { assert, describe, layer } from "@effect/vitest"
+import { Effect, Redacted, Schema } from "effect"
+import { McpTest } from "effect/ai"
+import { PgBusConfig } from "../src/Config.ts"
+import * as Mcp from "../src/Mcp/Mcp.ts"
+import type { Failure } from "../src/Queue/Message.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { Registry } from "../src/Registry.ts"
+import { performNextStep } from "../src/Testing/Workflows.ts"
+import { WorkflowClient } from "../src/Workflow/Client.ts"
+import * as Workflow from "../src/Workflow/Workflow.ts"
+import { webCaller } from "./support/http.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+const Payload = Schema.Struct({ id: Schema.Number })
+const Flow = Workflow.make("McpFlow", { payload: Payload }, function* () {
+  yield* Workflow.step("first", Effect.succeed(1))
+  yield* Workflow.sleep("nap", "1 hour")
+})
+const failure: Failure = { errorClass: "SmtpError", message: "secret-ish text", attempt: 1 }
+
+/** An in-memory MCP client on the tools, with the config's MCP switches set as given. */
+const client = (switches: { readonly mcpWriteTools: boolean; readonly mcpAllowPayloads: boolean }) =>
+  Effect.gen(function* () {
+    const config = yield* PgBusConfig
+    return yield* McpTest.makeClient(Mcp.registrations, {
+      protocols: Mcp.protocols,
+      clientInfo: { name: "claude", version: "1.0" }
+    }).pipe(Effect.provideService(PgBusConfig, { ...config, ...switches }))
+  })
+
+const structured = (result: { readonly structuredContent?: unknown }) =>
+  // biome-ignore lint/suspicious/noExplicitAny: tool results are read loosely
+  result.structuredContent as any
+
+layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestServices: true, timeout: "60 seconds" })(
+  "mcp",
+  (it) => {
+    describe("read tools", () => {
+      it.effect("lists the read tools annotated read-only; a read answers with payloads redacted", () =>
+        Effect.gen(function* () {
+          const mcp = yield* client({ mcpWriteTools: false, mcpAllowPayloads: false })
+          const { tools } = yield* mcp.listTools()
+          const names = tools.map((t) => t.name).sort()
+          assert.deepStrictEqual(names, [
+            "pgbus_dlq",
+            "pgbus_health",
+            "pgbus_processes",
+            "pgbus_queues",
+            "pgbus_workflow",
+            "pgbus_workflow_definitions",
+            "pgbus_workflow_stats",
+            "pgbus_workflows",
+            "pgbus_workflows_attention"
+          ])
+          for (const tool of tools) {
+            assert.deepStrictEqual(
+              [tool.annotations?.readOnlyHint, tool.annotations?.destructiveHint, tool.annotations?.openWorldHint],
+              [true, false, false],
+              tool.name
+            )
+          }
+
+          const store = yield* QueueStore
+          yield* store.create("mcp_q")
+          yield* store.send("mcp_q", { job: "Mail", payload: { to: "x" } })
+          const [m] = yield* store.read("mcp_q")
+          yield* store.moveToDeadLetter("mcp_q", m!, { source: "worker", failure })
+
+          const health = yield* mcp.callTool({ name: "pgbus_health", arguments: {} })
+          assert.isFalse(health.isError ?? false)
+          assert.include(["OK", "DEGRADED"], structured(health).status)
+          const queues = structured(yield* mcp.callTool({ name: "pgbus_queues", arguments: {} }))
+          assert.isTrue(queues.items.some((q: { name: string }) => q.name === "mcp_q"))
+          const dlq = structured(
+            yield* mcp.callTool({ name: "pgbus_dlq", arguments: { queue: "mcp_q", includePayloads: true } })
+          )
+          assert.deepStrictEqual([dlq.total, dlq.deadLetters[0].errorMessage], [1, "[redacted]"])
+
+          const run = yield* Flow.start({ id: 1 })
+          const one = structured(yield* mcp.callTool({ name: "pgbus_workflow", arguments: { workflowId: run.id } }))
+          assert.strictEqual(one.run.payload, "[redacted]", "payloads stay redacted unless the server allows them")
+          assert.deepStrictEqual(one.run.availableActions, ["pause", "cancel", "run_now", "reschedule", "signal"])
+          const list = structured(
+            yield* mcp.callTool({ name: "pgbus_workflows", arguments: { workflowClass: "McpFlow", status: ["ready"] } })
+          )
+          assert.isTrue(list.runs.some((r: { id: string }) => r.id === run.id))
+          const missing = yield* mcp.callTool({
+            name: "pgbus_workflow",
+            arguments: { workflowId: "00000000-0000-4000-8000-000000000000" }
+          })
+          assert.isTrue(missing.isError)
+
+          const allowed = yield* client({ mcpWriteTools: false, mcpAllowPayloads: true })
+          const shown = structured(
+            yield* allowed.callTool({
+              name: "pgbus_workflow",
+              arguments: { workflowId: run.id, includePayloads: true }
+            })
+          )
+          assert.deepStrictEqual(shown.run.payload, { id: 1 })
+          for (const name of ["pgbus_processes", "pgbus_workflows_attention", "pgbus_workflow_definitions"]) {
+            const r = yield* mcp.callTool({ name, arguments: {} })
+            assert.isFalse(r.isError ?? false, name)
+          }
+          const stats = yield* mcp.callTool({ name: "pgbus_workflow_stats", arguments: { workflowClass: "McpFlow" } })
+          assert.isFalse(stats.isError ?? false)
+        }).pipe(Effect.scoped)
+      )
+    })
+
+    it.effect("pgbus mcp speaks JSON-RPC on stdout and logs on stderr", () =>
+      Effect.gen(function* () {
+        const config = yield* PgBusConfig
+        const child = spawn(
+          process.execPath,
+          ["--import", "tsx", "src/bin/pgbus.ts", "mcp", "--database-url", Redacted.value(config.databaseUrl)],
+          { stdio: ["pipe", "pipe", "pipe"] }
+        )
+        yield* Effect.addFinalizer(() => Effect.sync(() => child.kill("SIGKILL")))
+        let stdout = ""
+        let stderr = ""
+        child.stdout.on("data", (d) => {
+          stdout += String(d)
+        })
+        child.stderr.on("data", (d) => {
+          stderr += String(d)
+        })
+        const send = (message: unknown) => child.stdin.write(`${JSON.stringify(message)}\n`)
+        send({
+          jsonrpc: "2.0",
+          id: 1,
+          method: "initialize",
+          params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "probe", version: "1" } }
+        })
+        send({ jsonrpc: "2.0", method: "notifications/initialized" })
+        send({ jsonrpc: "2.0", id: 2, method: "tools/list", params: {} })
+        yield* Effect.promise(
+          () =>
+            new Promise<void>((resolve, reject) => {
+              const deadline = setTimeout(() => reject(new Error(`no tools/list answer: ${stdout}\n${stderr}`)), 30_000)
+              const check = setInterval(() => {
+                if (stdout.includes('"id":2')) {
+                  clearTimeout(deadline)
+                  clearInterval(check)
+                  resolve()
+                }
+              }, 50)
+            })
+        )
+        const lines = stdout.split("\n").filter((l) => l.trim() !== "")
+        for (const line of lines) assert.doesNotThrow(() => JSON.parse(line), `stdout holds only JSON-RPC: ${line}`)
+        const list = lines.map((l) => JSON.parse(l)).find((m) => m.id === 2)
+        assert.isTrue(list.result.tools.some((t: { name: string }) => t.name === "pgbus_health"))
+      })
+    )
+
+    it.effect("mounts over HTTP (Streamable HTTP) in an app's router", () =>
+      Effect.gen(function* () {
+        const call = yield* webCaller(Mcp.layerHttp({ path: "/ops/mcp" }))
+        const headers = { accept: "application/json, text/event-stream" }
+        const init = yield* call(
+          "POST",
+          "/ops/mcp",
+          {
+            jsonrpc: "2.0",
+            id: 1,
+            method: "initialize",
+            params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "web", version: "1" } }
+          },
+          headers
+        )
+        assert.strictEqual(init.status, 200, init.text)
+        assert.include(init.text, "2025-11-25")
+      })
+    )
+
+    describe("write tools", () => {
+      it.effect("do not exist without the config; when on, a write needs a reason and is audited as mcp:<client>", () =>
+        Effect.gen(function* () {
+          const run = yield* Flow.start({ id: 2 })
+          yield* performNextStep(run.id).pipe(Effect.provide(Registry.layer([Flow])))
+          yield* (yield* WorkflowClient).pause(run.id, { actor: "test" })
+
+          const readOnly = yield* client({ mcpWriteTools: false, mcpAllowPayloads: false })
+          const refused = yield* Effect.result(
+            readOnly.callTool({
+              name: "pgbus_workflow_resume",
+              arguments: { workflowId: run.id, reason: "fixed", expectedStatus: "paused" }
+            })
+          )
+          assert.isTrue(
+            refused._tag === "Failure" || refused.success.isError === true,
+            "no write tool without mcpWriteTools"
+          )
+          assert.strictEqual((yield* (yield* WorkflowClient).get(run.id)).info.status, "paused")
+
+          const mcp = yield* client({ mcpWriteTools: true, mcpAllowPayloads: false })
+          const { tools } = yield* mcp.listTools()
+          const resume = tools.find((t) => t.name === "pgbus_workflow_resume")
+          assert.deepStrictEqual(
+            [resume?.annotations?.readOnlyHint, resume?.annotations?.destructiveHint],
+            [false, true]
+          )
+          assert.isTrue(tools.find((t) => t.name === "pgbus_workflow_cancel")?.annotations?.idempotentHint)
+
+          const blank = yield* Effect.result(
+            mcp.callTool({
+              name: "pgbus_workflow_resume",
+              arguments: { workflowId: run.id, reason: "   ", expectedStatus: "paused" }
+            })
+          )
+          assert.isTrue(blank._tag === "Failure" || blank.success.isError === true, "a blank reason is refused")
+          const stale = structured(
+            yield* mcp.callTool({
+              name: "pgbus_workflow_resume",
+              arguments: { workflowId: run.id, reason: "fixed", expectedStatus: "ready" }
+            })
+          )
+          assert.deepStrictEqual([stale.ok, stale.code, stale.status], [false, "status_mismatch", "paused"])
+          const illegal = structured(
+            yield* mcp.callTool({
+              name: "pgbus_workflow_skip_step",
+              arguments: { workflowId: run.id, reason: "skip it", expectedStatus: "paused" }
+            })
+          )
+          assert.deepStrictEqual(
+            [illegal.ok, illegal.code, illegal.allowed],
+            [false, "invalid_transition", ["resume", "resume_at", "cancel", "signal"]]
+          )
+          const events = (yield* (yield* WorkflowClient).events(run.id)).map((e) => e.type)
+          assert.notInclude(events, "resumed", "a refused call records nothing")
+
+          const done = structured(
+            yield* mcp.callTool({
+              name: "pgbus_workflow_resume",
+              arguments: { workflowId: run.id, reason: "  SMTP fixed  ", expectedStatus: "paused" }
+            })
+          )
+          assert.isTrue(done.ok, done.reason)
+          assert.notStrictEqual(done.workflow.status, "paused")
+          const resumed = (yield* (yield* WorkflowClient).events(run.id)).find((e) => e.type === "resumed")
+          assert.deepStrictEqual([resumed?.actor, resumed?.reason], ["mcp:claude", "SMTP fixed"])
+
+          const cancel = structured(
+            yield* mcp.callTool({
+              name: "pgbus_workflow_cancel",
+              arguments: { workflowId: run.id, reason: "no longer needed", expectedStatus: done.workflow.status }
+            })
+          )
+          assert.deepStrictEqual([cancel.ok, cancel.workflow.status], [true, "cancelled"])
+        }).pipe(Effect.scoped)
+      )
+    })
+  }
+)
