@@ -1,4 +1,3 @@
-import { createServer } from "node:net"
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Context, Effect, Fiber, Layer, Schema } from "effect"
@@ -14,6 +13,7 @@ import { performNextStep } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { eventually } from "./support/jobs.ts"
+import { freePort } from "./support/ports.ts"
 import { urlFor } from "./support/server.ts"
 import { emptyDatabase, freshDatabase } from "./support/TestDatabase.ts"
 
@@ -34,17 +34,6 @@ const pgbus = (...args: ReadonlyArray<string>) =>
     const { url } = yield* TestDb
     return yield* Cli.capture([...args, "--database-url", url])
   })
-
-const freePort = Effect.promise(
-  () =>
-    new Promise<number>((resolve) => {
-      const probe = createServer()
-      probe.listen(0, "127.0.0.1", () => {
-        const address = probe.address()
-        probe.close(() => resolve(typeof address === "object" && address ? address.port : 0))
-      })
-    })
-)
 
 const failure: Failure = { errorClass: "SmtpError", message: "refused", attempt: 1 }
 const Payload = Schema.Struct({ id: Schema.Number })

@@ -1,4 +1,3 @@
-import { createServer } from "node:net"
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Layer, Schema } from "effect"
 import * as Http from "../src/Http/Http.ts"
@@ -9,6 +8,7 @@ import { performNextStep } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { type Call, webCaller } from "./support/http.ts"
+import { freePort } from "./support/ports.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 let n = 0
@@ -374,16 +374,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
 
     it.effect("serves standalone on a port of its own", () =>
       Effect.gen(function* () {
-        const port = yield* Effect.promise(
-          () =>
-            new Promise<number>((resolve) => {
-              const probe = createServer()
-              probe.listen(0, "127.0.0.1", () => {
-                const address = probe.address()
-                probe.close(() => resolve(typeof address === "object" && address ? address.port : 0))
-              })
-            })
-        )
+        const port = yield* freePort
         const context = yield* Effect.context<Http.ApiRequirements>()
         yield* Layer.build(Http.serve({ port }).pipe(Layer.provide(Layer.succeedContext(context))))
         const response = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/pgbus/api/health`))

@@ -1,5 +1,4 @@
 import { createServer as createHttpServer } from "node:http"
-import { createServer } from "node:net"
 import { assert, describe, layer } from "@effect/vitest"
 import { ConfigProvider, Effect, Layer, Schema } from "effect"
 import { PgBusConfig } from "../src/Config.ts"
@@ -12,20 +11,10 @@ import * as Supervisor from "../src/Supervisor/Supervisor.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { webCaller } from "./support/http.ts"
 import { eventually } from "./support/jobs.ts"
+import { freePort } from "./support/ports.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Payload = Schema.Struct({ id: Schema.Number })
-
-const freePort = Effect.promise(
-  () =>
-    new Promise<number>((resolve) => {
-      const probe = createServer()
-      probe.listen(0, "127.0.0.1", () => {
-        const address = probe.address()
-        probe.close(() => resolve(typeof address === "object" && address ? address.port : 0))
-      })
-    })
-)
 
 /** The value of a series in Prometheus's text format (`undefined` when absent). */
 const seriesValue = (text: string, name: string, labels: Record<string, string> = {}): number | undefined => {

@@ -6,6 +6,7 @@
  */
 
 import { CliOutput } from "effect/cli"
+import { inWords } from "../Operations/Deps.ts"
 
 export { FILTERED, filterSensitive, SENSITIVE_KEY } from "../Operations/Redact.ts"
 
@@ -26,16 +27,8 @@ export const table = (header: ReadonlyArray<string>, rows: ReadonlyArray<Readonl
 }
 
 /** An age in milliseconds as `42s`, `3m 4s`, `2h 5m`, `3d 4h`; `-` when there is none. */
-export const age = (ms: number | undefined): string => {
-  if (ms === undefined || !Number.isFinite(ms)) return "-"
-  const s = Math.max(0, Math.floor(ms / 1000))
-  if (s < 60) return `${s}s`
-  const m = Math.floor(s / 60)
-  if (m < 60) return `${m}m ${s % 60}s`
-  const h = Math.floor(m / 60)
-  if (h < 24) return `${h}h ${m % 60}m`
-  return `${Math.floor(h / 24)}d ${h % 24}h`
-}
+export const age = (ms: number | undefined): string =>
+  ms === undefined || !Number.isFinite(ms) ? "-" : ms < 1000 ? "0s" : inWords(ms)
 
 /** JSON text, pretty-printed and indented by `indent` spaces on every line. */
 export const json = (value: unknown, indent = 0): string => {

@@ -11,14 +11,23 @@ import { statementNow, toDatabaseError } from "../Database.ts"
 import type { OutboxState } from "../EventBus/OutboxQuerySql.ts"
 import type { makeCluster } from "./Cluster.ts"
 import { serves } from "./Cluster.ts"
-import { count, type Deps, decodeCursor, encodeCursor, iso, isoOrNull, messageId, pageSize, type View } from "./Deps.ts"
+import {
+  count,
+  type Deps,
+  decodeCursor,
+  encodeCursor,
+  iso,
+  isoOrNull,
+  messageId,
+  pageSize,
+  UUID,
+  type View
+} from "./Deps.ts"
 import type { BatchPage, BatchView, EventsView, OutboxPage } from "./Model.ts"
 import { InvalidRequest, NotFound, type OperationsError } from "./OperationsError.ts"
 import type { makeQueues } from "./Queues.ts"
 import { errorViewOf } from "./Queues.ts"
 import { payloadView } from "./Redact.ts"
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 const field = (value: unknown, key: string): string | null =>
   typeof value === "object" && value !== null && typeof (value as Record<string, unknown>)[key] === "string"

@@ -108,6 +108,9 @@ export const decodeCursor = (cursor: string, n: number): Effect.Effect<ReadonlyA
     return Effect.fail(new InvalidRequest({ reason: "invalid cursor (pass the `next` of the previous page)" }))
   })
 
+/** A UUID (run and batch ids): anything else cannot name one. */
+export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
 /** A positive int8 message id from text, or `InvalidRequest`. */
 export const messageId = (text: string): Effect.Effect<bigint, InvalidRequest> =>
   /^\d{1,19}$/.test(text) && BigInt(text) >= 1n && BigInt(text) <= 9_223_372_036_854_775_807n

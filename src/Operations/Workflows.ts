@@ -24,6 +24,7 @@ import {
   iso,
   isoOrNull,
   pageSize,
+  UUID,
   type View
 } from "./Deps.ts"
 import type {
@@ -89,8 +90,6 @@ const DONE: Record<States.OutsideVerb, string> = {
   skip: "Skipped",
   signal: "Signalled"
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /** What a run is doing and what happens next, in words. */
 export const describeRun = (row: RunListRow): string => {
@@ -486,6 +485,44 @@ export const makeWorkflows = (deps: Deps) => {
       return row
     })
 
+  /**
+   * Runs the engine's guarded verb on one run (after the caller's `expectedStatus` check, when
+   * given); the id of the run after (a rerun's is new). A run that moved on is a `Conflict`.
+   */
+  const perform = (id: string, verb: ActVerb, input: VerbInput, view: View): Effect.Effect<string, OperationsError> =>
+    Effect.gen(function* () {
+      yield* checkId(id)
+      if (input.expectedStatus !== undefined) yield* guard(id, verb, input.expectedStatus, view)
+      const options = { actor: input.actor, reason: input.reason, resourceId: view.resourceId }
+      const run = (effect: Effect.Effect<RunInfo | RunHandle, VerbError | StartError>) =>
+        effect.pipe(
+          Effect.map((r) => r.id),
+          Effect.catch(fromVerbError(verb, id, view))
+        )
+      switch (verb) {
+        case "pause":
+          return yield* run(client.pause(id, options))
+        case "resume":
+          return yield* run(client.resume(id, options))
+        case "resume_at": {
+          if (input.step === undefined) return yield* new InvalidRequest({ reason: "resume_at needs a step" })
+          return yield* run(client.resumeAt(id, input.step, options))
+        }
+        case "cancel":
+          return yield* run(client.cancel(id, options))
+        case "run_now":
+          return yield* run(client.runNow(id, options))
+        case "reschedule": {
+          if (input.at === undefined) return yield* new InvalidRequest({ reason: "reschedule needs a time (at)" })
+          return yield* run(client.reschedule(id, input.at, options))
+        }
+        case "rerun":
+          return yield* run(client.rerun(id, options))
+        case "skip":
+          return yield* run(client.skip(id, options))
+      }
+    })
+
   /** Runs one outside verb on one run, through the engine's guarded transition; the run after. */
   const act = (
     id: string,
@@ -493,44 +530,13 @@ export const makeWorkflows = (deps: Deps) => {
     input: VerbInput,
     view: View = {}
   ): Effect.Effect<VerbResult, OperationsError> =>
-    Effect.gen(function* () {
-      yield* guard(id, verb, input.expectedStatus, view)
-      const options = { actor: input.actor, reason: input.reason, resourceId: view.resourceId }
-      const mapError = fromVerbError(verb, id, view)
-      const after = (runId: string): Effect.Effect<VerbResult, OperationsError> =>
-        Effect.map(summary(runId, view), (run) => ({
-          verb,
-          run,
-          summary: `${DONE[verb]} run ${id}${runId !== id ? ` as ${runId}` : ""}: it is ${run.status}`
-        }))
-      const done = (effect: Effect.Effect<RunInfo | RunHandle, VerbError | StartError>) =>
-        effect.pipe(
-          Effect.catch(mapError),
-          Effect.flatMap((r) => after(r.id))
-        )
-      switch (verb) {
-        case "pause":
-          return yield* done(client.pause(id, options))
-        case "resume":
-          return yield* done(client.resume(id, options))
-        case "resume_at": {
-          if (input.step === undefined) return yield* new InvalidRequest({ reason: "resume_at needs a step" })
-          return yield* done(client.resumeAt(id, input.step, options))
-        }
-        case "cancel":
-          return yield* done(client.cancel(id, options))
-        case "run_now":
-          return yield* done(client.runNow(id, options))
-        case "reschedule": {
-          if (input.at === undefined) return yield* new InvalidRequest({ reason: "reschedule needs a time (at)" })
-          return yield* done(client.reschedule(id, input.at, options))
-        }
-        case "rerun":
-          return yield* done(client.rerun(id, options))
-        case "skip":
-          return yield* done(client.skip(id, options))
-      }
-    })
+    Effect.flatMap(perform(id, verb, input, view), (runId) =>
+      Effect.map(summary(runId, view), (run) => ({
+        verb,
+        run,
+        summary: `${DONE[verb]} run ${id}${runId !== id ? ` as ${runId}` : ""}: it is ${run.status}`
+      }))
+    )
 
   /** Sends a signal to one run (its payload checked against the workflow's declared Schema when registered here). */
   const signal = (
@@ -597,15 +603,21 @@ export const makeWorkflows = (deps: Deps) => {
       let moved = 0
       let movedOn = 0
       let failed = 0
-      for (const id of ids) {
-        const result = yield* Effect.result(act(id, verb, input, view))
-        if (result._tag === "Success") moved++
-        else if (result.failure._tag === "Conflict" || result.failure._tag === "NotFound") movedOn++
-        else {
-          failed++
-          yield* Effect.logWarning(`pgbus: bulk ${verb} of run ${id} failed`, result.failure)
-        }
-      }
+      // each run in its own transaction, a few at a time (a pool's worth would starve other callers)
+      yield* Effect.forEach(
+        ids,
+        (id) =>
+          Effect.flatMap(Effect.result(perform(id, verb, input, view)), (result) => {
+            if (result._tag === "Success") moved++
+            else if (result.failure._tag === "Conflict" || result.failure._tag === "NotFound") movedOn++
+            else {
+              failed++
+              return Effect.logWarning(`pgbus: bulk ${verb} of run ${id} failed`, result.failure)
+            }
+            return Effect.void
+          }),
+        { concurrency: 4, discard: true }
+      )
       return {
         requested: ids.length,
         moved,

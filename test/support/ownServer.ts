@@ -6,10 +6,10 @@
  */
 import { execFile } from "node:child_process"
 import { chmod, chown, mkdtemp, readdir, rm } from "node:fs/promises"
-import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Effect } from "effect"
+import { freePortPromise } from "./ports.ts"
 
 const binDir = async (): Promise<string> => {
   const versions = (await readdir("/usr/lib/postgresql")).sort((a, b) => Number(b) - Number(a))
@@ -23,15 +23,6 @@ const run = (command: string, args: ReadonlyArray<string>) =>
     execFile(file, argv, { timeout: 60_000 }, (error, stdout, stderr) =>
       error ? reject(new Error(`${command} failed: ${error.message}\n${stderr}`)) : resolve(stdout)
     )
-  })
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const probe = createServer()
-    probe.listen(0, "127.0.0.1", () => {
-      const address = probe.address()
-      probe.close(() => resolve(typeof address === "object" && address ? address.port : 0))
-    })
   })
 
 /** A running server of the test's own. */
@@ -64,7 +55,7 @@ export const ownServer = Effect.acquireRelease(
     }
     const data = join(dir, "data")
     await run(`${bin}/initdb`, ["-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"])
-    const port = await freePort()
+    const port = await freePortPromise()
     const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50`
     const start = () => run(`${bin}/pg_ctl`, ["-D", data, "-o", options, "-l", join(dir, "log"), "-w", "start"])
     const stop = () => run(`${bin}/pg_ctl`, ["-D", data, "-m", "fast", "-w", "stop"]).catch(() => "")
