@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, Metric } from "effect"
+import { type Context, Effect, Metric } from "effect"
 import { boundedMemo } from "../internal/memo.ts"
 
 /** What ended a delivery, as the counter's `status` label says it. */
@@ -40,6 +40,22 @@ export const countJob = (queue: string, job: string, status: JobStatus, by = 1):
 /** Records a delivery's run time. */
 export const timeJob = (queue: string, job: string, ms: number): Effect.Effect<void> =>
   Metric.update(durationOf(`${queue}\u0000${job}`), ms)
+
+/**
+ * Records a delivery that ended, synchronously: the worker calls it for every job (two metric
+ * updates through Effect cost about 1.6 µs a job, these 0.3 µs, against 26-32 µs of a no-op job).
+ */
+export const recordJobUnsafe = (
+  context: Context.Context<never>,
+  queue: string,
+  job: string,
+  status: "completed" | "retried" | "dead_lettered",
+  ms: number
+): void => {
+  if (status !== "completed") counterOf(`${queue}\u0000${job}\u0000failed`).updateUnsafe(1, context)
+  counterOf(`${queue}\u0000${job}\u0000${status}`).updateUnsafe(1, context)
+  durationOf(`${queue}\u0000${job}`).updateUnsafe(ms, context)
+}
 
 /** Registers every status of a job on a queue at 0, so its series exist before its first delivery. */
 export const registerJob = (queue: string, job: string): Effect.Effect<void> =>

@@ -15,7 +15,7 @@ import type { MemberOutcome } from "../Job/BatchMembership.ts"
 import { archivableByClaim, makeCompleter, type Outcome } from "../Job/Completer.ts"
 import { execute, jobOf } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
-import { countJob, timeJob } from "../Job/JobMetrics.ts"
+import { recordJobUnsafe } from "../Job/JobMetrics.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
 import { FairCursor } from "../Queue/FairShare.ts"
 import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
@@ -150,6 +150,9 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     const prefetchLimit = capsule.prefetchLimit ?? config.prefetchLimit
     const visibilityMs = Duration.toMillis(config.visibilityTimeout)
     const defaultPolicy = resolvePolicy(config, undefined)
+    // the job metrics are updated synchronously on the hot path (see recordJobUnsafe)
+    const clock = yield* Clock.Clock
+    const metricsContext = yield* Effect.context<never>()
 
     const wakeups = yield* notifier.subscribe(physical)
     const work = yield* Queue.unbounded<Message>()
@@ -243,30 +246,24 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     }
 
     /** Counts and times a delivery that ended (an abandoned one did not). */
-    const recordOutcome = (m: Message, outcome: Outcome, startedAt: number) =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) => {
-        if (outcome._tag === "Abandoned") return Effect.void
-        const job = jobOf(registry, m).name
-        const counted =
-          outcome._tag === "Succeeded"
-            ? countJob(m.queue, job, "completed")
-            : Effect.andThen(
-                countJob(m.queue, job, "failed"),
-                countJob(m.queue, job, outcome._tag === "Retry" ? "retried" : "dead_lettered")
-              )
-        return Effect.andThen(counted, timeJob(m.queue, job, now - startedAt))
-      })
+    const recordOutcome = (m: Message, outcome: Outcome, startedAt: number) => {
+      if (outcome._tag === "Abandoned") return
+      const status = outcome._tag === "Succeeded" ? "completed" : outcome._tag === "Retry" ? "retried" : "dead_lettered"
+      const ms = clock.currentTimeMillisUnsafe() - startedAt
+      recordJobUnsafe(metricsContext, m.queue, jobOf(registry, m).name, status, ms)
+    }
 
     const runOne = (m: Message) =>
       Effect.suspend(() => {
         stats.buffered = Math.max(0, stats.buffered - 1)
         stats.running++
-        return Clock.currentTimeMillis.pipe(
-          Effect.flatMap((startedAt) =>
-            execute(registry, defaultPolicy, m).pipe(Effect.tap((outcome) => recordOutcome(m, outcome, startedAt)))
-          ),
+        const startedAt = clock.currentTimeMillisUnsafe()
+        return execute(registry, defaultPolicy, m).pipe(
           Effect.onInterrupt(() => applyOutcome(m, { _tag: "Abandoned" })),
-          Effect.flatMap((outcome) => Effect.uninterruptible(applyOutcome(m, outcome))),
+          Effect.flatMap((outcome) => {
+            recordOutcome(m, outcome, startedAt)
+            return Effect.uninterruptible(applyOutcome(m, outcome))
+          }),
           Effect.ensuring(
             Effect.sync(() => {
               stats.running--
