@@ -1,25 +1,12 @@
 /** Supervisors as real processes: SIGKILL mid-flight with fast recovery, SIGTERM drain, health endpoints. */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer, Schema } from "effect"
+import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import type { PgBusConfigInput } from "../src/Config.ts"
-import { PgBusConfig } from "../src/Config.ts"
 import * as Job from "../src/Job/Job.ts"
-import * as PgBus from "../src/PgBus.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { spawnSupervisor } from "./support/child.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
-import { urlFor } from "./support/server.ts"
-import { freshDatabase } from "./support/TestDatabase.ts"
-
-/** Runs a test body with PgBus on a fresh database, and hands it the database URL. */
-const onFreshDatabase = <A, E, R>(options: PgBusConfigInput, body: (url: string) => Effect.Effect<A, E, R>) =>
-  Effect.gen(function* () {
-    const name = yield* freshDatabase
-    const url = urlFor(name)
-    const services = PgBus.layerFrom(PgBusConfig.layerWithoutEnvironment({ databaseUrl: url, ...options }))
-    return yield* body(url).pipe(Effect.provide(Layer.orDie(services)))
-  }).pipe(Effect.scoped)
+import { onFreshDatabase } from "./support/TestDatabase.ts"
 
 const createLog = Effect.flatMap(
   SqlClient.SqlClient,

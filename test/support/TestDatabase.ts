@@ -42,3 +42,12 @@ export const configLayer = (options: PgBusConfigInput = {}) =>
 
 /** PgBus on a fresh database. */
 export const layer = (options: PgBusConfigInput = {}) => PgBus.layerFrom(configLayer(options)).pipe(Layer.orDie)
+
+/** Runs a test body with PgBus on a fresh database and hands it the database's URL (for child processes). */
+export const onFreshDatabase = <A, E, R>(options: PgBusConfigInput, body: (url: string) => Effect.Effect<A, E, R>) =>
+  Effect.gen(function* () {
+    const name = yield* freshDatabase
+    const url = urlFor(name)
+    const services = PgBus.layerFrom(PgBusConfig.layerWithoutEnvironment({ databaseUrl: url, ...options }))
+    return yield* body(url).pipe(Effect.provide(Layer.orDie(services)))
+  }).pipe(Effect.scoped)

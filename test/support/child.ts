@@ -1,6 +1,9 @@
-/** Spawns the child supervisor fixture and watches its output. */
+/** Spawns child supervisor fixtures and watches their output. */
 import { type ChildProcess, spawn } from "node:child_process"
+import { rmSync } from "node:fs"
+import { basename } from "node:path"
 import { Effect } from "effect"
+import { build } from "esbuild"
 
 export interface Child {
   readonly process: ChildProcess
@@ -9,12 +12,16 @@ export interface Child {
   readonly exited: Effect.Effect<{ readonly code: number | null; readonly signal: NodeJS.Signals | null }>
 }
 
-/** Starts the child supervisor with extra environment; killed (SIGKILL) when the scope closes. */
-export const spawnSupervisor = (env: Record<string, string>) =>
+/**
+ * Starts a child supervisor (a fixture: a `.ts` file run through tsx, or a bundle from
+ * `bundledFixture`) with extra environment; killed (SIGKILL) when the scope closes.
+ */
+export const spawnSupervisor = (env: Record<string, string>, fixture = "test/fixtures/supervisor-child.ts") =>
   Effect.acquireRelease(
     Effect.sync((): Child => {
       let output = ""
-      const child = spawn(process.execPath, ["--import", "tsx", "test/fixtures/supervisor-child.ts"], {
+      const args = fixture.endsWith(".mjs") ? [fixture] : ["--import", "tsx", fixture]
+      const child = spawn(process.execPath, args, {
         env: { ...process.env, ...env },
         stdio: ["ignore", "pipe", "pipe"]
       })
@@ -31,3 +38,34 @@ export const spawnSupervisor = (env: Record<string, string>) =>
     }),
     (child) => Effect.sync(() => child.process.exitCode === null && child.process.kill("SIGKILL"))
   )
+
+const bundles = new Map<string, Promise<string>>()
+
+/**
+ * A fixture bundled into one ESM file (once per test process, removed when it exits): a child
+ * started from it boots in about half a second, where `--import tsx` took ten on a loaded 2-core
+ * machine (tsx, and effect's module graph), which bounds how often a test can kill and restart
+ * one. It goes in scratch/, beside migrations/, which the bundled code finds relative to itself.
+ */
+export const bundledFixture = (fixture: string) =>
+  Effect.promise(() => {
+    let bundle = bundles.get(fixture)
+    if (bundle === undefined) {
+      const outfile = `scratch/${basename(fixture, ".ts")}-${process.pid}.mjs`
+      process.once("exit", () => rmSync(outfile, { force: true }))
+      bundle = build({
+        entryPoints: [fixture],
+        bundle: true,
+        platform: "node",
+        format: "esm",
+        outfile,
+        // the driver's CommonJS parts call require
+        banner: {
+          js: "import { createRequire as __pgbusRequire } from 'node:module'; const require = __pgbusRequire(import.meta.url);"
+        },
+        logLevel: "warning"
+      }).then(() => outfile)
+      bundles.set(fixture, bundle)
+    }
+    return bundle
+  })
