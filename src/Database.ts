@@ -112,6 +112,13 @@ export const isPassingFailure = (error: unknown): error is DatabaseError =>
   error instanceof DatabaseError && error.retryable
 
 /**
+ * Whether an error, ours (`DatabaseError`) or the driver's (`SqlError`, also as a defect), is a
+ * database failure that may pass: a lost connection, a server restarting, a deadlock.
+ */
+export const isTransientDatabaseFailure = (error: unknown): boolean =>
+  isPassingFailure(error) || (isSqlError(error) && toDatabaseError("")(error).retryable)
+
+/**
  * Which clock time-dependent statements use. `database` (the default) binds null so that
  * `coalesce($now, now())` takes the server's clock, shared by every host; `effect` binds
  * Effect's `Clock`, so TestClock drives visibility, due times and retention in tests.

@@ -1,11 +1,12 @@
 /**
  * Exception policies: which policy applies to a step's failure, and what it decides. The step's
- * own policies come first, then the workflow's policies that name the error, then its blanket
- * ones, then pause.
+ * own policies come first, then the workflow's policies that name the error, then (for a
+ * database failure that may pass) a reattempt with backoff, then its blanket ones, then pause.
  *
  * @since 0.1.0
  */
 import { Duration, Effect } from "effect"
+import { isTransientDatabaseFailure } from "../Database.ts"
 import type { ErrorMatcher, ErrorPolicy, PolicyDecision } from "./Runtime.ts"
 
 /** What a failure leads to. */
@@ -55,22 +56,34 @@ export const names = (policy: ErrorPolicy, error: unknown): boolean => {
   return matchers.some((m) => matchOne(m, error))
 }
 
-/** The policy that applies, in the resolution order. */
-export const findPolicy = (
-  error: unknown,
-  stepPolicies: ReadonlyArray<ErrorPolicy>,
-  workflowPolicies: ReadonlyArray<ErrorPolicy>
-): ErrorPolicy | undefined =>
-  stepPolicies.find((p) => p.match === undefined || names(p, error)) ??
-  workflowPolicies.find((p) => names(p, error)) ??
-  workflowPolicies.find((p) => p.match === undefined)
-
 const toMs = (wait: Duration.Input | undefined): number =>
   wait === undefined ? 0 : Duration.toMillis(Duration.fromInputUnsafe(wait))
 
+/** Consecutive reattempts of a step failing with a passing database failure before its run pauses. */
+export const TRANSIENT_MAX_REATTEMPTS = 10
+
+/**
+ * What a database failure that may pass (a lost connection, a server restarting, a deadlock)
+ * leads to when no policy names it: it is not the step's failure, so the step is reattempted
+ * with backoff (1 s doubling to 30 s, about three minutes over ten reattempts), then the run
+ * pauses. Reported only then (a restart logs its warnings elsewhere).
+ */
+export const transientResolution = (reattempts: number): Resolution =>
+  reattempts >= TRANSIENT_MAX_REATTEMPTS
+    ? { action: "pause", waitMs: 0, report: true, policy: undefined, terminal: true }
+    : {
+        action: "reattempt",
+        waitMs: Math.min(1_000 * 2 ** reattempts, 30_000),
+        report: false,
+        policy: undefined,
+        terminal: false
+      }
+
 /**
  * Resolves a failure. `reattempts` is how many consecutive reattempts the step has had (the
- * failing attempt included). A policy function that fails or dies pauses.
+ * failing attempt included). A policy function that fails or dies pauses. A database failure
+ * that may pass goes, unless a step policy or a workflow policy naming it decides, to
+ * `transientResolution` before the workflow's blanket policies.
  */
 export const resolve = (
   error: unknown,
@@ -79,7 +92,11 @@ export const resolve = (
   reattempts: number
 ): Effect.Effect<Resolution> =>
   Effect.gen(function* () {
-    const policy = findPolicy(error, stepPolicies, workflowPolicies)
+    const chosen =
+      stepPolicies.find((p) => p.match === undefined || names(p, error)) ??
+      workflowPolicies.find((p) => names(p, error))
+    if (chosen === undefined && isTransientDatabaseFailure(error)) return transientResolution(reattempts)
+    const policy = chosen ?? workflowPolicies.find((p) => p.match === undefined)
     if (policy === undefined) {
       return { action: "pause", waitMs: 0, report: true, policy: undefined, terminal: true } satisfies Resolution
     }
