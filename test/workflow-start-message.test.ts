@@ -118,7 +118,14 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             throw new Error("sends no message")
           })
           const rows = yield* statements.runClaimFirstMany(
-            runs.map((run) => ({ runId: run.id, name: "one", queue: "default", timeoutMs: null, now: null })),
+            runs.map((run) => ({
+              runId: run.id,
+              name: "one",
+              queue: "default",
+              timeoutMs: null,
+              claimedBy: null,
+              now: null
+            })),
             "test-worker",
             null
           )

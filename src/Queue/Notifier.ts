@@ -37,8 +37,13 @@ export interface LocalSlot {
   readonly claimedBy: string
   /** The message's visibility from its insert, as a read would set it. */
   readonly visibilityMs: number
-  /** Hands the committed, claimed message to the reader; false when it no longer takes it (draining: given back). */
-  readonly deliver: (message: Message) => Effect.Effect<boolean>
+  /**
+   * Hands the committed, claimed message to the reader; false when it does not take it (it is
+   * draining, or, for a workflow step, has no free executor for it) and gives it back, after
+   * `beforeGiveBack` (a woken step releases its claim first, so the message's next delivery
+   * finds the step free).
+   */
+  readonly deliver: (message: Message, beforeGiveBack?: Effect.Effect<void>) => Effect.Effect<boolean>
   /** Gives the room back. */
   readonly cancel: () => void
 }

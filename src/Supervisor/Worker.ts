@@ -522,6 +522,9 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
             "job" in request.runs ? registry.jobs.has(request.runs.job) : registry.workflows.has(request.runs.workflow)
           if (!known) return undefined
           stats.buffered++
+          // a step it would have to buffer (behind read-ahead) is refused at delivery: given back
+          // at a drain, its claim would look like a dead worker's to the next delivery
+          const step = "workflow" in request.runs
           let open = true
           const close = () => {
             if (!open) return false
@@ -532,16 +535,18 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
             // a mark of its own, as a claim's: a send that loses its reply releases by it
             claimedBy: `${processId}#${++claims}`,
             visibilityMs,
-            deliver: (m) =>
+            deliver: (m, beforeGiveBack) =>
               Effect.suspend(() => {
                 if (!close()) return Effect.succeed(false)
-                if (!stopping) {
+                // this slot counts in `buffered`: with it, no more than the executors
+                if (!stopping && (!step || stats.running + stats.buffered <= capsule.concurrency)) {
                   inFlight.add(m)
                   return Queue.offer(work, m).pipe(Effect.as(true))
                 }
-                // drained meanwhile: give it back at once
+                // drained meanwhile (or no executor free for a step): give it back at once
                 stats.buffered = Math.max(0, stats.buffered - 1)
-                return store.release(m.queue, [receiptOf(m)]).pipe(
+                return (beforeGiveBack ?? Effect.void).pipe(
+                  Effect.andThen(store.release(m.queue, [receiptOf(m)])),
                   Effect.catch((e) => Effect.logWarning("pgbus: release failed", e)),
                   Effect.as(false)
                 )

@@ -19,10 +19,11 @@ import {
   BatchNotFound
 } from "../Batch/Batch.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
-import { retryTransient, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
+import { isPassingFailure, retryTransient, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import { makeBatcher, makeBatchGroup } from "../internal/Batcher.ts"
 import { boundedMemo } from "../internal/memo.ts"
 import { runSpan, stepSpan } from "../internal/span.ts"
+import { isStorableJson, isStorableText, storableText } from "../internal/storable.ts"
 import * as Job from "../Job/Job.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
 import type { Message } from "../Queue/Message.ts"
@@ -75,14 +76,17 @@ import {
   InvalidWorkflowPayload,
   NotOngoing,
   NotPaused,
+  OutputNotStorable,
   OutputTooLarge,
   ReplayDivergence,
   RunNotFound,
   type SignalError,
+  StepInterrupted,
   StepStalled,
   StepTimeout,
   UnknownStep,
-  WaitTimedOut
+  WaitTimedOut,
+  WorkflowNotRegistered
 } from "./WorkflowError.ts"
 import {
   type ClaimFirstEntry,
@@ -177,13 +181,14 @@ const isTagged = (u: unknown): boolean =>
 
 /** An error as a step row records it: tag, message, cause chain, capped stack, worker, revision. */
 export const encodeError = (error: unknown, backtraceLines: number, worker: string, revision: string | undefined) => {
+  // an error is only recorded: what PostgreSQL cannot store (a NUL, a lone surrogate) is replaced
   const describe = (e: unknown) =>
     isObject(e)
       ? {
-          tag: typeof e._tag === "string" ? e._tag : typeof e.name === "string" ? e.name : "Error",
-          message: typeof e.message === "string" ? e.message : String(e)
+          tag: storableText(typeof e._tag === "string" ? e._tag : typeof e.name === "string" ? e.name : "Error"),
+          message: storableText(typeof e.message === "string" ? e.message : String(e))
         }
-      : { tag: typeof e, message: String(e) }
+      : { tag: typeof e, message: storableText(String(e)) }
   const causes: Array<{ tag: string; message: string }> = []
   let cause = isObject(error) ? error.cause : undefined
   while (cause !== undefined && causes.length < 5) {
@@ -192,7 +197,7 @@ export const encodeError = (error: unknown, backtraceLines: number, worker: stri
   }
   const stack =
     isObject(error) && typeof error.stack === "string"
-      ? error.stack.split("\n").slice(0, backtraceLines).join("\n")
+      ? storableText(error.stack.split("\n").slice(0, backtraceLines).join("\n"))
       : undefined
   return {
     ...describe(error),
@@ -202,6 +207,13 @@ export const encodeError = (error: unknown, backtraceLines: number, worker: stri
     ...(revision ? { app_revision: revision } : {})
   }
 }
+
+/** An error's message, as an event's reason records it (what PostgreSQL cannot store replaced). */
+const messageOf = (error: unknown): string =>
+  storableText(isObject(error) && typeof error.message === "string" ? error.message : String(error))
+
+/** A reason given to a flow-control verb, as an event records it. */
+const textOf = (reason: string | undefined): string | null => (reason === undefined ? null : storableText(reason))
 
 /** What `matchSignal` gives when the signal does not match. */
 const NO_MATCH: unique symbol = Symbol("pgbus/no-match")
@@ -404,10 +416,47 @@ export interface Delivery {
   readonly attempt: number
   /** The message's id (a step claimed at its send in this process is found by it). */
   readonly msgId?: bigint | undefined
+  /** The queue the message was read from: with its id and read count it marks the claims of this delivery. */
+  readonly queue?: string | undefined
+  /** The message's last delivery: a run it cannot execute pauses as undeliverable instead of its message dead-lettered. */
+  readonly last?: boolean | undefined
 }
 
 /** Identifies one delivery of a message (id and read count). */
 const deliveryKey = (msgId: bigint, readCt: number) => `${msgId}:${readCt}`
+
+/**
+ * The claim mark of a delivery, recorded on every step its execution claims:
+ * `<queue>:<msg id>:<read count>` (none without a message, as in the test helpers). A
+ * redelivery finds by its prefix the step its predecessor held; a claim whose reply was lost
+ * finds by the whole mark the step it holds itself.
+ */
+const claimMarkOf = (delivery: Delivery): string | null =>
+  delivery.msgId === undefined || delivery.queue === undefined
+    ? null
+    : `${delivery.queue}:${delivery.msgId}:${delivery.attempt}`
+
+/** The part of a delivery's mark shared by every delivery of its message. */
+const messageMarkOf = (delivery: Delivery): string | null =>
+  delivery.msgId === undefined || delivery.queue === undefined ? null : `${delivery.queue}:${delivery.msgId}:`
+
+/** Whether a step's claim mark is a delivery's (else a local hand-over's, or none). */
+const isDeliveryMark = (mark: string | null): boolean => mark !== null && /^[a-z][a-z0-9_]*:\d+:\d+$/.test(mark)
+
+/**
+ * One execution of a step message: the mark of its claims, and what a drain that interrupts it
+ * must release (the attempt it claimed and has not ended, or a completed attempt whose outcome
+ * waits for the next step).
+ */
+interface Execution {
+  readonly mark: string | null
+  /** Its claim failed with its connection (it may have committed): sent again, it found nothing to claim. */
+  claimLost: boolean
+  held: bigint | undefined
+  pending: Pending | undefined
+  /** The workflow's queue (where a continue message goes). */
+  queue: string | undefined
+}
 
 /** What a run would do next, for the test helpers. */
 export type NextWork =
@@ -429,7 +478,7 @@ export class WorkflowRunner extends Context.Service<
       workflows: ReadonlyMap<string, RegisteredWorkflow>,
       message: StepMessage,
       delivery: Delivery
-    ) => Effect.Effect<void, DatabaseError | QueueError>
+    ) => Effect.Effect<void, DatabaseError | QueueError | WorkflowNotRegistered>
     /** What the run would do next (test helpers); a scheduled step is made due now. */
     readonly next: (runId: string) => Effect.Effect<NextWork, DatabaseError | RunNotFound>
     /** Resumes the fan-out step waiting on a finished batch (its callback job); false if none waits. */
@@ -442,7 +491,6 @@ export class WorkflowRunner extends Context.Service<
 
 type Stop =
   | { readonly _tag: "applied" }
-  | { readonly _tag: "external" }
   /** A fresh run replayed before its claim and must replay again from the claim (none: unclaimed). */
   | { readonly _tag: "restart"; readonly claim: ClaimRow | undefined }
   /** A fresh run's claim failed inside the body: the execution fails with it (the message is retried). */
@@ -782,6 +830,8 @@ const make = Effect.gen(function* () {
       const local = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
       let slot: LocalSlot | undefined
       let handover: { readonly message: Message; readonly claim: ClaimRow } | undefined
+      /** The step a hand-over woke and claimed, and its queue (released by the slot's mark if the reply is lost). */
+      let handedStep: { readonly workflow: string; readonly stepId: bigint; readonly queue: string } | undefined
       return yield* verb("signal", id, options, (run, now) =>
         Effect.gen(function* () {
           if (definition !== undefined && definition.name !== run.workflow) {
@@ -843,6 +893,11 @@ const make = Effect.gen(function* () {
               })
             } else {
               // woken and claimed for this process's worker: it runs the step with no claim of its own
+              handedStep = {
+                workflow: run.workflow,
+                stepId: waiting.id,
+                queue: queueOf(waiting.queue || config.workflowQueue).queue
+              }
               const [claimRow] = yield* statements.stepWakeClaim({
                 workflow: run.workflow,
                 runId: run.id,
@@ -879,17 +934,44 @@ const make = Effect.gen(function* () {
             const taken = slot
             slot = undefined
             if (taken === undefined) return Effect.void
-            if (Exit.isSuccess(exit) && handover !== undefined) {
+            const handed = handedStep
+            if (Exit.isSuccess(exit) && handover !== undefined && handed !== undefined) {
               const { message, claim } = handover
               const key = deliveryKey(message.msgId, message.readCt)
               preclaimed.set(key, claim)
-              return taken.deliver(message).pipe(
+              // a refused hand-over (the worker is stopping, or has no free executor for it) has its
+              // step released before the message goes back: the message's next delivery is no stall
+              const release = releaseStep({
+                workflow: handed.workflow,
+                stepId: handed.stepId,
+                claimedBy: taken.claimedBy,
+                reason: "handed to a worker of this process that could not take it (stopping, or no free slot)"
+              }).pipe(Effect.catchCause((cause) => Effect.logWarning("pgbus: releasing a refused step failed", cause)))
+              return taken.deliver(message, Effect.asVoid(release)).pipe(
                 Effect.tap((took) => Effect.sync(() => (took ? undefined : preclaimed.delete(key)))),
                 Effect.asVoid
               )
             }
             taken.cancel()
-            return Effect.void
+            if (handed === undefined || Exit.isSuccess(exit) || !isPassingFailure(Cause.squash(exit.cause))) {
+              return Effect.void
+            }
+            // the wake-and-claim may have committed with its reply lost: once the database answers,
+            // its step is released (a new attempt) and its message given back, both by the slot's
+            // mark, in the background (the caller has its error, and may send the signal again)
+            return Effect.forkDetach(
+              retryTransient(
+                releaseStep({
+                  workflow: handed.workflow,
+                  stepId: handed.stepId,
+                  claimedBy: taken.claimedBy,
+                  reason: "the hand-over's reply was lost with its connection"
+                })
+              ).pipe(
+                Effect.andThen(retryTransient(store.releaseClaim(handed.queue, taken.claimedBy))),
+                Effect.catchCause((cause) => Effect.logWarning("pgbus: releasing a lost hand-over failed", cause))
+              )
+            ).pipe(Effect.asVoid)
           })
         )
       )
@@ -1278,6 +1360,52 @@ const make = Effect.gen(function* () {
   const finish = (p: Omit<Parameters<WorkflowSql["stepFinish"]>[0], "worker" | "appRevision">) =>
     statements.stepFinish({ ...p, worker, appRevision: revision }).pipe(db("apply step outcome"))
 
+  /**
+   * Releases an attempt this process claimed and will not finish (a drain interrupted its
+   * execution, or a hand-over was refused or lost): it fails with `StepInterrupted` and a new
+   * attempt is due at once, after a `step_interrupted` event saying why. Not the step's failure:
+   * it does not count as a reattempt. Guarded: an attempt no longer in progress, or held by
+   * another claim than `claimedBy`, is left alone. True when it released it.
+   */
+  const releaseStep = (p: {
+    readonly workflow: string
+    readonly stepId: bigint
+    readonly claimedBy?: string | undefined
+    readonly reason: string
+  }) =>
+    Effect.gen(function* () {
+      const [step] = yield* statements.stepGet(p.stepId).pipe(db("find step"))
+      if (step === undefined || step.status !== "in_progress") return false
+      const now = yield* statementNow
+      const [r] = yield* finish({
+        workflow: p.workflow,
+        runId: step.run_id,
+        stepId: step.id,
+        status: "failed",
+        output: null,
+        error: errorJson(new StepInterrupted({ step: step.name, reason: p.reason })),
+        definitionHash: null,
+        next: {
+          _tag: "schedule",
+          name: step.name,
+          attempt: step.attempt + 1,
+          position: step.position,
+          queue: step.queue,
+          physicalQueue: queueOf(step.queue || config.workflowQueue).physical,
+          delayMs: 0,
+          timeoutMs: step.timeout_ms,
+          reattempts: step.reattempts,
+          reattempt: true
+        },
+        onlyIfClaimedBy: p.claimedBy,
+        stepEvent: { type: "step_interrupted", reason: p.reason },
+        now
+      })
+      if (r?.applied !== 1n) return false
+      yield* Metric.update(stepMetrics(p.workflow, step.name, "interrupted").total, 1)
+      return true
+    })
+
   // Outcomes of the common case (completed, no signal held, the next step claimed at once or the
   // run finished) from concurrent executions share a statement: while one is out, the next ones
   // pile up and leave together (one round trip and one commit for several runs; W3 went from
@@ -1347,6 +1475,8 @@ const make = Effect.gen(function* () {
   const executeClaimed = (
     registered: RegisteredWorkflow,
     claim: Claimed,
+    /** The execution: its claims' mark, what it holds (a drain releases it, see `execute`). */
+    ex: Execution,
     speculative = false,
     /** Set for a notify notice of a per-run deadline: the claimed waiting step's missed deadline. */
     renewalOf?: Date
@@ -1354,6 +1484,7 @@ const make = Effect.gen(function* () {
     Effect.gen(function* () {
       const def = registered.workflow
       const runId = claim.id
+      if (claim.step_id !== null) ex.held = claim.step_id
       const stepPolicies = new Map<string, StepOptions<unknown>>()
       const history: ReadonlyArray<HistoryEntry> = claim.history
       const order: Array<string> = []
@@ -1378,7 +1509,6 @@ const make = Effect.gen(function* () {
               queue: history.find((h) => h.id === String(claim.step_id))?.name ? "" : ""
             }
       let targetReached = false
-      let pending: Pending | undefined
       let stop: Stop | undefined
       let control: ControlVerb | undefined
       let inStep = false
@@ -1405,6 +1535,18 @@ const make = Effect.gen(function* () {
         return Effect.interrupt
       }
 
+      /** Records the step a claim returned as held by this execution (inside the claim's uninterruptible region). */
+      const holding = <A extends { readonly id: bigint } | { readonly step_id: bigint | null }, E, R>(
+        claimed: Effect.Effect<ReadonlyArray<A>, E, R>
+      ) =>
+        Effect.tap(claimed, (rows) =>
+          Effect.sync(() => {
+            const row = rows[0]
+            const id = row === undefined ? null : "step_id" in row ? row.step_id : row.id
+            if (id !== null) ex.held = id
+          })
+        )
+
       /** A fresh run claims itself alone, then replays from that claim. */
       const claimForRestart = Effect.gen(function* () {
         speculative = false
@@ -1428,15 +1570,30 @@ const make = Effect.gen(function* () {
           const batchable =
             (timeoutMs === null || Number.isFinite(timeoutMs)) &&
             Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+          const alone = statements
+            .runClaimFirst({ runId, name, queue, timeoutMs, worker, appRevision: revision, claimedBy: ex.mark, now })
+            .pipe(db("claim run"))
           const [row] = yield* (
             batchable
-              ? Effect.map(claimFirstBatched({ runId, name, queue, timeoutMs, now }), (r) =>
+              ? Effect.map(claimFirstBatched({ runId, name, queue, timeoutMs, claimedBy: ex.mark, now }), (r) =>
                   r === undefined ? [] : [r]
                 )
-              : statements
-                  .runClaimFirst({ runId, name, queue, timeoutMs, worker, appRevision: revision, now })
-                  .pipe(db("claim run"))
-          ).pipe(Effect.catch((error) => halt({ _tag: "claimFailed", error })))
+              : alone
+          ).pipe(
+            // a reply lost with its connection may hide a commit: sent again, a claim that finds the
+            // run taken goes to `unclaimed`, which knows this execution's own claim by its mark
+            Effect.catchIf(isPassingFailure, () =>
+              Effect.andThen(
+                Effect.sync(() => {
+                  ex.claimLost = true
+                }),
+                retryTransient(alone)
+              )
+            ),
+            holding,
+            Effect.uninterruptible,
+            Effect.catch((error) => halt({ _tag: "claimFailed", error }))
+          )
           if (row?.step_id === null || row?.step_id === undefined) {
             return yield* halt({ _tag: "restart", claim: row })
           }
@@ -1448,21 +1605,21 @@ const make = Effect.gen(function* () {
         Effect.gen(function* () {
           const now = yield* statementNow
           const errorText = errorJson(error)
-          const message = isObject(error) && typeof error.message === "string" ? error.message : String(error)
-          if (pending !== undefined) {
+          const message = messageOf(error)
+          if (ex.pending !== undefined) {
             const r = yield* finish({
               workflow: def.name,
               runId,
-              stepId: pending.step.id,
-              status: pending.status,
-              output: pending.output,
+              stepId: ex.pending.step.id,
+              status: ex.pending.status,
+              output: ex.pending.output,
               error: null,
               definitionHash: hashNames(namesSeen),
               next: { _tag: "pause", reason, error: errorText, message },
               now
             })
-            if (r[0]?.applied === 0n) yield* lateCompletion(runId, pending.step, now)
-            pending = undefined
+            if (r[0]?.applied === 0n) yield* lateCompletion(runId, ex.pending.step, now)
+            ex.pending = undefined
           } else if (target !== undefined) {
             const r = yield* finish({
               workflow: def.name,
@@ -1500,6 +1657,26 @@ const make = Effect.gen(function* () {
         Effect.gen(function* () {
           yield* pauseWith(new ReplayDivergence({ run: runId, position, expected, found }), "version_mismatch")
           return yield* halt({ _tag: "applied" })
+        })
+
+      /**
+       * An outcome sent again after a lost reply found its step moved on: if its first sending had
+       * committed (the step has the status it wrote), that outcome is this one, with the next step
+       * it claimed for this execution, found by the execution's mark.
+       */
+      const ownOutcome = (step: Target, status: "completed" | "skipped" | "failed" | "cancelled") =>
+        Effect.gen(function* () {
+          const [row] = yield* statements.stepGet(step.id).pipe(db("find step"))
+          if (row?.status !== status) return undefined
+          const [next] =
+            ex.mark === null ? [] : yield* statements.runLoadClaimed(runId, ex.mark).pipe(db("find own claim"))
+          return {
+            before: null,
+            applied: 1n,
+            next_id: next?.step_id ?? null,
+            next_status: next === undefined ? null : ("in_progress" as const),
+            after: null
+          } satisfies FinishRow
         })
 
       /** Applies a finished attempt (or a skip) and what follows it. */
@@ -1545,7 +1722,30 @@ const make = Effect.gen(function* () {
                 mayHoldSignal: !signalFree.has(step.id),
                 now
               }).pipe(Effect.map((rows) => rows[0]))
-          const r = yield* inTransaction ? write : retryTransient(write)
+          // uninterruptible: a drain must know what this execution holds afterwards (the next step
+          // claimed with it); a reply lost with its connection may hide a commit: sent again, an
+          // outcome that finds its step moved on looks for its own commit before calling it late
+          const r = yield* (
+            inTransaction
+              ? write
+              : write.pipe(
+                  Effect.catchIf(isPassingFailure, () =>
+                    retryTransient(write).pipe(
+                      Effect.flatMap((again) =>
+                        again !== undefined && again.applied === 1n ? Effect.succeed(again) : ownOutcome(step, status)
+                      )
+                    )
+                  )
+                )
+          ).pipe(
+            Effect.tap((r) =>
+              Effect.sync(() => {
+                if (ex.pending?.step.id === step.id) ex.pending = undefined
+                if (r?.next_status === "in_progress" && r.next_id !== null) ex.held = r.next_id
+              })
+            ),
+            Effect.uninterruptible
+          )
           if (r === undefined || r.applied === 0n) {
             yield* lateCompletion(runId, step, now)
             return undefined
@@ -1721,7 +1921,7 @@ const make = Effect.gen(function* () {
                 yield* recordStep(step, "cancelled", startedAt)
                 return yield* halt({ _tag: "applied" })
               case "skip":
-                pending = { step, status: "skipped", output: null }
+                ex.pending = { step, status: "skipped", output: null }
                 yield* recordStep(step, "skipped", startedAt)
                 return undefined
               case "parked":
@@ -1789,7 +1989,7 @@ const make = Effect.gen(function* () {
               return yield* halt({ _tag: "applied" })
             }
             // past its deadline: the poll ends with timedOut
-            pending = { step, status: "completed", output: JSON.stringify({ timedOut: true }) }
+            ex.pending = { step, status: "completed", output: JSON.stringify({ timedOut: true }) }
             yield* recordStep(step, "completed", startedAt)
             return { timedOut: true } as A
           }
@@ -1851,8 +2051,12 @@ const make = Effect.gen(function* () {
             return yield* halt({ _tag: "applied" })
           }
           if (Exit.isFailure(exit)) {
-            if (Cause.hasInterruptsOnly(exit.cause)) return yield* halt({ _tag: "external" })
-            return yield* failed(step, Cause.squash(exit.cause), options, startedAt)
+            // an interruption from outside never gets here (the execution stops, and `execute`
+            // releases the step): this one came from inside the body, a failure of the step
+            const error = Cause.hasInterruptsOnly(exit.cause)
+              ? new Error(`step ${step.name} was interrupted from inside its body`)
+              : Cause.squash(exit.cause)
+            return yield* failed(step, error, options, startedAt)
           }
           const value = exit.value
           const encodedOutput = yield* (
@@ -1868,6 +2072,9 @@ const make = Effect.gen(function* () {
             return yield* failed(step, e, options, startedAt)
           }
           if (outputText !== undefined) {
+            if (!isStorableJson(outputText)) {
+              return yield* failed(step, new OutputNotStorable({ step: step.name }), options, startedAt)
+            }
             const size = Buffer.byteLength(outputText, "utf8")
             if (size > config.maxPayloadSize) {
               return yield* failed(
@@ -1878,7 +2085,7 @@ const make = Effect.gen(function* () {
               )
             }
           }
-          pending = { step, status: "completed", output: outputText ?? null }
+          ex.pending = { step, status: "completed", output: outputText ?? null }
           yield* recordStep(step, "completed", startedAt)
           return value
         })
@@ -1888,7 +2095,7 @@ const make = Effect.gen(function* () {
         Effect.gen(function* () {
           switch (verbCalled._tag) {
             case "skip":
-              pending = { step, status: "skipped", output: null }
+              ex.pending = { step, status: "skipped", output: null }
               yield* recordStep(step, "skipped", startedAt)
               return undefined
             case "pause":
@@ -1896,12 +2103,12 @@ const make = Effect.gen(function* () {
                 _tag: "pause",
                 reason: "step_pause",
                 error: null,
-                message: verbCalled.reason ?? null
+                message: textOf(verbCalled.reason)
               })
               yield* recordStep(step, "paused", startedAt)
               return yield* halt({ _tag: "applied" })
             case "cancel":
-              yield* applyOutcome(step, "cancelled", null, null, { _tag: "cancel", reason: verbCalled.reason ?? null })
+              yield* applyOutcome(step, "cancelled", null, null, { _tag: "cancel", reason: textOf(verbCalled.reason) })
               yield* recordStep(step, "cancelled", startedAt)
               return yield* halt({ _tag: "applied" })
             case "finish":
@@ -1943,10 +2150,10 @@ const make = Effect.gen(function* () {
             })
           }
           const errorText = errorJson(error)
-          const message = isObject(error) && typeof error.message === "string" ? error.message : String(error)
+          const message = messageOf(error)
           switch (resolution.action) {
             case "skip":
-              pending = { step, status: "skipped", output: null }
+              ex.pending = { step, status: "skipped", output: null }
               yield* recordStep(step, "skipped", startedAt)
               return undefined
             case "reattempt":
@@ -2005,13 +2212,12 @@ const make = Effect.gen(function* () {
             dueAt === null &&
             options.skipIf === undefined &&
             def.cancelIf === undefined &&
-            queueName === queueOf(pending?.step.queue || defaultQueue).queue
+            queueName === queueOf(ex.pending?.step.queue || defaultQueue).queue
           const timeoutMs =
             options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
           const now = yield* statementNow
-          if (pending !== undefined) {
-            const done = pending
-            pending = undefined
+          if (ex.pending !== undefined) {
+            const done = ex.pending
             const r = yield* applyOutcome(
               done.step,
               done.status,
@@ -2026,7 +2232,8 @@ const make = Effect.gen(function* () {
                     queue: queueName,
                     physicalQueue: physical,
                     reattempts: 0,
-                    timeoutMs
+                    timeoutMs,
+                    claimedBy: ex.mark
                   }
                 : {
                     _tag: "schedule",
@@ -2056,7 +2263,7 @@ const make = Effect.gen(function* () {
             return yield* runTarget(target, effect, options)
           }
           if (delayMs === 0 && dueAt === null && options.skipIf === undefined) {
-            const [row] = yield* statements
+            const insert = statements
               .stepInsertClaimed({
                 runId,
                 name,
@@ -2067,9 +2274,25 @@ const make = Effect.gen(function* () {
                 timeoutMs,
                 worker,
                 appRevision: revision,
+                claimedBy: ex.mark,
                 now
               })
               .pipe(db("claim step"))
+            // a reply lost with its connection may hide a commit: the step this execution claimed is
+            // looked for by its mark before the insert is sent again
+            const own =
+              ex.mark === null
+                ? Effect.succeed([])
+                : Effect.map(statements.runLoadClaimed(runId, ex.mark).pipe(db("find own claim")), (rows) =>
+                    rows.flatMap((r) => (r.step_id !== null && r.step_name === name ? [{ id: r.step_id }] : []))
+                  )
+            const [row] = yield* insert.pipe(
+              Effect.catchIf(isPassingFailure, () =>
+                retryTransient(Effect.flatMap(own, (rows) => (rows.length > 0 ? Effect.succeed(rows) : insert)))
+              ),
+              holding,
+              Effect.uninterruptible
+            )
             if (row === undefined) return yield* halt({ _tag: "applied" })
             target = { id: row.id, name, attempt, position, reattempts: 0, queue: queueName }
             signalFree.add(target.id)
@@ -2179,9 +2402,9 @@ const make = Effect.gen(function* () {
                 verbCalled._tag === "finish"
                   ? { _tag: "finish", output: null }
                   : verbCalled._tag === "cancel"
-                    ? { _tag: "cancel", reason: verbCalled.reason ?? null }
+                    ? { _tag: "cancel", reason: textOf(verbCalled.reason) }
                     : verbCalled._tag === "pause"
-                      ? { _tag: "pause", reason: "step_pause", error: null, message: verbCalled.reason ?? null }
+                      ? { _tag: "pause", reason: "step_pause", error: null, message: textOf(verbCalled.reason) }
                       : undefined
               if (next === undefined) {
                 yield* pauseWith(
@@ -2191,9 +2414,8 @@ const make = Effect.gen(function* () {
                   }),
                   "error"
                 )
-              } else if (pending !== undefined) {
-                const done = pending
-                pending = undefined
+              } else if (ex.pending !== undefined) {
+                const done = ex.pending
                 yield* applyOutcome(done.step, done.status, done.output, null, next)
               } else {
                 yield* statements
@@ -2217,6 +2439,16 @@ const make = Effect.gen(function* () {
           Effect.gen(function* () {
             if (stop !== undefined) return yield* Effect.interrupt
             if (speculative) return yield* restartFromClaim
+            if (typeof id !== "string" || !isStorableText(id)) {
+              yield* pauseWith(
+                new InvalidWorkflowDefinition({
+                  workflow: def.name,
+                  reason: `a patch id must be a string without a NUL character or a lone surrogate`
+                }),
+                "error"
+              )
+              return yield* halt({ _tag: "applied" })
+            }
             const marker = `patch:${id}`
             const recorded = order[cursor]
             if (recorded === marker) {
@@ -2347,7 +2579,6 @@ const make = Effect.gen(function* () {
         .pipe(Effect.provideService(WorkflowRuntime, runtime), Effect.exit)
       const stopped = stop as Stop | undefined
       if (stopped !== undefined) {
-        if (stopped._tag === "external") return yield* Effect.interrupt
         if (stopped._tag === "claimFailed") return yield* Effect.fail(stopped.error)
         return stopped._tag === "restart" ? stopped : undefined
       }
@@ -2364,10 +2595,13 @@ const make = Effect.gen(function* () {
         } catch {
           outputText = null
         }
+        if (outputText !== null && !isStorableJson(outputText)) {
+          yield* pauseWith(new OutputNotStorable({ step: `workflow ${def.name}` }), "error")
+          return
+        }
         const now = yield* statementNow
-        if (pending !== undefined) {
-          const done = pending
-          pending = undefined
+        if (ex.pending !== undefined) {
+          const done = ex.pending
           yield* applyOutcome(done.step, done.status, done.output, null, { _tag: "finish", output: outputText })
         } else {
           const [r] = yield* statements
@@ -2386,30 +2620,68 @@ const make = Effect.gen(function* () {
         }
         return
       }
-      if (Cause.hasInterruptsOnly(exit.cause)) return yield* Effect.interrupt
-      yield* pauseWith(Cause.squash(exit.cause), "error")
+      // an interruption from outside never gets here (see runTarget): the body interrupted itself
+      yield* pauseWith(
+        Cause.hasInterruptsOnly(exit.cause)
+          ? new Error(`workflow ${def.name} was interrupted from inside its body`)
+          : Cause.squash(exit.cause),
+        "error"
+      )
     }).pipe(Effect.annotateLogs({ workflow: registered.workflow.name, workflow_id: claim.id }))
 
-  /** A message whose claim failed: a duplicate, or the redelivery of a dead worker's claim. */
-  const unclaimed = (registered: RegisteredWorkflow, message: StepMessage, delivery: Delivery) =>
+  /** `executeClaimed`, typed: the registered workflow's services were captured where it was registered. */
+  const runClaimed = (
+    registered: RegisteredWorkflow,
+    claim: Claimed,
+    ex: Execution,
+    speculative = false,
+    renewalOf?: Date
+  ) => executeClaimed(registered, claim, ex, speculative, renewalOf) as Effect.Effect<Stop | undefined, DatabaseError>
+
+  /**
+   * A message whose claim found nothing to claim: this execution's own claim whose reply was lost
+   * (the step is in progress under this delivery's mark: it runs), the redelivery of a message
+   * whose earlier delivery's worker died holding a step (under that delivery's mark, or the step
+   * the message names when a hand-over claimed it: the stall action applies), or a duplicate.
+   */
+  const unclaimed = (registered: RegisteredWorkflow, message: StepMessage, delivery: Delivery, ex: Execution) =>
     Effect.gen(function* () {
-      if (delivery.attempt <= 1) return
       const now = yield* statementNow
-      const step =
-        message.step === null
-          ? (yield* statements.stepInProgress(message.run).pipe(db("find step")))[0]
-          : (yield* statements.stepGet(BigInt(message.step)).pipe(db("find step")))[0]
-      if (step === undefined || step.status !== "in_progress") {
+      const [step] = yield* statements.stepInProgress(message.run).pipe(db("find step"))
+      const mark = step?.claimed_by ?? null
+      if (step !== undefined && mark !== null && mark === ex.mark) {
+        const [claim] = yield* statements.runLoadClaimed(message.run, mark).pipe(db("find own claim"))
+        if (claim !== undefined) yield* runClaimed(registered, claim, ex)
+        return
+      }
+      // a first delivery finds nothing of its own to repair, unless its own claim was lost
+      if (delivery.attempt <= 1 && !ex.claimLost) return
+      const earlier = messageMarkOf(delivery)
+      const heldByThisMessage =
+        step !== undefined &&
+        delivery.attempt > 1 &&
+        (mark === null
+          ? // claimed before claim marks: the step the message names, or any step for a start or continue
+            message.step === null || String(step.id) === message.step
+          : isDeliveryMark(mark)
+            ? earlier !== null && mark.startsWith(earlier)
+            : // claimed by a local hand-over of the very message that names it
+              String(step.id) === message.step)
+      if (step === undefined || !heldByThisMessage) {
+        // a start or continue whose claim died with its worker (or lost its reply) before any step:
+        // claimed again
         if (
           message.step === null &&
+          step === undefined &&
           (yield* statements.runReleaseContinue(message.run, now).pipe(db("release run"))).length > 0
         ) {
-          yield* execute(new Map([[registered.workflow.name, registered]]), message, { attempt: 1 })
+          const [claim] = yield* statements.runClaimContinue(message.run, now).pipe(db("claim run"))
+          if (claim !== undefined) yield* runClaimed(registered, claim, ex)
         }
         return
       }
-      // the very message that claimed the step came back while the step is in progress: its
-      // worker died (or lost its heartbeat); the stall action applies
+      // a delivery of this message claimed the step, and the message came back while the step is in
+      // progress: that delivery's worker died (or lost its heartbeat); the stall action applies
       yield* statements
         .eventInsert({
           runId: message.run,
@@ -2417,14 +2689,13 @@ const make = Effect.gen(function* () {
           step: step.name,
           attempt: step.attempt,
           actor: "system",
-          reason: "the message that claimed the step was delivered again",
+          reason: "the message whose execution claimed the step was delivered again",
           details: JSON.stringify({ detection: "redelivery", action: config.workflowStallAction }),
           now
         })
         .pipe(db("record stall"))
       const stalled = new StepStalled({ step: step.name, detection: "redelivery" })
-      const next = stallNext(step, stalled)
-      yield* finish({
+      const [r] = yield* finish({
         workflow: registered.workflow.name,
         runId: message.run,
         stepId: step.id,
@@ -2432,24 +2703,116 @@ const make = Effect.gen(function* () {
         output: null,
         error: errorJson(stalled),
         definitionHash: null,
-        next,
+        next: stallNext(step, stalled),
         now
       })
+      if (r?.applied === 1n) {
+        yield* Metric.update(
+          stallsTotal.pipe(
+            Metric.withAttributes({
+              workflow_class: registered.workflow.name,
+              step: step.name,
+              detection: "redelivery"
+            })
+          ),
+          1
+        )
+      }
+    })
+
+  /**
+   * What a drain that interrupts an execution leaves behind: a completed attempt whose outcome
+   * waited for the next step is written (the run continues from a continue message); an attempt
+   * it claimed and has not ended is released, as a new attempt due at once.
+   */
+  const releaseInterrupted = (workflow: string, runId: string, ex: Execution) =>
+    Effect.suspend(() => {
+      const done = ex.pending
+      if (done !== undefined) {
+        return Effect.flatMap(statementNow, (now) =>
+          finish({
+            workflow,
+            runId,
+            stepId: done.step.id,
+            status: done.status,
+            output: done.output,
+            error: null,
+            definitionHash: null,
+            next: { _tag: "continue", physicalQueue: queueOf(ex.queue ?? config.workflowQueue).physical },
+            now
+          })
+        )
+      }
+      const held = ex.held
+      return held === undefined
+        ? Effect.void
+        : releaseStep({
+            workflow,
+            stepId: held,
+            reason: "its execution was interrupted: the worker stopped (a drain past its timeout) before it finished"
+          })
+    }).pipe(
+      Effect.catchCause((cause) =>
+        Effect.logWarning("pgbus: releasing the step of an interrupted execution failed", Cause.pretty(cause))
+      ),
+      Effect.asVoid
+    )
+
+  /**
+   * The message failed on its last delivery: rather than leave the run stranded with its message
+   * dead-lettered, the run pauses as `undeliverable` with the error (an attempt this execution
+   * holds fails with it). False when the run is in no state to pause that way.
+   */
+  const pauseUndeliverable = (message: StepMessage, ex: Execution, error: unknown) =>
+    Effect.gen(function* () {
+      const errorText = errorJson(error)
+      const reason = `its message failed on its last delivery: ${messageOf(error)}`
+      const now = yield* statementNow
+      if (ex.held !== undefined) {
+        const [r] = yield* finish({
+          workflow: message.workflow,
+          runId: message.run,
+          stepId: ex.held,
+          status: "failed",
+          output: null,
+          error: errorText,
+          definitionHash: null,
+          next: { _tag: "pause", reason: "undeliverable", error: errorText, message: reason },
+          now
+        })
+        if (r?.applied === 1n) return true
+      }
+      const paused = yield* statements
+        .runPauseUndeliverable({
+          runId: message.run,
+          from: States.fromStates("delivery_pause"),
+          error: errorText,
+          reason,
+          now
+        })
+        .pipe(db("pause undeliverable run"))
+      return paused.length > 0
     })
 
   const execute = (
     workflows: ReadonlyMap<string, RegisteredWorkflow>,
     message: StepMessage,
     delivery: Delivery
-  ): Effect.Effect<void, DatabaseError | QueueError> =>
-    Effect.gen(function* () {
+  ): Effect.Effect<void, DatabaseError | QueueError | WorkflowNotRegistered> => {
+    const ex: Execution = {
+      mark: claimMarkOf(delivery),
+      claimLost: false,
+      held: undefined,
+      pending: undefined,
+      queue: undefined
+    }
+    const executed = Effect.gen(function* () {
       const registered = workflows.get(message.workflow)
-      if (registered === undefined) {
-        return yield* Effect.die(new Error(`workflow ${message.workflow} is not registered in this process`))
-      }
-      // the registered workflow's services were captured where it was registered
+      // another process may have it: the message is retried, and its last delivery pauses the run
+      if (registered === undefined) return yield* new WorkflowNotRegistered({ workflow: message.workflow })
+      ex.queue = registered.workflow.queue ?? config.workflowQueue
       const run = (claim: Claimed, speculative: boolean, renewalOf?: Date) =>
-        executeClaimed(registered, claim, speculative, renewalOf) as Effect.Effect<Stop | undefined, DatabaseError>
+        runClaimed(registered, claim, ex, speculative, renewalOf)
       if (message.deadline !== undefined && message.step !== null) {
         // a notify notice of a per-run deadline: replay to the waiting step and evaluate it again
         const missedAt = new Date(message.deadline)
@@ -2483,7 +2846,7 @@ const make = Effect.gen(function* () {
           true
         )
         if (outcome?._tag !== "restart") return
-        if (outcome.claim === undefined) return yield* unclaimed(registered, message, delivery)
+        if (outcome.claim === undefined) return yield* unclaimed(registered, message, delivery, ex)
         yield* run(outcome.claim, false)
         return
       }
@@ -2492,20 +2855,71 @@ const make = Effect.gen(function* () {
       const pre = key === undefined ? undefined : preclaimed.get(key)
       if (pre !== undefined && key !== undefined) {
         preclaimed.delete(key)
-        if (message.step !== null && String(pre.step_id) === message.step)
+        if (message.step !== null && String(pre.step_id) === message.step) {
+          ex.held = pre.step_id ?? undefined
           return yield* run(pre, false).pipe(Effect.asVoid)
+        }
       }
       const now = yield* statementNow
-      const claimed =
+      const claimOnce =
         message.step === null
-          ? yield* statements.runClaimContinue(message.run, now).pipe(db("claim run"))
-          : yield* statements
-              .stepClaim({ runId: message.run, stepId: BigInt(message.step), worker, appRevision: revision, now })
+          ? statements.runClaimContinue(message.run, now).pipe(db("claim run"))
+          : statements
+              .stepClaim({
+                runId: message.run,
+                stepId: BigInt(message.step),
+                worker,
+                appRevision: revision,
+                claimedBy: ex.mark,
+                now
+              })
               .pipe(db("claim step"))
-      const claim = claimed[0]
-      if (claim === undefined) return yield* unclaimed(registered, message, delivery)
+      // uninterruptible, so that a drain knows what it holds; a reply lost with its connection may
+      // hide a commit: sent again, a claim that finds its step taken goes to `unclaimed`, which
+      // knows this execution's own claim by its mark
+      const [claim] = yield* claimOnce.pipe(
+        Effect.catchIf(isPassingFailure, () =>
+          Effect.andThen(
+            Effect.sync(() => {
+              ex.claimLost = true
+            }),
+            retryTransient(claimOnce)
+          )
+        ),
+        Effect.tap((rows) =>
+          Effect.sync(() => {
+            const id = rows[0]?.step_id
+            if (id !== null && id !== undefined) ex.held = id
+          })
+        ),
+        Effect.uninterruptible
+      )
+      if (claim === undefined) return yield* unclaimed(registered, message, delivery, ex)
       yield* run(claim, false)
-    }).pipe(Effect.withSpan(...runSpan(message.workflow, message.run), { captureStackTrace: false }))
+    })
+    // interrupted from outside (a drain past its timeout): what it holds is released, not left
+    // for the next delivery to take for a dead worker's (the stall action)
+    const released = executed.pipe(Effect.onInterrupt(() => releaseInterrupted(message.workflow, message.run, ex)))
+    const lastChance =
+      delivery.last !== true
+        ? released
+        : Effect.catchCause(released, (cause) =>
+            Cause.hasInterruptsOnly(cause)
+              ? Effect.failCause(cause)
+              : pauseUndeliverable(message, ex, Cause.squash(cause)).pipe(
+                  Effect.catchCause(() => Effect.succeed(false)),
+                  Effect.flatMap((paused) =>
+                    paused
+                      ? Effect.logWarning(
+                          `pgbus: workflow run ${message.run} paused as undeliverable: its message failed on its last delivery`,
+                          Cause.pretty(cause)
+                        )
+                      : Effect.failCause(cause)
+                  )
+                )
+          )
+    return lastChance.pipe(Effect.withSpan(...runSpan(message.workflow, message.run), { captureStackTrace: false }))
+  }
 
   const next = (runId: string): Effect.Effect<NextWork, DatabaseError | RunNotFound> =>
     Effect.gen(function* () {

@@ -9,6 +9,7 @@ import { Finished as BatchFinished } from "../Batch/Batch.ts"
 import type { PgBusConfigShape } from "../Config.ts"
 import { internalJob } from "../Job/InternalJob.ts"
 import type { RegisteredJob } from "../Job/RegisteredJob.ts"
+import { isLastAttempt, resolvePolicy } from "../Job/Retry.ts"
 import { type RegisteredWorkflow, StepMessage, type WorkflowRunner } from "./Engine.ts"
 import type { AnyWorkflow } from "./Workflow.ts"
 import { InvalidWorkflowDefinition } from "./WorkflowError.ts"
@@ -50,10 +51,18 @@ export const registerWorkflows = (
         provide: (effect) => Effect.provide(effect, services) as never
       })
     }
+    // on a message's last delivery the runner pauses a run it cannot execute rather than see
+    // its message dead-lettered
+    const stepPolicy = resolvePolicy(config, undefined)
     const jobs = [
       // workflow step messages are jobs of their own, run by the workflow runner
       internalJob(config, STEP_JOB, StepMessage, config.workflowQueue, (payload, context) =>
-        runner.execute(workflows, payload, { attempt: context.attempt, msgId: context.msgId })
+        runner.execute(workflows, payload, {
+          attempt: context.attempt,
+          msgId: context.msgId,
+          queue: context.queue,
+          last: isLastAttempt(stepPolicy, context.attempt)
+        })
       ),
       // a fan-out batch's callback resumes the step waiting on it
       internalJob(config, FAN_OUT_JOB, BatchFinished, config.workflowQueue, (payload) => runner.fanOutFinished(payload))

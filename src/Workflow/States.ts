@@ -61,7 +61,8 @@ export const InternalVerbs = [
   "wake",
   "resolve",
   "rewait",
-  "notice_pause"
+  "notice_pause",
+  "delivery_pause"
 ] as const
 export type InternalVerb = (typeof InternalVerbs)[number]
 
@@ -186,6 +187,13 @@ export const internalTransitions: ReadonlyArray<Transition<InternalVerb>> = [
     to: "paused",
     steps:
       "a per-run notify deadline failed when evaluated again at a late notice: the notice is recorded and the step keeps waiting (resume rewaits, with no deadline)"
+  },
+  {
+    verb: "delivery_pause",
+    from: ["ready"],
+    to: "paused",
+    steps:
+      "the run's message failed on its last delivery (no worker that read it has the workflow registered, or its execution failed every time): the run pauses as undeliverable with the error; resume sends it again"
   }
 ]
 

@@ -6,6 +6,7 @@
  * @since 0.1.0
  */
 import { Duration, Effect, type Option, type Schema } from "effect"
+import { isStorableText } from "../internal/storable.ts"
 import type { AnyJob, Job } from "../Job/Job.ts"
 import type { EnqueueOptions } from "../Job/JobClient.ts"
 import type { RunHandle, SignalOptions, SignalReceipt, StartOptions, WorkflowClientShape } from "./Client.ts"
@@ -199,6 +200,9 @@ export const checkStep = (name: string, options: StepOptions<unknown>): string |
   if (typeof name !== "string" || name.length === 0 || name.length > 200) {
     return "a step name must be a non-empty string of at most 200 characters"
   }
+  if (!isStorableText(name)) {
+    return `step ${JSON.stringify(name)}: a step name must not hold a NUL character or a lone surrogate (PostgreSQL cannot store them)`
+  }
   if (name.startsWith("patch:")) return `step ${name}: names starting with "patch:" are reserved`
   const allowed = new Set([
     "wait",
@@ -241,6 +245,9 @@ export const checkStep = (name: string, options: StepOptions<unknown>): string |
   if (options.waitFor !== undefined) {
     const waitName = typeof options.waitFor === "string" ? options.waitFor : options.waitFor.name
     if (typeof waitName !== "string" || waitName.length === 0) return `step ${name}: waitFor needs a signal name`
+    if (!isStorableText(waitName)) {
+      return `step ${name}: the signal name must not hold a NUL character or a lone surrogate`
+    }
   }
   return options.onError === undefined ? undefined : checkPolicies(options.onError, `step ${name}`)
 }

@@ -265,6 +265,52 @@ export class StepStalled extends Schema.TaggedError<StepStalled>()("StepStalled"
 }
 
 /**
+ * An attempt did not finish because its execution was stopped from outside: its worker stopped
+ * (a drain past its timeout), or a step handed to a worker of this process was refused (the
+ * worker was stopping or full). Recorded on the attempt, with a `step_interrupted` event; a new
+ * attempt is scheduled at once. Not an error of the step: the policies never see it.
+ *
+ * @category errors
+ */
+export class StepInterrupted extends Schema.TaggedError<StepInterrupted>()("StepInterrupted", {
+  step: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `step ${this.step} was interrupted: ${this.reason}`
+  }
+}
+
+/**
+ * The run's message reached a worker whose process does not register its workflow. The message
+ * is retried like a failed job (another process may register it); on its last delivery the run
+ * pauses as `undeliverable` with this error.
+ *
+ * @category errors
+ */
+export class WorkflowNotRegistered extends Schema.TaggedError<WorkflowNotRegistered>()("WorkflowNotRegistered", {
+  workflow: Schema.String
+}) {
+  override get message(): string {
+    return `workflow ${this.workflow} is not registered in this process`
+  }
+}
+
+/**
+ * A step's output, or the workflow's, holds text PostgreSQL cannot store (a NUL character or a
+ * lone surrogate, in a string or a key). The step fails with it (the policies decide).
+ *
+ * @category errors
+ */
+export class OutputNotStorable extends Schema.TaggedError<OutputNotStorable>()("OutputNotStorable", {
+  step: Schema.String
+}) {
+  override get message(): string {
+    return `the output of ${this.step} holds a NUL character or a lone surrogate, which PostgreSQL cannot store`
+  }
+}
+
+/**
  * A signal's payload does not encode with the Schema its workflow declares, or is over the
  * size cap. Nothing was stored.
  *

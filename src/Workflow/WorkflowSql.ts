@@ -71,6 +71,8 @@ export interface StepRow {
   readonly deadline_renewal_for: Date | null
   /** When that notice was handed over (handed over again if still pending past the stall threshold). */
   readonly deadline_renewal_at: Date | null
+  /** The claim holding the attempt in progress: a delivery's mark (`<queue>:<msg id>:<read count>`) or a hand-over's. */
+  readonly claimed_by: string | null
 }
 
 /** What a wait does when its deadline passes. */
@@ -171,7 +173,11 @@ export type NextAction =
       readonly physicalQueue: string
       readonly reattempts: number
       readonly timeoutMs: number | null
+      /** The mark of the delivery whose execution runs it (null: none, as in the test helpers). */
+      readonly claimedBy: string | null
     }
+  /** The run goes back to ready with a continue message (its next step is found by replay). */
+  | { readonly _tag: "continue"; readonly physicalQueue: string }
   | { readonly _tag: "finish"; readonly output: string | null }
   | { readonly _tag: "pause"; readonly reason: string; readonly error: string | null; readonly message: string | null }
   | { readonly _tag: "cancel"; readonly reason: string | null }
@@ -199,6 +205,8 @@ export interface ClaimFirstEntry {
   readonly name: string
   readonly queue: string
   readonly timeoutMs: number | null
+  /** The mark of the delivery whose execution claims it. */
+  readonly claimedBy: string | null
   readonly now: Date | null
 }
 
@@ -394,13 +402,14 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly stepId: bigint
     readonly worker: string
     readonly appRevision: string | null
+    readonly claimedBy: string | null
     readonly now: Date | null
   }) =>
     sql<ClaimRow>`WITH locked AS (
         SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'ready' FOR UPDATE),
       s AS (
         UPDATE ${steps} st SET status = 'in_progress', started_at = ${NOW(p.now)}, worker = ${p.worker},
-          app_revision = ${p.appRevision}
+          app_revision = ${p.appRevision}, claimed_by = ${p.claimedBy}
         FROM locked
         WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'scheduled' AND st.due_at <= ${NOW(p.now)}
         RETURNING ${claimedStepColumns}),
@@ -433,6 +442,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly timeoutMs: number | null
     readonly worker: string
     readonly appRevision: string | null
+    readonly claimedBy: string | null
     readonly now: Date | null
   }) =>
     sql<ClaimRow>`WITH r AS (
@@ -445,9 +455,9 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         RETURNING *),
       s AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
-                              timeout_ms, reattempts, worker, app_revision)
+                              timeout_ms, reattempts, worker, app_revision, claimed_by)
         SELECT r.id, ${p.name}, 1, 0, 'in_progress', ${p.queue}, ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)},
-               ${p.timeoutMs}::float8, 0, ${p.worker}, ${p.appRevision}
+               ${p.timeoutMs}::float8, 0, ${p.worker}, ${p.appRevision}, ${p.claimedBy}
         FROM r WHERE NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid)
         RETURNING id, name, attempt, position, reattempts),
       e AS (
@@ -471,12 +481,13 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         n: e.name,
         q: e.queue,
         m: e.timeoutMs,
+        c: e.claimedBy,
         t: e.now === null ? null : e.now.toISOString()
       }))
     )
     return sql<ClaimRow & { readonly id: string | null }>`WITH i AS (
         SELECT u.ord, (u.e->>'r')::uuid AS run_id, u.e->>'n' AS name, u.e->>'q' AS queue,
-          (u.e->>'m')::float8 AS timeout_ms, coalesce((u.e->>'t')::timestamptz, now()) AS at
+          (u.e->>'m')::float8 AS timeout_ms, u.e->>'c' AS claimed_by, coalesce((u.e->>'t')::timestamptz, now()) AS at
         FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
       locked AS (${lockRuns(entries.map((e) => e.runId))}),
       r AS (
@@ -490,12 +501,12 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
           AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id
                           AND status IN ('scheduled', 'in_progress', 'waiting'))
         RETURNING ru.*, i.ord AS claim_ord, i.name AS first_name, i.queue AS first_queue,
-          i.timeout_ms AS first_timeout, i.at AS claim_at),
+          i.timeout_ms AS first_timeout, i.claimed_by AS first_claimed_by, i.at AS claim_at),
       s AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
-                              timeout_ms, reattempts, worker, app_revision)
+                              timeout_ms, reattempts, worker, app_revision, claimed_by)
         SELECT r.id, r.first_name, 1, 0, 'in_progress', r.first_queue, r.claim_at, r.claim_at, r.claim_at,
-               r.first_timeout, 0, ${worker}::text, ${appRevision}::text
+               r.first_timeout, 0, ${worker}::text, ${appRevision}::text, r.first_claimed_by
         FROM r WHERE NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = r.id)
         ORDER BY r.claim_ord
         RETURNING id, run_id, name, attempt, position, reattempts),
@@ -523,6 +534,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly timeoutMs: number | null
     readonly worker: string
     readonly appRevision: string | null
+    readonly claimedBy: string | null
     readonly now: Date | null
   }) =>
     sql<{ readonly id: bigint }>`WITH r AS (
@@ -530,9 +542,9 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         WHERE id = ${p.runId}::uuid AND status = 'performing' RETURNING id),
       s AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
-                              timeout_ms, reattempts, worker, app_revision)
+                              timeout_ms, reattempts, worker, app_revision, claimed_by)
         SELECT r.id, ${p.name}, ${p.attempt}, ${p.position}, 'in_progress', ${p.queue}, ${NOW(p.now)}, ${NOW(p.now)},
-               ${NOW(p.now)}, ${p.timeoutMs}::float8, ${p.reattempts}, ${p.worker}, ${p.appRevision}
+               ${NOW(p.now)}, ${p.timeoutMs}::float8, ${p.reattempts}, ${p.worker}, ${p.appRevision}, ${p.claimedBy}
         FROM r RETURNING id, name, attempt),
       e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
@@ -781,7 +793,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'waiting' FOR UPDATE),
       s AS (
         UPDATE ${steps} st SET status = 'in_progress', due_at = ${NOW(p.now)}, timed_out = false,
-          started_at = ${NOW(p.now)}, worker = ${p.worker}, app_revision = ${p.appRevision}
+          started_at = ${NOW(p.now)}, worker = ${p.worker}, app_revision = ${p.appRevision},
+          claimed_by = ${p.claim.claimedBy}
         FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'waiting'
         RETURNING ${claimedStepColumns}),
       ${claimRest(p.runId, p.now)},
@@ -960,6 +973,35 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         WHERE st.id = ${stepId} AND st.status = 'waiting'
           AND st.timeout_at = ${missedAt}::timestamptz AND st.deadline_renewal_for = ${missedAt}::timestamptz)
       SELECT ${claimColumns} FROM r, s`
+
+  /**
+   * The run and its step in progress that this claim (a delivery's mark) holds: a claim whose
+   * reply was lost with its connection finds by it what it had claimed.
+   */
+  const runLoadClaimed = (runId: string, claimedBy: string) =>
+    sql<ClaimRow>`WITH r AS (SELECT * FROM ${runs} WHERE id = ${runId}::uuid AND status IN ('performing', 'paused')),
+      s AS (
+        SELECT ${claimedStepColumns} FROM ${steps} st JOIN r ON st.run_id = r.id
+        WHERE st.status = 'in_progress' AND st.claimed_by = ${claimedBy})
+      SELECT ${claimColumns} FROM r, s`
+
+  /** A run whose message failed on its last delivery pauses (`from`: the table's), with the error and why. */
+  const runPauseUndeliverable = (p: {
+    readonly runId: string
+    readonly from: ReadonlyArray<RunStatus>
+    readonly error: string
+    readonly reason: string
+    readonly now: Date | null
+  }) =>
+    sql<{ readonly id: string }>`WITH r AS (
+        UPDATE ${runs} SET status = 'paused', paused_at = ${NOW(p.now)}, paused_reason = 'undeliverable',
+          error = ${p.error}::jsonb, updated_at = ${NOW(p.now)}
+        WHERE id = ${p.runId}::uuid AND status = ANY(${textArray(p.from)}::text[])
+        RETURNING id),
+      e AS (
+        INSERT INTO ${events} (run_id, type, actor, reason, at)
+        SELECT r.id, 'paused', 'system', ${p.reason}, ${NOW(p.now)} FROM r)
+      SELECT id FROM r`
 
   /** Resume of a run paused while its step waited: it waits again, its deadline moved by the pause. */
   const runRewait = (runId: string, stepId: bigint, now: Date | null) =>
@@ -1142,6 +1184,10 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     readonly next: NextAction
     /** False when the attempt is known to hold no signal (no signal CTE then); default true. */
     readonly mayHoldSignal?: boolean | undefined
+    /** Applies only to an attempt held by this claim (a release of this process's own claim). */
+    readonly onlyIfClaimedBy?: string | undefined
+    /** The attempt's event, when not the status's own (`step_interrupted`, with why). */
+    readonly stepEvent?: { readonly type: string; readonly reason: string } | undefined
     readonly worker: string
     readonly appRevision: string | null
     readonly now: Date | null
@@ -1152,7 +1198,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     const nextRow = hasNext
       ? sql`, m AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
-                              timeout_ms, reattempts, worker, app_revision)
+                              timeout_ms, reattempts, worker, app_revision, claimed_by)
         SELECT ${p.runId}::uuid, ${next.name}, ${next.attempt}, ${next.position},
           CASE WHEN n.before = 'performing' AND ${claimNow} THEN 'in_progress' ELSE 'scheduled' END,
           ${next.queue}, ${NOW(p.now)},
@@ -1162,7 +1208,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
           ${PgTypes.float8(next._tag === "claim" ? next.timeoutMs : (next.timeoutMs ?? null))},
           ${next.reattempts},
           CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${p.worker} END,
-          CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${p.appRevision}::text END
+          CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${p.appRevision}::text END,
+          CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${next._tag === "claim" ? next.claimedBy : null}::text END
         FROM n RETURNING id, name, attempt, status, due_at)`
       : sql``
     const message =
@@ -1174,9 +1221,17 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
                 FROM m, n WHERE m.status = 'scheduled' AND n.before = 'performing'`,
             p.now
           )
-        : undefined
+        : next._tag === "continue"
+          ? messageCtes(
+              next.physicalQueue,
+              "continue_message",
+              sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`NULL`, sql`${p.runId}::uuid`)} AS message
+                FROM n WHERE n.before = 'performing'`,
+              p.now
+            )
+          : undefined
     const target =
-      next._tag === "schedule"
+      next._tag === "schedule" || next._tag === "continue"
         ? sql`CASE WHEN n.before = 'performing' THEN 'ready' ELSE n.before END`
         : next._tag === "claim"
           ? sql`n.before`
@@ -1246,6 +1301,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         FROM locked
         WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'in_progress'
           AND locked.status IN ('performing', 'paused')
+          ${p.onlyIfClaimedBy === undefined ? sql`` : sql`AND st.claimed_by = ${p.onlyIfClaimedBy}`}
         RETURNING st.id, st.name, st.attempt, locked.status AS before)
       ${nextRow}
       ${runUpdate}
@@ -1254,7 +1310,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       ev AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, at)
         SELECT ${p.runId}::uuid, x.type, x.step, x.attempt, 'system', x.reason, ${NOW(p.now)} FROM (
-          SELECT 1 AS ord, ${STEP_EVENT[p.status]}::text AS type, n.name AS step, n.attempt AS attempt, NULL::text AS reason FROM n
+          SELECT 1 AS ord, ${p.stepEvent?.type ?? STEP_EVENT[p.status]}::text AS type, n.name AS step,
+            n.attempt AS attempt, ${p.stepEvent?.reason ?? null}::text AS reason FROM n
           ${nextEvents}
           UNION ALL ${runEvent}) AS x
         WHERE x.type IS NOT NULL
@@ -1279,7 +1336,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
       .map((e) => {
         const next =
           e.next._tag === "claim"
-            ? `,"n":${JSON.stringify(e.next.name)},"a":${e.next.attempt},"p":${e.next.position},"q":${JSON.stringify(e.next.queue)},"x":${e.next.reattempts},"m":${e.next.timeoutMs === null ? "null" : e.next.timeoutMs}`
+            ? `,"n":${JSON.stringify(e.next.name)},"a":${e.next.attempt},"p":${e.next.position},"q":${JSON.stringify(e.next.queue)},"x":${e.next.reattempts},"m":${e.next.timeoutMs === null ? "null" : e.next.timeoutMs},"c":${JSON.stringify(e.next.claimedBy)}`
             : e.next.output === null
               ? ""
               : `,"f":${e.next.output}`
@@ -1290,7 +1347,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         SELECT u.ord, (u.e->>'r')::uuid AS run_id, (u.e->>'s')::int8 AS step_id, u.e->'o' AS output,
           u.e->>'h' AS hash, u.e->>'n' AS next_name, (u.e->>'a')::int4 AS next_attempt,
           (u.e->>'p')::int4 AS next_position, u.e->>'q' AS next_queue, (u.e->>'x')::int4 AS next_reattempts,
-          (u.e->>'m')::float8 AS next_timeout, u.e->'f' AS final_output,
+          (u.e->>'m')::float8 AS next_timeout, u.e->>'c' AS next_claimed_by, u.e->'f' AS final_output,
           coalesce((u.e->>'t')::timestamptz, now()) AS at
         FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
       locked AS (${lockRuns(entries.map((e) => e.runId))}),
@@ -1302,12 +1359,13 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
         RETURNING st.id, st.run_id, st.name, st.attempt, locked.status AS before, i.ord),
       m AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
-                              timeout_ms, reattempts, worker, app_revision)
+                              timeout_ms, reattempts, worker, app_revision, claimed_by)
         SELECT n.run_id, i.next_name, i.next_attempt, i.next_position,
           CASE WHEN n.before = 'performing' THEN 'in_progress' ELSE 'scheduled' END,
           i.next_queue, i.at, i.at, CASE WHEN n.before = 'performing' THEN i.at END, i.next_timeout,
           i.next_reattempts, CASE WHEN n.before = 'performing' THEN ${worker}::text END,
-          CASE WHEN n.before = 'performing' THEN ${appRevision}::text END
+          CASE WHEN n.before = 'performing' THEN ${appRevision}::text END,
+          CASE WHEN n.before = 'performing' THEN i.next_claimed_by END
         FROM n JOIN i ON i.ord = n.ord
         WHERE i.next_name IS NOT NULL
         ORDER BY n.ord
@@ -1547,6 +1605,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     stepNotifyLate,
     stepRequestRenewal,
     runLoadForRenewal,
+    runLoadClaimed,
+    runPauseUndeliverable,
     runRewait,
     stepPollAgain,
     stepsStalled,
