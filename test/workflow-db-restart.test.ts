@@ -11,25 +11,15 @@ import * as Database from "../src/Database.ts"
 import { DatabaseError } from "../src/Database.ts"
 import { migrate } from "../src/Migrations.ts"
 import * as PgBus from "../src/PgBus.ts"
-import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { resolve, TRANSIENT_MAX_REATTEMPTS, transientResolution } from "../src/Workflow/Policies.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { terminateWhileWaiting } from "./support/connections.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import { ownServer } from "./support/ownServer.ts"
+import { eventTypes, info, stepRows } from "./support/runs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Payload = Schema.Struct({ id: Schema.String })
-
-const stepRows = (id: string) =>
-  Effect.flatMap(WorkflowClient, (c) =>
-    Effect.map(c.steps(id), (ss) => ss.map((s) => `${s.name}#${s.attempt}:${s.status}`))
-  )
-
-const eventTypes = (id: string) =>
-  Effect.flatMap(WorkflowClient, (c) => Effect.map(c.events(id), (es) => es.map((e) => e.type)))
-
-const info = (id: string) => Effect.flatMap(WorkflowClient, (c) => Effect.map(c.get(id), (h) => h.info))
 
 layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestServices: true })(
   "workflows and database restarts",

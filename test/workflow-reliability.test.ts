@@ -14,19 +14,10 @@ import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { type Delivery, WorkflowRunner } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
+import { eventTypes, info, stepRows } from "./support/runs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Payload = Schema.Struct({ id: Schema.String })
-
-const stepRows = (id: string) =>
-  Effect.flatMap(WorkflowClient, (c) =>
-    Effect.map(c.steps(id), (ss) => ss.map((s) => `${s.name}#${s.attempt}:${s.status}`))
-  )
-
-const eventTypes = (id: string) =>
-  Effect.flatMap(WorkflowClient, (c) => Effect.map(c.events(id), (es) => es.map((e) => e.type)))
-
-const info = (id: string) => Effect.flatMap(WorkflowClient, (c) => Effect.map(c.get(id), (h) => h.info))
 
 const withRegistry =
   <const W extends ReadonlyArray<Workflow.AnyWorkflow>>(workflows: W) =>

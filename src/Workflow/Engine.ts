@@ -1007,22 +1007,25 @@ const make = Effect.gen(function* () {
       })
     )
 
+  /** A new attempt of the step, due at once, counting `reattempts` consecutive reattempts. */
+  const nextAttemptNow = (step: StepRow, reattempts: number): NextAction => ({
+    _tag: "schedule",
+    name: step.name,
+    attempt: step.attempt + 1,
+    position: step.position,
+    queue: step.queue,
+    physicalQueue: queueOf(step.queue || config.workflowQueue).physical,
+    delayMs: 0,
+    timeoutMs: step.timeout_ms,
+    reattempts,
+    reattempt: true
+  })
+
   /** What `workflowStallAction` does to a step found stalled (a redelivered claim, or the sweep). */
   const stallNext = (step: StepRow, stalled: StepStalled): NextAction => {
     switch (config.workflowStallAction) {
       case "reattempt":
-        return {
-          _tag: "schedule",
-          name: step.name,
-          attempt: step.attempt + 1,
-          position: step.position,
-          queue: step.queue,
-          physicalQueue: queueOf(step.queue || config.workflowQueue).physical,
-          delayMs: 0,
-          timeoutMs: step.timeout_ms,
-          reattempts: step.reattempts + 1,
-          reattempt: true
-        }
+        return nextAttemptNow(step, step.reattempts + 1)
       case "cancel":
         return { _tag: "cancel", reason: "stalled" }
       case "pause":
@@ -1385,18 +1388,8 @@ const make = Effect.gen(function* () {
         output: null,
         error: errorJson(new StepInterrupted({ step: step.name, reason: p.reason })),
         definitionHash: null,
-        next: {
-          _tag: "schedule",
-          name: step.name,
-          attempt: step.attempt + 1,
-          position: step.position,
-          queue: step.queue,
-          physicalQueue: queueOf(step.queue || config.workflowQueue).physical,
-          delayMs: 0,
-          timeoutMs: step.timeout_ms,
-          reattempts: step.reattempts,
-          reattempt: true
-        },
+        // not the step's failure: no reattempt counted
+        next: nextAttemptNow(step, step.reattempts),
         onlyIfClaimedBy: p.claimedBy,
         stepEvent: { type: "step_interrupted", reason: p.reason },
         now
