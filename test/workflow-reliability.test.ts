@@ -202,7 +202,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
 
     describe("a woken step handed over in this process", () => {
       it.effect(
-        "to a worker with no free executor is released at once, so that a drain cannot leave it to look stalled",
+        "goes only to a free executor (never behind read-ahead), so that a drain cannot give it back looking stalled",
         () =>
           Effect.gen(function* () {
             const gate = yield* Deferred.make<void>()

@@ -521,10 +521,12 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           const known =
             "job" in request.runs ? registry.jobs.has(request.runs.job) : registry.workflows.has(request.runs.workflow)
           if (!known) return undefined
-          stats.buffered++
-          // a step it would have to buffer (behind read-ahead) is refused at delivery: given back
-          // at a drain, its claim would look like a dead worker's to the next delivery
+          // a step goes only to a free executor, never behind read-ahead: given back at a drain, its
+          // claim would look like a dead worker's to the message's next delivery (one that finds the
+          // executors taken by the time it arrives is refused, and released by its sender)
           const step = "workflow" in request.runs
+          if (step && stats.running + stats.buffered >= capsule.concurrency) return undefined
+          stats.buffered++
           let open = true
           const close = () => {
             if (!open) return false
