@@ -50,8 +50,9 @@ const childEnv = (url: string, stallAction: string): Record<string, string> => (
   CHILD_CONCURRENCY: "8"
 })
 
-const workflowChild = (env: Record<string, string>) =>
-  Effect.flatMap(bundledFixture("test/fixtures/workflow-child.ts"), (bundle) => spawnSupervisor(env, bundle))
+/** Starts child supervisors of the crash workflows with this environment (the fixture bundled once for the scope). */
+const workflowChildren = (env: Record<string, string>) =>
+  Effect.map(bundledFixture("test/fixtures/workflow-child.ts"), (bundle) => () => spawnSupervisor(env, bundle))
 
 interface Started {
   readonly id: string
@@ -69,7 +70,8 @@ const underKills = (url: string, stallAction: "reattempt" | "pause", kills: numb
     const next = random(seed)
     const client = yield* WorkflowClient
     const env = childEnv(url, stallAction)
-    const children: Array<Child> = [yield* workflowChild(env), yield* workflowChild(env)]
+    const workflowChild = yield* workflowChildren(env)
+    const children: Array<Child> = [yield* workflowChild(), yield* workflowChild()]
     const killed = new Set<number>()
     const runs: Array<Started> = []
     let wave = 0
@@ -111,7 +113,7 @@ const underKills = (url: string, stallAction: "reattempt" | "pause", kills: numb
       victim.process.kill("SIGKILL")
       yield* victim.exited
       killed.add(pid)
-      children[index] = yield* workflowChild(env)
+      children[index] = yield* workflowChild()
     }
     return { runs, killed, seed, children }
   })
@@ -246,7 +248,8 @@ describe("a drain whose timeout interrupts a step", () => {
           const sql = yield* SqlClient.SqlClient
           const client = yield* WorkflowClient
           const env = { ...childEnv(url, "pause"), PGBUS_DRAIN_TIMEOUT: "1", CRASH_SLOW_MS: "30000" }
-          const first = yield* workflowChild(env)
+          const workflowChild = yield* workflowChildren(env)
+          const first = yield* workflowChild()
           const run = yield* Slow.start({ id: "drained" })
           yield* eventually(
             "the slow step started",
@@ -257,7 +260,7 @@ describe("a drain whose timeout interrupts a step", () => {
           const exit = yield* first.exited
           assert.strictEqual(exit.code, 0, first.output())
           // the next supervisor (a deploy's new version) runs the step's next attempt
-          const second = yield* workflowChild(env)
+          const second = yield* workflowChild()
           yield* eventually(
             "the run finished",
             Effect.map(client.get(run.id), (h) => h.info.status === "finished"),

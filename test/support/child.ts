@@ -39,21 +39,19 @@ export const spawnSupervisor = (env: Record<string, string>, fixture = "test/fix
     (child) => Effect.sync(() => child.process.exitCode === null && child.process.kill("SIGKILL"))
   )
 
-const bundles = new Map<string, Promise<string>>()
+let bundles = 0
 
 /**
- * A fixture bundled into one ESM file (once per test process, removed when it exits): a child
- * started from it boots in about half a second, where `--import tsx` took ten on a loaded 2-core
- * machine (tsx, and effect's module graph), which bounds how often a test can kill and restart
- * one. It goes in scratch/, beside migrations/, which the bundled code finds relative to itself.
+ * A fixture bundled into one ESM file for the scope (removed when it closes): a child started
+ * from it boots in about half a second, where `--import tsx` took ten on a loaded 2-core machine
+ * (tsx, and effect's module graph), which bounds how often a test can kill and restart one. It
+ * goes in scratch/, beside migrations/, which the bundled code finds relative to itself.
  */
 export const bundledFixture = (fixture: string) =>
-  Effect.promise(() => {
-    let bundle = bundles.get(fixture)
-    if (bundle === undefined) {
-      const outfile = `scratch/${basename(fixture, ".ts")}-${process.pid}.mjs`
-      process.once("exit", () => rmSync(outfile, { force: true }))
-      bundle = build({
+  Effect.acquireRelease(
+    Effect.promise(async () => {
+      const outfile = `scratch/${basename(fixture, ".ts")}-${process.pid}-${bundles++}.mjs`
+      await build({
         entryPoints: [fixture],
         bundle: true,
         platform: "node",
@@ -64,8 +62,8 @@ export const bundledFixture = (fixture: string) =>
           js: "import { createRequire as __pgbusRequire } from 'node:module'; const require = __pgbusRequire(import.meta.url);"
         },
         logLevel: "warning"
-      }).then(() => outfile)
-      bundles.set(fixture, bundle)
-    }
-    return bundle
-  })
+      })
+      return outfile
+    }),
+    (outfile) => Effect.sync(() => rmSync(outfile, { force: true }))
+  )
