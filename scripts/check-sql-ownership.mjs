@@ -17,7 +17,8 @@ const owners = new Set([
   "src/Operations/CatalogSql.ts", // PostgreSQL's catalogs and statistics
   "src/Workflow/WorkflowSql.ts", // workflow_runs, workflow_steps, workflow_events
   "src/EventBus/EventBusSql.ts", // event_subscriptions, processed_events
-  "src/EventBus/OutboxSql.ts" // outbox_entries
+  "src/EventBus/OutboxSql.ts", // outbox_entries
+  "src/Job/JobStatsSql.ts" // job_stats
 ])
 
 const files = []

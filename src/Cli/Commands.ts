@@ -329,7 +329,7 @@ const start = Command.make(
 // ---------------------------------------------------------------------------------------------
 
 // ---------------------------------------------------------------------------------------------
-// operations: status, doctor, api, mcp, workflows, queues, events, outbox, batches
+// operations: status, doctor, api, dashboard, mcp, workflows, queues, events, outbox, batches
 
 const operate = makeOperateCommands(withBus)
 const bus = makeBusCommands(withBus)
@@ -347,6 +347,7 @@ export const pgbus = base.pipe(
     bus.outbox,
     bus.batches,
     operate.api,
+    operate.dashboard,
     operate.mcp,
     migrate,
     version

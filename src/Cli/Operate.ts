@@ -7,11 +7,13 @@
  */
 import { Console, Effect, Layer, Option } from "effect"
 import { Command, Flag } from "effect/cli"
+import * as Dashboard from "../Dashboard/Dashboard.ts"
 import * as Http from "../Http/Http.ts"
 import * as Mcp from "../Mcp/Mcp.ts"
 import * as Doctor from "../Operations/Doctor.ts"
 import type { ProcessSummary, Verdict } from "../Operations/Model.ts"
 import { Operations } from "../Operations/Operations.ts"
+import { loadAccess } from "./App.ts"
 import { DoctorFailed } from "./CliError.ts"
 import type { WithBus } from "./Commands.ts"
 import { age, fields, json, table } from "./Format.ts"
@@ -139,6 +141,42 @@ export const makeOperateCommands = (withBus: WithBus) => {
       )
   ).pipe(Command.withDescription("Serve the JSON API and its docs page until SIGTERM (read-only: no authorize hook)"))
 
+  const dashboard = Command.make(
+    "dashboard",
+    {
+      port: Flag.Int("port").pipe(Flag.withDescription("Port to listen on"), Flag.withDefault(3777)),
+      host: Flag.String("host").pipe(
+        Flag.withDescription("Address to bind (beyond 127.0.0.1 only with --auth)"),
+        Flag.withDefault("127.0.0.1")
+      ),
+      path: Flag.String("path").pipe(Flag.withDescription("Mount path (default /pgbus)"), Flag.optional),
+      auth: Flag.String("auth").pipe(
+        Flag.withDescription("A module whose default export is { authorize, resolveContext } (the API's hooks)"),
+        Flag.optional
+      )
+    },
+    ({ port, host, path, auth }) =>
+      Effect.gen(function* () {
+        const mount = Option.getOrElse(path, () => "/pgbus")
+        if (!mount.startsWith("/")) return yield* Console.error("pgbus: --path must start with /")
+        const access = Option.isSome(auth) ? yield* loadAccess(auth.value) : {}
+        if (!Dashboard.isLoopback(host) && access.authorize === undefined) {
+          return yield* new Dashboard.UnprotectedDashboard({ host })
+        }
+        yield* withBus(
+          Layer.launch(
+            Dashboard.serve({ ...access, port, host, path: mount as `/${string}` }).pipe(
+              Layer.tap(() =>
+                Console.log(
+                  `pgbus dashboard on http://${host}:${port}${mount}${access.authorize === undefined ? " (read-only: writes need an authorize hook, --auth)" : ""}`
+                )
+              )
+            )
+          )
+        )
+      })
+  ).pipe(Command.withDescription("Serve the dashboard until SIGTERM (127.0.0.1 by default; read-only without --auth)"))
+
   const mcp = Command.make("mcp", {}, () =>
     withBus(Layer.launch(Mcp.layerStdio)).pipe(Effect.provide(Mcp.logToStderr))
   ).pipe(
@@ -147,5 +185,5 @@ export const makeOperateCommands = (withBus: WithBus) => {
     )
   )
 
-  return { status, doctor, api, mcp, runDoctor }
+  return { status, doctor, api, dashboard, mcp, runDoctor }
 }

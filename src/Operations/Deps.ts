@@ -11,6 +11,7 @@ import { makeBatchSql } from "../Batch/BatchSql.ts"
 import type { PgBusConfigShape } from "../Config.ts"
 import { makeEventQuerySql } from "../EventBus/EventQuerySql.ts"
 import { makeOutboxQuerySql } from "../EventBus/OutboxQuerySql.ts"
+import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
 import { makeQueueQuerySql } from "../Queue/QueueQuerySql.ts"
 import type { QueueStates } from "../Queue/QueueStates.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
@@ -37,6 +38,7 @@ export interface Deps {
   readonly batchSql: ReturnType<typeof makeBatchQuerySql>
   readonly batchRows: ReturnType<typeof makeBatchSql>
   readonly catalog: ReturnType<typeof makeCatalogSql>
+  readonly jobStatsSql: ReturnType<typeof makeJobStatsSql>
 }
 
 /** Builds the statements of every owner for the configured schema. */
@@ -47,7 +49,8 @@ export const statementsOf = (sql: SqlClient.SqlClient, schema: string) => ({
   outboxSql: makeOutboxQuerySql(sql, schema),
   batchSql: makeBatchQuerySql(sql, schema),
   batchRows: makeBatchSql(sql, schema),
-  catalog: makeCatalogSql(sql, schema)
+  catalog: makeCatalogSql(sql, schema),
+  jobStatsSql: makeJobStatsSql(sql, schema)
 })
 
 /** How a caller sees data: one tenant's runs, payloads shown or redacted. */

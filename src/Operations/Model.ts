@@ -346,6 +346,8 @@ export const StepStatsView = Schema.Struct({
   attempts: Schema.Number,
   failureRate: NullableNumber,
   skipRate: NullableNumber,
+  /** Of the attempts, those that were a step's second or later (reattempts). */
+  reattemptRate: NullableNumber,
   p50Ms: NullableNumber,
   p95Ms: NullableNumber,
   p99Ms: NullableNumber,
@@ -485,3 +487,32 @@ export const SignalResult = Schema.Struct({
   signal: Schema.Struct({ id: Schema.String, name: Schema.String, duplicate: Schema.Boolean, claimed: Schema.Boolean })
 })
 export type SignalResult = typeof SignalResult.Type
+
+// ---- job statistics ----
+
+/** The jobs that ended in one time bucket, with run-time and pickup-latency percentiles. */
+export const JobStatsBucket = Schema.Struct({
+  /** Start of the bucket. */
+  at: Schema.String,
+  completed: Schema.Number,
+  /** Failed deliveries: retried or dead-lettered. */
+  failed: Schema.Number,
+  retried: Schema.Number,
+  deadLettered: Schema.Number,
+  durationP50Ms: NullableNumber,
+  durationP95Ms: NullableNumber,
+  durationP99Ms: NullableNumber,
+  /** Enqueued to started, of first deliveries (a scheduled job's delay included). */
+  latencyP50Ms: NullableNumber,
+  latencyP95Ms: NullableNumber
+})
+export type JobStatsBucket = typeof JobStatsBucket.Type
+
+/** Job statistics over a window: every queue together, and each queue. */
+export const JobStatsView = Schema.Struct({
+  windowMs: Schema.Number,
+  bucketMs: Schema.Number,
+  total: Schema.Array(JobStatsBucket),
+  queues: Schema.Array(Schema.Struct({ queue: Schema.String, buckets: Schema.Array(JobStatsBucket) }))
+})
+export type JobStatsView = typeof JobStatsView.Type

@@ -22,6 +22,7 @@ import { type Deps, statementsOf } from "./Deps.ts"
 import type { Overview } from "./Model.ts"
 import type { OperationsError } from "./OperationsError.ts"
 import { makeQueues } from "./Queues.ts"
+import { makeStats } from "./Stats.ts"
 import { makeWorkflows } from "./Workflows.ts"
 
 export type { DeadLetterFilter } from "./DeadLetters.ts"
@@ -34,6 +35,7 @@ const build = (deps: Deps) => {
   const cluster = makeCluster(deps, queues)
   const workflows = makeWorkflows(deps)
   const bus = makeBus(deps, queues, cluster)
+  const stats = makeStats(deps)
 
   /** The home page: the verdict, and one number per area. */
   const overview: Effect.Effect<Overview, OperationsError> = Effect.gen(function* () {
@@ -97,7 +99,10 @@ const build = (deps: Deps) => {
     events: bus.events,
     outbox: bus.outbox,
     batches: bus.batches,
-    batch: bus.batch
+    batch: bus.batch,
+    jobStats: stats.jobStats,
+    retryJob: queues.retryJob,
+    discardJob: queues.discardJob
   }
 }
 

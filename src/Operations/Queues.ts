@@ -220,6 +220,8 @@ export const makeQueues = (deps: Deps) => {
       readonly queue: string
       readonly state?: JobState | undefined
       readonly job?: string | undefined
+      /** Text the payload (its JSON) contains: only for a caller who may see payloads. */
+      readonly text?: string | undefined
       readonly cursor?: string | undefined
       readonly limit?: number | undefined
     },
@@ -227,11 +229,14 @@ export const makeQueues = (deps: Deps) => {
   ): Effect.Effect<JobPage, OperationsError> =>
     Effect.gen(function* () {
       const limit = yield* pageSize(options.limit ?? DEFAULT_LIMIT)
+      if (options.text !== undefined && view.payloads !== true) {
+        return yield* new InvalidRequest({ reason: "searching payloads needs access to payloads" })
+      }
       const physical = yield* physicalOf(options.queue)
       const after = options.cursor === undefined ? null : yield* messageId((yield* decodeCursor(options.cursor, 1))[0]!)
       const now = yield* statementNow
       const rows = yield* queueSql
-        .jobsList(physical, options.state ?? null, options.job ?? null, after, limit + 1, now)
+        .jobsList(physical, options.state ?? null, options.job ?? null, after, limit + 1, now, options.text ?? null)
         .pipe(Effect.mapError(fromSql(options.queue, "list jobs of")))
       const page = rows.slice(0, limit)
       return {
@@ -260,5 +265,46 @@ export const makeQueues = (deps: Deps) => {
       }
     })
 
-  return { queues, queue, pauseQueue, resumeQueue, purgeQueue, jobs, job, figuresOf, registered }
+  /** A queued job that is not running, as read now (its read count guards the change that follows). */
+  const idleJob = (queueName: string, id: string, verb: string) =>
+    Effect.gen(function* () {
+      const physical = yield* physicalOf(queueName)
+      const msgId = yield* messageId(id)
+      const [row] = yield* queueSql
+        .jobGet(physical, msgId, yield* statementNow)
+        .pipe(Effect.mapError(fromSql(queueName, "read")))
+      if (row === undefined) return yield* new NotFound({ kind: "job", id: `${queueName}:${id}` })
+      if (row.state === "running") {
+        return yield* new InvalidRequest({ reason: `job ${queueName}:${id} is running: it cannot be ${verb}` })
+      }
+      return { msgId, readCt: row.read_ct, state: row.state }
+    })
+
+  /** Makes a scheduled or retrying job claimable now (not a running one); guarded by its read count. */
+  const retryJob = (queueName: string, id: string, change: Change) =>
+    Effect.gen(function* () {
+      const target = yield* idleJob(queueName, id, "retried")
+      const moved = yield* store
+        .setVisibility(queueName, [{ msgId: target.msgId, readCt: target.readCt }], 0)
+        .pipe(Effect.mapError(fromQueueError(queueName)))
+      if (moved === 0) return yield* new NotFound({ kind: "job", id: `${queueName}:${id}` })
+      yield* Effect.logInfo(`pgbus: job ${queueName}:${id} made claimable now by ${change.actor}`)
+      return { queue: queueName, id, was: target.state }
+    })
+
+  /** Deletes a job that is not running; guarded by its read count. */
+  const discardJob = (queueName: string, id: string, change: Change) =>
+    Effect.gen(function* () {
+      const target = yield* idleJob(queueName, id, "discarded")
+      const deleted = yield* store
+        .delete(queueName, [{ msgId: target.msgId, readCt: target.readCt }])
+        .pipe(Effect.mapError(fromQueueError(queueName)))
+      if (deleted === 0) return yield* new NotFound({ kind: "job", id: `${queueName}:${id}` })
+      yield* Effect.logWarning(
+        `pgbus: job ${queueName}:${id} discarded by ${change.actor}${change.reason ? ` (${change.reason})` : ""}`
+      )
+      return { queue: queueName, id, discarded: true }
+    })
+
+  return { queues, queue, pauseQueue, resumeQueue, purgeQueue, jobs, job, retryJob, discardJob, figuresOf, registered }
 }

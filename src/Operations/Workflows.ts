@@ -419,6 +419,7 @@ export const makeWorkflows = (deps: Deps) => {
             attempts,
             failureRate: attempts > 0 ? count(r.failed) / attempts : null,
             skipRate: attempts > 0 ? count(r.skipped) / attempts : null,
+            reattemptRate: attempts > 0 ? count(r.reattempted) / attempts : null,
             p50Ms: r.p50_ms,
             p95Ms: r.p95_ms,
             p99Ms: r.p99_ms,

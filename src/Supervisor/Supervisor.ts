@@ -10,6 +10,7 @@
 import os from "node:os"
 import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
+import { SqlClient } from "effect/sql"
 import { Batches, BatchSweep } from "../Batch/Batch.ts"
 import { describeTarget, PgBusConfig } from "../Config.ts"
 import { retryTransient } from "../Database.ts"
@@ -17,6 +18,8 @@ import { consumerCapsules } from "../EventBus/Consumer.ts"
 import { Outbox } from "../EventBus/Outbox.ts"
 import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
 import { JobClient, servedQueues } from "../Job/JobClient.ts"
+import * as JobStats from "../Job/JobStats.ts"
+import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
 import { checkSchemaVersion } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
@@ -74,6 +77,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const processedEvents = yield* ProcessedEvents
     const outbox = yield* Outbox
     const queueStates = yield* QueueStates
+    const jobStatsSql = makeJobStatsSql(yield* SqlClient.SqlClient, config.schema)
     const readiness = yield* Ref.make<Readiness>("BOOTING")
     const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher"]
     const allCapsules = options.capsules
@@ -257,6 +261,15 @@ export const runWith = (options: SupervisorOptions = {}) =>
       yield* Effect.forkScoped(
         afterFirstClaims(
           repeatMaintenance(
+            "job statistics retention",
+            jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null),
+            ARCHIVE_CLEANUP_EVERY
+          )
+        )
+      )
+      yield* Effect.forkScoped(
+        afterFirstClaims(
+          repeatMaintenance(
             "archive retention",
             Effect.flatMap(store.cleanupArchive(), (report) =>
               report.length === 0
@@ -283,6 +296,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
 
     if (runsWorkers) {
       const paused = yield* queueStates.watch
+      // created before the workers are forked, so its last flush runs after they drained
+      const jobStats = yield* JobStats.make
       yield* Effect.forkScoped(
         Effect.forEach(
           capsules,
@@ -298,7 +313,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
                   processId,
                   recordBatchOutcomes: batches.recordOutcomes,
                   onFirstClaim: firstClaimOf(i),
-                  paused
+                  paused,
+                  recordStats: jobStats.record
                 },
                 stats[i]!
               )

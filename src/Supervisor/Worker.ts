@@ -16,6 +16,7 @@ import { archivableByClaim, makeCompleter, type Outcome } from "../Job/Completer
 import { execute, jobOf } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
 import { recordJobUnsafe } from "../Job/JobMetrics.ts"
+import type { JobStatsRecorder } from "../Job/JobStats.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
 import { FairCursor } from "../Queue/FairShare.ts"
 import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
@@ -57,6 +58,8 @@ export interface WorkerDeps {
   readonly onFirstClaim?: Effect.Effect<void> | undefined
   /** Paused queues (QueueStates.watch): the worker claims nothing from them, locally dispatched or read. */
   readonly paused?: PausedQueues | undefined
+  /** Counts every delivery that ended into the process's job statistics (synchronous, never fails). */
+  readonly recordStats?: JobStatsRecorder["record"] | undefined
 }
 
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
@@ -137,7 +140,7 @@ export const makeStats = (capsule: Capsule): WorkerStats => ({
  */
 export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats) =>
   Effect.gen(function* () {
-    const { config, store, notifier, registry, processId, recordBatchOutcomes, paused } = deps
+    const { config, store, notifier, registry, processId, recordBatchOutcomes, paused, recordStats } = deps
     let onFirstClaim = deps.onFirstClaim
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
     const reads = capsule.queues.flatMap((q) => {
@@ -249,8 +252,12 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     const recordOutcome = (m: Message, outcome: Outcome, startedAt: number) => {
       if (outcome._tag === "Abandoned") return
       const status = outcome._tag === "Succeeded" ? "completed" : outcome._tag === "Retry" ? "retried" : "dead_lettered"
-      const ms = clock.currentTimeMillisUnsafe() - startedAt
-      recordJobUnsafe(metricsContext, m.queue, jobOf(registry, m).name, status, ms)
+      const now = clock.currentTimeMillisUnsafe()
+      const ms = now - startedAt
+      const name = jobOf(registry, m).name
+      recordJobUnsafe(metricsContext, m.queue, name, status, ms)
+      // pickup latency of a first delivery: enqueued -> started (a scheduled job's delay included)
+      recordStats?.(m.queue, name, status, ms, m.readCt === 1 ? startedAt - m.enqueuedAt.getTime() : undefined, now)
     }
 
     const runOne = (m: Message) =>

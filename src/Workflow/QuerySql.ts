@@ -102,6 +102,8 @@ export interface StepStatsRow {
   readonly attempts: bigint
   readonly failed: bigint
   readonly skipped: bigint
+  /** Attempts after the first (a step run again after a failure or a resume). */
+  readonly reattempted: bigint
   readonly p50_ms: number | null
   readonly p95_ms: number | null
   readonly p99_ms: number | null
@@ -241,6 +243,7 @@ export const makeWorkflowQuerySql = (sql: SqlClient.SqlClient, schema: string) =
           count(*) FILTER (WHERE s.finished_at >= ${ago(c.now, windowMs)}) AS attempts,
           count(*) FILTER (WHERE s.finished_at >= ${ago(c.now, windowMs)} AND s.status = 'failed') AS failed,
           count(*) FILTER (WHERE s.finished_at >= ${ago(c.now, windowMs)} AND s.status = 'skipped') AS skipped,
+          count(*) FILTER (WHERE s.finished_at >= ${ago(c.now, windowMs)} AND s.attempt > 1) AS reattempted,
           (percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.finished_at - s.started_at) * 1000)
             FILTER (WHERE s.finished_at >= ${ago(c.now, windowMs)} AND s.started_at IS NOT NULL))::float8 AS p50_ms,
           (percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM s.finished_at - s.started_at) * 1000)
@@ -261,7 +264,7 @@ export const makeWorkflowQuerySql = (sql: SqlClient.SqlClient, schema: string) =
         FROM r WHERE current_step IS NOT NULL AND status IN ('ready', 'performing', 'waiting', 'paused')
         GROUP BY current_step)
       SELECT a.name AS step, a.position, coalesce(n.scheduled, 0) AS scheduled, coalesce(n.running, 0) AS running,
-        coalesce(n.waiting, 0) AS waiting, coalesce(n.paused, 0) AS paused, a.attempts, a.failed, a.skipped,
+        coalesce(n.waiting, 0) AS waiting, coalesce(n.paused, 0) AS paused, a.attempts, a.failed, a.skipped, a.reattempted,
         a.p50_ms, a.p95_ms, a.p99_ms, a.pickup_p50_ms
       FROM a LEFT JOIN n ON n.name = a.name
       ORDER BY a.position, a.name`
