@@ -66,23 +66,21 @@ export interface Segment {
   readonly title: string
 }
 
-/** A horizontal timeline: one row per item, its segments placed on one time axis. */
+/** A horizontal timeline: one row per item, its label beside its segments, every row on one time axis. */
 export const timeline = (
   rows: ReadonlyArray<{ readonly label: string; readonly segments: ReadonlyArray<Segment> }>,
   span: { readonly start: number; readonly end: number }
 ): Html => {
   const width = 1000
-  const rowHeight = 18
   const total = Math.max(1, span.end - span.start)
   const x = (t: number) => ((t - span.start) / total) * width
-  const body = rows.map((row, i) =>
-    row.segments.map(
-      (s) =>
-        html`<rect class="seg ${s.kind}" x="${fmt(x(s.from))}" y="${i * rowHeight + 3}" width="${fmt(Math.max(2, x(s.to) - x(s.from)))}" height="${rowHeight - 6}"><title>${row.label}: ${s.title}</title></rect>`
-    )
-  )
-  const height = Math.max(rowHeight, rows.length * rowHeight)
-  return html`<svg class="timeline" viewBox="0 0 ${width} ${height}" width="100%" height="${height}" preserveAspectRatio="none" role="img" aria-label="timeline">${body}</svg>`
+  return html`<div class="timeline">${rows.map(
+    (row) =>
+      html`<div class="tl-row"><span class="tl-label">${row.label}</span><svg viewBox="0 0 ${width} 12" width="100%" height="12" preserveAspectRatio="none" role="img" aria-label="${row.label}">${row.segments.map(
+        (s) =>
+          html`<rect class="seg ${s.kind}" x="${fmt(x(s.from))}" y="0" width="${fmt(Math.max(2, x(s.to) - x(s.from)))}" height="12"><title>${row.label}: ${s.title}</title></rect>`
+      )}</svg></div>`
+  )}</div>`
 }
 
 /** A chart's data as a table, folded under it. */

@@ -108,7 +108,7 @@ const readFlash = (request: HttpServerRequest.HttpServerRequest): Flash | undefi
   const raw = request.cookies[FLASH_COOKIE]
   if (raw === undefined || raw === "") return undefined
   try {
-    const parsed: unknown = JSON.parse(decodeURIComponent(raw))
+    const parsed: unknown = JSON.parse(raw)
     if (typeof parsed === "object" && parsed !== null) {
       const { kind, text } = parsed as { kind?: unknown; text?: unknown }
       if ((kind === "ok" || kind === "error") && typeof text === "string") return { kind, text: text.slice(0, 2000) }
@@ -248,7 +248,8 @@ export const layer = (options: DashboardOptions = {}) => {
             ? back
             : `${base}/`
         return HttpServerResponse.redirect(safe, { status: 303 }).pipe(
-          HttpServerResponse.setCookieUnsafe(FLASH_COOKIE, encodeURIComponent(JSON.stringify(flash)), {
+          // the cookie's value is encoded by effect/http (and decoded in request.cookies)
+          HttpServerResponse.setCookieUnsafe(FLASH_COOKIE, JSON.stringify(flash), {
             path: cookiePath,
             httpOnly: true,
             sameSite: "strict",

@@ -48,7 +48,7 @@ export const layout = (options: {
   return html`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="htmx-config" content='{"includeIndicatorCSS":false,"history":false}'>
-<title>${options.title} · pgbus</title>
+<title>${options.title} · pgbus</title><link rel="icon" href="data:,">
 <link rel="stylesheet" href="${ctx.base}${assetPaths.css}">
 <script src="${ctx.base}${assetPaths.htmx}"></script><script src="${ctx.base}${assetPaths.htmxSse}"></script>
 </head><body>
@@ -66,5 +66,5 @@ ${options.flash ? html`<div class="flash ${options.flash.kind}" role="status">${
 export const errorPage = (base: string, status: number, message: string): Html =>
   html`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${status} · pgbus</title><link rel="stylesheet" href="${base}${assetPaths.css}"></head>
+<title>${status} · pgbus</title><link rel="icon" href="data:,"><link rel="stylesheet" href="${base}${assetPaths.css}"></head>
 <body><header class="top"><a class="brand" href="${base}/">pgbus</a></header><main><h1>${status}</h1><p>${message}</p></main></body></html>`

@@ -54,6 +54,10 @@ figure.chart figcaption{font-size:.85em;color:var(--muted)}
 svg .line{stroke:var(--chart);stroke-width:2;vector-effect:non-scaling-stroke}
 svg .bar{fill:var(--chart)}
 svg .seg.waited{fill:var(--wait)}svg .seg.queued{fill:var(--queue)}svg .seg.ran{fill:var(--ran)}svg .seg.failed{fill:var(--fail)}svg .seg.waiting{fill:var(--wait)}
+.timeline{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:.5rem .7rem}
+.tl-row{display:grid;grid-template-columns:minmax(6rem,14rem) 1fr;gap:.6rem;align-items:center;font-size:.85em}
+.tl-label{overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+#actions{margin:.6rem 0 1rem}
 details.data summary{cursor:pointer;font-size:.8em;color:var(--muted)}
 .meter{display:inline-block;width:80px;height:8px;border-radius:4px;background:var(--line);vertical-align:middle;overflow:hidden}
 .meter svg{display:block}

@@ -48,10 +48,10 @@ ${card("Batches", num(o.batchesPending), "pending batches", link("/batches"))}
 </div>
 <h2>The last hour</h2>
 <div class="grid2">${sparkline(
-            "Jobs finished per minute",
+            "Jobs finished per 5 minutes",
             seriesPoints(hour, (b) => b.completed + b.failed)
           )}${sparkline(
-            "Pickup latency p50 per minute",
+            "Pickup latency p50 per 5 minutes",
             seriesPoints(hour, (b) => b.latencyP50Ms),
             { unit: " ms" }
           )}</div>`

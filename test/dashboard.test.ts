@@ -1,0 +1,247 @@
+/**
+ * The dashboard over HTTP (no browser): the escaping helper against hostile text, access (closed
+ * by default, a failing hook, tenant scope, the loopback rule), CSRF, the guarded verbs behind the
+ * forms, and the job statistics the workers write.
+ */
+
+import { NodeServices } from "@effect/platform-node"
+import { assert, describe, it, layer } from "@effect/vitest"
+import { Effect, Exit, Layer, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import { capture } from "../src/Cli/Cli.ts"
+import { PgBusConfig } from "../src/Config.ts"
+import * as Dashboard from "../src/Dashboard/Dashboard.ts"
+import { escapeHtml, html, join, raw } from "../src/Dashboard/Html.ts"
+import * as Job from "../src/Job/Job.ts"
+import { bucketOf, HISTOGRAM_SIZE, percentileOf } from "../src/Job/JobStats.ts"
+import { Operations } from "../src/Operations/Operations.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { WorkflowClient } from "../src/Workflow/Client.ts"
+import { HOSTILE, Order, serveDashboard } from "./support/dashboard.ts"
+import { eventually, startSupervisor } from "./support/jobs.ts"
+import { freePort } from "./support/ports.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+describe("the html tag", () => {
+  it("escapes every interpolated value: markup, both quotes, the backtick, and keeps unicode", () => {
+    const out = html`<p title="${HOSTILE}">${HOSTILE}</p>`.value
+    assert.notInclude(out, "<script>")
+    assert.notInclude(out, "<img")
+    assert.include(out, "&lt;script&gt;window.__pwned = 1&lt;/script&gt;")
+    assert.include(out, "onerror=&quot;window.__pwned=2&quot;")
+    assert.include(out, "&#39;single&#39; &#96;tick&#96;")
+    assert.include(out, "ünïcödé 🚀")
+    assert.strictEqual(out.match(/"/g)?.length, 2, "only the template's own quotes remain")
+    assert.strictEqual(escapeHtml(`&<>"'\``), "&amp;&lt;&gt;&quot;&#39;&#96;")
+  })
+
+  it("inserts markup built by html or raw as is, lists joined, nothing for null, undefined and booleans", () => {
+    const inner = html`<b>${"<i>"}</b>`
+    const out = html`<div>${inner}${[html`<br>`, "<br>"]}${null}${undefined}${false}${true}${0}${raw("<hr>")}</div>`
+    assert.strictEqual(out.value, "<div><b>&lt;i&gt;</b><br>&lt;br&gt;0<hr></div>")
+    assert.strictEqual(join(["<a>", html`<b>`], " & ").value, "&lt;a&gt; &amp; <b>")
+  })
+})
+
+describe("job statistics histograms", () => {
+  it("bucket boundaries and interpolated percentiles", () => {
+    assert.strictEqual(bucketOf(0.5), 0)
+    assert.strictEqual(bucketOf(1), 0)
+    assert.strictEqual(bucketOf(1.5), 1)
+    assert.strictEqual(bucketOf(10_000_000), HISTOGRAM_SIZE - 1)
+    const hist = new Array<number>(HISTOGRAM_SIZE).fill(0)
+    assert.isNull(percentileOf(hist, 0.5))
+    hist[bucketOf(15)] = 100 // 100 samples in (10, 20]
+    assert.strictEqual(percentileOf(hist, 0.5), 15)
+    assert.strictEqual(percentileOf(hist, 1), 20)
+    hist[bucketOf(3_000_000)] = 1
+    assert.strictEqual(percentileOf(hist, 1), 1_800_000, "the unbounded bucket answers its lower boundary")
+  })
+})
+
+const post = (url: string, form: Record<string, string>, headers: Record<string, string> = {}) =>
+  Effect.promise(() =>
+    fetch(url, {
+      method: "POST",
+      redirect: "manual",
+      headers: { "content-type": "application/x-www-form-urlencoded", ...headers },
+      body: new URLSearchParams(form).toString()
+    })
+  )
+
+const get = (url: string, headers: Record<string, string> = {}) =>
+  Effect.promise(async () => {
+    const response = await fetch(url, { headers })
+    return { status: response.status, text: await response.text(), headers: response.headers }
+  })
+
+/** The CSRF token in a page's first form. */
+const tokenIn = (page: string) => /name="_csrf" value="([^"]+)"/.exec(page)?.[1]
+
+const Tick = Job.make("StatsTick", { payload: Schema.Struct({ n: Schema.Number }), queue: "ticks" }, () =>
+  Effect.sleep("2 millis")
+)
+
+const access: Dashboard.AccessOptions = {
+  resolveContext: (request) => Effect.succeed({ resourceId: request.headers["x-tenant"] }),
+  authorize: (request) => {
+    const role = request.headers["x-role"]
+    if (role === undefined || role === "deny") return Effect.fail(new Error("no session"))
+    return Effect.succeed({ actor: "carol", role: role === "write" ? "write" : "read" })
+  }
+}
+
+layer(Operations.layer.pipe(Layer.provideMerge(TestDatabase.layer({ pollingInterval: "50 millis" }))), {
+  excludeTestServices: true,
+  timeout: "90 seconds"
+})("dashboard over http", (it) => {
+  it.effect("closed by default: without a hook every page is read-only and every POST answers 403", () =>
+    Effect.gen(function* () {
+      const store = yield* QueueStore
+      yield* store.create("closed")
+      const base = yield* serveDashboard({ path: "/ops" })
+      const page = yield* get(`${base}/queues`)
+      assert.strictEqual(page.status, 200)
+      assert.include(page.text, "read-only (no authorize hook)")
+      assert.notInclude(page.text, 'method="post"')
+      assert.include(page.headers.get("content-security-policy") ?? "", "script-src 'self'")
+      const refused = yield* post(`${base}/queues/closed/pause`, { back: `${base}/queues` })
+      assert.strictEqual(refused.status, 403)
+      assert.isFalse((yield* (yield* Operations).queue("closed")).paused, "nothing changed")
+      const htmx = yield* get(`${base}/assets/htmx-4.0.1.min.js`)
+      assert.strictEqual(htmx.status, 200)
+      assert.include(htmx.text, "htmx")
+    })
+  )
+
+  it.effect("refuses to serve beyond the loopback without an authorize hook (layer and CLI)", () =>
+    Effect.gen(function* () {
+      const port = yield* freePort
+      const exit = yield* Effect.exit(Layer.build(Dashboard.serve({ port, host: "0.0.0.0" })))
+      assert.isTrue(Exit.isFailure(exit))
+      assert.include(String(Exit.isFailure(exit) ? exit.cause : ""), "UnprotectedDashboard")
+      const cli = yield* capture(["dashboard", "--host", "0.0.0.0", "--port", String(port)]).pipe(
+        Effect.provide(NodeServices.layer)
+      )
+      assert.strictEqual(cli.exitCode, 1)
+      assert.include(cli.stderr, "refusing to serve the dashboard on 0.0.0.0 without an authorize hook")
+      assert.isTrue(Dashboard.isLoopback("127.0.0.1") && Dashboard.isLoopback("::1"))
+    })
+  )
+
+  it.effect("a failing hook answers 401; a tenant sees its runs only and cluster-wide pages answer 403", () =>
+    Effect.gen(function* () {
+      const base = yield* serveDashboard(access)
+      assert.strictEqual((yield* get(`${base}/workflows`, { "x-role": "deny" })).status, 401)
+      const mine = yield* Order.start({ order: 1 }, { resourceId: "acme" })
+      const theirs = yield* Order.start({ order: 2 }, { resourceId: "globex" })
+      const list = yield* get(`${base}/workflows`, { "x-role": "read", "x-tenant": "acme" })
+      assert.strictEqual(list.status, 200)
+      assert.include(list.text, mine.id.slice(0, 8))
+      assert.notInclude(list.text, theirs.id.slice(0, 8))
+      assert.strictEqual(
+        (yield* get(`${base}/workflows/${theirs.id}`, { "x-role": "read", "x-tenant": "acme" })).status,
+        404
+      )
+      assert.strictEqual((yield* get(`${base}/queues`, { "x-role": "read", "x-tenant": "acme" })).status, 403)
+      assert.notInclude(list.text, `href="${base}/queues"`, "the nav hides cluster-wide pages")
+    })
+  )
+
+  it.effect("a writer's form goes through the guarded verb as dashboard:<actor>; a run that moved on is refused", () =>
+    Effect.gen(function* () {
+      const base = yield* serveDashboard(access)
+      const writer = { "x-role": "write" }
+      const run = yield* Order.start({ order: 3 })
+      const page = yield* get(`${base}/workflows/${run.id}`, writer)
+      const token = tokenIn(page.text)
+      assert.isDefined(token)
+      assert.include(page.text, `action="/pgbus/workflows/${run.id}/act/cancel"`)
+      assert.notInclude(page.text, "/act/resume", "resume is not offered to a ready run")
+      // a stale form: the page said ready, the run is paused by someone else meanwhile
+      yield* (yield* WorkflowClient).pause(run.id, { actor: "someone" })
+      const stale = yield* post(
+        `${base}/workflows/${run.id}/act/cancel`,
+        { _csrf: token!, back: `/pgbus/workflows/${run.id}`, expectedStatus: "ready", reason: "typo" },
+        writer
+      )
+      assert.strictEqual(stale.status, 303)
+      const flash = decodeURIComponent(/pgbus_flash=([^;]+)/.exec(stale.headers.get("set-cookie") ?? "")?.[1] ?? "")
+      assert.include(flash, "is paused, not ready: nothing was done")
+      assert.strictEqual((yield* (yield* WorkflowClient).get(run.id)).info.status, "paused")
+      const done = yield* post(
+        `${base}/workflows/${run.id}/act/resume`,
+        { _csrf: token!, back: `/pgbus/workflows/${run.id}`, expectedStatus: "paused", reason: "fixed" },
+        writer
+      )
+      assert.strictEqual(done.status, 303)
+      assert.strictEqual(done.headers.get("location"), `/pgbus/workflows/${run.id}`)
+      const resumed = (yield* (yield* WorkflowClient).events(run.id)).find((e) => e.type === "resumed")
+      assert.deepStrictEqual([resumed?.actor, resumed?.reason], ["dashboard:carol", "fixed"])
+      // another actor's token is not this one's
+      const forged = yield* post(`${base}/workflows/${run.id}/act/cancel`, { _csrf: `${token}x`, back: "/" }, writer)
+      assert.strictEqual(forged.status, 403)
+      // an open redirect is not followed: back to the dashboard instead
+      const away = yield* post(
+        `${base}/workflows/${run.id}/act/pause`,
+        { _csrf: token!, back: "https://evil.example/" },
+        writer
+      )
+      assert.strictEqual(away.headers.get("location"), "/pgbus/")
+    })
+  )
+
+  it.effect("purge asks for the queue's name: a wrong name deletes nothing, the right one purges", () =>
+    Effect.gen(function* () {
+      const base = yield* serveDashboard(access)
+      const writer = { "x-role": "write" }
+      const store = yield* QueueStore
+      yield* store.create("purgeme")
+      yield* store.sendBatch("purgeme", [{ message: { n: 1 } }, { message: { n: 2 } }])
+      const token = tokenIn((yield* get(`${base}/queues`, writer)).text)!
+      yield* post(`${base}/queues/purgeme/purge`, { _csrf: token, back: "/pgbus/queues", confirm: "purge" }, writer)
+      assert.strictEqual((yield* (yield* Operations).queue("purgeme")).depth, 2)
+      yield* post(`${base}/queues/purgeme/purge`, { _csrf: token, back: "/pgbus/queues", confirm: "purgeme" }, writer)
+      assert.strictEqual((yield* (yield* Operations).queue("purgeme")).depth, 0)
+    })
+  )
+
+  it.effect("workers write job statistics (flushed at the latest when they stop) that the Insights page charts", () =>
+    Effect.gen(function* () {
+      const store = yield* QueueStore
+      yield* store.create("ticks")
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          yield* startSupervisor([Tick], { capsules: [{ name: "ticks", queues: ["ticks"], concurrency: 4 }] })
+          yield* Effect.forEach(
+            Array.from({ length: 30 }, (_, n) => n),
+            (n) => Tick.enqueue({ n }),
+            { discard: true }
+          )
+          yield* eventually(
+            "every tick archived",
+            Effect.map((yield* Operations).queue("ticks"), (q) => q.depth === 0 && q.archived === 30)
+          )
+        })
+      )
+      const sql = yield* SqlClient.SqlClient
+      const config = yield* PgBusConfig
+      const [row] = yield* sql<{
+        readonly completed: bigint
+        readonly latency_count: bigint
+      }>`SELECT sum(completed) AS completed, sum(latency_count) AS latency_count FROM ${sql(`${config.schema}.job_stats`)} WHERE queue = 'ticks'`
+      assert.strictEqual(Number(row?.completed), 30)
+      assert.strictEqual(Number(row?.latency_count), 30)
+      const stats = yield* (yield* Operations).jobStats({ windowMs: 3_600_000, queue: "ticks" })
+      assert.strictEqual(
+        stats.total.reduce((s, b) => s + b.completed, 0),
+        30
+      )
+      assert.isNotNull(stats.total.find((b) => b.completed > 0)?.durationP50Ms ?? null)
+      const base = yield* serveDashboard(access)
+      const insights = yield* get(`${base}/insights?window=1h`, { "x-role": "read" })
+      assert.include(insights.text, "ticks: jobs finished per bucket")
+      assert.include(insights.text, "30 completed")
+    })
+  )
+})
