@@ -42,7 +42,7 @@ const build = (deps: Deps) => {
     const verdict = yield* cluster.verdict
     const summaries = yield* queues.queues
     const processes = yield* cluster.processes
-    const counts = yield* workflows.counts()
+    const counts = yield* workflows.counts({ ongoingOnly: true })
     const outbox = yield* bus.outbox({ limit: 1 })
     const batches = yield* bus.batches({ limit: 1 })
     const sum = (f: (q: (typeof summaries)[number]) => number) => summaries.reduce((n, q) => n + f(q), 0)

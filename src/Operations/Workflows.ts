@@ -284,12 +284,19 @@ export const makeWorkflows = (deps: Deps) => {
     })
 
   /** Counts by status and of ongoing runs by stuck reason, overall and per workflow. */
-  const counts = (options: { readonly workflow?: string | undefined } = {}, view: View = {}) =>
+  const counts = (
+    options: {
+      readonly workflow?: string | undefined
+      /** Count the ongoing statuses only (finished and cancelled answer 0): index reads, whatever the history. */
+      readonly ongoingOnly?: boolean | undefined
+    } = {},
+    view: View = {}
+  ) =>
     Effect.gen(function* () {
       const workflow = options.workflow ?? null
       const resourceId = view.resourceId ?? null
       const byStatusRows = yield* workflowSql
-        .runCountsByStatus(workflow, resourceId)
+        .runCountsByStatus(workflow, resourceId, options.ongoingOnly === true ? States.OngoingStatuses : null)
         .pipe(Effect.mapError(toDatabaseError("count workflow runs")))
       const stuckRows = yield* workflowSql
         .runCountsStuck(yield* clock, workflow, resourceId)

@@ -181,12 +181,21 @@ export const makeWorkflowQuerySql = (sql: SqlClient.SqlClient, schema: string) =
   const runCountMatching = (q: Omit<RunQuery, "before" | "limit">, c: StuckClock) =>
     sql<{ readonly n: bigint }>`SELECT count(*) AS n FROM ${runs} ru ${where(conditionsOf(q, c))}`
 
-  /** Counts by workflow and status (the `pgbus_workflows` gauge and the home page). */
-  const runCountsByStatus = (workflow: string | null, resourceId: string | null) =>
+  /**
+   * Counts by workflow and status (the `pgbus_workflows` gauge and the home page); of some statuses
+   * only when given (the ongoing ones are few, and counted from the status index, never a scan of
+   * every finished run).
+   */
+  const runCountsByStatus = (
+    workflow: string | null,
+    resourceId: string | null,
+    statuses: ReadonlyArray<RunStatus> | null = null
+  ) =>
     sql<{ readonly workflow: string; readonly status: RunStatus; readonly n: bigint }>`SELECT workflow, status,
         count(*) AS n FROM ${runs}
       WHERE (${workflow}::text IS NULL OR workflow = ${workflow}::text)
         AND (${resourceId}::text IS NULL OR resource_id = ${resourceId}::text)
+        ${statuses === null ? sql`` : sql`AND status = ANY(${textArray(statuses)}::text[])`}
       GROUP BY workflow, status`
 
   /** Counts of ongoing stuck runs by workflow and reason (the `pgbus_workflows_stuck` gauge). */

@@ -196,7 +196,8 @@ export const workflows: PageModule = {
           const ops = yield* Operations
           const filter = yield* runFilterOf(ctx.query)
           const page = yield* ops.workflows({ ...filter, cursor: param(ctx.query, "cursor") }, ctx.view)
-          const counts = yield* ops.workflowCounts({ workflow: filter.workflow }, ctx.view)
+          // ongoing statuses are counted (index reads); finished and cancelled ones may be millions
+          const counts = yield* ops.workflowCounts({ workflow: filter.workflow, ongoingOnly: true }, ctx.view)
           const statusText = param(ctx.query, "status")
           const tab = (label: string, value: string | undefined, count: number | undefined) =>
             statusText === value
@@ -206,7 +207,7 @@ export const workflows: PageModule = {
           const bulkFilter = filterFields(ctx.query)
           return html`<h1>Workflows</h1>
 <p><a href="${ctx.base}/workflows/attention">Needs attention</a> · <a href="${ctx.base}/insights">Insights by class</a></p>
-<p>${tab("ongoing", undefined, ongoing)}${RunStatuses.map((s) => tab(s, s, counts.byStatus[s]))}${tab("all", "all", undefined)}</p>
+<p>${tab("ongoing", undefined, ongoing)}${RunStatuses.map((s) => tab(s, s, OngoingStatuses.includes(s) ? counts.byStatus[s] : undefined))}${tab("all", "all", undefined)}</p>
 ${filterForm(
   ctx,
   "/workflows",
