@@ -4,10 +4,14 @@
  * forms, and the job statistics the workers write.
  */
 
+import { mkdtempSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join as joinPath } from "node:path"
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Exit, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
+import { loadAccess } from "../src/Cli/App.ts"
 import { capture } from "../src/Cli/Cli.ts"
 import { PgBusConfig } from "../src/Config.ts"
 import * as Dashboard from "../src/Dashboard/Dashboard.ts"
@@ -41,6 +45,25 @@ describe("the html tag", () => {
     assert.strictEqual(out.value, "<div><b>&lt;i&gt;</b><br>&lt;br&gt;0<hr></div>")
     assert.strictEqual(join(["<a>", html`<b>`], " & ").value, "&lt;a&gt; &amp; <b>")
   })
+})
+
+describe("pgbus dashboard --auth MODULE", () => {
+  it.effect("loads the access hooks a module exports, and refuses a module without them", () =>
+    Effect.gen(function* () {
+      const dir = mkdtempSync(joinPath(tmpdir(), "pgbus-auth-"))
+      writeFileSync(
+        joinPath(dir, "access.mjs"),
+        "export default { authorize: () => ({ actor: 'ops', role: 'write' }) }\n"
+      )
+      writeFileSync(joinPath(dir, "bad.mjs"), "export default { authorize: 'yes' }\n")
+      const access = yield* loadAccess(joinPath(dir, "access.mjs"))
+      assert.strictEqual(typeof access.authorize, "function")
+      const bad = yield* Effect.flip(loadAccess(joinPath(dir, "bad.mjs")))
+      assert.include(bad.message, "{ authorize?, resolveContext? }")
+      const missing = yield* Effect.flip(loadAccess(joinPath(dir, "nope.mjs")))
+      assert.strictEqual(missing._tag, "AppModuleError")
+    })
+  )
 })
 
 describe("job statistics histograms", () => {
