@@ -5,6 +5,7 @@ import { join } from "node:path"
 
 const owners = new Set([
   "src/Queue/QueueSql.ts", // queue registry, q_<queue>, a_<queue>
+  "src/Queue/QueueFeedSql.ts", // q_<queue>, a_<queue> read as feeds (streams)
   "src/Batch/BatchSql.ts", // batches, batch_executions
   "src/Migrations.ts", // the schema, schema_migrations
   "src/Supervisor/ProcessSql.ts", // processes
@@ -18,7 +19,8 @@ const owners = new Set([
   "src/Workflow/WorkflowSql.ts", // workflow_runs, workflow_steps, workflow_events
   "src/EventBus/EventBusSql.ts", // event_subscriptions, processed_events
   "src/EventBus/OutboxSql.ts", // outbox_entries
-  "src/Job/JobStatsSql.ts" // job_stats
+  "src/Job/JobStatsSql.ts", // job_stats
+  "src/Streams/StreamsSql.ts" // stream_trims, stream_presence
 ])
 
 const files = []

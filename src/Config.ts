@@ -391,7 +391,7 @@ const show = (value: unknown): string => {
  * Durations from the environment: a bare number is seconds (as the seeds' reference says),
  * otherwise an Effect duration string such as `500 millis`. In code, `Duration.Input` applies.
  */
-const parseDuration = (value: unknown, fromEnv: boolean): Duration.Duration | undefined => {
+export const parseDuration = (value: unknown, fromEnv: boolean): Duration.Duration | undefined => {
   if (fromEnv && typeof value === "string") {
     const trimmed = value.trim()
     if (/^-?\d+(\.\d+)?$/.test(trimmed)) return Duration.seconds(Number(trimmed))
@@ -486,7 +486,7 @@ const readEnvironment: Effect.Effect<Partial<Record<Key, string>>, Configuration
 })
 
 /** The key and rule of the first issue a Schema found (the key is the first path segment). */
-const firstIssue = (issue: SchemaIssue.Issue): { key: string | undefined; rule: string } => {
+export const firstIssue = (issue: SchemaIssue.Issue): { key: string | undefined; rule: string } => {
   switch (issue._tag) {
     case "Pointer": {
       const inner = firstIssue(issue.issue)

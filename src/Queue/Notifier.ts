@@ -106,6 +106,12 @@ export class Notifier extends Context.Service<
     readonly reserveLocal: (physicalQueue: string, request: LocalRequest) => LocalSlot | undefined
     /** Counts of notifications and reconnects, for tests and metrics. */
     readonly stats: Effect.Effect<{ readonly received: number; readonly connects: number }>
+    /**
+     * Hands notifications whose payload starts with `prefix` (never a queue name: give one with
+     * a character queue names lack, such as `:`) to `handler` instead of waking readers, until
+     * the scope closes; starts listening. Streams' ephemeral broadcasts ride on this.
+     */
+    readonly onPayload: (prefix: string, handler: (payload: string) => void) => Effect.Effect<void, never, Scope.Scope>
   }
 >()("effect-pgbus/Notifier") {
   /** The notifier of this process, listening on the configured schema's channel. */
@@ -120,8 +126,15 @@ export class Notifier extends Context.Service<
       const status = yield* Ref.make<NotifierStatus>(config.listenNotify ? "idle" : "disabled")
       const counts = { received: 0, connects: 0 }
       const started = Latch.makeUnsafe(false)
+      const payloadHandlers = new Set<{ readonly prefix: string; readonly handler: (payload: string) => void }>()
 
       const deliver = (queue: string) => {
+        for (const h of payloadHandlers) {
+          if (queue.startsWith(h.prefix)) {
+            h.handler(queue)
+            return
+          }
+        }
         for (const s of subscribers) {
           if (queue === WAKE_ALL || s.queues === "all" || s.queues.has(queue)) {
             s.pending = true
@@ -238,7 +251,17 @@ export class Notifier extends Context.Service<
           }
           return undefined
         },
-        stats: Effect.sync(() => ({ ...counts }))
+        stats: Effect.sync(() => ({ ...counts })),
+        onPayload: (prefix, handler) =>
+          Effect.acquireRelease(
+            Effect.sync(() => {
+              const entry = { prefix, handler }
+              payloadHandlers.add(entry)
+              started.openUnsafe()
+              return entry
+            }),
+            (entry) => Effect.sync(() => payloadHandlers.delete(entry))
+          ).pipe(Effect.asVoid)
       })
     })
   )

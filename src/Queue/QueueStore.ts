@@ -26,6 +26,7 @@ import {
 } from "./Message.ts"
 import { Notifier, pollDelay } from "./Notifier.ts"
 import { InvalidMessage, PayloadTooLarge, type QueueError, QueueNotFound } from "./QueueError.ts"
+import { makeQueueFeed, type QueueFeed } from "./QueueFeed.ts"
 import * as QueueName from "./QueueName.ts"
 import {
   type ClaimedMessageRow,
@@ -328,6 +329,8 @@ export class QueueStore extends Context.Service<
     readonly claimedMessage: (queue: string, row: ClaimedMessageRow) => Message | undefined
     /** Validates a queue name (no SQL). */
     readonly validateName: (queue: string) => Effect.Effect<QueueName.QueueName, QueueError>
+    /** A queue read as a feed (by id past a cursor, or by key), without claims: what streams read. */
+    readonly feed: QueueFeed
   }
 >()("effect-pgbus/QueueStore") {
   /** The queue store, on the configured schema. */
@@ -967,7 +970,15 @@ export class QueueStore extends Context.Service<
         cleanupArchive,
         messageCtes: statements.messageSendCtes,
         claimedMessage,
-        validateName: (queue) => validateName(queue)
+        validateName: (queue) => validateName(queue),
+        feed: makeQueueFeed({
+          sql,
+          schema: config.schema,
+          notifyChannel: notifier.channel,
+          validateName,
+          fail,
+          lockQueue: statements.queueLockTransaction
+        })
       })
     })
   )
