@@ -18,6 +18,7 @@ const layers = [
   ["Batch"],
   ["Workflow"],
   ["EventBus"],
+  ["Streams"], // SSE streams: broadcasts ride on the queue store and the notifier
   ["Registry"], // what a process runs: each feature registers its own jobs
   ["Supervisor"],
   ["PgBus"], // the one Layer an app provides
