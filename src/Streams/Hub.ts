@@ -120,6 +120,12 @@ export class StreamHub extends Context.Service<
     readonly poll: Effect.Effect<void, QueueError>
     /** Runs the per-connection checks now: write deadlines, idle timeout, heartbeats (tests). */
     readonly tick: Effect.Effect<void>
+    /**
+     * Ends every connection (their clients reconnect, to another process) and refuses new ones
+     * with 503: the HTTP server waits for open responses when it stops, and an SSE response
+     * never ends on its own. Done on SIGTERM and SIGINT unless `closeOnSignal` is false.
+     */
+    readonly closeAll: Effect.Effect<void>
   }
 >()("effect-pgbus/StreamHub") {
   /** The hub of this process. */
@@ -358,12 +364,24 @@ export class StreamHub extends Context.Service<
       const tickEvery = Duration.min(Duration.seconds(1), Duration.millis(Math.max(50, heartbeatMs)))
       yield* tick.pipe(Effect.andThen(Effect.sleep(tickEvery)), Effect.forever, Effect.forkScoped)
 
-      // on shutdown, end every response so that the server can close
-      yield* Effect.addFinalizer(() =>
-        Effect.sync(() => {
-          for (const connections of byStream.values()) for (const c of connections) c.close("shutdown")
-        })
-      )
+      let closing = false
+      const closeAllNow = () => {
+        closing = true
+        for (const connections of byStream.values()) for (const c of connections) c.close("shutdown")
+      }
+      yield* Effect.addFinalizer(() => Effect.sync(closeAllNow))
+      if (config.closeOnSignal) {
+        // before the runtime's own handler interrupts the app: the HTTP server's close then finds no SSE response open
+        yield* Effect.acquireRelease(
+          Effect.sync(() => {
+            for (const signal of ["SIGTERM", "SIGINT"] as const) process.prependListener(signal, closeAllNow)
+          }),
+          () =>
+            Effect.sync(() => {
+              for (const signal of ["SIGTERM", "SIGINT"] as const) process.off(signal, closeAllNow)
+            })
+        )
+      }
 
       const register = (input: {
         readonly stream: string
@@ -373,7 +391,9 @@ export class StreamHub extends Context.Service<
         readonly abort: () => void
       }) =>
         Effect.gen(function* () {
-          if (total >= config.maxConnections) return yield* new TooManyConnections({ limit: config.maxConnections })
+          if (closing || total >= config.maxConnections) {
+            return yield* new TooManyConnections({ limit: config.maxConnections })
+          }
           yield* ensureStarted
           if (input.catchUp) yield* poll
           const now = yield* Clock.currentTimeMillis
@@ -418,7 +438,8 @@ export class StreamHub extends Context.Service<
         passes,
         count: Effect.sync(() => total),
         poll: ensureStarted.pipe(Effect.andThen(poll)),
-        tick
+        tick,
+        closeAll: Effect.sync(closeAllNow)
       })
     })
   )

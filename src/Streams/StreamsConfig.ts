@@ -62,6 +62,11 @@ export interface StreamsOptions {
   readonly maxBufferedBytes?: number
   /** How often expired broadcasts are deleted (`PGBUS_STREAMS_RETENTION_SWEEP_INTERVAL`, 30 s). */
   readonly retentionSweepInterval?: Duration.Input
+  /**
+   * End every SSE response on SIGTERM and SIGINT (default true), so that the HTTP server's
+   * graceful close is not held up by responses that never end; clients reconnect elsewhere.
+   */
+  readonly closeOnSignal?: boolean
   /** Audience filters for `visibleTo`: name → predicate on a connection's context. */
   readonly filters?: Readonly<Record<string, (context: StreamContext) => boolean>>
   /** Connection-driven presence. */
@@ -92,6 +97,7 @@ export interface StreamsConfigShape {
   readonly writeDeadline: Duration.Duration
   readonly maxBufferedBytes: number
   readonly retentionSweepInterval: Duration.Duration
+  readonly closeOnSignal: boolean
   readonly filters: Readonly<Record<string, (context: StreamContext) => boolean>>
   readonly presencePatterns: ReadonlyArray<Matcher>
   readonly presenceMember: (context: StreamContext) => PresenceMemberInput | undefined
@@ -267,6 +273,9 @@ export const resolve = (
     }
     const valid = decoded.value
     const presence = options.presence ?? {}
+    if (options.closeOnSignal !== undefined && typeof options.closeOnSignal !== "boolean") {
+      return yield* fail("closeOnSignal", "must be a boolean", options.closeOnSignal)
+    }
     if (presence.member !== undefined && !isFunction(presence.member)) {
       return yield* fail("presence.member", "must be a function", presence.member)
     }
@@ -290,6 +299,7 @@ export const resolve = (
       secrets: valid.secrets.map((s) => Redacted.make(s)),
       retention: yield* durationTable("retention", options.retention),
       ephemeral: yield* patterns("ephemeral", options.ephemeral),
+      closeOnSignal: options.closeOnSignal ?? true,
       filters,
       presencePatterns: yield* patterns("presence.patterns", presence.patterns),
       presenceMember: presence.member ?? defaultPresenceMember,

@@ -3,7 +3,7 @@
 import * as http from "node:http"
 import { createServer } from "node:http"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Context, type Duration, Effect, Layer } from "effect"
+import { Context, type Duration, Effect, Exit, Layer, Scope } from "effect"
 import { HttpRouter, HttpServer } from "effect/http"
 import type { PgBusConfigInput } from "../../src/Config.ts"
 import * as Streams from "../../src/Streams/Streams.ts"
@@ -143,3 +143,56 @@ export const streamUrl = (base: string, stream: string, query: Record<string, st
 /** Waits a bounded while for the connected event (the replay is written before it). */
 export const connected = (client: SseClient) =>
   waitFor("pgbus:connected", () => client.events.some((e) => e.event === "pgbus:connected"))
+
+/** A streams web process of its own (hub, services, HTTP server) over the test's PgBus, until `stop`. */
+export interface StreamsServer {
+  readonly url: string
+  readonly port: number
+  /** Its streams services. */
+  readonly context: Context.Context<Streams.Streams | Streams.Requirements>
+  /** Stops the HTTP server and the streams services (open connections end), as a process that exits. */
+  readonly stop: Effect.Effect<void>
+}
+
+/** Starts a streams server over the PgBus of the current context; stopped at the latest when the scope closes. */
+export const startServer = (
+  options: {
+    readonly streams?: StreamsOptions
+    readonly routes?: Streams.RoutesOptions<never>
+    readonly extra?: Layer.Layer<never, never, HttpRouter.HttpRouter | Streams.Streams>
+    readonly port?: number
+  } = {}
+) =>
+  Effect.gen(function* () {
+    const pgbus = yield* Effect.context<Streams.Requirements>()
+    const scope = yield* Scope.make()
+    const stop = Effect.suspend(() => {
+      const hub = Context.getOption(context, Streams.StreamHub)
+      return hub._tag === "Some" ? hub.value.closeAll : Effect.void
+    }).pipe(Effect.andThen(Scope.close(scope, Exit.void)))
+    let context: Context.Context<Streams.Streams> = Context.empty() as Context.Context<Streams.Streams>
+    yield* Effect.addFinalizer(() => stop)
+    const streams = Streams.layer({ secrets: [SECRET], ...options.streams }).pipe(Layer.orDie)
+    context = yield* Layer.buildWithScope(streams, scope).pipe(Effect.provide(pgbus))
+    const app = Layer.mergeAll(Streams.routes(options.routes), options.extra ?? Layer.empty)
+    const server = HttpRouter.serve(app, { disableLogger: true, disableListenLog: true }).pipe(
+      Layer.provide(Layer.succeedContext(Context.merge(pgbus, context))),
+      Layer.provideMerge(NodeHttpServer.layer(createServer, { port: options.port ?? 0, host: "127.0.0.1" }))
+    )
+    const built = yield* Layer.buildWithScope(server, scope).pipe(Effect.orDie)
+    const address = Context.get(built, HttpServer.HttpServer).address
+    if (address._tag === "UnixPathAddress") return yield* Effect.die(new Error("expected a TCP address"))
+    return {
+      url: `http://127.0.0.1:${address.port}`,
+      port: address.port,
+      context: Context.merge(pgbus, context),
+      // as on SIGTERM: the open responses end, then the server and the services stop
+      stop
+    } satisfies StreamsServer
+  })
+
+/** A broadcasting process without a hub (a worker), over the PgBus of the current context. */
+export const broadcasterContext = Effect.gen(function* () {
+  const pgbus = yield* Effect.context<Streams.Requirements>()
+  return yield* Layer.build(Streams.layerBroadcaster({})).pipe(Effect.provide(pgbus), Effect.orDie)
+})

@@ -156,6 +156,8 @@ export class PgbusStream {
       case "pgbus:connected":
         this.attempt = 0
         this.connectionId = data.connectionId
+        // the position after the replay: a reconnect resumes from here even if no broadcast came
+        if (typeof data.position === "string") this.lastEventId = data.position
         this.emit("pgbus:connected", data)
         return
       case "pgbus:gap":
