@@ -12,6 +12,7 @@ import { Context, Duration, Effect, Layer, Metric, Schema, type Scope } from "ef
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
 import { DatabaseError } from "../Database.ts"
+import { hotSpan } from "../internal/span.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { DEFAULT_EVENT, type Envelope, EventName, ephemeralPayload, STREAM_FIELD } from "./Envelope.ts"
@@ -216,7 +217,7 @@ export class StreamBroadcaster extends Context.Service<
             return { mode: "coalesced", msgId: undefined } satisfies BroadcastReceipt
           }
           return yield* publish(envelope, durable)
-        }).pipe(Effect.withSpan("Streams.broadcast", { attributes: { stream } }))
+        }).pipe(hotSpan("Streams.broadcast", { stream }))
 
       return StreamBroadcaster.of({
         broadcast,
