@@ -1,10 +1,13 @@
-import { assert, describe, layer } from "@effect/vitest"
-import { DateTime, Effect, Exit, Fiber, Latch, Option, Redacted, Schema } from "effect"
+import { assert, describe, layer, it as plain } from "@effect/vitest"
+import { DateTime, Duration, Effect, Exit, Fiber, Latch, Layer, Metric, Option, Redacted, Schema } from "effect"
 import { SqlClient } from "effect/sql"
+import { broadcastCount } from "../src/Streams/Broadcaster.ts"
 import * as Cursor from "../src/Streams/Cursor.ts"
+import { connectionsGauge } from "../src/Streams/Hub.ts"
 import * as StreamEvent from "../src/Streams/StreamEvent.ts"
-import { signWith } from "../src/Streams/StreamSigner.ts"
+import { StreamSigner, signWith } from "../src/Streams/StreamSigner.ts"
 import * as Streams from "../src/Streams/Streams.ts"
+import { resolve, StreamsConfig } from "../src/Streams/StreamsConfig.ts"
 import * as StreamsTest from "./support/streams.ts"
 import { connected, openSse, type Received, serve, streamUrl, waitFor } from "./support/streams.ts"
 
@@ -47,6 +50,9 @@ layer(StreamsTest.layer(options), { excludeTestServices: true, timeout: "30 seco
         assert.match(String(client.headers["content-type"]), /text\/event-stream/)
         yield* connected(client)
 
+        const durable = broadcastCount.pipe(Metric.withAttributes({ mode: "durable" }))
+        const sentBefore = (yield* Metric.value(durable)).count
+        assert.isAtLeast((yield* Metric.value(connectionsGauge)).value, 1)
         yield* rollback(Streams.broadcast(stream, { text: "never" }))
         const committed = yield* sql.withTransaction(Streams.broadcast(stream, { text: "hello" }))
         yield* Streams.broadcast(stream, { text: "after" })
@@ -56,6 +62,8 @@ layer(StreamsTest.layer(options), { excludeTestServices: true, timeout: "30 seco
         // the rolled-back broadcast's id stays a hole in the position until it is known gone
         assert.strictEqual(Option.getOrThrow(Cursor.msgIdOf(frames[0]!.id!)), committed.msgId)
         assert.strictEqual(frames[0]!.event, "message")
+        // a rolled-back broadcast is counted too: it was sent, its transaction decided
+        assert.strictEqual(Number((yield* Metric.value(durable)).count) - Number(sentBefore), 3)
       })
     )
 
@@ -410,4 +418,57 @@ layer(StreamsTest.layer(options), { excludeTestServices: true, timeout: "30 seco
       })
     )
   })
+})
+
+describe("configuration", () => {
+  plain.effect("defaults are the seed's; the environment overrides them, code overrides both", () =>
+    Effect.gen(function* () {
+      const defaults = yield* resolve({})
+      assert.strictEqual(defaults.queue, "streams")
+      assert.strictEqual(Duration.toMillis(defaults.defaultRetention), 300_000)
+      assert.strictEqual(Duration.toMillis(defaults.heartbeatInterval), 15_000)
+      assert.strictEqual(Duration.toMillis(defaults.idleTimeout), 3_600_000)
+      assert.strictEqual(Duration.toMillis(defaults.writeDeadline), 250)
+      assert.strictEqual(Duration.toMillis(defaults.presenceTtl), 60_000)
+      assert.strictEqual(defaults.maxConnections, 2000)
+      const env = yield* resolve(
+        { maxConnections: 10 },
+        {
+          heartbeatInterval: "5",
+          writeDeadline: "500 millis",
+          maxConnections: "99",
+          secrets: "newest-secret-0123456789, older-secret-0123456789"
+        }
+      )
+      assert.strictEqual(Duration.toMillis(env.heartbeatInterval), 5_000)
+      assert.strictEqual(Duration.toMillis(env.writeDeadline), 500)
+      assert.strictEqual(env.maxConnections, 10)
+      assert.deepStrictEqual(env.secrets.map(Redacted.value), ["newest-secret-0123456789", "older-secret-0123456789"])
+    })
+  )
+
+  plain.effect("a bad value fails with a ConfigurationError naming the key", () =>
+    Effect.gen(function* () {
+      const cases: ReadonlyArray<[Streams.StreamsOptions, string]> = [
+        [{ maxConnections: 0 }, "streams.maxConnections"],
+        [{ queue: "Bad-Name" }, "streams.queue"],
+        [{ secrets: ["short"] }, "streams.secrets"],
+        [{ heartbeatInterval: "0 millis" }, "streams.heartbeatInterval"],
+        [{ retention: [[/^chat:/, "-1 seconds"]] }, "streams.retention"],
+        [{ filters: { admins: "yes" as unknown as () => boolean } }, "streams.filters.admins"],
+        [{ presence: { member: 7 as unknown as () => undefined } }, "streams.presence.member"]
+      ]
+      for (const [options, key] of cases) {
+        const error = yield* Effect.flip(resolve(options))
+        assert.strictEqual(error._tag, "ConfigurationError")
+        assert.strictEqual(error.key, key, JSON.stringify(options))
+      }
+      const unsigned = yield* Effect.flip(
+        Layer.build(StreamSigner.layer.pipe(Layer.provide(StreamsConfig.layerWithoutEnvironment({})))).pipe(
+          Effect.scoped
+        )
+      )
+      assert.strictEqual(unsigned.key, "streams.secrets")
+    })
+  )
 })

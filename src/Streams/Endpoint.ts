@@ -157,63 +157,27 @@ export const routes = <R = never>(options: RoutesOptions<R> = {}) =>
           )
         )
 
-      const handler = Effect.gen(function* () {
-        const request = yield* HttpServerRequest.HttpServerRequest
-        const url = new URL(request.url, "http://localhost")
-        const query = yield* decodeQuery(Object.fromEntries(url.searchParams)).pipe(
-          Effect.mapError((e) => badRequest(e.message))
-        )
-        const mode = yield* replayMode(query, request.headers["last-event-id"])
-        const stream = yield* signer.verify(query.stream).pipe(Effect.mapError(() => forbidden))
-        const decision =
-          options.authorize === undefined
-            ? true
-            : yield* options
-                .authorize({ stream, request })
-                .pipe(
-                  Effect.catchCause((cause) =>
-                    Effect.logError("pgbus streams: the authorize hook failed", cause).pipe(
-                      Effect.andThen(
-                        Effect.fail(HttpServerResponse.jsonUnsafe({ error: "authorize failed" }, { status: 500 }))
-                      )
+      const authorizeRequest = (stream: string, request: HttpServerRequest.HttpServerRequest) =>
+        options.authorize === undefined
+          ? Effect.succeed<AuthorizeDecision>(true)
+          : options
+              .authorize({ stream, request })
+              .pipe(
+                Effect.catchCause((cause) =>
+                  Effect.logError("pgbus streams: the authorize hook failed", cause).pipe(
+                    Effect.andThen(
+                      Effect.fail(HttpServerResponse.jsonUnsafe({ error: "authorize failed" }, { status: 500 }))
                     )
                   )
                 )
-        if (decision === false) return yield* Effect.fail(forbidden)
-        const context = decision === true ? undefined : decision.context
-        const fiber = yield* Effect.withFiber((f) => Effect.succeed(f))
-        const { connection, hub: hubAt } = yield* hub
-          .register({
-            stream,
-            context,
-            // the replay sets it
-            position: mode._tag === "none" ? undefined : Cursor.start,
-            // "the last N": of everything committed now, not of what the hub has read so far
-            catchUp: mode._tag === "last",
-            abort: () => fiber.interruptUnsafe()
-          })
-          .pipe(
-            Effect.catch((e) =>
-              e._tag === "TooManyConnections"
-                ? Effect.fail(
-                    HttpServerResponse.jsonUnsafe(
-                      { error: e.message },
-                      { status: 503, headers: { "retry-after": "5" } }
-                    )
-                  )
-                : Effect.logError("pgbus streams: registering a connection failed", e).pipe(
-                    Effect.andThen(
-                      Effect.fail(
-                        HttpServerResponse.jsonUnsafe(
-                          { error: "unavailable" },
-                          { status: 503, headers: { "retry-after": "5" } }
-                        )
-                      )
-                    )
-                  )
-            )
-          )
-        yield* Effect.addFinalizer(() =>
+              )
+
+      const unavailable = (message: string) =>
+        HttpServerResponse.jsonUnsafe({ error: message }, { status: 503, headers: { "retry-after": "5" } })
+
+      // registered and unregistered as one resource: an interruption cannot leak a slot
+      const registerConnection = (input: Parameters<typeof hub.register>[0]) =>
+        Effect.acquireRelease(hub.register(input), ({ connection }) =>
           hub
             .unregister(connection)
             .pipe(
@@ -223,7 +187,36 @@ export const routes = <R = never>(options: RoutesOptions<R> = {}) =>
                   .pipe(Effect.catchCause((cause) => Effect.logWarning("pgbus streams: presence leave failed", cause)))
               )
             )
+        ).pipe(
+          Effect.catch((e) =>
+            e._tag === "TooManyConnections"
+              ? Effect.fail(unavailable(e.message))
+              : Effect.logError("pgbus streams: registering a connection failed", e).pipe(
+                  Effect.andThen(Effect.fail(unavailable("unavailable")))
+                )
+          )
         )
+
+      const handler = Effect.gen(function* () {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        const url = new URL(request.url, "http://localhost")
+        const query = yield* decodeQuery(Object.fromEntries(url.searchParams)).pipe(
+          Effect.mapError((e) => badRequest(e.message))
+        )
+        const mode = yield* replayMode(query, request.headers["last-event-id"])
+        const stream = yield* signer.verify(query.stream).pipe(Effect.mapError(() => forbidden))
+        const decision = yield* authorizeRequest(stream, request)
+        if (decision === false) return yield* Effect.fail(forbidden)
+        const fiber = yield* Effect.withFiber((f) => Effect.succeed(f))
+        const { connection, hub: hubAt } = yield* registerConnection({
+          stream,
+          context: decision === true ? undefined : decision.context,
+          // the replay sets it
+          position: mode._tag === "none" ? undefined : Cursor.start,
+          // "the last N": of everything committed now, not of what the hub has read so far
+          catchUp: mode._tag === "last",
+          abort: () => fiber.interruptUnsafe()
+        })
         connection.push(retry(RETRY_MS), yield* Clock.currentTimeMillis)
         yield* Effect.forkScoped(open(connection, mode, hubAt, query.seat), { startImmediately: true })
         return HttpServerResponse.stream(connection.body, {

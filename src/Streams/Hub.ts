@@ -371,17 +371,27 @@ export class StreamHub extends Context.Service<
       }
       yield* Effect.addFinalizer(() => Effect.sync(closeAllNow))
       if (config.closeOnSignal) {
-        // before the runtime's own handler interrupts the app: the HTTP server's close then finds no SSE response open
+        // Runs before the runtime's own handler interrupts the app, so that the HTTP server's
+        // close finds no SSE response open. Alone on the signal, it re-raises it once removed:
+        // a process without another handler must still stop on Ctrl-C.
+        const onSignal = (signal: NodeJS.Signals) => {
+          closeAllNow()
+          if (process.listenerCount(signal) === 1) {
+            process.off(signal, onSignal)
+            process.kill(process.pid, signal)
+          }
+        }
         yield* Effect.acquireRelease(
           Effect.sync(() => {
-            for (const signal of ["SIGTERM", "SIGINT"] as const) process.prependListener(signal, closeAllNow)
+            for (const signal of ["SIGTERM", "SIGINT"] as const) process.prependListener(signal, onSignal)
           }),
           () =>
             Effect.sync(() => {
-              for (const signal of ["SIGTERM", "SIGINT"] as const) process.off(signal, closeAllNow)
+              for (const signal of ["SIGTERM", "SIGINT"] as const) process.off(signal, onSignal)
             })
         )
       }
+      yield* Metric.update(connectionsGauge, 0)
 
       const register = (input: {
         readonly stream: string
