@@ -125,9 +125,13 @@ export const openSse = (url: string, headers: Record<string, string> = {}) =>
     (client) => Effect.sync(() => client.close())
   )
 
-/** Polls until `check` (a synchronous look at a client) holds, at most `timeout`. */
-export const waitFor = (what: string, check: () => boolean, timeout: Duration.Input = "10 seconds") =>
-  eventually(what, Effect.sync(check), timeout)
+/** Polls until `check` (a synchronous look at a client) holds, at most `timeout`; `what` may describe the state. */
+export const waitFor = (what: string | (() => string), check: () => boolean, timeout: Duration.Input = "10 seconds") =>
+  eventually(typeof what === "string" ? what : "the condition", Effect.sync(check), timeout).pipe(
+    Effect.catchDefect((defect) =>
+      Effect.die(typeof what === "string" ? defect : new Error(`timed out waiting for: ${what()}`))
+    )
+  )
 
 export { eventually }
 
