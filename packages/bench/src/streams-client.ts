@@ -3,7 +3,9 @@
  * URL, prints `ready` once every one has its `pgbus:connected`, then counts broadcast frames
  * until every connection has `expected` of them and prints one JSON line: the latency of each
  * frame (its arrival minus the `t` its payload carries, both epoch milliseconds on this machine),
- * when the last frame arrived, and the connections that were closed on it.
+ * when the last frame arrived, how often the server closed a connection (each then reconnects
+ * with its last position, as a browser does), how many frames came twice (none should), and
+ * how many connections lack some (an ephemeral frame is lost to a connection closed meanwhile).
  *
  * usage: streams-client.ts <url> <connections> <expected frames>
  */
@@ -18,6 +20,7 @@ const latencies: Array<number> = []
 let ready = 0
 let complete = 0
 let closed = 0
+let duplicates = 0
 let lastAt = 0
 
 const finish = () => {
@@ -30,59 +33,89 @@ const finish = () => {
       p99: at(99),
       max: sorted.at(-1),
       lastAt,
-      closed
+      closed,
+      duplicates,
+      incomplete: CONNECTIONS - complete
     })
   )
   process.exit(0)
 }
 
-setTimeout(() => {
-  console.error(`streams-client: timed out with ${complete}/${CONNECTIONS} connections complete`)
-  finish()
-}, 180_000).unref()
+// an ephemeral frame lost to a closed connection never comes back: stop after 10 s without a frame
+setInterval(() => {
+  if (lastAt > 0 && now() - lastAt > 10_000) {
+    console.error(`streams-client: ${complete}/${CONNECTIONS} connections have every frame; no frame for 10 s`)
+    finish()
+  }
+}, 1_000).unref()
 
+/** One logical client: a connection that reconnects with its last position when the server closes it. */
 const open = (i: number) =>
   new Promise<void>((resolve) => {
-    const request = http.get(url!, { agent: false, headers: { accept: "text/event-stream" } }, (res) => {
-      if (res.statusCode !== 200) {
-        console.error(`streams-client: connection ${i} got ${res.statusCode}`)
-        process.exit(1)
-      }
-      res.setEncoding("utf8")
-      let pending = ""
-      let frames = 0
-      res.on("data", (chunk: string) => {
-        const arrived = now()
-        pending += chunk
-        const blocks = pending.split("\n\n")
-        pending = blocks.pop() ?? ""
-        for (const block of blocks) {
-          if (block.includes("event: pgbus:connected")) {
-            ready++
-            if (ready === CONNECTIONS) console.log("ready")
-            resolve()
-            continue
-          }
-          const data = block.split("\n").find((line) => line.startsWith("data: "))
-          if (data === undefined || block.includes("event: pgbus:")) continue
-          const { t } = JSON.parse(data.slice(6)) as { t: number }
-          latencies.push(arrived - t)
-          lastAt = arrived
-          frames++
-          if (frames === EXPECTED) {
-            complete++
-            if (complete === CONNECTIONS) finish()
-          }
+    const seen = new Set<number>()
+    let lastEventId: string | undefined
+    let done = false
+    let counted = false
+    const connect = () => {
+      const headers: Record<string, string> = { accept: "text/event-stream" }
+      if (lastEventId !== undefined) headers["last-event-id"] = lastEventId
+      const request = http.get(url!, { agent: false, headers }, (res) => {
+        if (res.statusCode !== 200) {
+          console.error(`streams-client: connection ${i} got ${res.statusCode}`)
+          process.exit(1)
         }
+        res.setEncoding("utf8")
+        let pending = ""
+        res.on("data", (chunk: string) => {
+          const arrived = now()
+          pending += chunk
+          const blocks = pending.split("\n\n")
+          pending = blocks.pop() ?? ""
+          for (const block of blocks) {
+            const lines = block.split("\n")
+            const id = lines.find((line) => line.startsWith("id: "))?.slice(4)
+            if (block.includes("event: pgbus:connected")) {
+              lastEventId = JSON.parse(lines.find((line) => line.startsWith("data: "))!.slice(6)).position
+              if (!counted) {
+                counted = true
+                ready++
+                if (ready === CONNECTIONS) console.log("ready")
+              }
+              resolve()
+              continue
+            }
+            const data = lines.find((line) => line.startsWith("data: "))
+            if (data === undefined || block.includes("event: pgbus:")) continue
+            // an ephemeral frame has no id: the position stays
+            if (id !== undefined) lastEventId = id
+            const { t, i: index } = JSON.parse(data.slice(6)) as { t: number; i: number }
+            if (seen.has(index)) {
+              duplicates++
+              continue
+            }
+            seen.add(index)
+            latencies.push(arrived - t)
+            lastAt = arrived
+            if (seen.size === EXPECTED && !done) {
+              done = true
+              complete++
+              if (complete === CONNECTIONS) finish()
+            }
+          }
+        })
+        res.on("close", () => {
+          if (done) return
+          closed++
+          // closed by the server (it fell behind its write deadline): resume from the last position
+          setTimeout(connect, 100)
+        })
       })
-      res.on("close", () => {
-        closed++
+      request.on("error", (error) => {
+        console.error(`streams-client: connection ${i}: ${error.message}`)
+        process.exit(1)
       })
-    })
-    request.on("error", (error) => {
-      console.error(`streams-client: connection ${i}: ${error.message}`)
-      process.exit(1)
-    })
+    }
+    connect()
   })
 
 // open them 50 at a time (a burst of 1,000 connects would be a bench of its own)

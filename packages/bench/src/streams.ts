@@ -3,7 +3,9 @@
  * This process runs effect-pgbus (PgBus, Streams, the HTTP server); the connections come from a
  * second process (`streams-client.ts`), so that reading them does not share this event loop.
  * Per connection count:
- *   - latency: BENCH_LATENCY_BROADCASTS broadcasts paced every BENCH_LATENCY_SPACING_MS; each
+ *   - latency: BENCH_LATENCY_BROADCASTS broadcasts paced every BENCH_LATENCY_SPACING_MS (default:
+ *     connections / 20 ms, at least 10: 2,000 frames a second per 100 connections, which the
+ *     process keeps up with; a faster pace measures queueing, not fan-out); each
  *     carries the epoch time taken just before its broadcast call; the client subtracts it from
  *     the frame's arrival: fan-out latency p50/p99 over every (broadcast, connection);
  *   - throughput: BENCH_BROADCASTS broadcasts from BENCH_SENDERS concurrent senders, one per
@@ -16,12 +18,13 @@ import { createServer } from "node:http"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import { Context, Effect, Fiber, Layer, References } from "effect"
 import { HttpRouter, HttpServer } from "effect/http"
-import { PgBus, Streams } from "../../../src/index.ts"
+import { PgBus, QueueStore, Streams } from "../../../src/index.ts"
 import { benchConfig, benchDatabase, machine, round } from "./common.ts"
 
 const COUNTS = (process.env.BENCH_CONNECTIONS ?? "100,1000").split(",").map(Number)
 const LATENCY_BROADCASTS = Number(process.env.BENCH_LATENCY_BROADCASTS ?? 200)
-const LATENCY_SPACING_MS = Number(process.env.BENCH_LATENCY_SPACING_MS ?? 10)
+const latencySpacingMs = (connections: number) =>
+  Number(process.env.BENCH_LATENCY_SPACING_MS ?? Math.max(10, connections / 20))
 const BROADCASTS = Number(process.env.BENCH_BROADCASTS ?? 5_000)
 const SENDERS = Number(process.env.BENCH_SENDERS ?? 8)
 const PAD = "x".repeat(Number(process.env.BENCH_PAYLOAD_BYTES ?? 200))
@@ -35,6 +38,8 @@ interface ClientResult {
   readonly max: number
   readonly lastAt: number
   readonly closed: number
+  readonly duplicates: number
+  readonly incomplete: number
 }
 
 /** The client process for one phase: resolves `ready` once connected, `result` when done. */
@@ -115,8 +120,23 @@ const program = Effect.gen(function* () {
     )
     const address = Context.get(server, HttpServer.HttpServer).address
     if (address._tag === "UnixPathAddress") return yield* Effect.die(new Error("expected a TCP address"))
-    const run = <A, E>(effect: Effect.Effect<A, E, Streams.Streams>) => effect.pipe(Effect.provide(context))
+    const run = <A, E>(effect: Effect.Effect<A, E, Streams.Streams | QueueStore>) =>
+      effect.pipe(Effect.provide(context))
     const rows: Array<Record<string, number>> = []
+
+    // the in-run reference: the same messages sent with the queue store alone (no stream, no hub work)
+    const store = Context.get(context, QueueStore)
+    yield* store.create("bench_plain")
+    const sendPlain = Effect.forEach(
+      Array.from({ length: BROADCASTS }, (_, i) => i),
+      (i) => store.send("bench_plain", { t: epoch(), i, pad: PAD }),
+      { concurrency: SENDERS, discard: true }
+    )
+    yield* sendPlain
+    const plainStart = epoch()
+    yield* sendPlain
+    const plainPerS = (BROADCASTS / (epoch() - plainStart)) * 1000
+    yield* store.purge("bench_plain")
 
     for (const connections of COUNTS) {
       const stream = `bench:${connections}`
@@ -133,7 +153,7 @@ const program = Effect.gen(function* () {
             (i) =>
               Effect.andThen(
                 Streams.broadcast(stream, { t: epoch(), i, pad: PAD }),
-                Effect.sleep(`${LATENCY_SPACING_MS} millis`)
+                Effect.sleep(`${latencySpacingMs(connections)} millis`)
               ),
             { discard: true }
           )
@@ -173,24 +193,30 @@ const program = Effect.gen(function* () {
         ephemeral_delivered_per_s: rate(ephemeral).delivered,
         ephemeral_p50_ms: ephemeral.result.p50,
         ephemeral_p99_ms: ephemeral.result.p99,
-        closed: latency.result.closed + durable.result.closed + ephemeral.result.closed
+        closed: latency.result.closed + durable.result.closed + ephemeral.result.closed,
+        duplicates: latency.result.duplicates + durable.result.duplicates + ephemeral.result.duplicates,
+        durable_incomplete: durable.result.incomplete + latency.result.incomplete,
+        ephemeral_incomplete: ephemeral.result.incomplete
       })
     }
 
     console.log(`bench:streams — one stream, SSE connections from a second process; ${machine()}`)
     console.log(
-      `latency: ${LATENCY_BROADCASTS} broadcasts every ${LATENCY_SPACING_MS} ms; throughput: ${BROADCASTS} broadcasts from ${SENDERS} senders, one per transaction; payload ${PAD.length + 30} bytes; pool 20`
+      `latency: ${LATENCY_BROADCASTS} broadcasts every ${COUNTS.map((c) => `${latencySpacingMs(c)} ms (${c})`).join(", ")}; throughput: ${BROADCASTS} broadcasts from ${SENDERS} senders, one per transaction; payload ${PAD.length + 30} bytes; pool 20`
     )
     console.log(
-      "| connections | fan-out p50 / p99 / max (paced) | durable: committed/s, delivered/s, p50 / p99 | ephemeral: committed/s, delivered/s, p50 / p99 | connections closed by the server |"
+      `reference in this run: QueueStore.send of the same ${BROADCASTS} messages (no stream, warmed up): ${round(plainPerS)} messages/s committed`
     )
-    console.log("| --- | --- | --- | --- | --- |")
+    console.log(
+      "| connections | fan-out p50 / p99 / max (paced) | durable: committed/s, delivered/s, p50 / p99 | ephemeral: committed/s, delivered/s, p50 / p99 | closed by the server (reconnected) | frames twice | connections missing frames: durable, ephemeral |"
+    )
+    console.log("| --- | --- | --- | --- | --- | --- | --- |")
     for (const r of rows) {
       console.log(
-        `| ${r.connections} | ${round(r.latency_p50_ms!, 1)} / ${round(r.latency_p99_ms!, 1)} / ${round(r.latency_max_ms!, 1)} ms | ${round(r.durable_committed_per_s!)}, ${round(r.durable_delivered_per_s!)}, ${round(r.durable_p50_ms!, 1)} / ${round(r.durable_p99_ms!, 1)} ms | ${round(r.ephemeral_committed_per_s!)}, ${round(r.ephemeral_delivered_per_s!)}, ${round(r.ephemeral_p50_ms!, 1)} / ${round(r.ephemeral_p99_ms!, 1)} ms | ${r.closed} |`
+        `| ${r.connections} | ${round(r.latency_p50_ms!, 1)} / ${round(r.latency_p99_ms!, 1)} / ${round(r.latency_max_ms!, 1)} ms | ${round(r.durable_committed_per_s!)}, ${round(r.durable_delivered_per_s!)}, ${round(r.durable_p50_ms!, 1)} / ${round(r.durable_p99_ms!, 1)} ms | ${round(r.ephemeral_committed_per_s!)}, ${round(r.ephemeral_delivered_per_s!)}, ${round(r.ephemeral_p50_ms!, 1)} / ${round(r.ephemeral_p99_ms!, 1)} ms | ${r.closed} | ${r.duplicates} | ${r.durable_incomplete}, ${r.ephemeral_incomplete} |`
       )
     }
-    const json: Record<string, unknown> = { bench: "streams" }
+    const json: Record<string, unknown> = { bench: "streams", plain_send_per_s: round(plainPerS) }
     for (const r of rows) {
       json[`c${r.connections}_p50_ms`] = round(r.latency_p50_ms!, 1)
       json[`c${r.connections}_p99_ms`] = round(r.latency_p99_ms!, 1)
