@@ -9,7 +9,7 @@ import { dirname, join, relative, resolve } from "node:path"
 // Bottom to top. A layer is named by the first segment of a path under src/ (a folder, or a
 // file without its extension: `Config` is `Config.ts` and `Config/`). One row holds peers.
 const layers = [
-  ["internal", "version"], // leaf helpers: they import nothing of the library
+  ["internal", "version", "Connection"], // leaf helpers: they import nothing of the library (Connection: the URL, libpq's variables, TLS)
   ["Config"],
   ["Database"],
   ["Migrations"],

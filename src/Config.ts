@@ -1,10 +1,14 @@
 /**
- * Configuration: every knob of effect-pgbus in one Schema, loaded from Effect `Config`
- * (env `DATABASE_URL`, `PGBUS_*`), overridable in code, validated when the layer is built.
+ * Configuration: every knob of effect-pgbus, one row per key (its kind, default, doc and
+ * section), loaded from Effect `Config` (env `DATABASE_URL`, `PGBUS_*` and libpq's `PG*`),
+ * overridable in code, validated when the layer is built. The Schema, the environment
+ * variables, the resolved and input types and the docs' tables are all derived from the rows.
  *
  * @since 0.1.0
  */
-import { Cause, Config, Context, Duration, Effect, Layer, Option, Redacted, Schema, SchemaIssue } from "effect"
+import { Cause, Config, Context, Duration, Effect, Layer, Option, Redacted, Result, Schema, SchemaIssue } from "effect"
+import { completeUrl, describeUrl, type Environment, LIBPQ_VARIABLES, SSL_MODES } from "./Connection.ts"
+import * as Kinds from "./internal/ConfigKinds.ts"
 
 /**
  * A configuration value broke a rule. Raised when the config layer is built, never later.
@@ -49,184 +53,11 @@ export interface EventFairShareInput {
   readonly attributes: Readonly<Record<string, unknown>>
 }
 
-/** The resolved configuration: what every service reads. */
-export interface PgBusConfigShape {
-  /** PostgreSQL URL; the password stays redacted. */
-  readonly databaseUrl: Redacted.Redacted<string>
-  /** Connections in the pool. */
-  readonly poolSize: number
-  /** PostgreSQL schema that holds every table. */
-  readonly schema: string
-  /** Prefix of every physical queue name: `<prefix>_<queue>`. */
-  readonly queuePrefix: string
-  /** Queue of jobs that name none. */
-  readonly defaultQueue: string
-  /** How long a read message stays invisible before it can be delivered again. */
-  readonly visibilityTimeout: Duration.Duration
-  /** Failed deliveries before a message moves to its dead-letter queue. */
-  readonly maxRetries: number
-  /** Base delay of the exponential retry backoff. */
-  readonly retryBackoff: Duration.Duration
-  /** Cap of the retry backoff. */
-  readonly retryBackoffMax: Duration.Duration
-  /** Random spread added to a retry delay, 0 to 1. */
-  readonly retryBackoffJitter: number
-  /** Interval between polls when no notification arrives. */
-  readonly pollingInterval: Duration.Duration
-  /** Wake readers with LISTEN/NOTIFY (polling stays as the fallback). */
-  readonly listenNotify: boolean
-  /** A signal's woken step, or a job enqueued now, goes claimed to an idle worker of the sending process (no read). */
-  readonly localDispatch: boolean
-  /** How long archived messages are kept; `undefined` keeps them forever. */
-  readonly archiveRetention: Duration.Duration | undefined
-  /** Byte cap on a message payload (its JSON text). */
-  readonly maxPayloadSize: number
-  /** Worker capsules, in the seeds' string form: `"default, mailers: 10; critical: 5"`. */
-  readonly workers: string
-  /** Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees. */
-  readonly readAhead: number
-  /** Most messages a capsule holds in flight (running + buffered); `undefined` is unlimited. */
-  readonly prefetchLimit: number | undefined
-  /** Re-arm running jobs' visibility on a heartbeat so long jobs are not delivered twice. */
-  readonly visibilityHeartbeat: boolean
-  /** Interval of that heartbeat; `undefined` means a third of the visibility timeout. */
-  readonly visibilityHeartbeatInterval: Duration.Duration | undefined
-  /** On shutdown, how long jobs in flight may take to finish before they are abandoned. */
-  readonly drainTimeout: Duration.Duration
-  /** Port of the supervisor's `/livez` and `/readyz`; `undefined` serves none. */
-  readonly healthPort: number | undefined
-  /** Address the health endpoints bind to. */
-  readonly healthBind: string
-  /** Interval between dispatcher maintenance ticks. */
-  readonly dispatchInterval: Duration.Duration
-  /** Interval between a supervisor's beats into the processes table. */
-  readonly processHeartbeatInterval: Duration.Duration
-  /** A process silent this long is dead: its claimed messages are released at once. */
-  readonly staleProcessThreshold: Duration.Duration
-  /** The app's revision (a git sha, a release), recorded by workers. */
-  readonly appRevision: string | undefined
-  /** Priority sub-queues per queue (`_p0` highest); `undefined` turns priorities off. */
-  readonly priorityLevels: number | undefined
-  /** Priority of jobs that name none, when priorities are on. */
-  readonly defaultPriority: number
-  /** Queue of workflow step messages (a workflow or a step may name another). */
-  readonly workflowQueue: string
-  /** Finished and cancelled runs are deleted after this long; `undefined` keeps them. */
-  readonly workflowRetention: Duration.Duration | undefined
-  /** How often the workflow sweep runs. */
-  readonly workflowSweepInterval: Duration.Duration
-  /** When an in-progress step is stalled, or a scheduled one overdue. */
-  readonly workflowStallThreshold: Duration.Duration
-  /** What the sweep does with a stalled step: pause, reattempt or cancel. */
-  readonly workflowStallAction: "pause" | "reattempt" | "cancel"
-  /** Stack lines kept on a failed step. */
-  readonly workflowErrorBacktraceLines: number
-  /** A wait without a deadline this long counts as stuck. */
-  readonly workflowWaitingVisibilityThreshold: Duration.Duration
-  /** How long processed-event records are kept for deduplication; `undefined` keeps them. */
-  readonly idempotencyTtl: Duration.Duration | undefined
-  /** Run the transactional outbox poller. */
-  readonly outboxEnabled: boolean
-  /** Interval between outbox poll cycles. */
-  readonly outboxPollInterval: Duration.Duration
-  /** Most outbox entries claimed per cycle. */
-  readonly outboxBatchSize: number
-  /** Published outbox entries are deleted after this long; `undefined` keeps them. */
-  readonly outboxRetention: Duration.Duration | undefined
-  /** The bus's own database, when it is not the app's (outbox entries are written to the app's). */
-  readonly busDatabaseUrl: Redacted.Redacted<string> | undefined
-  /** How often the dispatcher sweeps batches (lost outcomes, unsent members, stalled batches). */
-  readonly batchSweepInterval: Duration.Duration
-  /** How long a batch may go without a new member, or a member without its message, before a repair. */
-  readonly batchStallThreshold: Duration.Duration
-  /** Finished batches are deleted after this long; `undefined` keeps them. */
-  readonly batchRetention: Duration.Duration | undefined
-  /** Claimable work older than this on a queue that live workers serve makes the cluster verdict STALLED. */
-  readonly stallThreshold: Duration.Duration
-  /** The MCP server offers its write tools (resume, cancel, ... with a reason). */
-  readonly mcpWriteTools: boolean
-  /** MCP read tools may return payloads, outputs and error text when a call asks (`includePayloads`). */
-  readonly mcpAllowPayloads: boolean
-  /** Tags each job at enqueue with a fair-share key (and weight); set, workers read job queues fairly. Code only. */
-  readonly fairShare: ((job: JobFairShareInput) => FairShareKey) | undefined
-  /** Tags each event at publish with a fair-share key (and weight); set, consumers read fairly. Code only. */
-  readonly eventFairShare: ((event: EventFairShareInput) => FairShareKey) | undefined
-}
-
-/** What a caller may pass in code: every key optional, durations as `Duration.Input`. */
-export interface PgBusConfigInput {
-  readonly databaseUrl?: string | Redacted.Redacted<string>
-  readonly poolSize?: number
-  readonly schema?: string
-  readonly queuePrefix?: string
-  readonly defaultQueue?: string
-  readonly visibilityTimeout?: Duration.Input
-  readonly maxRetries?: number
-  readonly retryBackoff?: Duration.Input
-  readonly retryBackoffMax?: Duration.Input
-  readonly retryBackoffJitter?: number
-  readonly pollingInterval?: Duration.Input
-  readonly listenNotify?: boolean
-  readonly localDispatch?: boolean
-  readonly archiveRetention?: Duration.Input | null
-  readonly maxPayloadSize?: number
-  readonly workers?: string
-  readonly readAhead?: number
-  readonly prefetchLimit?: number | null
-  readonly visibilityHeartbeat?: boolean
-  readonly visibilityHeartbeatInterval?: Duration.Input | null
-  readonly drainTimeout?: Duration.Input
-  readonly healthPort?: number | null
-  readonly healthBind?: string
-  readonly dispatchInterval?: Duration.Input
-  readonly processHeartbeatInterval?: Duration.Input
-  readonly staleProcessThreshold?: Duration.Input
-  readonly appRevision?: string | null
-  readonly priorityLevels?: number | null
-  readonly defaultPriority?: number
-  readonly workflowQueue?: string
-  readonly workflowRetention?: Duration.Input | null
-  readonly workflowSweepInterval?: Duration.Input
-  readonly workflowStallThreshold?: Duration.Input
-  readonly workflowStallAction?: "pause" | "reattempt" | "cancel"
-  readonly workflowErrorBacktraceLines?: number
-  readonly workflowWaitingVisibilityThreshold?: Duration.Input
-  readonly idempotencyTtl?: Duration.Input | null
-  readonly outboxEnabled?: boolean
-  readonly outboxPollInterval?: Duration.Input
-  readonly outboxBatchSize?: number
-  readonly outboxRetention?: Duration.Input | null
-  readonly busDatabaseUrl?: string | Redacted.Redacted<string> | null
-  readonly batchSweepInterval?: Duration.Input
-  readonly batchStallThreshold?: Duration.Input
-  readonly batchRetention?: Duration.Input | null
-  readonly stallThreshold?: Duration.Input
-  readonly mcpWriteTools?: boolean
-  readonly mcpAllowPayloads?: boolean
-  readonly fairShare?: ((job: JobFairShareInput) => FairShareKey) | null
-  readonly eventFairShare?: ((event: EventFairShareInput) => FairShareKey) | null
-}
-
-type Kind =
-  | "string"
-  | "optionalString"
-  | "int"
-  | "optionalInt"
-  | "number"
-  | "boolean"
-  | "duration"
-  | "optionalDuration"
-  | "secret"
-  | "optionalSecret"
-  | "resolver"
-
-const positive = Schema.makeFilter<Duration.Duration>((d) => Duration.isPositive(d) || "must be greater than zero")
-const PositiveDuration = Schema.Duration.check(positive)
+const PositiveDuration = Schema.Duration.check(
+  Schema.makeFilter<Duration.Duration>((d) => Duration.isPositive(d) || "must be greater than zero")
+)
 const NonNegativeInt = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
 const PositiveInt = Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))
-/** A function given in code (a resolver); the environment cannot set one. */
-const Resolver = <F extends (input: never) => unknown>() =>
-  Schema.declare<F>((u): u is F => typeof u === "function", { expected: "a function" })
 const Identifier = (max: number) =>
   Schema.String.check(
     Schema.makeFilter<string>(
@@ -235,145 +66,373 @@ const Identifier = (max: number) =>
         `must match ${IDENTIFIER_PATTERN.source} and have at most ${max} characters`
     )
   )
+/** What is wrong with a database URL, if anything. */
+const checkUrl = (url: string): string | undefined => {
+  if (!/^postgres(ql)?:\/\//.test(url)) return "must be a postgres:// URL"
+  try {
+    const sslmode = new URL(url).searchParams.get("sslmode")
+    if (sslmode !== null && !SSL_MODES.includes(sslmode as never))
+      return `sslmode must be one of ${SSL_MODES.join(", ")}`
+  } catch {
+    return "must be a postgres:// URL"
+  }
+  return undefined
+}
+
+/** The sections of the configuration table in docs/configuration.md, in order. */
+export const SECTIONS = {
+  connection: "Connection",
+  queues: "Queues and jobs",
+  workers: "Workers and the supervisor",
+  workflows: "Workflows",
+  events: "Event bus and outbox",
+  batches: "Batches",
+  operations: "Operations (health, MCP)"
+} as const
+
+/** One configuration key: its kind, its default as code would write it, and its documentation. */
+export interface Row<S extends Schema.Constraint, Input> extends Kinds.Kind<S, Input> {
+  /** The default, as code would pass it (`null`: unset). */
+  readonly default: Input
+  /** What the key does, one sentence for the docs. */
+  readonly doc: string
+  readonly section: keyof typeof SECTIONS
+  /** The environment variable when it is not `PGBUS_<KEY_IN_SNAKE_CASE>`. */
+  readonly env?: string
+  /** The default as the docs say it, when the value alone does not say it well. */
+  readonly defaultDoc?: string
+  /** Listed in the README's short table (the keys a newcomer needs). */
+  readonly readme?: true
+}
+
+const key = <S extends Schema.Constraint, Input>(
+  kind: Kinds.Kind<S, Input>,
+  row: Omit<Row<S, NoInfer<Input>>, keyof Kinds.Kind<S, Input>>
+): Row<S, Input> => ({ ...kind, ...row })
+
+/** Every configuration key, one row each. */
+export const keys = {
+  databaseUrl: key(Kinds.url(checkUrl), {
+    default: "postgres://postgres@127.0.0.1:5432/postgres",
+    env: "DATABASE_URL",
+    doc: "The PostgreSQL URL (`sslmode` and libpq's query parameters included); parts it leaves out come from `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`.",
+    defaultDoc: "`postgres://postgres@127.0.0.1:5432/postgres`",
+    section: "connection",
+    readme: true
+  }),
+  ssl: key(Kinds.optional(Kinds.ssl), {
+    default: null,
+    doc: "TLS: `disable`, `allow`, `prefer`, `require`, `verify-ca`, `verify-full` (as libpq's `sslmode`, which it overrides), `true`/`false`, or Node's TLS options in code.",
+    defaultDoc: "the URL's `sslmode` (or `PGSSLMODE`), else no TLS",
+    section: "connection",
+    readme: true
+  }),
+  poolSize: key(Kinds.int(PositiveInt), {
+    default: 10,
+    doc: "Connections in the pool.",
+    section: "connection",
+    readme: true
+  }),
+  schema: key(Kinds.string(Identifier(40)), {
+    default: "pgbus",
+    doc: "The PostgreSQL schema that holds every table.",
+    section: "connection",
+    readme: true
+  }),
+  queuePrefix: key(Kinds.string(Identifier(16)), {
+    default: "pgbus",
+    doc: "Prefix of every physical queue name (tables are `q_<prefix>_<queue>`).",
+    section: "queues",
+    readme: true
+  }),
+  defaultQueue: key(Kinds.string(Identifier(30)), {
+    default: "default",
+    doc: "Queue of jobs that name none.",
+    section: "queues",
+    readme: true
+  }),
+  visibilityTimeout: key(Kinds.duration(PositiveDuration), {
+    default: "30 seconds",
+    doc: "How long a read message stays invisible before it can be delivered again.",
+    section: "queues",
+    readme: true
+  }),
+  maxRetries: key(Kinds.int(PositiveInt), {
+    default: 5,
+    doc: "Failed deliveries before a message moves to its dead-letter queue.",
+    section: "queues",
+    readme: true
+  }),
+  retryBackoff: key(Kinds.duration(PositiveDuration), {
+    default: "5 seconds",
+    doc: "Base delay of the exponential retry backoff.",
+    section: "queues",
+    readme: true
+  }),
+  retryBackoffMax: key(Kinds.duration(PositiveDuration), {
+    default: "300 seconds",
+    doc: "Cap of the retry backoff (at least `retryBackoff`).",
+    section: "queues",
+    readme: true
+  }),
+  retryBackoffJitter: key(Kinds.decimal(Schema.Number.check(Schema.isBetween({ minimum: 0, maximum: 1 }))), {
+    default: 0.15,
+    doc: "Random spread added to a retry delay, 0 to 1.",
+    section: "queues",
+    readme: true
+  }),
+  pollingInterval: key(Kinds.duration(PositiveDuration), {
+    default: "100 millis",
+    doc: "Interval between polls when no notification arrives.",
+    section: "queues",
+    readme: true
+  }),
+  listenNotify: key(Kinds.boolean, {
+    default: true,
+    doc: "Wake readers with LISTEN/NOTIFY (polling stays as the fallback).",
+    section: "queues",
+    readme: true
+  }),
+  localDispatch: key(Kinds.boolean, {
+    default: true,
+    doc: "A signal's woken step, or a job enqueued now, goes claimed to an idle worker of the sending process (no read).",
+    section: "workers"
+  }),
+  archiveRetention: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "7 days",
+    doc: "How long archived messages are kept (`none` keeps them forever).",
+    section: "queues",
+    readme: true
+  }),
+  maxPayloadSize: key(Kinds.int(Schema.Int.check(Schema.isGreaterThanOrEqualTo(64))), {
+    default: 131_072,
+    doc: "Byte cap on a message payload (its JSON text), step outputs and events included.",
+    section: "queues",
+    readme: true
+  }),
+  workers: key(Kinds.string(Schema.String.check(Schema.isNonEmpty())), {
+    default: "default: 5",
+    doc: 'Worker capsules, in the seeds\' string form: `"default, mailers: 10; critical: 5"`.',
+    section: "workers"
+  }),
+  readAhead: key(Kinds.int(NonNegativeInt), {
+    default: 0,
+    doc: "Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees.",
+    section: "workers"
+  }),
+  prefetchLimit: key(Kinds.optional(Kinds.int(PositiveInt)), {
+    default: null,
+    doc: "Most messages a capsule holds in flight (running and buffered).",
+    defaultDoc: "unlimited",
+    section: "workers"
+  }),
+  visibilityHeartbeat: key(Kinds.boolean, {
+    default: true,
+    doc: "Re-arm running jobs' visibility on a heartbeat so long jobs are not delivered twice.",
+    section: "workers"
+  }),
+  visibilityHeartbeatInterval: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: null,
+    doc: "Interval of that heartbeat (shorter than `visibilityTimeout`).",
+    defaultDoc: "a third of `visibilityTimeout`",
+    section: "workers"
+  }),
+  drainTimeout: key(Kinds.duration(Schema.Duration), {
+    default: "30 seconds",
+    doc: "On shutdown, how long jobs in flight may take to finish before they are abandoned.",
+    section: "workers"
+  }),
+  healthPort: key(Kinds.optional(Kinds.int(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 })))), {
+    default: null,
+    doc: "Port of the supervisor's `/livez` and `/readyz`.",
+    defaultDoc: "none (no endpoints)",
+    section: "workers"
+  }),
+  healthBind: key(Kinds.string(Schema.String.check(Schema.isNonEmpty())), {
+    default: "127.0.0.1",
+    doc: "Address the health endpoints bind to.",
+    section: "workers"
+  }),
+  dispatchInterval: key(Kinds.duration(PositiveDuration), {
+    default: "1 second",
+    doc: "Interval between dispatcher maintenance ticks.",
+    section: "workers"
+  }),
+  processHeartbeatInterval: key(Kinds.duration(PositiveDuration), {
+    default: "2 seconds",
+    doc: "Interval between a supervisor's beats into the processes table (also the beat of idempotency claims).",
+    section: "workers"
+  }),
+  staleProcessThreshold: key(Kinds.duration(PositiveDuration), {
+    default: "10 seconds",
+    doc: "A process silent this long is dead: its claimed messages are released at once (longer than `processHeartbeatInterval`).",
+    section: "workers"
+  }),
+  appRevision: key(Kinds.optional(Kinds.string(Schema.String)), {
+    default: null,
+    doc: "The app's revision (a git sha, a release), recorded by workers.",
+    section: "workers"
+  }),
+  priorityLevels: key(Kinds.optional(Kinds.int(Schema.Int.check(Schema.isBetween({ minimum: 2, maximum: 10 })))), {
+    default: null,
+    doc: "Priority sub-queues per queue (`_p0` highest), 2 to 10.",
+    defaultDoc: "none (priorities off)",
+    section: "queues"
+  }),
+  defaultPriority: key(Kinds.int(NonNegativeInt), {
+    default: 1,
+    doc: "Priority of jobs that name none, when priorities are on (below `priorityLevels`).",
+    section: "queues"
+  }),
+  workflowQueue: key(Kinds.string(Identifier(30)), {
+    default: "default",
+    doc: "Queue of workflow step messages (a workflow or a step may name another).",
+    section: "workflows"
+  }),
+  workflowRetention: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "30 days",
+    doc: "Finished and cancelled runs are deleted after this long (`none` keeps them).",
+    section: "workflows"
+  }),
+  workflowSweepInterval: key(Kinds.duration(PositiveDuration), {
+    default: "5 minutes",
+    doc: "How often the workflow sweep runs.",
+    section: "workflows"
+  }),
+  workflowStallThreshold: key(Kinds.duration(PositiveDuration), {
+    default: "1 hour",
+    doc: "When an in-progress step is stalled, or a scheduled one overdue.",
+    section: "workflows"
+  }),
+  workflowStallAction: key(Kinds.literals(["pause", "reattempt", "cancel"]), {
+    default: "pause",
+    doc: "What the sweep does with a stalled step: `pause`, `reattempt` or `cancel`.",
+    section: "workflows"
+  }),
+  workflowErrorBacktraceLines: key(Kinds.int(NonNegativeInt), {
+    default: 50,
+    doc: "Stack lines kept on a failed step.",
+    section: "workflows"
+  }),
+  workflowWaitingVisibilityThreshold: key(Kinds.duration(PositiveDuration), {
+    default: "7 days",
+    doc: "A wait without a deadline this long counts as stuck.",
+    section: "workflows"
+  }),
+  idempotencyTtl: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "7 days",
+    doc: "How long processed-event records are kept for deduplication (`none` keeps them).",
+    section: "events"
+  }),
+  outboxEnabled: key(Kinds.boolean, {
+    default: false,
+    doc: "Run the transactional outbox poller.",
+    section: "events"
+  }),
+  outboxPollInterval: key(Kinds.duration(PositiveDuration), {
+    default: "1 second",
+    doc: "Interval between outbox poll cycles.",
+    section: "events"
+  }),
+  outboxBatchSize: key(Kinds.int(PositiveInt), {
+    default: 100,
+    doc: "Most outbox entries claimed per cycle.",
+    section: "events"
+  }),
+  outboxRetention: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "1 day",
+    doc: "Published outbox entries are deleted after this long (`none` keeps them).",
+    section: "events"
+  }),
+  busDatabaseUrl: key(Kinds.optional(Kinds.url(checkUrl)), {
+    default: null,
+    doc: "The bus's own database, when it is not the app's (outbox entries are written to the app's).",
+    defaultDoc: "none (the app's database)",
+    section: "events"
+  }),
+  batchSweepInterval: key(Kinds.duration(PositiveDuration), {
+    default: "5 minutes",
+    doc: "How often the dispatcher sweeps batches (lost outcomes, unsent members, stalled batches).",
+    section: "batches"
+  }),
+  batchStallThreshold: key(Kinds.duration(PositiveDuration), {
+    default: "5 minutes",
+    doc: "How long a batch may go without a new member, or a member without its message, before a repair.",
+    section: "batches"
+  }),
+  batchRetention: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "7 days",
+    doc: "Finished batches are deleted after this long (`none` keeps them).",
+    section: "batches"
+  }),
+  stallThreshold: key(Kinds.duration(PositiveDuration), {
+    default: "5 minutes",
+    doc: "Claimable work older than this on a queue that live workers serve makes the cluster verdict STALLED.",
+    section: "operations"
+  }),
+  mcpWriteTools: key(Kinds.boolean, {
+    default: false,
+    doc: "The MCP server offers its write tools (resume, cancel, ... with a reason).",
+    section: "operations"
+  }),
+  mcpAllowPayloads: key(Kinds.boolean, {
+    default: false,
+    doc: "MCP read tools may return payloads, outputs and error text when a call asks (`includePayloads`).",
+    section: "operations"
+  }),
+  fairShare: key(Kinds.optional(Kinds.fn<(job: JobFairShareInput) => FairShareKey>()), {
+    default: null,
+    doc: "Tags each job at enqueue with a fair-share key (and weight); set, workers read job queues fairly.",
+    defaultDoc: "none: plain FIFO reads",
+    section: "queues"
+  }),
+  eventFairShare: key(Kinds.optional(Kinds.fn<(event: EventFairShareInput) => FairShareKey>()), {
+    default: null,
+    doc: "Tags each event at publish with a fair-share key (and weight); set, consumers read fairly.",
+    defaultDoc: "none: plain FIFO reads",
+    section: "events"
+  })
+}
+
+type Keys = typeof keys
+type Key = keyof Keys
+type InputOf<R> = R extends { fromCode(value: infer I): Kinds.Parsed } ? I : never
+
+/** The resolved configuration: what every service reads (the doc of each key is its row's). */
+export type PgBusConfigShape = { readonly [K in Key]: Keys[K]["schema"]["Type"] } & {
+  /** Where the database URL came from (`from DATABASE_URL`, the embedded server, ...): for the boot banner. */
+  readonly databaseSource: string
+}
+
+/** What a caller may pass in code: every key optional, durations as `Duration.Input`, `null` unsets. */
+export type PgBusConfigInput = { readonly [K in Key]?: InputOf<Keys[K]> }
+
+const schemaFields = Object.fromEntries(Object.entries(keys).map(([name, row]) => [name, row.schema])) as {
+  readonly [K in Key]: Keys[K]["schema"]
+}
 
 /**
  * The configuration Schema: the resolved value of every key and the rule it must keep.
  *
  * @category schemas
  */
-export const PgBusConfigSchema = Schema.Struct({
-  databaseUrl: Schema.String.check(
-    Schema.makeFilter<string>((url) => /^postgres(ql)?:\/\//.test(url) || "must be a postgres:// URL")
-  ),
-  poolSize: PositiveInt,
-  schema: Identifier(40),
-  queuePrefix: Identifier(16),
-  defaultQueue: Identifier(30),
-  visibilityTimeout: PositiveDuration,
-  maxRetries: PositiveInt,
-  retryBackoff: PositiveDuration,
-  retryBackoffMax: PositiveDuration,
-  retryBackoffJitter: Schema.Number.check(Schema.isBetween({ minimum: 0, maximum: 1 })),
-  pollingInterval: PositiveDuration,
-  listenNotify: Schema.Boolean,
-  localDispatch: Schema.Boolean,
-  archiveRetention: Schema.UndefinedOr(PositiveDuration),
-  maxPayloadSize: Schema.Int.check(Schema.isGreaterThanOrEqualTo(64)),
-  workers: Schema.String.check(Schema.isNonEmpty()),
-  readAhead: NonNegativeInt,
-  prefetchLimit: Schema.UndefinedOr(PositiveInt),
-  visibilityHeartbeat: Schema.Boolean,
-  visibilityHeartbeatInterval: Schema.UndefinedOr(PositiveDuration),
-  drainTimeout: Schema.Duration,
-  healthPort: Schema.UndefinedOr(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 }))),
-  healthBind: Schema.String.check(Schema.isNonEmpty()),
-  dispatchInterval: PositiveDuration,
-  processHeartbeatInterval: PositiveDuration,
-  staleProcessThreshold: PositiveDuration,
-  appRevision: Schema.UndefinedOr(Schema.String),
-  priorityLevels: Schema.UndefinedOr(Schema.Int.check(Schema.isBetween({ minimum: 2, maximum: 10 }))),
-  defaultPriority: NonNegativeInt,
-  workflowQueue: Identifier(30),
-  workflowRetention: Schema.UndefinedOr(PositiveDuration),
-  workflowSweepInterval: PositiveDuration,
-  workflowStallThreshold: PositiveDuration,
-  workflowStallAction: Schema.Literals(["pause", "reattempt", "cancel"]),
-  workflowErrorBacktraceLines: NonNegativeInt,
-  workflowWaitingVisibilityThreshold: PositiveDuration,
-  idempotencyTtl: Schema.UndefinedOr(PositiveDuration),
-  outboxEnabled: Schema.Boolean,
-  outboxPollInterval: PositiveDuration,
-  outboxBatchSize: PositiveInt,
-  outboxRetention: Schema.UndefinedOr(PositiveDuration),
-  busDatabaseUrl: Schema.UndefinedOr(
-    Schema.String.check(
-      Schema.makeFilter<string>((url) => /^postgres(ql)?:\/\//.test(url) || "must be a postgres:// URL")
-    )
-  ),
-  batchSweepInterval: PositiveDuration,
-  batchStallThreshold: PositiveDuration,
-  batchRetention: Schema.UndefinedOr(PositiveDuration),
-  stallThreshold: PositiveDuration,
-  mcpWriteTools: Schema.Boolean,
-  mcpAllowPayloads: Schema.Boolean,
-  fairShare: Schema.UndefinedOr(Resolver<(job: JobFairShareInput) => FairShareKey>()),
-  eventFairShare: Schema.UndefinedOr(Resolver<(event: EventFairShareInput) => FairShareKey>())
-})
+export const PgBusConfigSchema = Schema.Struct(schemaFields)
 
-interface Field {
-  readonly kind: Kind
-  readonly default: unknown
-  /** Its environment variable; `undefined` for keys only code can set (resolvers). */
-  readonly env: string | undefined
+const snake = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()
+
+/** A key's environment variable (`PGBUS_<KEY>` unless its row names one); `undefined` for code-only keys. */
+export const envName = (name: Key): string | undefined => {
+  const row: Row<Schema.Constraint, unknown> = keys[name]
+  if (row.fromEnv === undefined) return undefined
+  return row.env ?? `PGBUS_${snake(name)}`
 }
 
-/** How each key is read (its kind), its default and its environment variable. */
-export const fields = {
-  databaseUrl: { kind: "secret", default: "postgres://postgres@127.0.0.1:5432/postgres", env: "DATABASE_URL" },
-  poolSize: { kind: "int", default: 10, env: "PGBUS_POOL_SIZE" },
-  schema: { kind: "string", default: "pgbus", env: "PGBUS_SCHEMA" },
-  queuePrefix: { kind: "string", default: "pgbus", env: "PGBUS_QUEUE_PREFIX" },
-  defaultQueue: { kind: "string", default: "default", env: "PGBUS_DEFAULT_QUEUE" },
-  visibilityTimeout: { kind: "duration", default: Duration.seconds(30), env: "PGBUS_VISIBILITY_TIMEOUT" },
-  maxRetries: { kind: "int", default: 5, env: "PGBUS_MAX_RETRIES" },
-  retryBackoff: { kind: "duration", default: Duration.seconds(5), env: "PGBUS_RETRY_BACKOFF" },
-  retryBackoffMax: { kind: "duration", default: Duration.seconds(300), env: "PGBUS_RETRY_BACKOFF_MAX" },
-  retryBackoffJitter: { kind: "number", default: 0.15, env: "PGBUS_RETRY_BACKOFF_JITTER" },
-  pollingInterval: { kind: "duration", default: Duration.millis(100), env: "PGBUS_POLLING_INTERVAL" },
-  listenNotify: { kind: "boolean", default: true, env: "PGBUS_LISTEN_NOTIFY" },
-  localDispatch: { kind: "boolean", default: true, env: "PGBUS_LOCAL_DISPATCH" },
-  archiveRetention: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_ARCHIVE_RETENTION" },
-  maxPayloadSize: { kind: "int", default: 131_072, env: "PGBUS_MAX_PAYLOAD_SIZE" },
-  workers: { kind: "string", default: "default: 5", env: "PGBUS_WORKERS" },
-  readAhead: { kind: "int", default: 0, env: "PGBUS_READ_AHEAD" },
-  prefetchLimit: { kind: "optionalInt", default: undefined, env: "PGBUS_PREFETCH_LIMIT" },
-  visibilityHeartbeat: { kind: "boolean", default: true, env: "PGBUS_VISIBILITY_HEARTBEAT" },
-  visibilityHeartbeatInterval: {
-    kind: "optionalDuration",
-    default: undefined,
-    env: "PGBUS_VISIBILITY_HEARTBEAT_INTERVAL"
-  },
-  drainTimeout: { kind: "duration", default: Duration.seconds(30), env: "PGBUS_DRAIN_TIMEOUT" },
-  healthPort: { kind: "optionalInt", default: undefined, env: "PGBUS_HEALTH_PORT" },
-  healthBind: { kind: "string", default: "127.0.0.1", env: "PGBUS_HEALTH_BIND" },
-  dispatchInterval: { kind: "duration", default: Duration.seconds(1), env: "PGBUS_DISPATCH_INTERVAL" },
-  processHeartbeatInterval: {
-    kind: "duration",
-    default: Duration.seconds(2),
-    env: "PGBUS_PROCESS_HEARTBEAT_INTERVAL"
-  },
-  staleProcessThreshold: { kind: "duration", default: Duration.seconds(10), env: "PGBUS_STALE_PROCESS_THRESHOLD" },
-  appRevision: { kind: "optionalString", default: undefined, env: "PGBUS_APP_REVISION" },
-  priorityLevels: { kind: "optionalInt", default: undefined, env: "PGBUS_PRIORITY_LEVELS" },
-  defaultPriority: { kind: "int", default: 1, env: "PGBUS_DEFAULT_PRIORITY" },
-  workflowQueue: { kind: "string", default: "default", env: "PGBUS_WORKFLOW_QUEUE" },
-  workflowRetention: { kind: "optionalDuration", default: Duration.days(30), env: "PGBUS_WORKFLOW_RETENTION" },
-  workflowSweepInterval: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_WORKFLOW_SWEEP_INTERVAL" },
-  workflowStallThreshold: { kind: "duration", default: Duration.hours(1), env: "PGBUS_WORKFLOW_STALL_THRESHOLD" },
-  workflowStallAction: { kind: "string", default: "pause", env: "PGBUS_WORKFLOW_STALL_ACTION" },
-  workflowErrorBacktraceLines: { kind: "int", default: 50, env: "PGBUS_WORKFLOW_ERROR_BACKTRACE_LINES" },
-  workflowWaitingVisibilityThreshold: {
-    kind: "duration",
-    default: Duration.days(7),
-    env: "PGBUS_WORKFLOW_WAITING_VISIBILITY_THRESHOLD"
-  },
-  idempotencyTtl: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_IDEMPOTENCY_TTL" },
-  outboxEnabled: { kind: "boolean", default: false, env: "PGBUS_OUTBOX_ENABLED" },
-  outboxPollInterval: { kind: "duration", default: Duration.seconds(1), env: "PGBUS_OUTBOX_POLL_INTERVAL" },
-  outboxBatchSize: { kind: "int", default: 100, env: "PGBUS_OUTBOX_BATCH_SIZE" },
-  outboxRetention: { kind: "optionalDuration", default: Duration.days(1), env: "PGBUS_OUTBOX_RETENTION" },
-  busDatabaseUrl: { kind: "optionalSecret", default: undefined, env: "PGBUS_BUS_DATABASE_URL" },
-  batchSweepInterval: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_BATCH_SWEEP_INTERVAL" },
-  batchStallThreshold: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_BATCH_STALL_THRESHOLD" },
-  batchRetention: { kind: "optionalDuration", default: Duration.days(7), env: "PGBUS_BATCH_RETENTION" },
-  stallThreshold: { kind: "duration", default: Duration.minutes(5), env: "PGBUS_STALL_THRESHOLD" },
-  mcpWriteTools: { kind: "boolean", default: false, env: "PGBUS_MCP_WRITE_TOOLS" },
-  mcpAllowPayloads: { kind: "boolean", default: false, env: "PGBUS_MCP_ALLOW_PAYLOADS" },
-  fairShare: { kind: "resolver", default: undefined, env: undefined },
-  eventFairShare: { kind: "resolver", default: undefined, env: undefined }
-} satisfies Record<keyof PgBusConfigShape, Field>
-
-type Key = keyof typeof fields
+/** A key's default as the docs say it. */
+export const defaultDoc = (name: Key): string => {
+  const row: Row<Schema.Constraint, unknown> = keys[name]
+  if (row.defaultDoc !== undefined) return row.defaultDoc
+  return row.default === null ? "none" : `\`${row.show(row.default)}\``
+}
 
 const show = (value: unknown): string => {
   if (Redacted.isRedacted(value)) return "<redacted>"
@@ -401,91 +460,44 @@ export const parseDuration = (value: unknown, fromEnv: boolean): Duration.Durati
   return Option.getOrUndefined(Duration.fromInput(value as Duration.Input))
 }
 
-const parseValue = (key: Key, raw: unknown, fromEnv: boolean): Effect.Effect<unknown, ConfigurationError> => {
-  const field: Field = fields[key]
-  const fail = (rule: string) => Effect.fail(new ConfigurationError({ key, rule, value: show(raw) }))
-  switch (field.kind) {
-    case "optionalString": {
-      if (raw === null) return Effect.succeed(undefined)
-      if (typeof raw !== "string") return fail("must be a string")
-      return Effect.succeed(raw)
-    }
-    case "optionalInt": {
-      if (raw === null || (fromEnv && typeof raw === "string" && ["", "none"].includes(raw.trim()))) {
-        return Effect.succeed(undefined)
-      }
-      const n = typeof raw === "string" && fromEnv ? Number(raw) : raw
-      if (typeof n !== "number" || !Number.isInteger(n)) return fail("must be an integer")
-      return Effect.succeed(n)
-    }
-    case "optionalSecret": {
-      if (raw === null || (fromEnv && typeof raw === "string" && raw.trim() === "")) return Effect.succeed(undefined)
-      const s = Redacted.isRedacted(raw) ? Redacted.value(raw) : raw
-      if (typeof s !== "string") return fail("must be a string")
-      return Effect.succeed(s)
-    }
-    case "secret":
-    case "string": {
-      const s = Redacted.isRedacted(raw) ? Redacted.value(raw) : raw
-      if (typeof s !== "string") return fail("must be a string")
-      return Effect.succeed(s)
-    }
-    case "int":
-    case "number": {
-      const n = typeof raw === "string" && fromEnv && raw.trim() !== "" ? Number(raw) : raw
-      if (typeof n !== "number" || !Number.isFinite(n)) return fail("must be a finite number")
-      if (field.kind === "int" && !Number.isInteger(n)) return fail("must be an integer")
-      return Effect.succeed(n)
-    }
-    case "boolean": {
-      if (typeof raw === "boolean") return Effect.succeed(raw)
-      if (fromEnv && typeof raw === "string") {
-        const s = raw.trim().toLowerCase()
-        if (["true", "1", "yes", "on"].includes(s)) return Effect.succeed(true)
-        if (["false", "0", "no", "off"].includes(s)) return Effect.succeed(false)
-      }
-      return fail("must be a boolean")
-    }
-    case "resolver": {
-      if (raw === null) return Effect.succeed(undefined)
-      if (typeof raw !== "function") return fail("must be a function (set it in code)")
-      return Effect.succeed(raw)
-    }
-    case "duration":
-    case "optionalDuration": {
-      if (field.kind === "optionalDuration" && (raw === null || (fromEnv && raw === "none"))) {
-        return Effect.succeed(undefined)
-      }
-      const d = parseDuration(raw, fromEnv)
-      if (d === undefined) return fail("must be a duration (seconds, or e.g. '500 millis')")
-      return Effect.succeed(d)
-    }
-  }
-}
+/** A value as an error shows it: URLs may carry a password, so they are never echoed. */
+const shown = (name: string, value: unknown): string => (name.endsWith("Url") ? "<redacted>" : show(value))
 
-/** Reads `PGBUS_*` (and `DATABASE_URL`) through the current ConfigProvider. */
-const readEnvironment: Effect.Effect<Partial<Record<Key, string>>, ConfigurationError> = Effect.gen(function* () {
-  const out: Partial<Record<Key, string>> = {}
-  for (const key of Object.keys(fields) as Array<Key>) {
-    const env = fields[key].env
-    if (env === undefined) continue
+/** The environment variables the configuration reads: every key's, `PGBUS_DATABASE_URL`, libpq's. */
+export const environmentVariables: ReadonlyArray<string> = [
+  ...(Object.keys(keys) as Array<Key>).flatMap((name) => envName(name) ?? []),
+  "PGBUS_DATABASE_URL",
+  ...LIBPQ_VARIABLES
+]
+
+/** Reads the configuration's environment variables through the current ConfigProvider. */
+const readEnvironment: Effect.Effect<Environment, ConfigurationError> = Effect.gen(function* () {
+  const out: Record<string, string> = {}
+  for (const env of environmentVariables) {
     const value = yield* Config.option(Config.String(env)).pipe(
       Effect.mapError(
-        (error) => new ConfigurationError({ key, rule: `cannot read ${env}: ${error.message}`, value: "" })
+        (error) => new ConfigurationError({ key: env, rule: `cannot read ${env}: ${error.message}`, value: "" })
       )
     )
-    if (Option.isSome(value)) out[key] = value.value
-  }
-  if (out.databaseUrl === undefined) {
-    const alt = yield* Config.option(Config.String("PGBUS_DATABASE_URL")).pipe(
-      Effect.orElseSucceed(() => Option.none())
-    )
-    if (Option.isSome(alt)) out.databaseUrl = alt.value
+    if (Option.isSome(value)) out[env] = value.value
   }
   return out
 })
 
+/**
+ * Whether the environment or the overrides name a database server: a URL (`DATABASE_URL`,
+ * `PGBUS_DATABASE_URL`, `databaseUrl`) or `PGHOST`. The embedded server is used when none does.
+ */
+export const namesDatabase = (overrides: PgBusConfigInput = {}): Effect.Effect<boolean, ConfigurationError> =>
+  Effect.map(
+    readEnvironment,
+    (env) =>
+      (overrides.databaseUrl !== undefined && overrides.databaseUrl !== null) ||
+      ["DATABASE_URL", "PGBUS_DATABASE_URL", "PGHOST"].some((name) => (env[name] ?? "") !== "")
+  )
+
 /** The key and rule of the first issue a Schema found (the key is the first path segment). */
+/** The first issue of a Schema failure, as the key it concerns and its rule. */
 export const firstIssue = (issue: SchemaIssue.Issue): { key: string | undefined; rule: string } => {
   switch (issue._tag) {
     case "Pointer": {
@@ -501,37 +513,63 @@ export const firstIssue = (issue: SchemaIssue.Issue): { key: string | undefined;
   }
 }
 
+/** Where the database URL came from, for the boot banner. */
+const sourceOf = (overrides: PgBusConfigInput, environment: Environment): string => {
+  if (overrides.databaseUrl !== undefined && overrides.databaseUrl !== null) return "databaseUrl in code"
+  for (const name of ["DATABASE_URL", "PGBUS_DATABASE_URL", "PGHOST"]) {
+    if ((environment[name] ?? "") !== "") return `from ${name}`
+  }
+  return "the default: set DATABASE_URL or PGHOST to use another server"
+}
+
 /**
- * Validates a configuration: defaults, then the environment, then code overrides, checked
- * against `PgBusConfigSchema`. Fails with a `ConfigurationError` naming the key and the rule.
+ * Validates a configuration: defaults, then the environment (variables by name), then code
+ * overrides, checked against `PgBusConfigSchema`; the database URLs are completed from libpq's
+ * `PG*` variables. Fails with a `ConfigurationError` naming the key and the rule.
  */
 export const resolve = (
   overrides: PgBusConfigInput = {},
-  environment: Partial<Record<Key, string>> = {}
+  environment: Environment = {},
+  databaseSource: string = sourceOf(overrides, environment)
 ): Effect.Effect<PgBusConfigShape, ConfigurationError> =>
   Effect.gen(function* () {
+    const env: Environment = {
+      ...environment,
+      DATABASE_URL: environment.DATABASE_URL ?? environment.PGBUS_DATABASE_URL
+    }
     const candidate: Record<string, unknown> = {}
     const given: Record<string, unknown> = {}
-    for (const key of Object.keys(fields) as Array<Key>) {
-      const field: Field = fields[key]
-      const fromCode = Object.hasOwn(overrides, key) ? (overrides as Record<string, unknown>)[key] : undefined
-      const fromEnv = environment[key]
-      given[key] = fromCode ?? fromEnv ?? field.default
-      candidate[key] =
+    for (const name of Object.keys(keys) as Array<Key>) {
+      const row: Row<Schema.Constraint, unknown> = keys[name]
+      const fromCode = Object.hasOwn(overrides, name) ? (overrides as Record<string, unknown>)[name] : undefined
+      const variable = envName(name)
+      const fromEnv = variable === undefined ? undefined : env[variable]
+      given[name] = fromCode ?? fromEnv ?? row.default
+      const parsed =
         fromCode !== undefined
-          ? yield* parseValue(key, fromCode, false)
-          : fromEnv !== undefined
-            ? yield* parseValue(key, fromEnv, true)
-            : field.default
+          ? row.fromCode(fromCode)
+          : fromEnv !== undefined && row.fromEnv !== undefined
+            ? row.fromEnv(fromEnv)
+            : row.fromCode(row.default)
+      if (Result.isFailure(parsed)) {
+        return yield* new ConfigurationError({ key: name, rule: parsed.failure, value: shown(name, given[name]) })
+      }
+      candidate[name] = parsed.success
+    }
+    // a URL's missing parts come from libpq's environment (PGHOST, PGPASSWORD, ...), then defaults
+    for (const name of ["databaseUrl", "busDatabaseUrl"] as const) {
+      const url = candidate[name]
+      if (Redacted.isRedacted(url)) {
+        const isDefault = name === "databaseUrl" && given[name] === keys.databaseUrl.default
+        candidate[name] = Redacted.make(completeUrl(isDefault ? undefined : String(Redacted.value(url)), env))
+      }
     }
     const decoded = Schema.decodeUnknownExit(PgBusConfigSchema)(candidate)
     if (decoded._tag === "Failure") {
       const error = Cause.findErrorOption(decoded.cause)
       const { key, rule } = Option.isSome(error) ? firstIssue(error.value.issue) : { key: undefined, rule: "invalid" }
       const name = key ?? "config"
-      // URLs may carry a password: never echo them
-      const value = name.endsWith("Url") ? "<redacted>" : show(given[name])
-      return yield* new ConfigurationError({ key: name, rule, value })
+      return yield* new ConfigurationError({ key: name, rule, value: shown(name, given[name]) })
     }
     const valid = decoded.value
     if (Duration.isLessThan(valid.retryBackoffMax, valid.retryBackoff)) {
@@ -572,25 +610,28 @@ export const resolve = (
         value: valid.defaultQueue
       })
     }
-    return {
-      ...valid,
-      databaseUrl: Redacted.make(valid.databaseUrl),
-      busDatabaseUrl: valid.busDatabaseUrl === undefined ? undefined : Redacted.make(valid.busDatabaseUrl)
-    }
+    return { ...valid, databaseSource }
   })
 
 /**
- * The configuration service.
+ * Loads the environment through Effect `Config`, applies code overrides and validates;
+ * `databaseSource` says where the database came from when the caller chose it (the banner).
+ */
+export const load = (
+  overrides: PgBusConfigInput = {},
+  databaseSource?: string
+): Effect.Effect<PgBusConfigShape, ConfigurationError> =>
+  Effect.flatMap(readEnvironment, (env) => resolve(overrides, env, databaseSource))
+
+/**
+ * The configuration service: every key, and where the database URL came from.
  *
  * @category services
  */
 export class PgBusConfig extends Context.Service<PgBusConfig, PgBusConfigShape>()("effect-pgbus/PgBusConfig") {
   /** Loads the environment through Effect `Config`, applies code overrides, validates. */
   static readonly layer = (overrides: PgBusConfigInput = {}): Layer.Layer<PgBusConfig, ConfigurationError> =>
-    Layer.effect(
-      PgBusConfig,
-      Effect.flatMap(readEnvironment, (env) => resolve(overrides, env))
-    )
+    Layer.effect(PgBusConfig, load(overrides))
 
   /** Uses only the given values and the defaults; ignores the environment. */
   static readonly layerWithoutEnvironment = (
@@ -599,11 +640,4 @@ export class PgBusConfig extends Context.Service<PgBusConfig, PgBusConfigShape>(
 }
 
 /** The connection target without its password: `host:port/database`. */
-export const describeTarget = (config: PgBusConfigShape): string => {
-  try {
-    const url = new URL(Redacted.value(config.databaseUrl))
-    return `${url.hostname}:${url.port || "5432"}${url.pathname}`
-  } catch {
-    return "unknown"
-  }
-}
+export const describeTarget = (config: PgBusConfigShape): string => describeUrl(Redacted.value(config.databaseUrl))

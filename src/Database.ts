@@ -9,6 +9,7 @@ import { Cause, Clock, Context, Duration, Effect, Layer, Option, Redacted, Sched
 import type { SqlClient } from "effect/sql"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { PgBusConfig, type PgBusConfigShape } from "./Config.ts"
+import { targetOf, tlsOptions } from "./Connection.ts"
 
 /**
  * A database operation failed for a reason that is not part of the domain (connection lost,
@@ -137,21 +138,26 @@ export const statementNow: Effect.Effect<Date | null> = Effect.flatMap(DatabaseC
 /** Layer that makes every statement use Effect's `Clock` (TestClock in tests). */
 export const layerEffectClock: Layer.Layer<never> = Layer.succeed(DatabaseClock, "effect")
 
-/** Connection options for the driver from the config (separate fields: see field guide §14.2). */
-export const clientOptions = (config: PgBusConfigShape, applicationName = "effect-pgbus") => {
-  const url = new URL(Redacted.value(config.databaseUrl))
-  const password = decodeURIComponent(url.password)
-  return {
-    host: url.hostname || "127.0.0.1",
-    port: url.port ? Number(url.port) : 5432,
-    database: decodeURIComponent(url.pathname.replace(/^\//, "")) || "postgres",
-    username: decodeURIComponent(url.username) || "postgres",
-    ...(password ? { password: Redacted.make(password) } : {}),
-    maxConnections: config.poolSize,
-    applicationName,
-    preparedStatementCacheSize: 512
-  } as const
-}
+/**
+ * Connection options for the driver from the config: the URL's parts as separate fields (see
+ * field guide §14.2), and TLS from the `ssl` key or the URL's `sslmode` (certificate files read).
+ */
+export const clientOptions = (config: PgBusConfigShape, applicationName = "effect-pgbus") =>
+  Effect.gen(function* () {
+    const target = targetOf(Redacted.value(config.databaseUrl))
+    const ssl = yield* tlsOptions(target, config.ssl)
+    return {
+      host: target.host,
+      port: target.port,
+      database: target.database,
+      username: target.username,
+      ...(target.password !== undefined ? { password: Redacted.make(target.password) } : {}),
+      ssl,
+      maxConnections: config.poolSize,
+      applicationName,
+      preparedStatementCacheSize: 512
+    } as const
+  })
 
 /**
  * The PgClient (and SqlClient) layer built from `PgBusConfig`.
@@ -161,6 +167,17 @@ export const clientOptions = (config: PgBusConfigShape, applicationName = "effec
 export const layer: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, DatabaseError, PgBusConfig> =
   PgClient.layerFrom(
     Effect.flatMap(PgBusConfig, (config) =>
-      PgClient.make(clientOptions(config)).pipe(Effect.mapError(toDatabaseError("connect")))
+      clientOptions(config).pipe(
+        Effect.mapError(
+          (error) =>
+            new DatabaseError({
+              operation: "connect",
+              reason: "ConnectionSetup",
+              detail: error.detail,
+              retryable: false
+            })
+        ),
+        Effect.flatMap((options) => PgClient.make(options).pipe(Effect.mapError(toDatabaseError("connect"))))
+      )
     )
   )

@@ -1,6 +1,10 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, Redacted } from "effect"
-import { PgBusConfig, resolve } from "../src/Config.ts"
+import { describeTarget, envName, PgBusConfig, resolve } from "../src/Config.ts"
+import { targetOf, tlsOptions } from "../src/Connection.ts"
 
 const fromEnv = (env: Record<string, string>) =>
   Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
@@ -134,11 +138,146 @@ describe("configuration", () => {
     )
   )
 
+  it("environment variables are PGBUS_ and the key in snake case; code-only keys have none", () => {
+    assert.strictEqual(envName("visibilityHeartbeatInterval"), "PGBUS_VISIBILITY_HEARTBEAT_INTERVAL")
+    assert.strictEqual(envName("databaseUrl"), "DATABASE_URL")
+    assert.isUndefined(envName("fairShare"))
+  })
+
   it.effect("an invalid environment value fails the layer, naming the key and the rule", () =>
     Effect.gen(function* () {
       const error = yield* Effect.flip(Effect.provide(PgBusConfig.use(Effect.succeed), PgBusConfig.layer()))
       assert.strictEqual(error.key, "visibilityTimeout")
       assert.include(error.message, "greater than zero")
     }).pipe(fromEnv({ PGBUS_VISIBILITY_TIMEOUT: "0" }))
+  )
+})
+
+describe("the connection as libpq users expect", () => {
+  const target = (c: { readonly databaseUrl: Redacted.Redacted<string> }) => targetOf(Redacted.value(c.databaseUrl))
+
+  it.effect("without DATABASE_URL, PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE name the server", () =>
+    Effect.gen(function* () {
+      const c = yield* PgBusConfig
+      assert.deepStrictEqual(target(c), {
+        host: "db.internal",
+        port: 6543,
+        database: "app",
+        username: "app",
+        password: "s3cret",
+        sslmode: undefined,
+        sslrootcert: undefined,
+        sslcert: undefined,
+        sslkey: undefined
+      })
+      assert.strictEqual(c.databaseSource, "from PGHOST")
+      assert.strictEqual(describeTarget(c), "db.internal:6543/app")
+    }).pipe(
+      Effect.provide(PgBusConfig.layer()),
+      fromEnv({ PGHOST: "db.internal", PGPORT: "6543", PGUSER: "app", PGPASSWORD: "s3cret" })
+    )
+  )
+
+  it.effect("a URL's own parts win; the parts it leaves out come from the environment", () =>
+    Effect.gen(function* () {
+      const c = yield* PgBusConfig
+      const t = target(c)
+      assert.strictEqual(t.host, "db")
+      assert.strictEqual(t.port, 5432)
+      assert.strictEqual(t.database, "orders")
+      assert.strictEqual(t.username, "alice")
+      assert.strictEqual(t.password, "from-env")
+      assert.strictEqual(t.sslmode, "verify-full")
+      assert.strictEqual(t.sslrootcert, "/etc/ca.pem")
+      assert.strictEqual(c.databaseSource, "from DATABASE_URL")
+      const own = targetOf(
+        Redacted.value(
+          (yield* resolve(
+            { databaseUrl: "postgres://bob:own@db:5433/x?sslmode=disable" },
+            { PGPASSWORD: "from-env", PGSSLMODE: "require", PGUSER: "alice" }
+          )).databaseUrl
+        )
+      )
+      assert.strictEqual(own.password, "own")
+      assert.strictEqual(own.username, "bob")
+      assert.strictEqual(own.port, 5433)
+      assert.strictEqual(own.sslmode, "disable")
+    }).pipe(
+      Effect.provide(PgBusConfig.layer()),
+      fromEnv({
+        DATABASE_URL: "postgres://db/orders",
+        PGUSER: "alice",
+        PGPASSWORD: "from-env",
+        PGHOST: "ignored",
+        PGSSLMODE: "verify-full",
+        PGSSLROOTCERT: "/etc/ca.pem"
+      })
+    )
+  )
+
+  it.effect("a socket directory in PGHOST, and nothing at all: the defaults", () =>
+    Effect.gen(function* () {
+      const socket = target(yield* resolve({}, { PGHOST: "/var/run/postgresql", PGUSER: "me" }))
+      assert.strictEqual(socket.host, "/var/run/postgresql")
+      assert.strictEqual(socket.database, "me")
+      const none = yield* resolve()
+      assert.strictEqual(Redacted.value(none.databaseUrl), "postgres://postgres@127.0.0.1:5432/postgres")
+      assert.include(none.databaseSource, "set DATABASE_URL or PGHOST")
+    })
+  )
+
+  it.effect("ssl: an sslmode or a boolean from PGBUS_SSL, TLS options in code, anything else refused", () =>
+    Effect.gen(function* () {
+      assert.strictEqual((yield* PgBusConfig).ssl, "verify-ca")
+      assert.strictEqual((yield* resolve({}, { PGBUS_SSL: "TRUE" })).ssl, true)
+      assert.isUndefined((yield* resolve()).ssl)
+      const options = { rejectUnauthorized: false }
+      assert.strictEqual((yield* resolve({ ssl: options })).ssl, options)
+      const bad = yield* Effect.flip(resolve({}, { PGBUS_SSL: "sometimes" }))
+      assert.strictEqual(bad.key, "ssl")
+      assert.include(bad.rule, "verify-full")
+      const badUrl = yield* Effect.flip(resolve({ databaseUrl: "postgres://u:pw@db/x?sslmode=maybe" }))
+      assert.strictEqual(badUrl.key, "databaseUrl")
+      assert.include(badUrl.rule, "sslmode")
+      assert.notInclude(badUrl.message, "pw", "the URL is not echoed")
+    }).pipe(Effect.provide(PgBusConfig.layer()), fromEnv({ PGBUS_SSL: "verify-ca" }))
+  )
+})
+
+describe("the driver's TLS options for each sslmode", () => {
+  const t = (sslmode: string | undefined, extra = "") =>
+    targetOf(`postgres://u@db.example:5432/x${sslmode ? `?sslmode=${sslmode}${extra}` : ""}`)
+
+  it.effect("disable and unset: no TLS; require: TLS without a check; verify-*: checked", () =>
+    Effect.gen(function* () {
+      assert.isFalse(yield* tlsOptions(t(undefined), undefined))
+      assert.isFalse(yield* tlsOptions(t("disable"), undefined))
+      assert.deepStrictEqual(yield* tlsOptions(t("require"), undefined), { rejectUnauthorized: false })
+      const full = yield* tlsOptions(t("verify-full"), undefined)
+      assert.deepStrictEqual(full, {}, "Node's default check: CA chain and host name")
+      const ca = yield* tlsOptions(t("verify-ca"), undefined)
+      assert.isObject(ca)
+      assert.isUndefined((ca as { checkServerIdentity: () => undefined }).checkServerIdentity(), "any host name")
+      // the ssl key wins over the URL
+      assert.isFalse(yield* tlsOptions(t("verify-full"), false))
+      assert.isTrue(yield* tlsOptions(t("disable"), true))
+      assert.deepStrictEqual(yield* tlsOptions(t("disable"), "require"), { rejectUnauthorized: false })
+      // a Unix socket never uses TLS
+      assert.isFalse(yield* tlsOptions(targetOf("postgres://u@127.0.0.1/x?host=/tmp&sslmode=require"), undefined))
+    })
+  )
+
+  it.effect("certificate files are read; one that cannot be read fails with ConnectionSetupError", () =>
+    Effect.gen(function* () {
+      const dir = mkdtempSync(join(tmpdir(), "pgbus-tls-"))
+      const ca = join(dir, "ca.pem")
+      writeFileSync(ca, "-----BEGIN CERTIFICATE-----\nnot really\n-----END CERTIFICATE-----\n")
+      const options = yield* tlsOptions(t("verify-full", `&sslrootcert=${ca}`), undefined)
+      assert.strictEqual(String((options as { ca: Buffer }).ca), readFileSync(ca, "utf8"))
+      const error = yield* Effect.flip(tlsOptions(t("require", `&sslrootcert=${join(dir, "missing.pem")}`), undefined))
+      assert.strictEqual(error._tag, "ConnectionSetupError")
+      assert.include(error.message, "missing.pem")
+      rmSync(dir, { recursive: true })
+    })
   )
 })

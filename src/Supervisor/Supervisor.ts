@@ -121,6 +121,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const banner = [
       `boot: effect-pgbus ${VERSION} pid=${process.pid} host=${os.hostname()}`,
       `boot: connection=${describeTarget(config)} schema=${config.schema} pool=${config.poolSize}`,
+      `boot: database ${config.databaseSource}`,
       `boot: listen_notify=${config.listenNotify} visibility_timeout=${Duration.format(config.visibilityTimeout)} max_retries=${config.maxRetries}`,
       `boot: roles=${roles.join(",")} jobs=${[...registry.jobs.keys()].join(",") || "(none)"}`,
       ...(runsWorkers

@@ -23,6 +23,6 @@ export const withServer = <A, E>(
 ): Effect.Effect<A, unknown> =>
   Effect.gen(function* () {
     const config = yield* resolve({ databaseUrl: database ? urlFor(database) : serverUrl, poolSize: 1 })
-    const client = yield* PgClient.make(clientOptions(config, "effect-pgbus-tests"))
+    const client = yield* PgClient.make(yield* clientOptions(config, "effect-pgbus-tests"))
     return yield* Effect.provideService(effect, SqlClient.SqlClient, client)
   }).pipe(Effect.scoped, Effect.provide(Reactivity.layer))

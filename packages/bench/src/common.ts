@@ -21,7 +21,7 @@ export const urlFor = (database: string): string => {
 const admin = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient>) =>
   Effect.gen(function* () {
     const config = yield* resolve({ databaseUrl: serverUrl, poolSize: 1 })
-    const client = yield* PgClient.make(clientOptions(config, "effect-pgbus-bench"))
+    const client = yield* PgClient.make(yield* clientOptions(config, "effect-pgbus-bench"))
     return yield* Effect.provideService(effect, SqlClient.SqlClient, client)
   }).pipe(Effect.scoped, Effect.provide(Reactivity.layer))
 
