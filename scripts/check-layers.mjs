@@ -22,6 +22,7 @@ const layers = [
   ["Registry"], // what a process runs: each feature registers its own jobs
   ["Supervisor"],
   ["PgBus"], // the one Layer an app provides
+  ["Embedded"], // effect-pgbus/embedded: PgBus on the embedded server (the CLI uses it)
   ["Operations"],
   ["Http", "Cli", "Mcp", "Dashboard", "Testing"],
   ["index", "bin"] // entry points

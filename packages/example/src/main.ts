@@ -1,10 +1,12 @@
 /**
  * The main job (`npm start`): migrate, enqueue a few demo jobs, run the supervisor. Watch the
  * log: a welcome mail, an invoice sync that fails twice then succeeds, an import that is
- * dead-lettered. Ctrl-C (SIGINT) or SIGTERM drains and exits 0.
+ * dead-lettered. Ctrl-C (SIGINT) or SIGTERM drains and exits 0. It runs on the server
+ * DATABASE_URL (or PGHOST) names, else on the embedded PostgreSQL (data in `.pgbus/data`).
  */
 import { Effect } from "effect"
 import { PgBus, Supervisor } from "effect-pgbus"
+import * as Embedded from "effect-pgbus/embedded"
 import { ImportLegacyData, Onboarding, registry, SendWelcome, SyncInvoice } from "./app.ts"
 
 const program = Effect.gen(function* () {
@@ -18,6 +20,6 @@ const program = Effect.gen(function* () {
     `example: enqueued 4 demo jobs and started Onboarding run ${run.id}; starting the supervisor (Ctrl-C to stop)`
   )
   return yield* Supervisor.run
-}).pipe(Effect.provide(registry), Effect.provide(PgBus.layer({ workers: "default, mailers: 5" })))
+}).pipe(Effect.provide(registry), Effect.provide(Embedded.layer({ workers: "default, mailers: 5" })))
 
 Supervisor.runMain(program)

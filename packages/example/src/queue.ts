@@ -1,10 +1,11 @@
 /**
  * The queue example: migrate, create a queue, send a few messages (one delayed), read them
- * with a wait, archive them, and print the queue's figures. Runs against DATABASE_URL.
+ * with a wait, archive them, and print the queue's figures. Runs against DATABASE_URL, else the embedded server.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect } from "effect"
 import { PgBus, QueueStore } from "effect-pgbus"
+import * as Embedded from "effect-pgbus/embedded"
 
 const program = Effect.gen(function* () {
   yield* PgBus.migrate
@@ -25,4 +26,4 @@ const program = Effect.gen(function* () {
   yield* Effect.log(`queue example: depth ${metrics.depth}, archived ${metrics.archiveSize}`)
 })
 
-program.pipe(Effect.provide(PgBus.layer()), NodeRuntime.runMain)
+program.pipe(Effect.provide(Embedded.layer()), NodeRuntime.runMain)
