@@ -117,8 +117,16 @@ listen_addresses = '127.0.0.1'
 unix_socket_directories = ''
 `
 
-/** initdb on an empty folder: UTF-8, C locale, scram-sha-256 with a random password kept beside it. */
-export const initialise = (binaries: Binaries, paths: Paths, user: OsUser): Effect.Effect<void, EmbeddedError> =>
+/**
+ * initdb on an empty folder: UTF-8, C locale, scram-sha-256 with a random password kept beside
+ * it. `durable: false` skips initdb's fsync (throwaway clusters of tests).
+ */
+export const initialise = (
+  binaries: Binaries,
+  paths: Paths,
+  user: OsUser,
+  { durable = true }: { readonly durable?: boolean } = {}
+): Effect.Effect<void, EmbeddedError> =>
   Effect.gen(function* () {
     const entries = yield* io("data_folder", `cannot read ${paths.data}`, () => readdir(paths.data))
     if (entries.length > 0) {
@@ -156,7 +164,8 @@ export const initialise = (binaries: Binaries, paths: Paths, user: OsUser): Effe
             "--auth=scram-sha-256",
             "--encoding=UTF8",
             "--locale=C",
-            "--no-instructions"
+            "--no-instructions",
+            ...(durable ? [] : ["--no-sync"])
           ],
           user
         )

@@ -90,24 +90,27 @@ const withLock = <A, E, R>(paths: Cluster.Paths, effect: Effect.Effect<A, E, R>)
   )
 }
 
-/** The processes registered as using the folder, alive, other than this one. */
-const otherClients = (paths: Cluster.Paths) =>
+/** This process's registrations: one file `<pid>.<n>` in `<data>.clients/` per acquisition. */
+let registrations = 0
+
+/** The live processes of the other registrations on the folder (a dead process's are removed). */
+const otherClients = (paths: Cluster.Paths, own: string) =>
   Effect.promise(async () => {
     const names = await readdir(paths.clients).catch(() => [] as Array<string>)
     const alive: Array<number> = []
     for (const name of names) {
-      const pid = Number(name)
-      if (pid === process.pid) continue
+      if (name === own) continue
+      const pid = Number(name.split(".")[0])
       if (Number.isInteger(pid) && pid > 0 && isAlive(pid)) alive.push(pid)
       else await rm(join(paths.clients, name), { force: true })
     }
     return alive
   })
 
-const register = (paths: Cluster.Paths) =>
-  Effect.promise(() => writeFile(join(paths.clients, String(process.pid)), "").catch(() => undefined))
-const unregister = (paths: Cluster.Paths) =>
-  Effect.promise(() => rm(join(paths.clients, String(process.pid)), { force: true }))
+const register = (paths: Cluster.Paths, own: string) =>
+  Effect.promise(() => writeFile(join(paths.clients, own), "").catch(() => undefined))
+const unregister = (paths: Cluster.Paths, own: string) =>
+  Effect.promise(() => rm(join(paths.clients, own), { force: true }))
 
 /** Waits for a server found running to accept connections (it may be starting). */
 const awaitReady = (paths: Cluster.Paths) =>
@@ -124,7 +127,7 @@ const awaitReady = (paths: Cluster.Paths) =>
   )
 
 /** Starts the server on the folder, or reuses the one running on it; registers this process. */
-const startOrReuse = (binaries: Binaries, paths: Cluster.Paths, user: OsUser) =>
+const startOrReuse = (binaries: Binaries, paths: Cluster.Paths, user: OsUser, own: string) =>
   withLock(
     paths,
     Effect.gen(function* () {
@@ -133,7 +136,7 @@ const startOrReuse = (binaries: Binaries, paths: Cluster.Paths, user: OsUser) =>
       let reused: { readonly port: number; readonly users: ReadonlyArray<number> } | undefined
       if (Option.isSome(found)) {
         const ready = yield* awaitReady(paths)
-        if (Option.isSome(ready)) reused = { port: ready.value.port, users: yield* otherClients(paths) }
+        if (Option.isSome(ready)) reused = { port: ready.value.port, users: yield* otherClients(paths, own) }
       }
       let port: number
       if (reused === undefined) {
@@ -152,18 +155,18 @@ const startOrReuse = (binaries: Binaries, paths: Cluster.Paths, user: OsUser) =>
       } else {
         port = reused.port
       }
-      yield* register(paths)
+      yield* register(paths, own)
       return { port, reused }
     })
   )
 
 /** Lets go of the server: the last process using it stops it. */
-const letGo = (binaries: Binaries, paths: Cluster.Paths, user: OsUser) =>
+const letGo = (binaries: Binaries, paths: Cluster.Paths, user: OsUser, own: string) =>
   withLock(
     paths,
     Effect.gen(function* () {
-      yield* unregister(paths)
-      if ((yield* otherClients(paths)).length > 0) return
+      yield* unregister(paths, own)
+      if ((yield* otherClients(paths, own)).length > 0) return
       yield* Cluster.stop(binaries, paths, user)
     })
   ).pipe(Effect.catch((error) => Effect.logWarning(`[pgbus] could not stop the embedded PostgreSQL: ${error.message}`)))
@@ -201,8 +204,9 @@ export const acquire = (options: EmbeddedOptions = {}): Effect.Effect<EmbeddedSe
     const user = yield* osUser(options.osUser ?? "postgres")
     const paths = yield* Cluster.prepare(resolve(options.dataDir ?? join(".pgbus", "data")), user)
     const database = options.database ?? "pgbus"
-    const { port, reused } = yield* Effect.acquireRelease(startOrReuse(binaries, paths, user), () =>
-      letGo(binaries, paths, user)
+    const own = `${process.pid}.${registrations++}`
+    const { port, reused } = yield* Effect.acquireRelease(startOrReuse(binaries, paths, user, own), () =>
+      letGo(binaries, paths, user, own)
     )
     const secret = yield* Cluster.password(paths)
     yield* ensureDatabase(urlOf(port, secret, "postgres"), database)
@@ -213,7 +217,7 @@ export const acquire = (options: EmbeddedOptions = {}): Effect.Effect<EmbeddedSe
       reused === undefined
         ? "started"
         : reused.users.length > 0
-          ? `reused (in use by process ${reused.users.join(", ")})`
+          ? `reused (in use by process ${[...new Set(reused.users)].join(", ")})`
           : "reused (left running by a process that ended)"
     yield* Effect.logInfo(`[pgbus] embedded PostgreSQL ${version} ${how} on 127.0.0.1:${port}, data in ${folder}`)
     return {

@@ -1,0 +1,170 @@
+/**
+ * TLS as libpq users configure it, against a cluster of the test's own that accepts only TLS
+ * connections, with a self-signed certificate for 127.0.0.1 (the server also listens on
+ * 127.0.0.2, a name the certificate does not hold).
+ */
+import { execFileSync } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { assert, layer } from "@effect/vitest"
+import { Cause, ConfigProvider, Context, Effect, Exit, Layer } from "effect"
+import { SqlClient } from "effect/sql"
+import { PgBusConfig, type PgBusConfigInput } from "../src/Config.ts"
+import * as Database from "../src/Database.ts"
+import { type PrivateCluster, privateCluster } from "./support/cluster.ts"
+
+/** A key and a self-signed certificate naming 127.0.0.1 only. */
+const selfSigned = () => {
+  const dir = mkdtempSync(join(tmpdir(), "pgbus-cert-"))
+  execFileSync(
+    "openssl",
+    [
+      "req",
+      "-x509",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-days",
+      "2",
+      "-subj",
+      "/CN=127.0.0.1",
+      "-addext",
+      "subjectAltName=IP:127.0.0.1",
+      "-keyout",
+      join(dir, "server.key"),
+      "-out",
+      join(dir, "server.crt")
+    ],
+    { stdio: "ignore" }
+  )
+  const cert = readFileSync(join(dir, "server.crt"), "utf8")
+  const key = readFileSync(join(dir, "server.key"), "utf8")
+  rmSync(dir, { recursive: true })
+  return { cert, key }
+}
+
+class TlsServer extends Context.Service<TlsServer, { readonly cluster: PrivateCluster; readonly caFile: string }>()(
+  "test/tls/TlsServer"
+) {}
+
+const serverLayer = Layer.effect(
+  TlsServer,
+  Effect.gen(function* () {
+    const { cert, key } = selfSigned()
+    const cluster = yield* privateCluster({
+      settings: [
+        "listen_addresses = '127.0.0.1,127.0.0.2'",
+        "ssl = on",
+        "ssl_cert_file = 'server.crt'",
+        "ssl_key_file = 'server.key'"
+      ],
+      // TLS or nothing
+      hba: ["hostssl all all 127.0.0.0/8 scram-sha-256", "hostnossl all all 0.0.0.0/0 reject"],
+      files: { "server.crt": cert, "server.key": key }
+    })
+    const dir = yield* Effect.acquireRelease(
+      Effect.sync(() => mkdtempSync(join(tmpdir(), "pgbus-ca-"))),
+      (path) => Effect.sync(() => rmSync(path, { recursive: true, force: true }))
+    )
+    const caFile = join(dir, "root.crt")
+    writeFileSync(caFile, cert)
+    return { cluster, caFile }
+  })
+)
+
+/** Whether a session opened with this config is encrypted (it fails when no session can be opened). */
+const encrypted = (input: PgBusConfigInput, env?: Record<string, string>) => {
+  const config = env === undefined ? PgBusConfig.layerWithoutEnvironment(input) : PgBusConfig.layer(input)
+  return Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+    const rows = yield* sql<{ readonly ssl: boolean }>`SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()`
+    return rows[0]?.ssl === true
+  }).pipe(
+    Effect.provide(Database.layer.pipe(Layer.provide(config))),
+    env === undefined ? (e) => e : Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
+  )
+}
+
+/** The failure of a connection that must not be made, as text. */
+const refused = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.map(Effect.exit(effect), (exit) => {
+    assert.isTrue(Exit.isFailure(exit), "the connection was refused")
+    return Exit.isFailure(exit) ? Cause.pretty(exit.cause) : ""
+  })
+
+layer(serverLayer, { excludeTestServices: true, timeout: "120 seconds" })("TLS", (it) => {
+  it.effect("without TLS the server refuses the session: it requires TLS", () =>
+    Effect.gen(function* () {
+      const { cluster } = yield* TlsServer
+      const why = yield* refused(encrypted({ databaseUrl: cluster.url() }))
+      assert.match(why, /pg_hba\.conf|no encryption/)
+    })
+  )
+
+  it.effect("sslmode=require in the URL encrypts without checking the certificate", () =>
+    Effect.gen(function* () {
+      const { cluster } = yield* TlsServer
+      assert.isTrue(yield* encrypted({ databaseUrl: cluster.url({ query: "sslmode=require" }) }))
+    })
+  )
+
+  it.effect("the ssl key (in code) wins over the URL's sslmode", () =>
+    Effect.gen(function* () {
+      const { cluster } = yield* TlsServer
+      assert.isTrue(yield* encrypted({ databaseUrl: cluster.url({ query: "sslmode=disable" }), ssl: "require" }))
+      assert.isTrue(yield* encrypted({ databaseUrl: cluster.url(), ssl: { rejectUnauthorized: false } }))
+    })
+  )
+
+  it.effect("prefer encrypts when the server offers TLS", () =>
+    Effect.gen(function* () {
+      const { cluster } = yield* TlsServer
+      assert.isTrue(yield* encrypted({ databaseUrl: cluster.url({ query: "sslmode=prefer" }) }))
+    })
+  )
+
+  it.effect(
+    "verify-ca: refused without the CA (self-signed), accepted with sslrootcert for any of the server's names",
+    () =>
+      Effect.gen(function* () {
+        const { cluster, caFile } = yield* TlsServer
+        const why = yield* refused(encrypted({ databaseUrl: cluster.url({ query: "sslmode=verify-ca" }) }))
+        assert.match(why, /self[- ]signed|certificate/i)
+        const query = `sslmode=verify-ca&sslrootcert=${encodeURIComponent(caFile)}`
+        assert.isTrue(yield* encrypted({ databaseUrl: cluster.url({ query }) }))
+        assert.isTrue(yield* encrypted({ databaseUrl: cluster.url({ host: "127.0.0.2", query }) }))
+      })
+  )
+
+  it.effect("verify-full: accepted for the name the certificate holds, refused for another", () =>
+    Effect.gen(function* () {
+      const { cluster, caFile } = yield* TlsServer
+      const query = `sslmode=verify-full&sslrootcert=${encodeURIComponent(caFile)}`
+      assert.isTrue(yield* encrypted({ databaseUrl: cluster.url({ query }) }))
+      const why = yield* refused(encrypted({ databaseUrl: cluster.url({ host: "127.0.0.2", query }) }))
+      assert.match(why, /127\.0\.0\.2|altname|does not match/i)
+    })
+  )
+
+  it.effect(
+    "libpq's variables alone (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE) reach the server",
+    () =>
+      Effect.gen(function* () {
+        const { cluster, caFile } = yield* TlsServer
+        const env = {
+          PGHOST: "127.0.0.1",
+          PGPORT: String(cluster.port),
+          PGUSER: "postgres",
+          PGPASSWORD: cluster.password,
+          PGDATABASE: "postgres",
+          PGSSLMODE: "verify-full",
+          PGSSLROOTCERT: caFile
+        }
+        assert.isTrue(yield* encrypted({}, env))
+        // PGBUS_SSL is the ssl key: it wins over PGSSLMODE
+        const why = yield* refused(encrypted({}, { ...env, PGBUS_SSL: "disable" }))
+        assert.match(why, /pg_hba\.conf|no encryption/)
+      })
+  )
+})
