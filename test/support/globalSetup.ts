@@ -20,7 +20,7 @@ declare module "vitest" {
   }
 }
 
-const template = `pgbus_tpl_${process.pid}_${Date.now().toString(36)}`
+const template = `pgbus_tpl_${process.pid}_${Date.now().toString(36)}_${Math.floor(Math.random() * 1e6).toString(36)}`
 
 // Fast recovery judges no process dead before the server has been up for the stale threshold
 // (10 s by default): a server started just now (by .ci/run, or the embedded one) is given that
@@ -44,7 +44,8 @@ const server = async (): Promise<() => Promise<void>> => {
   return () => Effect.runPromise(Scope.close(scope, Exit.void))
 }
 
-export default async function setup(project: TestProject) {
+/** The server and the template, made once for every project of the run. */
+const prepare = async () => {
   const release = await server()
   await Effect.runPromise(
     withServer(Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE DATABASE ${sql(template)}`))
@@ -68,7 +69,6 @@ export default async function setup(project: TestProject) {
   )
   const wait = SERVER_UPTIME_MS - (uptime?.ms ?? SERVER_UPTIME_MS)
   if (wait > 0) await Effect.runPromise(Effect.sleep(wait))
-  project.provide("templateDatabase", template)
   return async () => {
     await Effect.runPromise(
       withServer(
@@ -76,5 +76,18 @@ export default async function setup(project: TestProject) {
       )
     )
     await release()
+  }
+}
+
+let prepared: ReturnType<typeof prepare> | undefined
+let projects = 0
+
+export default async function setup(project: TestProject) {
+  projects++
+  prepared ??= prepare()
+  const teardown = await prepared
+  project.provide("templateDatabase", template)
+  return async () => {
+    if (--projects === 0) await teardown()
   }
 }
