@@ -4,7 +4,7 @@
  * several users and the last one out, the config's choice between it and a named server, and
  * typed errors instead of bare rejections.
  */
-import { execFileSync, spawn } from "node:child_process"
+import { execFileSync } from "node:child_process"
 import {
   appendFileSync,
   chmodSync,
@@ -24,6 +24,7 @@ import * as Reactivity from "effect/reactivity/Reactivity"
 import { PgBusConfig } from "../src/Config.ts"
 import { answers } from "../src/Embedded/Host.ts"
 import * as Embedded from "../src/Embedded/index.ts"
+import { spawnWatched } from "./support/child.ts"
 import { eventually } from "./support/jobs.ts"
 
 const isRoot = process.getuid?.() === 0
@@ -120,26 +121,21 @@ describe("embedded PostgreSQL", () => {
     () =>
       Effect.gen(function* () {
         const dataDir = join(yield* workspace, "data")
-        const child = spawn(process.execPath, ["--import", "tsx", "test/fixtures/embedded-child.ts", dataDir], {
-          stdio: ["ignore", "pipe", "pipe"]
-        })
-        yield* Effect.addFinalizer(() => Effect.sync(() => child.exitCode === null && child.kill("SIGKILL")))
-        let output = ""
-        child.stdout.on("data", (d) => {
-          output += String(d)
-        })
-        child.stderr.on("data", (d) => {
-          output += String(d)
-        })
+        const child = yield* spawnWatched(process.execPath, [
+          "--import",
+          "tsx",
+          "test/fixtures/embedded-child.ts",
+          dataDir
+        ])
         yield* eventually(
           "the child's server",
-          Effect.sync(() => output.includes("ready ")),
+          Effect.sync(() => child.output().includes("ready ")),
           "60 seconds"
         )
-        const port = Number(/ready (\d+)/.exec(output)![1])
+        const port = Number(/ready (\d+)/.exec(child.output())![1])
         const orphan = postmaster(dataDir)!
-        child.kill("SIGKILL")
-        yield* Effect.promise(() => new Promise((resolve) => child.once("exit", resolve)))
+        child.process.kill("SIGKILL")
+        assert.strictEqual((yield* child.exited).signal, "SIGKILL")
         assert.isTrue(yield* answers(port), "the server outlived its process")
 
         const reuser = yield* open({ dataDir, database: "child" })

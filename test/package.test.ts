@@ -9,7 +9,7 @@
  * `node` dev dependency npm scripts put first in PATH), since the machine's own Node 20 is
  * below the supported range (>= 22.19).
  */
-import { type ChildProcess, execFile, spawn } from "node:child_process"
+import { execFile } from "node:child_process"
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { delimiter, dirname, join } from "node:path"
@@ -20,6 +20,7 @@ import { PgBusConfig } from "../src/Config.ts"
 import * as PgBus from "../src/PgBus.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
+import { spawnWatched } from "./support/child.ts"
 import { eventually } from "./support/jobs.ts"
 import { urlFor } from "./support/server.ts"
 import { freshDatabase } from "./support/TestDatabase.ts"
@@ -177,24 +178,6 @@ const busLayer = Layer.unwrap(
   })
 ).pipe(Layer.orDie)
 
-/** Runs a consumer's script with `node` and no loader; killed if the scope closes first. */
-const spawnNode = (dir: string, script: string, extra: Record<string, string>) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const child: ChildProcess = spawn(process.execPath, [script], { cwd: dir, env: env(extra), stdio: "pipe" })
-      const output = { text: "" }
-      child.stdout?.on("data", (chunk: Buffer) => {
-        output.text += chunk.toString()
-      })
-      child.stderr?.on("data", (chunk: Buffer) => {
-        output.text += chunk.toString()
-      })
-      const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
-      return { child, output, exited }
-    }),
-    ({ child }) => Effect.sync(() => child.exitCode === null && child.kill("SIGKILL"))
-  )
-
 layer(Layer.provideMerge(busLayer, consumerLayer), { excludeTestServices: true, timeout: "600 seconds" })(
   "the published package",
   (it) => {
@@ -251,13 +234,18 @@ layer(Layer.provideMerge(busLayer, consumerLayer), { excludeTestServices: true, 
       () =>
         Effect.gen(function* () {
           const { dir, databaseUrl } = yield* Consumer
-          const { child, output, exited } = yield* spawnNode(dir, "dist/main.js", { DATABASE_URL: databaseUrl })
+          // node with no loader: the consumer's compiled JavaScript and the package's dist/
+          const child = yield* spawnWatched(process.execPath, ["dist/main.js"], {
+            cwd: dir,
+            env: env({ DATABASE_URL: databaseUrl })
+          })
+          const output = child.output
           yield* eventually(
             "the workflow's run id",
-            Effect.sync(() => /consumer: run (\S+)/.test(output.text)),
+            Effect.sync(() => /consumer: run (\S+)/.test(output())),
             "90 seconds"
           )
-          const id = /consumer: run (\S+)/.exec(output.text)![1]!
+          const id = /consumer: run (\S+)/.exec(output())![1]!
           const client = yield* WorkflowClient
           yield* eventually(
             "the run finished",
@@ -270,13 +258,13 @@ layer(Layer.provideMerge(busLayer, consumerLayer), { excludeTestServices: true, 
             Effect.map(store.metrics("consumer"), (m) => m.archiveSize === 2 && m.depth === 0),
             "60 seconds"
           )
-          assert.include(output.text, "hello consumer")
-          assert.include(output.text, "hello order abcd")
-          assert.include(output.text, "boot: database from DATABASE_URL")
+          assert.include(output(), "hello consumer")
+          assert.include(output(), "hello order abcd")
+          assert.include(output(), "boot: database from DATABASE_URL")
           assert.deepStrictEqual((yield* client.get(id)).info.output, 4)
-          child.kill("SIGTERM")
-          assert.strictEqual(yield* Effect.promise(() => exited), 0, output.text)
-          assert.include(output.text, "[pgbus] stopped")
+          child.process.kill("SIGTERM")
+          assert.strictEqual((yield* child.exited).code, 0, output())
+          assert.include(output(), "[pgbus] stopped")
         }),
       240_000
     )

@@ -5,7 +5,7 @@
  * `<data>.password`, `<data>.log` (the server's log), `<data>.lock` and `<data>.clients/`.
  */
 import { createHash, randomBytes } from "node:crypto"
-import { appendFile, chmod, chown, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises"
+import { appendFile, chmod, chown, mkdir, mkdtemp, readdir, readFile, rm, rmdir, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { Effect, Option } from "effect"
@@ -89,6 +89,8 @@ export const prepare = (data: string, user: OsUser): Effect.Effect<Paths, Embedd
       yield* Effect.logWarning(
         `[pgbus] OS user ${user.name} cannot reach ${data} (a parent folder is not searchable by it): the embedded data goes to ${fallback}`
       )
+      // the folder made above stays only if it held something
+      yield* Effect.promise(() => rmdir(data).catch(() => undefined))
       yield* io("data_folder", `cannot create ${fallback}`, () => mkdir(fallback, { recursive: true, mode: 0o700 }))
       yield* io("data_folder", `chmod ${dirname(fallback)}`, () => chmod(dirname(fallback), 0o755))
       yield* own(fallback)

@@ -1,5 +1,5 @@
-/** Spawns child supervisor fixtures and watches their output. */
-import { type ChildProcess, spawn } from "node:child_process"
+/** Spawns processes of a test (child supervisor fixtures, or any program) and watches their output. */
+import { type ChildProcess, type SpawnOptions, spawn } from "node:child_process"
 import { rmSync } from "node:fs"
 import { basename } from "node:path"
 import { Effect } from "effect"
@@ -12,19 +12,12 @@ export interface Child {
   readonly exited: Effect.Effect<{ readonly code: number | null; readonly signal: NodeJS.Signals | null }>
 }
 
-/**
- * Starts a child supervisor (a fixture: a `.ts` file run through tsx, or a bundle from
- * `bundledFixture`) with extra environment; killed (SIGKILL) when the scope closes.
- */
-export const spawnSupervisor = (env: Record<string, string>, fixture = "test/fixtures/supervisor-child.ts") =>
+/** Starts `file args`, collecting stdout and stderr; killed (SIGKILL) when the scope closes if still running. */
+export const spawnWatched = (file: string, args: ReadonlyArray<string>, options: SpawnOptions = {}) =>
   Effect.acquireRelease(
     Effect.sync((): Child => {
       let output = ""
-      const args = fixture.endsWith(".mjs") ? [fixture] : ["--import", "tsx", fixture]
-      const child = spawn(process.execPath, args, {
-        env: { ...process.env, ...env },
-        stdio: ["ignore", "pipe", "pipe"]
-      })
+      const child = spawn(file, [...args], { ...options, stdio: ["ignore", "pipe", "pipe"] })
       child.stdout?.on("data", (d) => {
         output += String(d)
       })
@@ -38,6 +31,15 @@ export const spawnSupervisor = (env: Record<string, string>, fixture = "test/fix
     }),
     (child) => Effect.sync(() => child.process.exitCode === null && child.process.kill("SIGKILL"))
   )
+
+/**
+ * Starts a child supervisor (a fixture: a `.ts` file run through tsx, or a bundle from
+ * `bundledFixture`) with extra environment; killed (SIGKILL) when the scope closes.
+ */
+export const spawnSupervisor = (env: Record<string, string>, fixture = "test/fixtures/supervisor-child.ts") =>
+  spawnWatched(process.execPath, fixture.endsWith(".mjs") ? [fixture] : ["--import", "tsx", fixture], {
+    env: { ...process.env, ...env }
+  })
 
 let bundles = 0
 
