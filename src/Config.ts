@@ -539,12 +539,14 @@ export const resolve = (
     }
     const candidate: Record<string, unknown> = {}
     const given: Record<string, unknown> = {}
+    const defaulted = new Set<Key>()
     for (const name of Object.keys(keys) as Array<Key>) {
       const row: Row<Schema.Constraint, unknown> = keys[name]
       const fromCode = Object.hasOwn(overrides, name) ? (overrides as Record<string, unknown>)[name] : undefined
       const variable = envName(name)
       const fromEnv = variable === undefined ? undefined : env[variable]
       given[name] = fromCode ?? fromEnv ?? row.default
+      if (fromCode === undefined && fromEnv === undefined) defaulted.add(name)
       const parsed =
         fromCode !== undefined
           ? row.fromCode(fromCode)
@@ -560,8 +562,9 @@ export const resolve = (
     for (const name of ["databaseUrl", "busDatabaseUrl"] as const) {
       const url = candidate[name]
       if (Redacted.isRedacted(url)) {
-        const isDefault = name === "databaseUrl" && given[name] === keys.databaseUrl.default
-        candidate[name] = Redacted.make(completeUrl(isDefault ? undefined : String(Redacted.value(url)), env))
+        // the default URL stands for "nothing given": libpq's variables fill every part of it
+        const text = defaulted.has(name) ? undefined : String(Redacted.value(url))
+        candidate[name] = Redacted.make(completeUrl(text, env))
       }
     }
     const decoded = Schema.decodeUnknownExit(PgBusConfigSchema)(candidate)

@@ -220,6 +220,9 @@ describe("the connection as libpq users expect", () => {
       const socket = target(yield* resolve({}, { PGHOST: "/var/run/postgresql", PGUSER: "me" }))
       assert.strictEqual(socket.host, "/var/run/postgresql")
       assert.strictEqual(socket.database, "me")
+      // a URL given in code names its host even when it reads like the default
+      const explicit = yield* resolve({ databaseUrl: "postgres://postgres@127.0.0.1:5432/postgres" }, { PGHOST: "db" })
+      assert.strictEqual(target(explicit).host, "127.0.0.1")
       const none = yield* resolve()
       assert.strictEqual(Redacted.value(none.databaseUrl), "postgres://postgres@127.0.0.1:5432/postgres")
       assert.include(none.databaseSource, "set DATABASE_URL or PGHOST")
