@@ -39,5 +39,9 @@ export const MIGRATION_FILES: ReadonlyArray<{ readonly file: string; readonly te
   {
     file: "0010_operations.sql",
     text: "-- Operations: the state an operator (or, later, a per-queue circuit breaker) puts a queue in, and\n-- the figures a process reports with its beat.\n\n-- One row per queue acted on; no row is an active queue. A queue is paused while paused_at is set\n-- and paused_until is null (until resumed) or still ahead. Workers of every process read the\n-- paused set about twice a second and stop claiming from a paused queue; what they hold runs on.\nCREATE TABLE {{schema}}.queue_states (\n  queue text PRIMARY KEY REFERENCES {{schema}}.queues (name) ON DELETE CASCADE,\n  paused_at timestamptz,\n  -- an end to the pause (a circuit breaker's cool-off); null pauses until someone resumes\n  paused_until timestamptz,\n  reason text,\n  actor text NOT NULL,\n  updated_at timestamptz NOT NULL,\n  CHECK (paused_until IS NULL OR paused_at IS NOT NULL)\n);\n\n-- Jobs a process finished since it started (succeeded, failed: retried or dead-lettered), and its\n-- rate over the last beat interval: the processes page's jobs/s without a per-job write.\nALTER TABLE {{schema}}.processes\n  ADD COLUMN succeeded bigint NOT NULL DEFAULT 0,\n  ADD COLUMN failed bigint NOT NULL DEFAULT 0,\n  ADD COLUMN jobs_per_second double precision NOT NULL DEFAULT 0;\n"
+  },
+  {
+    file: "0011_workflow_step_claims.sql",
+    text: "-- The claim that holds a step attempt in progress: the delivery of a step message whose\n-- execution claimed it (`<queue>:<msg id>:<read count>`), also for a step claimed at once\n-- after the one the message names, or a local hand-over's mark (`<process id>#<n>`). A\n-- redelivered message finds by it the step its dead worker held; a claim whose reply was lost\n-- finds by it that the step is its own.\nALTER TABLE {{schema}}.workflow_steps ADD COLUMN claimed_by text;\n"
   }
 ]
