@@ -5,6 +5,7 @@
  *
  * @since 0.1.0
  */
+import { readFile } from "node:fs/promises"
 import { NodeFileSystem } from "@effect/platform-node"
 import { Effect, FileSystem, Schema } from "effect"
 import { SqlClient } from "effect/sql"
@@ -63,8 +64,26 @@ const parseFiles = (
   return Effect.succeed(files)
 }
 
-/** The migrations this version of effect-pgbus ships, carried in its code (no file to find at run time). */
-export const shippedMigrations: Effect.Effect<ReadonlyArray<MigrationFile>, MigrationError> = parseFiles(
+/** Whether `migrationsDirectory` is effect-pgbus's own: its parent holds effect-pgbus's package.json. */
+const ownFolder = Effect.promise(() =>
+  readFile(new URL("../package.json", import.meta.url), "utf8").then(
+    (text) => (JSON.parse(text) as { readonly name?: unknown }).name === "effect-pgbus",
+    () => false
+  )
+)
+
+/**
+ * The migrations this version of effect-pgbus ships: the package's `migrations/` folder when it
+ * is there (a checkout, an installed package), else the copy carried in the code (a bundled
+ * app, where no folder is found relative to the code, or only the app's own).
+ */
+export const shippedMigrations: Effect.Effect<ReadonlyArray<MigrationFile>, MigrationError> = Effect.flatMap(
+  ownFolder,
+  (own) => (own ? readMigrations(migrationsDirectory) : parseFiles(MIGRATION_FILES, "the package"))
+)
+
+/** The copy of the migrations carried in the code (kept equal to the folder by a test). */
+export const bundledMigrations: Effect.Effect<ReadonlyArray<MigrationFile>, MigrationError> = parseFiles(
   MIGRATION_FILES,
   "the package"
 )

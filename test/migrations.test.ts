@@ -7,12 +7,12 @@ import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
 import * as Database from "../src/Database.ts"
 import {
+  bundledMigrations,
   checkSchemaVersion,
   migrate,
   migrateFrom,
   migrationsDirectory,
-  readMigrations,
-  shippedMigrations
+  readMigrations
 } from "../src/Migrations.ts"
 import { urlFor } from "./support/server.ts"
 import { emptyDatabase } from "./support/TestDatabase.ts"
@@ -42,7 +42,7 @@ const migrationsDir = (files: Record<string, string>) => {
 describe("migrations", () => {
   it.effect("the code carries exactly the migrations/ folder (else run npm run migrations:bundle)", () =>
     Effect.gen(function* () {
-      const shipped = yield* shippedMigrations
+      const shipped = yield* bundledMigrations
       const folder = yield* readMigrations(migrationsDirectory)
       assert.isAbove(folder.length, 0)
       assert.deepStrictEqual(
