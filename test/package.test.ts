@@ -206,7 +206,8 @@ layer(Layer.provideMerge(busLayer, consumerLayer), { excludeTestServices: true, 
             "bin/pgbus.mjs",
             "LICENSE",
             "README.md",
-            "migrations/0001_queues.sql"
+            "migrations/0001_queues.sql",
+            "dist/Streams/client/pgbus-stream.js"
           ]) {
             assert.isTrue(files.has(file), `${file} is in the tarball`)
           }
