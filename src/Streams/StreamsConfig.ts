@@ -161,7 +161,8 @@ const defaults: { readonly [K in EnvKey]: (typeof EnvironmentSchema.Type)[K] } =
   presenceTtl: Duration.seconds(60)
 }
 
-const envNames: { readonly [K in EnvKey]: string | undefined } = {
+/** The environment variable of each streams key that has one. */
+export const envNames: { readonly [K in EnvKey]: string | undefined } = {
   queue: "PGBUS_STREAMS_QUEUE",
   secrets: "PGBUS_STREAMS_SECRET",
   defaultRetention: "PGBUS_STREAMS_DEFAULT_RETENTION",
