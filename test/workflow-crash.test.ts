@@ -102,13 +102,20 @@ const underKills = (url: string, stallAction: "reattempt" | "pause", kills: numb
       const index = k % 2
       const victim = children[index]!
       const pid = victim.process.pid!
-      // a moment while it runs steps: after its first step started, a random 0-600 ms later
+      // a moment while it runs steps: after its first step started, a random 0-600 ms later. A
+      // fresh victim may find the other supervisor took every run (or paused ones hold none): a
+      // new wave every 2 s gives it work until it runs some
+      yield* startWave(1)
       yield* eventually(
         "the victim runs steps",
         Effect.map(startedBy(pid), (n) => n > 0),
-        "30 seconds"
-      ).pipe(Effect.tapCause(() => Effect.logError(victim.output())))
-      yield* startWave(1)
+        "2 seconds"
+      ).pipe(
+        Effect.catchDefect(() => startWave(1).pipe(Effect.andThen(Effect.fail("not yet" as const)))),
+        Effect.retry({ times: 15 }),
+        Effect.tapCause(() => Effect.logError(victim.output())),
+        Effect.orDie
+      )
       yield* Effect.sleep(Math.round(next() * 600))
       victim.process.kill("SIGKILL")
       yield* victim.exited
