@@ -159,6 +159,30 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
   const queueCreateArchiveIndex = (physical: string) =>
     sql`CREATE INDEX IF NOT EXISTS ${index(`a_${physical}_archived_at_idx`)} ON ${archive(physical)} (archived_at)`
 
+  /** The relation names a queue's tables and indexes carry (`q_`, its vt index, `a_`, its archived_at index). */
+  const queueRelationNames = (physical: string) => ({
+    messages: `q_${physical}`,
+    visibilityIndex: `q_${physical}_vt_idx`,
+    archive: `a_${physical}`,
+    archiveIndex: `a_${physical}_archived_at_idx`
+  })
+
+  // What of these queues is already there: relations from the catalog (no lock on any table),
+  // registered names from the registry (a plain read). Lets `create` skip its DDL on a queue
+  // that exists, whose CREATE INDEX IF NOT EXISTS would lock the live tables in an order a
+  // busy worker's archive statement meets the other way (40P01).
+  const queueObjectsPresent = (physicals: ReadonlyArray<string>) => {
+    const relations = physicals.flatMap((p) => Object.values(queueRelationNames(p)))
+    return sql<{
+      readonly kind: "relation" | "queue"
+      readonly name: string
+    }>`SELECT 'relation' AS kind, c.relname AS name
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = ${schema} AND c.relname = ANY(${typedArray(relations, PgTypes.OID.text)}::text[])
+      UNION ALL
+      SELECT 'queue' AS kind, name FROM ${registry} WHERE name = ANY(${typedArray(physicals, PgTypes.OID.text)}::text[])`
+  }
+
   // Returns the name only when the queue is new (its tables were created just now).
   const queueRegister = (physical: string, deadLetterOf: string | null) =>
     sql<{ readonly name: string }>`INSERT INTO ${registry} (name, dead_letter_of) VALUES (${physical}, ${deadLetterOf})
@@ -652,6 +676,8 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
 
   return {
     queueLockTransaction,
+    queueRelationNames,
+    queueObjectsPresent,
     queueCreateMessageTable,
     queueCreateVisibilityIndex,
     queueCreateArchiveTable,

@@ -448,29 +448,54 @@ export class QueueStore extends Context.Service<
         Effect.gen(function* () {
           const name = yield* validateName(queue)
           const dead = QueueName.deadLetterOf(name)
-          const makeTables = (physical: string) =>
-            Effect.all(
-              [
-                statements.queueCreateMessageTable(physical),
-                statements.queueCreateVisibilityIndex(physical),
-                statements.queueCreateArchiveTable(physical),
-                statements.queueCreateArchiveIndex(physical)
-              ],
-              { discard: true }
-            )
+          const physicals = QueueName.isDeadLetter(name) ? [name.physical] : [name.physical, dead.physical]
+          const lookUp = statements
+            .queueObjectsPresent(physicals)
+            .pipe(Effect.map((rows) => new Set(rows.map((row) => `${row.kind}:${row.name}`))))
+          const missingOf = (present: ReadonlySet<string>) =>
+            physicals.flatMap((physical) => {
+              const names = statements.queueRelationNames(physical)
+              return [
+                ...(present.has(`queue:${physical}`) ? [] : [`queue:${physical}`]),
+                ...Object.values(names).flatMap((n) => (present.has(`relation:${n}`) ? [] : [`relation:${n}`]))
+              ]
+            })
+          // An existing queue (every boot of every supervisor): a catalog read, no DDL, no lock
+          // on its tables, so nothing a busy worker's statements can meet in the other order.
+          if (missingOf(yield* lookUp.pipe(Effect.mapError(fail("create queue", queue)))).length === 0) return
           yield* withTransaction(
             sql,
             Effect.gen(function* () {
               yield* statements.queueLockTransaction(name.physical)
+              // again under the lock: another process may have made some of it meanwhile
+              const present = yield* lookUp
+              const makeTables = (physical: string) => {
+                const names = statements.queueRelationNames(physical)
+                const step = (relation: string, statement: Effect.Effect<unknown, SqlError>) =>
+                  present.has(`relation:${relation}`) ? Effect.void : statement
+                return Effect.all(
+                  [
+                    step(names.messages, statements.queueCreateMessageTable(physical)),
+                    step(names.visibilityIndex, statements.queueCreateVisibilityIndex(physical)),
+                    step(names.archive, statements.queueCreateArchiveTable(physical)),
+                    step(names.archiveIndex, statements.queueCreateArchiveIndex(physical))
+                  ],
+                  { discard: true }
+                )
+              }
+              const register = (physical: string, deadLetterOf: string | null) =>
+                present.has(`queue:${physical}`)
+                  ? Effect.succeed(false)
+                  : Effect.map(statements.queueRegister(physical, deadLetterOf), (rows) => rows.length > 0)
               yield* makeTables(name.physical)
-              const fresh = yield* statements.queueRegister(name.physical, null)
+              const fresh = yield* register(name.physical, null)
               // only on a new queue: on a populated one a plain build would block its writes
-              if (options?.fairIndex === true && fresh.length > 0 && !QueueName.isDeadLetter(name)) {
+              if (options?.fairIndex === true && fresh && !QueueName.isDeadLetter(name)) {
                 yield* statements.queueCreateFairIndex(name.physical)
               }
               if (!QueueName.isDeadLetter(name)) {
                 yield* makeTables(dead.physical)
-                yield* statements.queueRegister(dead.physical, name.physical)
+                yield* register(dead.physical, name.physical)
               }
             })
           ).pipe(Effect.mapError(fail("create queue", queue)))
