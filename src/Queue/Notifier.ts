@@ -7,8 +7,9 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Context, Duration, Effect, Latch, Layer, Queue, Ref, Schedule, type Scope } from "effect"
+import { Context, Duration, Effect, Latch, Layer, Queue, Ref, type Scope } from "effect"
 import { PgBusConfig } from "../Config.ts"
+import * as OutageBackoff from "../internal/OutageBackoff.ts"
 import type { Message } from "./Message.ts"
 
 /** What the notifier is doing: off by config, not yet needed, listening, or reconnecting. */
@@ -70,11 +71,8 @@ interface Subscriber {
   pending: boolean
 }
 
-/** Backoff between LISTEN reconnects: 50 ms doubling, capped at one second, jittered. */
-const reconnectSchedule = Schedule.exponential("50 millis", 2).pipe(
-  Schedule.modifyDelay(({ duration }) => Effect.succeed(Duration.min(duration, Duration.seconds(1)))),
-  Schedule.jittered
-)
+/** Backoff between LISTEN reconnects over one outage: 50 ms doubling, capped at one second, jittered. */
+const reconnectBackoff = () => OutageBackoff.make("50 millis", "1 second", true)
 
 /** Notification payload that wakes every reader (sent after a reconnect). */
 export const WAKE_ALL = "*"
@@ -143,9 +141,12 @@ export class Notifier extends Context.Service<
         }
       }
 
+      const reconnects = reconnectBackoff()
       const listenOnce = Effect.scoped(
         Effect.gen(function* () {
           const inbox = yield* pg.listen(channel)
+          // listening again ends the outage: the next loss starts at the first delay
+          reconnects.succeeded()
           counts.connects++
           yield* Ref.set(status, "listening")
           // notifications sent while we were not listening are lost: wake everyone to poll once
@@ -161,13 +162,15 @@ export class Notifier extends Context.Service<
       if (config.listenNotify) {
         yield* started.await.pipe(
           Effect.andThen(
-            listenOnce.pipe(
-              Effect.tapError((error) =>
-                Ref.set(status, "reconnecting").pipe(
-                  Effect.andThen(Effect.logWarning("pgbus notifier: LISTEN connection lost, polling fast", error))
+            OutageBackoff.retryLoop(listenOnce, reconnects, (error, pause) =>
+              Ref.set(status, "reconnecting").pipe(
+                Effect.andThen(
+                  Effect.logWarning(
+                    `pgbus notifier: LISTEN connection lost, polling fast, reconnecting in ${Duration.toMillis(pause)} ms`,
+                    error
+                  ).pipe(Effect.annotateLogs({ retryInMs: Duration.toMillis(pause) }))
                 )
-              ),
-              Effect.retry(reconnectSchedule)
+              )
             )
           ),
           Effect.forkScoped

@@ -11,6 +11,7 @@
 import { Cause, Clock, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule, Semaphore } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient } from "../Database.ts"
+import * as OutageBackoff from "../internal/OutageBackoff.ts"
 import type { MemberOutcome } from "../Job/BatchMembership.ts"
 import { archivableByClaim, makeCompleter, type Outcome } from "../Job/Completer.ts"
 import { execute, jobOf } from "../Job/Executor.ts"
@@ -465,11 +466,14 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     // While the queues have more, claim only once a good part of the capacity is free (one
     // read feeds many jobs; in bench:jobs reading at every freed slot cost a read per job).
     // Once they are drained, any free slot is claimed at the next notification or poll.
+    // 100 ms doubling to 5 s over one outage: a successful claim starts the next at 100 ms
+    const readBackoff = OutageBackoff.make("100 millis", "5 seconds")
     const readLoop = Effect.gen(function* () {
       while (!stopping) {
         if (queuesMayHaveMore ? worthClaiming() : room() > 0) {
           capacityFreed.closeUnsafe()
           yield* claim
+          readBackoff.succeeded()
           stats.healthy = true
           // let the executors start what was just claimed first: short jobs free their slots
           // meanwhile, so the next claim is larger (fewer statements per job)
@@ -486,18 +490,18 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           if (room() <= 0) wokenWhileFull = true
         }
       }
-    }).pipe(
-      Effect.tapError((error) =>
+    }).pipe((loop) =>
+      OutageBackoff.retryLoop(loop, readBackoff, (error, pause) =>
         Effect.sync(() => {
           stats.healthy = false
-        }).pipe(Effect.andThen(Effect.logWarning("pgbus: worker read failed, retrying", error)))
-      ),
-      Effect.retry(
-        Schedule.exponential("100 millis", 2).pipe(
-          Schedule.modifyDelay(({ duration }) => Effect.succeed(Duration.min(duration, Duration.seconds(5))))
+        }).pipe(
+          Effect.andThen(
+            Effect.logWarning(`pgbus: worker read failed, retrying in ${Duration.toMillis(pause)} ms`, error).pipe(
+              Effect.annotateLogs({ retryInMs: Duration.toMillis(pause) })
+            )
+          )
         )
-      ),
-      Effect.orDie
+      )
     )
 
     // The polling backstop wakes the read loop like a NOTIFY does, so that the loop waits on the
