@@ -61,6 +61,12 @@ describe("the outcome of a delivery", () => {
     assert.deepStrictEqual(beforeRun(own, 9), { _tag: "DeadLetter", failure: undefined, maxRetries: 8 })
     assert.isUndefined(beforeRun(own, 8))
   })
+  it("a delivery at the read-count limit dead-letters before running whatever the policy allows", () => {
+    const endless: ResolvedRetryPolicy = { ...policy, maxRetries: Number.MAX_SAFE_INTEGER }
+    const outcome = beforeRun(endless, 2_147_483_647)
+    assert.strictEqual(outcome?._tag === "DeadLetter" && outcome.reason, "read_count_limit")
+    assert.isUndefined(beforeRun(endless, 2_147_483_646))
+  })
   it("a defect is a failure too, named by its class", () => {
     const outcome = decide(Exit.die(new RangeError("bad")), 1, policy, 0.5)
     assert.strictEqual(outcome._tag === "Retry" && outcome.failure.errorClass, "RangeError")

@@ -11,7 +11,7 @@
  */
 import { Cause, Duration, Effect, Exit, Fiber } from "effect"
 import { retryTransient } from "../Database.ts"
-import { type Failure, type Message, receiptOf } from "../Queue/Message.ts"
+import { type DeadLetterReason, type Failure, type Message, READ_COUNT_LIMIT, receiptOf } from "../Queue/Message.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
 import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "./BatchMembership.ts"
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
@@ -31,7 +31,13 @@ export type Outcome =
    * No attempt is left (or the delivery is past the limit): move to the dead-letter queue.
    * `maxRetries` is the job's own policy's, written into the block.
    */
-  | { readonly _tag: "DeadLetter"; readonly failure: Failure | undefined; readonly maxRetries: number }
+  | {
+      readonly _tag: "DeadLetter"
+      readonly failure: Failure | undefined
+      readonly maxRetries: number
+      /** Why, when it is not that the retries were used up. */
+      readonly reason?: DeadLetterReason | undefined
+    }
   /** The run was interrupted (shutdown past the drain timeout): give the message back. */
   | { readonly _tag: "Abandoned" }
 
@@ -78,7 +84,22 @@ export const decide = (
  * (delivered again without a recorded verdict: the process running it died), else none.
  */
 export const beforeRun = (policy: ResolvedRetryPolicy, readCt: number): Outcome | undefined =>
-  isExhausted(policy, readCt) ? { _tag: "DeadLetter", failure: undefined, maxRetries: policy.maxRetries } : undefined
+  readCt >= READ_COUNT_LIMIT
+    ? {
+        _tag: "DeadLetter",
+        // a row no claim can count further (its read_ct at int4's maximum) never runs again,
+        // whatever the policy: it would be claimed without end
+        failure: {
+          errorClass: "ReadCountLimit",
+          message: `the message's read count reached ${READ_COUNT_LIMIT}: no further delivery can be counted`,
+          attempt: readCt
+        },
+        maxRetries: policy.maxRetries,
+        reason: "read_count_limit"
+      }
+    : isExhausted(policy, readCt)
+      ? { _tag: "DeadLetter", failure: undefined, maxRetries: policy.maxRetries }
+      : undefined
 
 /** Whether a claim may archive a success in its own statement: not a batch member (those end after their archive). */
 export const archivableByClaim = (m: Message): boolean => m.headers[BATCH_ID_HEADER] === undefined
@@ -145,6 +166,7 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
           store.moveToDeadLetter(m.queue, receipt, {
             source: jobOf(registry, m).registered?.deadLetterSource ?? "worker",
             maxRetries: outcome.maxRetries,
+            ...(outcome.reason ? { reason: outcome.reason } : {}),
             ...(outcome.failure ? { failure: outcome.failure } : {})
           })
         ).pipe(

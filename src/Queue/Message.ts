@@ -60,8 +60,14 @@ export const DeadLetterBlock = Schema.Struct({
 })
 export type DeadLetterBlock = typeof DeadLetterBlock.Type
 
-/** Reasons a message is dead-lettered. */
-export type DeadLetterReason = "max_retries_exceeded" | "manual"
+/**
+ * Reasons a message is dead-lettered: its retries were used up, an operator moved it, or its
+ * read count reached `READ_COUNT_LIMIT` (no further delivery could be counted).
+ */
+export type DeadLetterReason = "max_retries_exceeded" | "manual" | "read_count_limit"
+
+/** The highest read count a message can carry (`read_ct` is an int4): a claim stops counting there. */
+export const READ_COUNT_LIMIT = 2_147_483_647
 
 /** Which process moved a message to its DLQ. */
 export type DeadLetterSource = "worker" | "consumer" | "operator"

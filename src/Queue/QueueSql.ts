@@ -12,6 +12,7 @@
 import { PgTypes } from "@effect/sql-pg"
 import { Result } from "effect"
 import type { SqlClient, Statement } from "effect/sql"
+import { READ_COUNT_LIMIT } from "./Message.ts"
 
 /** A message row as stored. */
 export interface MessageRow {
@@ -107,6 +108,17 @@ const typedArray = (values: ReadonlyArray<unknown>, oid: number): unknown =>
   Result.getOrThrow(PgTypes.array(values, oid))
 
 const NOW = (sql: SqlClient.SqlClient, now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
+
+// A claim's next read count, capped at int4's maximum: a row already there (written by hand,
+// or after two billion deliveries) is still claimed, and the worker dead-letters it
+// (`read_count_limit`), instead of failing every claim of its queue with "integer out of range".
+const READ_COUNT_NEXT_EXPR = `least(q.read_ct, ${READ_COUNT_LIMIT - 1}) + 1`
+
+// `pgbus_dlq_retries` of hand-written headers may be anything: only an integral JSON number in
+// int4's range counts, else none (a cast of another value would fail the dead-lettering).
+const DLQ_RETRIES_EXPR = `CASE WHEN jsonb_typeof(d.headers -> 'pgbus_dlq_retries') = 'number'
+    AND (d.headers ->> 'pgbus_dlq_retries')::numeric BETWEEN 0 AND ${READ_COUNT_LIMIT - 1}
+  THEN floor((d.headers ->> 'pgbus_dlq_retries')::numeric)::int4 END`
 
 // The fair-share key of a message, spelled exactly as the fair index's expression, so that the
 // planner matches it (a bound parameter would not match).
@@ -365,7 +377,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
       t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
       UPDATE ${messages(physical)} q
       SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
-          read_ct = q.read_ct + 1,
+          read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
           claimed_by = ${claimedBy}
       WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
@@ -400,7 +412,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
       u AS (
         UPDATE ${messages(physical)} q
         SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
-            read_ct = q.read_ct + 1,
+            read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
             claimed_by = ${claimedBy}
         WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error)
@@ -457,7 +469,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         FOR UPDATE OF t SKIP LOCKED)
       UPDATE ${q} q
       SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
-          read_ct = q.read_ct + 1,
+          read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
           claimed_by = ${claimedBy}
       FROM c WHERE q.msg_id = c.msg_id
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
@@ -584,7 +596,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
                'max_retries', ${block.maxRetries}::int4,
                'dead_lettered_at', to_char(${NOW(sql, now)} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                'retries_from_dlq', CASE WHEN jsonb_typeof(d.headers) = 'object'
-                                        THEN (d.headers ->> 'pgbus_dlq_retries')::int4 END))
+                                        THEN ${sql.literal(DLQ_RETRIES_EXPR)} END))
              || coalesce(${block.error}::jsonb, d.last_error, '{}'::jsonb))
       FROM d
       RETURNING msg_id`
@@ -605,7 +617,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         INSERT INTO ${messages(targetPhysical)} (enqueued_at, vt, message, headers)
         SELECT ${NOW(sql, now)}, ${NOW(sql, now)}, d.message,
           (coalesce(d.headers, '{}'::jsonb) - 'pgbus_dead_letter')
-            || jsonb_build_object('pgbus_dlq_retries', coalesce((d.headers ->> 'pgbus_dlq_retries')::int4, 0) + 1)
+            || jsonb_build_object('pgbus_dlq_retries', coalesce(${sql.literal(DLQ_RETRIES_EXPR)}, 0) + 1)
         FROM d ORDER BY d.msg_id
         RETURNING msg_id)
       SELECT msg_id FROM m ${notifyFilter(targetPhysical)}`
