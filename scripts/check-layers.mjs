@@ -10,6 +10,7 @@ import { dirname, join, relative, resolve } from "node:path"
 // file without its extension: `Config` is `Config.ts` and `Config/`). One row holds peers.
 const layers = [
   ["internal", "version", "Connection"], // leaf helpers: they import nothing of the library (Connection: the URL, libpq's variables, TLS)
+  ["Input"], // the rules of public inputs (text, numbers, JSON, durations, targets) every entry point checks
   ["Config"],
   ["Database"],
   ["Migrations"],

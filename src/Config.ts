@@ -56,6 +56,9 @@ export interface EventFairShareInput {
 const PositiveDuration = Schema.Duration.check(
   Schema.makeFilter<Duration.Duration>((d) => Duration.isPositive(d) || "must be greater than zero")
 )
+const NonNegativeDuration = Schema.Duration.check(
+  Schema.makeFilter<Duration.Duration>((d) => !Duration.isNegative(d) || "must be zero or more")
+)
 const NonNegativeInt = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
 const PositiveInt = Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))
 const Identifier = (max: number) =>
@@ -237,7 +240,7 @@ export const keys = {
     defaultDoc: "a third of `visibilityTimeout`",
     section: "workers"
   }),
-  drainTimeout: key(Kinds.duration(Schema.Duration), {
+  drainTimeout: key(Kinds.duration(NonNegativeDuration), {
     default: "30 seconds",
     doc: "On shutdown, how long jobs in flight may take to finish before they are abandoned.",
     section: "workers"

@@ -79,7 +79,8 @@ describe("configuration", () => {
     ["a tiny payload cap", { maxPayloadSize: 10 }, "maxPayloadSize"],
     ["a batch sweep interval of 0", { batchSweepInterval: 0 }, "batchSweepInterval"],
     ["a negative batch stall threshold", { batchStallThreshold: "-5 minutes" }, "batchStallThreshold"],
-    ["a batch retention of 0", { batchRetention: "0 millis" }, "batchRetention"]
+    ["a batch retention of 0", { batchRetention: "0 millis" }, "batchRetention"],
+    ["a negative drain timeout", { drainTimeout: -1 }, "drainTimeout"]
   ]
   for (const [what, overrides, key] of invalid) {
     it.effect(`${what} fails with a ConfigurationError naming ${key}`, () =>

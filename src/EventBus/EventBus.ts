@@ -11,6 +11,7 @@ import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { type DatabaseError, serverError, statementNow, toDatabaseError } from "../Database.ts"
+import * as Input from "../Input.ts"
 import { JobClient, physicalQueueOf, servedQueues, TRACEPARENT } from "../Job/JobClient.ts"
 import {
   checkFairShare,
@@ -59,6 +60,9 @@ export {
   subscribe
 } from "./Subscription.ts"
 
+const PUBLISH_OPTION_KEYS = ["headers", "delay", "at", "eventId"] as const
+const EVENT_INPUT_KEYS = [...PUBLISH_OPTION_KEYS, "routingKey", "payload"] as const
+
 /** One event of `publishMany`. */
 export interface EventInput extends PublishOptions {
   readonly routingKey: string
@@ -93,17 +97,6 @@ export const eventDeliveries = Metric.counter("pgbus_event_deliveries_total", {
 export const SUBSCRIPTION_CACHE_TTL = Duration.seconds(1)
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-
-const isObject = (u: unknown): u is Readonly<Record<string, unknown>> =>
-  typeof u === "object" && u !== null && !Array.isArray(u)
-
-const jsonText = (value: unknown): string | undefined => {
-  try {
-    return JSON.stringify(value)
-  } catch {
-    return undefined
-  }
-}
 
 /** An event validated and serialised, ready for the fan-out statement. */
 export interface PreparedEvent {
@@ -227,27 +220,34 @@ export const makePublisher = (deps: PublisherDeps) =>
 
     const prepare = (input: EventInput, context?: PrepareContext) =>
       Effect.gen(function* () {
+        if (!Input.isPlainObject(input)) {
+          return yield* new InvalidEventPayload({ routingKey: "", issue: "an event must be an object" })
+        }
         const { routingKey } = input
         const problem = Topic.routingKeyProblem(routingKey)
-        if (problem !== undefined) return yield* new InvalidRoutingKey({ routingKey, reason: problem })
+        if (problem !== undefined)
+          return yield* new InvalidRoutingKey({ routingKey: String(routingKey), reason: problem })
         const invalid = (issue: string) => new InvalidEventPayload({ routingKey: String(routingKey), issue })
+        const options = Input.optionsProblem(input, EVENT_INPUT_KEYS, "the event")
+        if (options !== undefined) return yield* invalid(options)
         if (input.payload === undefined) return yield* invalid("the payload is not JSON (undefined)")
+        const payloadProblem = Input.jsonProblem(input.payload, "payload")
+        if (payloadProblem !== undefined) return yield* invalid(payloadProblem)
         if (input.eventId !== undefined && !UUID.test(input.eventId)) {
           return yield* invalid("eventId must be a UUID")
         }
-        if (input.headers !== undefined && !isObject(input.headers))
-          return yield* invalid("headers must be a JSON object")
+        if (input.headers !== undefined) {
+          const headersProblem = Input.headersProblem(input.headers)
+          if (headersProblem !== undefined) return yield* invalid(headersProblem)
+        }
         let delayMs = 0
         if (input.delay !== undefined) {
-          const d = Duration.fromInput(input.delay)
-          if (Option.isNone(d) || !Duration.isFinite(d.value) || Duration.isNegative(d.value)) {
-            return yield* invalid("delay must be a finite, non-negative duration")
-          }
-          delayMs = Duration.toMillis(d.value)
+          const ms = Input.durationMillis(input.delay)
+          if (ms === undefined) return yield* invalid("delay must be a finite, non-negative duration")
+          delayMs = ms
         }
         if (input.at !== undefined) {
-          if (!(input.at instanceof Date) || Number.isNaN(input.at.getTime()))
-            return yield* invalid("at must be a Date")
+          if (!Input.isValidDate(input.at)) return yield* invalid("at must be a Date")
           if (input.delay !== undefined) return yield* invalid("give either delay or at, not both")
         }
         const attributes = context?.attributes ?? (yield* CurrentAttributes)
@@ -275,10 +275,11 @@ export const makePublisher = (deps: PublisherDeps) =>
           ...(tag !== undefined && tag.weight !== 1 ? { fair_weight: tag.weight } : {})
         }
         // the tag also sits beside the envelope, where the fair read and its index look
-        const message = jsonText({ job: EVENT_JOB, payload: envelope, ...fairFields(tag) })
-        if (message === undefined) {
-          return yield* invalid("the payload, headers or attributes are not JSON (a bigint, a cycle, a function)")
+        const json = Input.storableJson({ job: EVENT_JOB, payload: envelope, ...fairFields(tag) })
+        if (json.problem !== undefined) {
+          return yield* invalid(`the payload, headers or attributes cannot be stored: ${json.problem}`)
         }
+        const message = json.text
         if (message.length * 3 > config.maxPayloadSize) {
           const size = Buffer.byteLength(message, "utf8")
           if (size > config.maxPayloadSize) {
@@ -343,12 +344,18 @@ export const makePublisher = (deps: PublisherDeps) =>
 
     const publishMany = (inputs: Iterable<EventInput>) =>
       Effect.gen(function* () {
+        if (inputs === null || typeof inputs !== "object" || !(Symbol.iterator in inputs)) {
+          return yield* new InvalidEventPayload({ routingKey: "", issue: "the events must be an iterable (an array)" })
+        }
         const prepared = yield* Effect.forEach(inputs, (input) => prepare(input))
         return yield* send(prepared)
       }).pipe(Effect.withSpan("pgbus.event.publish_many", {}, { captureStackTrace: false }))
 
     const publish = (routingKey: string, payload: unknown, options?: PublishOptions) =>
       Effect.gen(function* () {
+        const problem = Input.optionsProblem(options, PUBLISH_OPTION_KEYS, "publish options")
+        if (problem !== undefined)
+          return yield* new InvalidEventPayload({ routingKey: String(routingKey), issue: problem })
         const prepared = yield* prepare({ ...options, routingKey, payload })
         const [published] = yield* send([prepared])
         return published!

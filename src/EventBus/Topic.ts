@@ -6,6 +6,8 @@
  * @since 0.1.0
  */
 
+import { isStorableText } from "../internal/storable.ts"
+
 /** Longest routing key or pattern, in characters. */
 export const MAX_LENGTH = 255
 
@@ -16,6 +18,7 @@ const SEGMENT = /^[^.*#\s]+$/
 export const routingKeyProblem = (key: string): string | undefined => {
   if (typeof key !== "string" || key.length === 0) return "must be a non-empty string"
   if (key.length > MAX_LENGTH) return `must have at most ${MAX_LENGTH} characters`
+  if (!isStorableText(key)) return "must not contain a NUL character or a lone surrogate"
   for (const segment of key.split(".")) {
     if (segment === "") return "must not have an empty segment (leading, trailing or doubled dot)"
     if (!SEGMENT.test(segment)) return "segments must not contain *, # or whitespace (wildcards belong in patterns)"
@@ -27,6 +30,7 @@ export const routingKeyProblem = (key: string): string | undefined => {
 export const patternProblem = (pattern: string): string | undefined => {
   if (typeof pattern !== "string" || pattern.length === 0) return "must be a non-empty string"
   if (pattern.length > MAX_LENGTH) return `must have at most ${MAX_LENGTH} characters`
+  if (!isStorableText(pattern)) return "must not contain a NUL character or a lone surrogate"
   for (const segment of pattern.split(".")) {
     if (segment === "") return "must not have an empty segment (leading, trailing or doubled dot)"
     if (segment === "*" || segment === "#") continue

@@ -9,9 +9,10 @@ import { Context, Effect, Exit, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient } from "../Database.ts"
+import * as Input from "../Input.ts"
 import { type FairTag, fairFields, resolveFairShare } from "../Queue/FairShare.ts"
 import { type LocalSlot, Notifier } from "../Queue/Notifier.ts"
-import type { QueueError } from "../Queue/QueueError.ts"
+import { InvalidMessage, InvalidQueueName, type QueueError } from "../Queue/QueueError.ts"
 import * as QueueName from "../Queue/QueueName.ts"
 import type { BatchEntry, CreateOptions, SendOptions } from "../Queue/QueueStore.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
@@ -28,6 +29,50 @@ export type Envelope = typeof Envelope.Type
 export type TaggedEnvelope = Envelope & {
   readonly pgbus_fair_key?: string
   readonly pgbus_fair_weight?: number
+}
+
+/** A job's name for spans, whatever was given as the job. */
+const jobName = (job: unknown): string => (Input.isPlainObject(job) ? String(job.name) : String(job))
+
+const ENQUEUE_OPTIONS = ["delay", "at", "headers", "queue", "priority"] as const
+
+/**
+ * Checks a job and the options of an enqueue before anything is written (a queue created
+ * for a call that fails would be a write): a job definition, known option keys, headers a
+ * JSON object of storable values, a finite non-negative delay, a valid `at`, a priority in
+ * range, a queue that is not a dead-letter queue.
+ */
+export const checkEnqueue = (
+  job: unknown,
+  options: unknown
+): InvalidPayload | InvalidMessage | InvalidQueueName | undefined => {
+  if (!Input.isPlainObject(job) || typeof job.name !== "string" || !Schema.isSchema(job.payload)) {
+    return new InvalidPayload({ job: String(job), issue: "not a job definition (Job.make)" })
+  }
+  const queue = Input.isPlainObject(options) && typeof options.queue === "string" ? options.queue : String(job.queue)
+  const invalid = (reason: string) => new InvalidMessage({ queue, reason })
+  const problem = Input.optionsProblem(options, ENQUEUE_OPTIONS, "enqueue options")
+  if (problem !== undefined || options === undefined) return problem === undefined ? undefined : invalid(problem)
+  const o = options as EnqueueOptions
+  if (o.headers !== undefined) {
+    const headers = Input.headersProblem(o.headers)
+    if (headers !== undefined) return invalid(headers)
+  }
+  if (o.delay !== undefined && Input.durationMillis(o.delay) === undefined) {
+    return invalid("delay must be a finite, non-negative duration")
+  }
+  if (o.at !== undefined && !Input.isValidDate(o.at)) return invalid("at must be a valid Date")
+  if (o.priority !== undefined) {
+    const priority = Input.intProblem(o.priority, 0, Input.INT4_MAX, "priority")
+    if (priority !== undefined) return invalid(priority)
+  }
+  if (o.queue !== undefined) {
+    if (typeof o.queue !== "string") return new InvalidQueueName({ name: String(o.queue), rule: "must be a string" })
+    if (o.queue.endsWith(QueueName.DEAD_LETTER_SUFFIX)) {
+      return new InvalidQueueName({ name: o.queue, rule: "a job cannot be sent to a dead-letter queue" })
+    }
+  }
+  return undefined
 }
 
 /** W3C trace context header carrying the enqueuer's span. */
@@ -193,6 +238,11 @@ export class JobClient extends Context.Service<
         options?: EnqueueOptions
       ) =>
         Effect.gen(function* () {
+          const refused = checkEnqueue(job, options)
+          if (refused !== undefined) return yield* refused
+          if (payloads === null || typeof payloads !== "object" || !(Symbol.iterator in payloads)) {
+            return yield* new InvalidPayload({ job: job.name, issue: "the payloads must be an iterable (an array)" })
+          }
           const queue = physicalQueueOf(config, job, options)
           // read once: an iterable may be a one-shot generator
           const given = Array.isArray(payloads) ? (payloads as ReadonlyArray<P>) : Array.from(payloads)
@@ -222,7 +272,9 @@ export class JobClient extends Context.Service<
           const batch = yield* CurrentBatch
           const ids = yield* batch === undefined ? store.sendBatch(queue, entries) : batch.send(queue, entries)
           return ids.map((id) => jobRef(queue, id))
-        }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))
+        }).pipe(
+          Effect.withSpan("pgbus.job.enqueue", { attributes: { job: jobName(job) } }, { captureStackTrace: false })
+        )
 
       // Local dispatch: a job due now, sent outside a transaction from a process whose worker of
       // its queue is idle (its queues drained, a slot free), is inserted claimed for that worker
@@ -264,6 +316,8 @@ export class JobClient extends Context.Service<
 
       const enqueue = <P>(job: Job<string, P, unknown, unknown, unknown>, payload: P, options?: EnqueueOptions) =>
         Effect.gen(function* () {
+          const refused = checkEnqueue(job, options)
+          if (refused !== undefined) return yield* refused
           const queue = physicalQueueOf(config, job, options)
           const encoded = yield* encodeOne(job, payload)
           const tag =
@@ -287,7 +341,9 @@ export class JobClient extends Context.Service<
           const slot = yield* reserveLocal(job.name, queue, options)
           if (slot === undefined) return jobRef(queue, yield* store.send(queue, message, sendOptions))
           return jobRef(queue, yield* sendLocal(queue, message, sendOptions.headers, slot))
-        }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))
+        }).pipe(
+          Effect.withSpan("pgbus.job.enqueue", { attributes: { job: jobName(job) } }, { captureStackTrace: false })
+        )
 
       return JobClient.of({
         enqueue: enqueue as JobClient["Service"]["enqueue"],

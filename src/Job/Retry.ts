@@ -5,6 +5,7 @@
  */
 import { Duration } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
+import * as Input from "../Input.ts"
 
 /** How a job retries: each key left out takes the config's value. */
 export interface RetryPolicy {
@@ -34,11 +35,18 @@ export const resolvePolicy = (config: PgBusConfigShape, policy: RetryPolicy | un
   jitter: policy?.jitter ?? config.retryBackoffJitter
 })
 
-/** Checks a policy; a message when it is invalid. */
+const RETRY_POLICY_KEYS = ["maxRetries", "backoff", "backoffMax", "jitter"] as const
+
+/** Checks a policy (no key but its four); a message when it is invalid. */
 export const checkPolicy = (policy: RetryPolicy): string | undefined => {
-  // it counts deliveries: 0 would send every message to the DLQ unrun
-  if (policy.maxRetries !== undefined && (!Number.isInteger(policy.maxRetries) || policy.maxRetries < 1)) {
-    return "retry.maxRetries must be an integer of at least 1 (it counts deliveries)"
+  const keys = Input.optionsProblem(policy, RETRY_POLICY_KEYS, "retry")
+  if (keys !== undefined) return keys
+  // it counts deliveries: 0 would send every message to the DLQ unrun; a read count is an int4
+  if (
+    policy.maxRetries !== undefined &&
+    (!Number.isInteger(policy.maxRetries) || policy.maxRetries < 1 || policy.maxRetries >= Input.INT4_MAX)
+  ) {
+    return `retry.maxRetries must be an integer from 1 to ${Input.INT4_MAX - 1} (it counts deliveries)`
   }
   for (const key of ["backoff", "backoffMax"] as const) {
     const value = policy[key]

@@ -11,6 +11,7 @@ import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
 import { serverError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
+import * as Input from "../Input.ts"
 import { hotSpan } from "../internal/span.ts"
 import { type FairClaim, FairCursor } from "./FairShare.ts"
 import {
@@ -365,53 +366,47 @@ export class QueueStore extends Context.Service<
           return toDatabaseError(`${operation} ${queue}`)(error)
         }
 
-      const jsonText = (value: unknown): string | undefined => {
-        try {
-          return JSON.stringify(value)
-        } catch {
-          return undefined
-        }
-      }
-
       // Synchronous on purpose: it runs for every message of every batch (bench:queue).
       const encodeUnsafe = (
         queue: string,
         entry: BatchEntry,
         last?: { headers: BatchEntry["headers"]; text: string | null }
       ): EncodedMessage | QueueError => {
-        const message = jsonText(entry.message)
-        if (message === undefined) {
-          return new InvalidMessage({ queue, reason: "the message is not JSON (undefined, a function or a bigint)" })
-        }
-        if (message.length * 3 > config.maxPayloadSize) {
-          const size = Buffer.byteLength(message, "utf8")
-          if (size > config.maxPayloadSize) return new PayloadTooLarge({ queue, size, limit: config.maxPayloadSize })
-        }
+        if (!Input.isPlainObject(entry)) return new InvalidMessage({ queue, reason: "an entry must be an object" })
+        const json = Input.storableJson(entry.message, "message")
+        if (json.problem !== undefined) return new InvalidMessage({ queue, reason: json.problem })
+        const message = json.text
         let headers: string | null = null
         // a batch usually shares one headers object (Job.enqueueMany): encoded once
         if (last !== undefined && entry.headers !== undefined && entry.headers === last.headers) {
           headers = last.text
         } else if (entry.headers !== undefined) {
           if (!isObject(entry.headers)) return new InvalidMessage({ queue, reason: "headers must be a JSON object" })
-          const text = jsonText(entry.headers)
-          if (text === undefined) return new InvalidMessage({ queue, reason: "the headers are not JSON" })
-          headers = text
+          const text = Input.storableJson(entry.headers, "headers")
+          if (text.problem !== undefined) return new InvalidMessage({ queue, reason: text.problem })
+          headers = text.text
           if (last !== undefined) {
             last.headers = entry.headers
-            last.text = text
+            last.text = text.text
           }
+        }
+        // the headers count towards maxPayloadSize too (they are stored beside the message)
+        const length = message.length + (headers?.length ?? 0)
+        if (length * 3 > config.maxPayloadSize) {
+          const size = Buffer.byteLength(message, "utf8") + (headers === null ? 0 : Buffer.byteLength(headers, "utf8"))
+          if (size > config.maxPayloadSize) return new PayloadTooLarge({ queue, size, limit: config.maxPayloadSize })
         }
         let delayMs = 0
         if (entry.delay !== undefined) {
-          const d = Duration.fromInput(entry.delay)
-          if (Option.isNone(d) || !Duration.isFinite(d.value) || Duration.isNegative(d.value)) {
+          const ms = Input.durationMillis(entry.delay)
+          if (ms === undefined) {
             return new InvalidMessage({ queue, reason: "delay must be a finite, non-negative duration" })
           }
-          delayMs = Duration.toMillis(d.value)
+          delayMs = ms
         }
         let at: Date | null = null
         if (entry.at !== undefined) {
-          if (!(entry.at instanceof Date) || Number.isNaN(entry.at.getTime())) {
+          if (!Input.isValidDate(entry.at)) {
             return new InvalidMessage({ queue, reason: "at must be a valid Date" })
           }
           if (entry.delay !== undefined)
@@ -437,12 +432,15 @@ export class QueueStore extends Context.Service<
 
       const durationMs = (queue: string, input: Duration.Input | undefined, fallback: number, what: string) => {
         if (input === undefined) return Effect.succeed(fallback)
-        const d = Duration.fromInput(input)
-        if (Option.isNone(d) || !Duration.isFinite(d.value) || Duration.isNegative(d.value)) {
-          return Effect.fail(new InvalidMessage({ queue, reason: `${what} must be a finite, non-negative duration` }))
-        }
-        return Effect.succeed(Duration.toMillis(d.value))
+        const ms = Input.durationMillis(input)
+        return ms === undefined
+          ? Effect.fail(new InvalidMessage({ queue, reason: `${what} must be a finite, non-negative duration` }))
+          : Effect.succeed(ms)
       }
+
+      /** Fails with InvalidMessage when `problem` names one. */
+      const refuse = (queue: string, problem: string | undefined) =>
+        problem === undefined ? Effect.void : Effect.fail(new InvalidMessage({ queue, reason: problem }))
 
       const create = (queue: string, options?: CreateOptions) =>
         Effect.gen(function* () {
@@ -589,6 +587,7 @@ export class QueueStore extends Context.Service<
       const sendBatch = (queue: string, entries: ReadonlyArray<BatchEntry>) =>
         Effect.gen(function* () {
           const name = yield* validateName(queue)
+          if (!Array.isArray(entries)) return yield* new InvalidMessage({ queue, reason: "entries must be an array" })
           if (entries.length === 0) return [] as ReadonlyArray<bigint>
           const encoded = yield* encodeAll(queue, entries)
           const now = yield* statementNow
@@ -727,6 +726,7 @@ export class QueueStore extends Context.Service<
         (queue: string, targets: ReadonlyArray<Target>) =>
           Effect.gen(function* () {
             const name = yield* validateName(queue)
+            yield* refuse(queue, Input.listProblem(targets, Input.targetProblem, "targets"))
             if (targets.length === 0) return 0
             const { receipts, ids } = splitTargets(targets)
             let n = 0
@@ -763,6 +763,7 @@ export class QueueStore extends Context.Service<
 
       const release = (queue: string, receipts: ReadonlyArray<Receipt>) =>
         Effect.gen(function* () {
+          yield* refuse(queue, Input.listProblem(receipts, Input.receiptProblem, "receipts"))
           const now = yield* statementNow
           return yield* acknowledge(
             "release in",
@@ -793,6 +794,7 @@ export class QueueStore extends Context.Service<
         Effect.gen(function* () {
           const name = yield* validateName(queue)
           const dead = QueueName.deadLetterOf(name)
+          yield* refuse(queue, Input.targetProblem(target))
           const now = yield* statementNow
           const msgId = typeof target === "bigint" ? target : target.msgId
           const readCt = typeof target === "bigint" ? null : target.readCt
@@ -817,6 +819,7 @@ export class QueueStore extends Context.Service<
       const retryDeadLetters = (deadLetterQueue: string, ids: ReadonlyArray<bigint> | "all") =>
         Effect.gen(function* () {
           const dead = yield* validateName(deadLetterQueue)
+          if (ids !== "all") yield* refuse(deadLetterQueue, Input.listProblem(ids, Input.messageIdProblem, "ids"))
           const found = yield* statements
             .queueFind(dead.physical)
             .pipe(Effect.mapError(fail("find queue", deadLetterQueue)))
@@ -866,6 +869,7 @@ export class QueueStore extends Context.Service<
       const get = (queue: string, msgId: bigint) =>
         Effect.gen(function* () {
           const name = yield* validateName(queue)
+          yield* refuse(queue, Input.messageIdProblem(msgId, "msgId"))
           const rows = yield* statements.messageGet(name.physical, msgId).pipe(Effect.mapError(fail("get from", queue)))
           return Option.map(Option.fromNullishOr(rows[0]), (row) => toMessage(queue, row))
         })

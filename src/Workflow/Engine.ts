@@ -20,6 +20,7 @@ import {
 } from "../Batch/Batch.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
+import { jsonProblem } from "../Input.ts"
 import { makeBatcher, makeBatchGroup } from "../internal/Batcher.ts"
 import { boundedMemo } from "../internal/memo.ts"
 import { runSpan, stepSpan } from "../internal/span.ts"
@@ -47,6 +48,7 @@ import type {
   WorkflowRef
 } from "./Client.ts"
 import { WorkflowClient } from "./Client.ts"
+import { checkStart } from "./ClientInput.ts"
 import { resolve as resolvePolicy } from "./Policies.ts"
 import {
   type ControlVerb,
@@ -667,6 +669,9 @@ const make = Effect.gen(function* () {
       if (text === undefined) {
         return yield* new InvalidWorkflowPayload({ workflow: workflow.name, issue: "not JSON" })
       }
+      const unstorable = jsonProblem(encoded, "payload")
+      if (unstorable !== undefined)
+        return yield* new InvalidWorkflowPayload({ workflow: workflow.name, issue: unstorable })
       const size = Buffer.byteLength(text, "utf8")
       if (size > config.maxPayloadSize) {
         return yield* new InvalidWorkflowPayload({
@@ -1034,7 +1039,11 @@ const make = Effect.gen(function* () {
   }
 
   const client: WorkflowClientShape = {
-    start: (workflow, payload, options = {}) => startRun(workflow, payload, options, null),
+    start: (workflow, payload, options = {}) =>
+      Effect.suspend(() => {
+        const refused = checkStart(workflow, options)
+        return refused === undefined ? startRun(workflow, payload, options, null) : Effect.fail(refused)
+      }),
 
     get: (id, options) =>
       isUuid(id)

@@ -1,0 +1,184 @@
+/**
+ * Bad input at every public entry point: each call fails with a typed (tagged) error, never a
+ * defect nor PostgreSQL's refusal, and writes nothing (every table of the schema unchanged).
+ */
+import { assert, describe, layer } from "@effect/vitest"
+import { Cause, Effect, Exit, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import { PgBusConfig } from "../src/Config.ts"
+import * as EventBus from "../src/EventBus/EventBus.ts"
+import * as Job from "../src/Job/Job.ts"
+import { JobClient } from "../src/Job/JobClient.ts"
+import { checkPolicy } from "../src/Job/Retry.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { WorkflowClient } from "../src/Workflow/Client.ts"
+import * as Workflow from "../src/Workflow/Workflow.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+const Text = Schema.Struct({ s: Schema.String })
+const Work = Job.make("BadInputWork", { payload: Text, queue: "bad_input" }, () => Effect.void)
+const Flow = Workflow.make("BadInputFlow", { payload: Text }, function* () {})
+
+/** Rows of every table of the schema (queue tables included), by table. */
+const snapshot = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  Effect.map(
+    sql<{ readonly table_name: string; readonly n: number }>`SELECT table_name,
+        (xpath('/row/n/text()', query_to_xml(format('SELECT count(*) AS n FROM %I.%I', table_schema, table_name),
+          false, true, '')))[1]::text::int AS n
+      FROM information_schema.tables WHERE table_schema = 'pgbus' AND table_type = 'BASE TABLE'
+      ORDER BY table_name`,
+    (rows) => Object.fromEntries(rows.map((r) => [r.table_name, r.n]))
+  )
+)
+
+type Services = QueueStore | JobClient | EventBus.EventBus | WorkflowClient
+const store = <A, E>(f: (s: QueueStore["Service"]) => Effect.Effect<A, E>) => Effect.flatMap(QueueStore, f)
+const bus = <A, E>(f: (b: EventBus.EventBus["Service"]) => Effect.Effect<A, E>) => Effect.flatMap(EventBus.EventBus, f)
+const flows = <A, E>(f: (c: WorkflowClient["Service"]) => Effect.Effect<A, E>) => Effect.flatMap(WorkflowClient, f)
+const jobs = <A, E>(f: (c: JobClient["Service"]) => Effect.Effect<A, E>) => Effect.flatMap(JobClient, f)
+/** A value the types forbid, given as a caller without types would. */
+const bad = <T>(value: unknown): T => value as T
+
+const NUL = "a\u0000b"
+const LONE = "a\ud800b"
+const big = "x".repeat(300_000)
+const fn = () => 1
+
+const cases: ReadonlyArray<readonly [name: string, run: Effect.Effect<unknown, unknown, Services>, tags: string]> = [
+  // QueueStore
+  ["QueueStore.archive with a null target list", store((s) => s.archive("bad_input", bad(null))), "InvalidMessage"],
+  ["QueueStore.archive with a null target", store((s) => s.archive("bad_input", bad([null]))), "InvalidMessage"],
+  ["QueueStore.delete with a null target list", store((s) => s.delete("bad_input", bad(null))), "InvalidMessage"],
+  ["QueueStore.delete with a number target", store((s) => s.delete("bad_input", bad([5]))), "InvalidMessage"],
+  ["QueueStore.release with null", store((s) => s.release("bad_input", bad(null))), "InvalidMessage"],
+  [
+    "QueueStore.setVisibility with a null target",
+    store((s) => s.setVisibility("bad_input", bad([null]), "1 second")),
+    "InvalidMessage"
+  ],
+  [
+    "QueueStore.moveToDeadLetter with a null target",
+    store((s) => s.moveToDeadLetter("bad_input", bad(null), { source: "operator" })),
+    "InvalidMessage"
+  ],
+  [
+    "QueueStore.retryDeadLetters with null ids",
+    store((s) => s.retryDeadLetters("bad_input_dlq", bad(null))),
+    "InvalidMessage"
+  ],
+  ["QueueStore.get with a null id", store((s) => s.get("bad_input", bad(null))), "InvalidMessage"],
+  ["QueueStore.send a NUL in the message", store((s) => s.send("bad_input", { s: NUL })), "InvalidMessage"],
+  ["QueueStore.send a lone surrogate", store((s) => s.send("bad_input", { s: LONE })), "InvalidMessage"],
+  ["QueueStore.send a NaN", store((s) => s.send("bad_input", { n: Number.NaN })), "InvalidMessage"],
+  ["QueueStore.send a function", store((s) => s.send("bad_input", fn)), "InvalidMessage"],
+  [
+    "QueueStore.send headers as a string",
+    store((s) => s.send("bad_input", {}, { headers: bad("abc") })),
+    "InvalidMessage"
+  ],
+  [
+    "QueueStore.send a NUL in a header",
+    store((s) => s.send("bad_input", {}, { headers: { h: NUL } })),
+    "InvalidMessage"
+  ],
+  [
+    "QueueStore.send headers over maxPayloadSize",
+    store((s) => s.send("bad_input", {}, { headers: { h: big } })),
+    "PayloadTooLarge"
+  ],
+  ["QueueStore.send delay NaN", store((s) => s.send("bad_input", {}, { delay: Number.NaN })), "InvalidMessage"],
+  ["QueueStore.send delay {}", store((s) => s.send("bad_input", {}, { delay: bad({}) })), "InvalidMessage"],
+  ["QueueStore.send delay -1", store((s) => s.send("bad_input", {}, { delay: -1 })), "InvalidMessage"],
+  ["QueueStore.sendBatch(5)", store((s) => s.sendBatch("bad_input", bad(5))), "InvalidMessage"],
+  ["QueueStore.sendBatch([null])", store((s) => s.sendBatch("bad_input", bad([null]))), "InvalidMessage"],
+  ["QueueStore.send to a NUL queue name", store((s) => s.send(NUL, {})), "InvalidQueueName"],
+  ["QueueStore.read limit NaN", store((s) => s.read("bad_input", { limit: Number.NaN })), "InvalidMessage"],
+  // Jobs
+  ["Job.enqueue a NUL in the payload", Work.enqueue({ s: NUL }), "InvalidMessage"],
+  ["Job.enqueue a lone surrogate in the payload", Work.enqueue({ s: LONE }), "InvalidMessage"],
+  ["Job.enqueue headers as a string", Work.enqueue({ s: "x" }, { headers: bad("abc") }), "InvalidMessage"],
+  ["Job.enqueue headers over maxPayloadSize", Work.enqueue({ s: "x" }, { headers: { h: big } }), "PayloadTooLarge"],
+  ["Job.enqueue delay NaN", Work.enqueue({ s: "x" }, { delay: Number.NaN }), "InvalidMessage"],
+  ["Job.enqueue delay {}", Work.enqueue({ s: "x" }, { delay: bad({}) }), "InvalidMessage"],
+  ["Job.enqueue at an invalid Date", Work.enqueue({ s: "x" }, { at: new Date(Number.NaN) }), "InvalidMessage"],
+  ["Job.enqueue to a dead-letter queue", Work.enqueue({ s: "x" }, { queue: "x_dlq" }), "InvalidQueueName"],
+  ["Job.enqueue options not an object", Work.enqueue({ s: "x" }, bad("soon")), "InvalidMessage"],
+  ["Job.enqueueMany(5)", Work.enqueueMany(bad(5)), "InvalidPayload"],
+  ["Job.enqueueMany([null])", Work.enqueueMany(bad([null])), "InvalidPayload"],
+  ["Job.enqueueMany headers as a string", Work.enqueueMany([{ s: "x" }], { headers: bad("abc") }), "InvalidMessage"],
+  ["JobClient.enqueue(null)", jobs((c) => c.enqueue(bad<typeof Work>(null), { s: "x" })), "InvalidPayload"],
+  // Event bus
+  ["EventBus.publish a function payload", bus((b) => b.publish("bad.input", fn)), "InvalidEventPayload"],
+  ["EventBus.publish a function inside", bus((b) => b.publish("bad.input", { f: fn })), "InvalidEventPayload"],
+  ["EventBus.publish a NaN", bus((b) => b.publish("bad.input", { n: Number.NaN })), "InvalidEventPayload"],
+  ["EventBus.publish a NUL", bus((b) => b.publish("bad.input", NUL)), "InvalidEventPayload"],
+  ["EventBus.publish a lone surrogate", bus((b) => b.publish("bad.input", { s: LONE })), "InvalidEventPayload"],
+  [
+    "EventBus.publish headers as a string",
+    bus((b) => b.publish("bad.input", {}, { headers: bad("abc") })),
+    "InvalidEventPayload"
+  ],
+  ["EventBus.publish a NUL routing key", bus((b) => b.publish(NUL, {})), "InvalidRoutingKey"],
+  ["EventBus.publish delay NaN", bus((b) => b.publish("bad.input", {}, { delay: Number.NaN })), "InvalidEventPayload"],
+  ["EventBus.publishMany(5)", bus((b) => b.publishMany(bad(5))), "InvalidEventPayload"],
+  ["EventBus.publishMany([null])", bus((b) => b.publishMany(bad([null]))), "InvalidEventPayload"],
+  ["EventBus.publishMany(null)", bus((b) => b.publishMany(bad(null))), "InvalidEventPayload"],
+  // Workflows
+  ["WorkflowClient.start(null)", flows((c) => c.start(bad<typeof Flow>(null), { s: "x" })), "InvalidWorkflowPayload"],
+  ["WorkflowClient.start a NUL in the payload", Flow.start({ s: NUL }), "InvalidWorkflowPayload"],
+  ["WorkflowClient.start a NUL subject", Flow.start({ s: "x" }, { subject: NUL }), "InvalidWorkflowPayload"],
+  [
+    "WorkflowClient.start a lone surrogate in the idempotency key",
+    Flow.start({ s: "x" }, { idempotencyKey: LONE }),
+    "InvalidWorkflowPayload"
+  ],
+  [
+    "WorkflowClient.start a resource id as a number",
+    Flow.start({ s: "x" }, { resourceId: bad(5) }),
+    "InvalidWorkflowPayload"
+  ],
+  ["WorkflowClient.start options not an object", Flow.start({ s: "x" }, bad(7)), "InvalidWorkflowPayload"]
+]
+
+layer(TestDatabase.layer({ maxPayloadSize: 200_000 }), { excludeTestServices: true })("bad input", (it) => {
+  it.effect("setup: the queues exist (so that a refused call has nothing to create)", () =>
+    Effect.gen(function* () {
+      const s = yield* QueueStore
+      yield* s.create("bad_input")
+      yield* (yield* JobClient).ensureQueue("bad_input")
+      const config = yield* PgBusConfig
+      yield* (yield* JobClient).ensureQueue(config.workflowQueue)
+    })
+  )
+
+  describe("each public entry point refuses bad input with a typed error and writes nothing", () => {
+    for (const [name, run, tag] of cases) {
+      it.effect(name, () =>
+        Effect.gen(function* () {
+          const before = yield* snapshot
+          const exit = yield* Effect.exit(run)
+          assert.isTrue(Exit.isFailure(exit), `${name}: succeeded`)
+          if (Exit.isFailure(exit)) {
+            const error = Cause.findErrorOption(exit.cause)
+            assert.isTrue(error._tag === "Some", `${name}: not a typed failure: ${Cause.pretty(exit.cause)}`)
+            if (error._tag === "Some") {
+              const tagged = error.value as { readonly _tag?: unknown }
+              assert.strictEqual(tagged._tag, tag, `${name}: ${String(error.value)}`)
+            }
+          }
+          assert.deepStrictEqual(yield* snapshot, before, `${name}: wrote something`)
+        })
+      )
+    }
+  })
+
+  describe("definitions", () => {
+    it("a retry policy with an unknown key is refused", () => {
+      assert.match(checkPolicy(bad({ maxRetries: 3, maxRetry: 5 })) ?? "", /unknown key/)
+      assert.match(checkPolicy({ maxRetries: 3_000_000_000 }) ?? "", /maxRetries/)
+      assert.throws(() =>
+        Job.make("BadRetry", { payload: Text, retry: bad({ backof: "1 second" }) }, () => Effect.void)
+      )
+    })
+  })
+})
