@@ -11,6 +11,21 @@
 import { Duration, Option, Schema } from "effect"
 import { isStorableJson, isStorableText } from "./internal/storable.ts"
 
+/**
+ * An argument of a public call broke one of these rules (where the call has no error of its
+ * own for it): `input` names the argument, `issue` says what is wrong. Nothing was written.
+ *
+ * @category errors
+ */
+export class InvalidInput extends Schema.TaggedError<InvalidInput>()("InvalidInput", {
+  input: Schema.String,
+  issue: Schema.String
+}) {
+  override get message(): string {
+    return `invalid ${this.input}: ${this.issue}`
+  }
+}
+
 /** The largest PostgreSQL `integer` (int4). */
 export const INT4_MAX = 2_147_483_647
 
@@ -26,6 +41,9 @@ export const textProblem = (text: unknown, path = ""): string | undefined =>
     : isStorableText(text)
       ? undefined
       : `${where(path)}contains a NUL character or a lone surrogate (PostgreSQL cannot store it)`
+
+/** A name for an error message: the text with what PostgreSQL cannot store replaced (U+FFFD). */
+export { storableText as storableName } from "./internal/storable.ts"
 
 /** What makes a number unusable as an integer in `[min, max]`, or undefined. */
 export const intProblem = (value: unknown, min: number, max: number, path = ""): string | undefined =>
@@ -169,7 +187,9 @@ export const optionsProblem = (options: unknown, known: ReadonlyArray<string>, w
 
 /** What keeps a value from being a message id (a positive int8 as a bigint), or undefined. */
 export const messageIdProblem = (id: unknown, path = "id"): string | undefined =>
-  typeof id === "bigint" && id > 0n && id <= INT8_MAX ? undefined : `${path} must be a message id (a positive bigint)`
+  typeof id === "bigint" && id >= 0n && id <= INT8_MAX
+    ? undefined
+    : `${path} must be a message id (a bigint of 0 or more)`
 
 /** What keeps a value from being a receipt (`{ msgId, readCt }`), or undefined. */
 export const receiptProblem = (receipt: unknown, path = "receipt"): string | undefined => {

@@ -5,6 +5,7 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Cause, Effect, Exit, Schema } from "effect"
 import { SqlClient } from "effect/sql"
+import * as Batch from "../src/Batch/Batch.ts"
 import { PgBusConfig } from "../src/Config.ts"
 import * as EventBus from "../src/EventBus/EventBus.ts"
 import * as Job from "../src/Job/Job.ts"
@@ -31,7 +32,7 @@ const snapshot = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   )
 )
 
-type Services = QueueStore | JobClient | EventBus.EventBus | WorkflowClient
+type Services = QueueStore | JobClient | EventBus.EventBus | WorkflowClient | Batch.Batches
 const store = <A, E>(f: (s: QueueStore["Service"]) => Effect.Effect<A, E>) => Effect.flatMap(QueueStore, f)
 const bus = <A, E>(f: (b: EventBus.EventBus["Service"]) => Effect.Effect<A, E>) => Effect.flatMap(EventBus.EventBus, f)
 const flows = <A, E>(f: (c: WorkflowClient["Service"]) => Effect.Effect<A, E>) => Effect.flatMap(WorkflowClient, f)
@@ -43,6 +44,8 @@ const NUL = "a\u0000b"
 const LONE = "a\ud800b"
 const big = "x".repeat(300_000)
 const fn = () => 1
+/** A run that exists: verbs on it reach their checks (made in the setup). */
+let RUN = "00000000-0000-4000-8000-000000000000"
 
 const cases: ReadonlyArray<readonly [name: string, run: Effect.Effect<unknown, unknown, Services>, tags: string]> = [
   // QueueStore
@@ -137,7 +140,28 @@ const cases: ReadonlyArray<readonly [name: string, run: Effect.Effect<unknown, u
     Flow.start({ s: "x" }, { resourceId: bad(5) }),
     "InvalidWorkflowPayload"
   ],
-  ["WorkflowClient.start options not an object", Flow.start({ s: "x" }, bad(7)), "InvalidWorkflowPayload"]
+  ["WorkflowClient.start options not an object", Flow.start({ s: "x" }, bad(7)), "InvalidWorkflowPayload"],
+  ["WorkflowClient.get(null)", flows((c) => c.get(bad(null))), "InvalidInput"],
+  ["WorkflowClient.signal a NUL name", flows((c) => c.signal(RUN, NUL, {})), "InvalidSignal"],
+  ["WorkflowClient.signal a function payload", flows((c) => c.signal(RUN, "go", fn)), "InvalidSignal"],
+  ["WorkflowClient.signal a NaN payload", flows((c) => c.signal(RUN, "go", { n: Number.NaN })), "InvalidSignal"],
+  ["WorkflowClient.cancel a NUL reason", flows((c) => c.cancel(RUN, { reason: NUL })), "InvalidInput"],
+  ["WorkflowClient.cancel a NUL actor", flows((c) => c.cancel(RUN, { actor: LONE })), "InvalidInput"],
+  ["WorkflowClient.list a NUL workflow", flows((c) => c.list({ workflow: NUL })), "InvalidInput"],
+  ["WorkflowClient.findBySubject a NUL subject", flows((c) => c.findBySubject("BadInputFlow", NUL)), "InvalidInput"],
+  ["QueueStore.create(null)", store((s) => s.create(bad(null))), "InvalidQueueName"],
+  ["QueueStore.browse limit NaN", store((s) => s.browse("bad_input", { limit: Number.NaN })), "InvalidMessage"],
+  ["QueueStore.browse after a string", store((s) => s.browse("bad_input", { after: bad("x") })), "InvalidMessage"],
+  [
+    "QueueStore.read visibility NaN",
+    store((s) => s.read("bad_input", { visibilityTimeout: Number.NaN })),
+    "InvalidMessage"
+  ],
+  ["Batch.make properties as a string", Batch.make({ properties: bad("abc") }), "InvalidBatchOptions"],
+  ["Batch.make properties with a function", Batch.make({ properties: { f: fn } }), "InvalidBatchOptions"],
+  ["Batch.make properties over maxPayloadSize", Batch.make({ properties: { big } }), "InvalidBatchOptions"],
+  ["Batch.make a NUL description", Batch.make({ description: NUL }), "InvalidBatchOptions"],
+  ["EventBus.routes a NUL key", bus((b) => b.routes(NUL)), "InvalidRoutingKey"]
 ]
 
 layer(TestDatabase.layer({ maxPayloadSize: 200_000 }), { excludeTestServices: true })("bad input", (it) => {
@@ -148,6 +172,7 @@ layer(TestDatabase.layer({ maxPayloadSize: 200_000 }), { excludeTestServices: tr
       yield* (yield* JobClient).ensureQueue("bad_input")
       const config = yield* PgBusConfig
       yield* (yield* JobClient).ensureQueue(config.workflowQueue)
+      RUN = (yield* Flow.start({ s: "x" })).id
     })
   )
 

@@ -12,6 +12,7 @@ import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
 import { type DatabaseError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
+import * as Input from "../Input.ts"
 import {
   BATCH_EXECUTION_HEADER,
   BATCH_ID_HEADER,
@@ -191,14 +192,6 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 const isPlainObject = (u: unknown): u is Readonly<Record<string, unknown>> =>
   typeof u === "object" && u !== null && !Array.isArray(u) && Object.getPrototypeOf(u) === Object.prototype
-
-const jsonText = (value: unknown): string | undefined => {
-  try {
-    return JSON.stringify(value)
-  } catch {
-    return undefined
-  }
-}
 
 const OPTION_KEYS = new Set(["onFinish", "onSuccess", "onFailure", "description", "properties"])
 const SWEEP_PAGE = 1_000
@@ -417,10 +410,18 @@ const makeServices = Effect.gen(function* () {
       if (description !== undefined && (typeof description !== "string" || description.length > 1_000)) {
         return yield* invalid("description", "must be a string of at most 1,000 characters")
       }
+      const descriptionProblem = description === undefined ? undefined : Input.textProblem(description)
+      if (descriptionProblem !== undefined) return yield* invalid("description", descriptionProblem)
       if (!isPlainObject(properties)) return yield* invalid("properties", "must be a plain object")
-      const propertiesJson = jsonText(properties)
-      if (propertiesJson === undefined) {
-        return yield* invalid("properties", "must be JSON (no bigint, no cycles)")
+      const json = Input.storableJson(properties)
+      if (json.problem !== undefined) return yield* invalid("properties", `must be storable JSON: ${json.problem}`)
+      const propertiesJson = json.text
+      // stored once, and copied into each callback job's payload: bounded like one
+      if (propertiesJson.length * 3 > config.maxPayloadSize) {
+        const size = Buffer.byteLength(propertiesJson, "utf8")
+        if (size > config.maxPayloadSize) {
+          return yield* invalid("properties", `${size} bytes, over maxPayloadSize (${config.maxPayloadSize})`)
+        }
       }
       const callbacks = {
         onFinish: yield* callbackSpec("onFinish", options.onFinish),

@@ -402,12 +402,15 @@ export const makePublisher = (deps: PublisherDeps) =>
       )
     )
 
+    // a name PostgreSQL cannot store (not a string, a NUL) names no stored subscription
     const unsubscribe = (name: string) =>
-      statements.subscriptionDelete(name).pipe(
-        db("delete subscription"),
-        Effect.tap(() => invalidate),
-        Effect.map((rows) => rows.length > 0)
-      )
+      Input.textProblem(name) !== undefined
+        ? Effect.succeed(false)
+        : statements.subscriptionDelete(name).pipe(
+            db("delete subscription"),
+            Effect.tap(() => invalidate),
+            Effect.map((rows) => rows.length > 0)
+          )
 
     return { prepare, send, publish, publishMany, routes, register, subscriptions, unsubscribe, invalidate }
   })

@@ -12,7 +12,7 @@ import { statementNow, toDatabaseError } from "../Database.ts"
 import type { RunHandle, RunInfo } from "../Workflow/Client.ts"
 import type { RunListRow, RunQuery, StuckClock, StuckReason } from "../Workflow/QuerySql.ts"
 import * as States from "../Workflow/States.ts"
-import type { SignalError, StartError, VerbError } from "../Workflow/WorkflowError.ts"
+import type { InvalidInput, SignalError, StartError, VerbError } from "../Workflow/WorkflowError.ts"
 import {
   BULK_LIMIT,
   type Change,
@@ -231,7 +231,11 @@ export const makeWorkflows = (deps: Deps) => {
     Effect.gen(function* () {
       const row = yield* rowOf(id, view)
       const payloads = view.payloads === true
-      const [steps, signals, events] = yield* Effect.all([client.steps(id), client.signals(id), client.events(id)])
+      const [steps, signals, events] = yield* Effect.all([
+        client.steps(id),
+        client.signals(id),
+        client.events(id)
+      ]).pipe(Effect.catchTag("InvalidInput", (error) => Effect.fail(new InvalidRequest({ reason: error.message }))))
       return {
         run: {
           ...summaryOf(row, payloads),
@@ -455,7 +459,7 @@ export const makeWorkflows = (deps: Deps) => {
   /** Maps a verb's error: a lost race re-reads the run and answers where it is now. */
   const fromVerbError =
     (verb: string, id: string, view: View) =>
-    (error: VerbError | SignalError | StartError): Effect.Effect<never, OperationsError> => {
+    (error: VerbError | SignalError | StartError | InvalidInput): Effect.Effect<never, OperationsError> => {
       switch (error._tag) {
         case "RunNotFound":
           return Effect.fail(new NotFound({ kind: "run", id }))
@@ -502,7 +506,7 @@ export const makeWorkflows = (deps: Deps) => {
       yield* checkId(id)
       if (input.expectedStatus !== undefined) yield* guard(id, verb, input.expectedStatus, view)
       const options = { actor: input.actor, reason: input.reason, resourceId: view.resourceId }
-      const run = (effect: Effect.Effect<RunInfo | RunHandle, VerbError | StartError>) =>
+      const run = (effect: Effect.Effect<RunInfo | RunHandle, VerbError | StartError | InvalidInput>) =>
         effect.pipe(
           Effect.map((r) => r.id),
           Effect.catch(fromVerbError(verb, id, view))

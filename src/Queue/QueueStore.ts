@@ -877,6 +877,14 @@ export class QueueStore extends Context.Service<
       const browse = (queue: string, options?: { readonly limit?: number; readonly after?: bigint }) =>
         Effect.gen(function* () {
           const name = yield* validateName(queue)
+          yield* refuse(
+            queue,
+            Input.optionsProblem(options, ["limit", "after"], "browse options") ??
+              (options?.limit === undefined
+                ? undefined
+                : Input.intProblem(options.limit, 1, Input.INT4_MAX, "limit")) ??
+              (options?.after === undefined ? undefined : Input.messageIdProblem(options.after, "after"))
+          )
           const rows = yield* statements
             .messageList(name.physical, options?.limit ?? 100, options?.after ?? null)
             .pipe(Effect.mapError(fail("browse", queue)))

@@ -6,7 +6,15 @@
  */
 import { Context, type Effect, type Schema } from "effect"
 import type { OutsideVerb, RunStatus, StepStatus } from "./States.ts"
-import type { DatabaseError, RunNotFound, SignalError, StartError, UnknownStep, VerbError } from "./WorkflowError.ts"
+import type {
+  DatabaseError,
+  InvalidInput,
+  RunNotFound,
+  SignalError,
+  StartError,
+  UnknownStep,
+  VerbError
+} from "./WorkflowError.ts"
 
 /** Options of a start. */
 export interface StartOptions {
@@ -185,8 +193,11 @@ export interface RunHandle {
   readonly skip: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
 }
 
-/** The client's operations. */
-export interface WorkflowClientShape {
+/**
+ * The client's operations; `X` is what the entry-point checks add to every error channel
+ * (`InvalidInput`; never for the engine's own client, which the checks wrap).
+ */
+export interface WorkflowClientOf<X> {
   readonly start: <P>(
     workflow: WorkflowRef<P>,
     payload: P,
@@ -195,35 +206,38 @@ export interface WorkflowClientShape {
   readonly get: (
     id: string,
     options?: { readonly resourceId?: string | undefined }
-  ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError>
+  ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError | X>
   /** The subject's ongoing run of a workflow (else its latest). */
-  readonly findBySubject: (workflow: string, subject: string) => Effect.Effect<RunHandle, RunNotFound | DatabaseError>
-  readonly list: (options?: ListOptions) => Effect.Effect<RunPage, DatabaseError>
+  readonly findBySubject: (
+    workflow: string,
+    subject: string
+  ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError | X>
+  readonly list: (options?: ListOptions) => Effect.Effect<RunPage, DatabaseError | X>
   readonly counts: (options?: {
     readonly workflow?: string | undefined
     readonly resourceId?: string | undefined
-  }) => Effect.Effect<Readonly<Record<RunStatus, number>>, DatabaseError>
-  readonly steps: (id: string) => Effect.Effect<ReadonlyArray<StepAttempt>, DatabaseError>
-  readonly events: (id: string) => Effect.Effect<ReadonlyArray<AuditEvent>, DatabaseError>
-  readonly progress: (id: string) => Effect.Effect<RunProgress, DatabaseError>
-  readonly pause: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
-  readonly resume: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  }) => Effect.Effect<Readonly<Record<RunStatus, number>>, DatabaseError | X>
+  readonly steps: (id: string) => Effect.Effect<ReadonlyArray<StepAttempt>, DatabaseError | X>
+  readonly events: (id: string) => Effect.Effect<ReadonlyArray<AuditEvent>, DatabaseError | X>
+  readonly progress: (id: string) => Effect.Effect<RunProgress, DatabaseError | X>
+  readonly pause: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | X>
+  readonly resume: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | X>
   readonly resumeAt: (
     id: string,
     step: string,
     options?: VerbOptions
-  ) => Effect.Effect<RunInfo, VerbError | UnknownStep>
-  readonly cancel: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
-  readonly runNow: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
-  readonly reschedule: (id: string, at: Date, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
-  readonly rerun: (id: string, options?: VerbOptions) => Effect.Effect<RunHandle, VerbError | StartError>
+  ) => Effect.Effect<RunInfo, VerbError | UnknownStep | X>
+  readonly cancel: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | X>
+  readonly runNow: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | X>
+  readonly reschedule: (id: string, at: Date, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | X>
+  readonly rerun: (id: string, options?: VerbOptions) => Effect.Effect<RunHandle, VerbError | StartError | X>
   /** Sends a signal to a run. */
   readonly signal: (
     id: string,
     name: string,
     payload: unknown,
     options?: SignalOptions
-  ) => Effect.Effect<SignalReceipt, SignalError>
+  ) => Effect.Effect<SignalReceipt, SignalError | X>
   /** Sends a signal to a subject's ongoing run of a workflow (`missing: "ignore"` gives undefined). */
   readonly signalSubject: (
     workflow: string,
@@ -231,9 +245,9 @@ export interface WorkflowClientShape {
     name: string,
     payload: unknown,
     options?: SignalOptions & { readonly missing?: "raise" | "ignore" }
-  ) => Effect.Effect<SignalReceipt | undefined, SignalError>
+  ) => Effect.Effect<SignalReceipt | undefined, SignalError | X>
   /** Skips the step a waiting run waits at (its held signal consumed); the run moves on. */
-  readonly skip: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly skip: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | X>
   /**
    * Completes whatever the run is stopped on (tests, support tooling): a signal wait gets the
    * signal (with `data`, default `{}`), a timer is cut short, a paused run is resumed.
@@ -242,10 +256,16 @@ export interface WorkflowClientShape {
     id: string,
     data?: unknown,
     options?: VerbOptions
-  ) => Effect.Effect<RunInfo, VerbError | SignalError>
+  ) => Effect.Effect<RunInfo, VerbError | SignalError | X>
   /** The signals of a run, oldest first. */
-  readonly signals: (id: string) => Effect.Effect<ReadonlyArray<SignalReceipt>, DatabaseError>
+  readonly signals: (id: string) => Effect.Effect<ReadonlyArray<SignalReceipt>, DatabaseError | X>
 }
+
+/** The client's operations, as the service gives them (arguments checked first). */
+export interface WorkflowClientShape extends WorkflowClientOf<InvalidInput> {}
+
+/** The client as the engine builds it, before the entry-point checks (`ClientInput.withInputChecks`). */
+export interface EngineClient extends WorkflowClientOf<never> {}
 
 /**
  * The workflow client service (provided by `PgBus.layer`).

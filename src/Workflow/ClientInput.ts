@@ -1,15 +1,37 @@
 /**
- * The workflow client's entry-point checks (the rules of `Input.ts`): what a start is given is
- * refused with a typed error before any SQL, rather than as PostgreSQL's refusal or a
- * `TypeError` thrown from a missing definition.
+ * The workflow client's entry-point checks (the rules of `Input.ts`): what the client is given
+ * is refused with a typed error before any SQL, rather than as PostgreSQL's refusal (a NUL in
+ * a reason), a silent change (a lone surrogate stored as U+FFFD) or a `TypeError` thrown from a
+ * missing definition. `withInputChecks` wraps the client once; its run handles call through it.
  *
  * @since 0.1.0
  */
-import { Schema } from "effect"
+import { Effect, Schema } from "effect"
 import * as Input from "../Input.ts"
-import { InvalidWorkflowPayload } from "./WorkflowError.ts"
+import type { EngineClient, WorkflowClientShape } from "./Client.ts"
+import { InvalidSignal, InvalidWorkflowPayload } from "./WorkflowError.ts"
 
 const START_OPTIONS = ["subject", "idempotencyKey", "resourceId", "actor", "reason"] as const
+const VERB_OPTIONS = ["actor", "reason", "resourceId"] as const
+const SIGNAL_OPTIONS = ["idempotencyKey", "actor", "reason", "workflow", "resourceId"] as const
+const LIST_TEXT = ["workflow", "subject", "resourceId", "pausedReason", "cursor"] as const
+const LIST_OPTIONS = [...LIST_TEXT, "status", "createdFrom", "createdTo", "limit"] as const
+
+/** The first problem among optional text fields of an options object already checked for its keys. */
+const textFields = (options: unknown, keys: ReadonlyArray<string>, what: string): string | undefined => {
+  if (options === undefined) return undefined
+  const given = options as Readonly<Record<string, unknown>>
+  for (const key of keys) {
+    if (given[key] === undefined) continue
+    const problem = Input.textProblem(given[key], `${what}.${key}`)
+    if (problem !== undefined) return problem
+  }
+  return undefined
+}
+
+/** Options: known keys, storable text in the text ones. */
+const optionsWithText = (options: unknown, keys: ReadonlyArray<string>, text: ReadonlyArray<string>, what: string) =>
+  Input.optionsProblem(options, keys, what) ?? textFields(options, text, what)
 
 /** Checks a start's workflow and options; the error to fail with, or undefined. */
 export const checkStart = (workflow: unknown, options: unknown): InvalidWorkflowPayload | undefined => {
@@ -19,17 +41,121 @@ export const checkStart = (workflow: unknown, options: unknown): InvalidWorkflow
       issue: "not a workflow definition (Workflow.make)"
     })
   }
-  const name = String(workflow.name)
-  const invalid = (issue: string) => new InvalidWorkflowPayload({ workflow: name, issue })
-  const problem = Input.optionsProblem(options, START_OPTIONS, "start options")
-  if (problem !== undefined) return invalid(problem)
-  if (options === undefined) return undefined
-  const given = options as Readonly<Record<string, unknown>>
-  for (const key of START_OPTIONS) {
-    const value = given[key]
-    if (value === undefined) continue
-    const text = Input.textProblem(value, key)
-    if (text !== undefined) return invalid(text)
+  const problem = optionsWithText(options, START_OPTIONS, START_OPTIONS, "options")
+  return problem === undefined ? undefined : new InvalidWorkflowPayload({ workflow: workflow.name, issue: problem })
+}
+
+/** Runs `effect` unless a problem is named, then fails with InvalidInput. */
+const guard = <A, E>(
+  problem: string | undefined,
+  effect: () => Effect.Effect<A, E>
+): Effect.Effect<A, E | Input.InvalidInput> =>
+  Effect.suspend(
+    (): Effect.Effect<A, E | Input.InvalidInput> =>
+      problem === undefined
+        ? effect()
+        : Effect.fail(new Input.InvalidInput({ input: problem.split(":")[0]!, issue: problem }))
+  )
+
+const idProblem = (id: unknown) => Input.textProblem(id, "id")
+const verbProblem = (id: unknown, options: unknown) =>
+  idProblem(id) ?? optionsWithText(options, VERB_OPTIONS, VERB_OPTIONS, "options")
+
+const listProblem = (options: unknown): string | undefined => {
+  const basic = optionsWithText(options, LIST_OPTIONS, LIST_TEXT, "options")
+  if (basic !== undefined || options === undefined) return basic
+  const o = options as Readonly<Record<string, unknown>>
+  if (o.status !== undefined) {
+    const statuses = typeof o.status === "string" ? [o.status] : o.status
+    const bad = Input.listProblem(statuses, (s, path) => Input.textProblem(s, path), "options.status")
+    if (bad !== undefined) return bad
+  }
+  for (const key of ["createdFrom", "createdTo"] as const) {
+    if (o[key] !== undefined && !Input.isValidDate(o[key])) return `options.${key}: must be a valid Date`
+  }
+  if (o.limit !== undefined && (typeof o.limit !== "number" || !Number.isFinite(o.limit))) {
+    return "options.limit: must be a finite number"
   }
   return undefined
+}
+
+const signalProblem = (name: unknown, options: unknown) =>
+  Input.textProblem(name, "name") ??
+  optionsWithText(options, SIGNAL_OPTIONS, ["idempotencyKey", "actor", "reason", "resourceId"], "options")
+
+/** Fails a signal whose name, payload or options break the rules, with InvalidSignal. */
+const guardSignal = <A, E>(
+  name: unknown,
+  payload: unknown,
+  options: unknown,
+  effect: () => Effect.Effect<A, E>
+): Effect.Effect<A, E | InvalidSignal> =>
+  Effect.suspend((): Effect.Effect<A, E | InvalidSignal> => {
+    const problem =
+      signalProblem(name, options) ??
+      (payload === undefined ? "payload: undefined is not JSON" : Input.jsonProblem(payload, "payload"))
+    return problem === undefined
+      ? effect()
+      : Effect.fail(
+          new InvalidSignal({
+            workflow: "",
+            signal: typeof name === "string" ? Input.storableName(name) : String(name),
+            issue: problem
+          })
+        )
+  })
+
+/** The client with every entry point checking its arguments first. */
+export const withInputChecks = (client: EngineClient): WorkflowClientShape => ({
+  start: (workflow, payload, options) =>
+    Effect.suspend(() => {
+      const refused = checkStart(workflow, options)
+      return refused === undefined ? client.start(workflow, payload, options) : Effect.fail(refused)
+    }),
+  get: (id, options) =>
+    guard(idProblem(id) ?? optionsWithText(options, ["resourceId"], ["resourceId"], "options"), () =>
+      client.get(id, options)
+    ),
+  findBySubject: (workflow, subject) =>
+    guard(Input.textProblem(workflow, "workflow") ?? Input.textProblem(subject, "subject"), () =>
+      client.findBySubject(workflow, subject)
+    ),
+  list: (options) => guard(listProblem(options), () => client.list(options)),
+  counts: (options) =>
+    guard(optionsWithText(options, ["workflow", "resourceId"], ["workflow", "resourceId"], "options"), () =>
+      client.counts(options)
+    ),
+  steps: (id) => guard(idProblem(id), () => client.steps(id)),
+  events: (id) => guard(idProblem(id), () => client.events(id)),
+  progress: (id) => guard(idProblem(id), () => client.progress(id)),
+  signals: (id) => guard(idProblem(id), () => client.signals(id)),
+  pause: (id, options) => guard(verbProblem(id, options), () => client.pause(id, options)),
+  resume: (id, options) => guard(verbProblem(id, options), () => client.resume(id, options)),
+  resumeAt: (id, step, options) =>
+    guard(verbProblem(id, options) ?? Input.textProblem(step, "step"), () => client.resumeAt(id, step, options)),
+  cancel: (id, options) => guard(verbProblem(id, options), () => client.cancel(id, options)),
+  runNow: (id, options) => guard(verbProblem(id, options), () => client.runNow(id, options)),
+  reschedule: (id, at, options) =>
+    guard(verbProblem(id, options) ?? (Input.isValidDate(at) ? undefined : "at: must be a valid Date"), () =>
+      client.reschedule(id, at, options)
+    ),
+  rerun: (id, options) => guard(verbProblem(id, options), () => client.rerun(id, options)),
+  skip: (id, options) => guard(verbProblem(id, options), () => client.skip(id, options)),
+  fastForward: (id, data, options) =>
+    guard(verbProblem(id, options) ?? (data === undefined ? undefined : Input.jsonProblem(data, "data")), () =>
+      client.fastForward(id, data, options)
+    ),
+  signal: (id, name, payload, options) =>
+    guard(idProblem(id), () => guardSignal(name, payload, options, () => client.signal(id, name, payload, options))),
+  signalSubject: (workflow, subject, name, payload, options) =>
+    guard(Input.textProblem(workflow, "workflow") ?? Input.textProblem(subject, "subject"), () =>
+      guardSignal(name, payload, Input.isPlainObject(options) ? withoutMissing(options) : options, () =>
+        client.signalSubject(workflow, subject, name, payload, options)
+      )
+    )
+})
+
+const withoutMissing = (options: object): object => {
+  const { missing: _missing, ...rest } = options as { readonly missing?: unknown }
+  return rest
 }

@@ -34,6 +34,7 @@ import * as QueueName from "../Queue/QueueName.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type {
   AuditEvent,
+  EngineClient,
   ListOptions,
   RunHandle,
   RunInfo,
@@ -44,11 +45,10 @@ import type {
   StartOptions,
   StepAttempt,
   VerbOptions,
-  WorkflowClientShape,
   WorkflowRef
 } from "./Client.ts"
 import { WorkflowClient } from "./Client.ts"
-import { checkStart } from "./ClientInput.ts"
+import { withInputChecks } from "./ClientInput.ts"
 import { resolve as resolvePolicy } from "./Policies.ts"
 import {
   type ControlVerb,
@@ -1038,12 +1038,8 @@ const make = Effect.gen(function* () {
     }
   }
 
-  const client: WorkflowClientShape = {
-    start: (workflow, payload, options = {}) =>
-      Effect.suspend(() => {
-        const refused = checkStart(workflow, options)
-        return refused === undefined ? startRun(workflow, payload, options, null) : Effect.fail(refused)
-      }),
+  const client: EngineClient = {
+    start: (workflow, payload, options = {}) => startRun(workflow, payload, options, null),
 
     get: (id, options) =>
       isUuid(id)
@@ -3281,7 +3277,11 @@ export const layer: Layer.Layer<
   PgBusConfig | SqlClient.SqlClient | QueueStore | Notifier | JobClient | Batches
 > = Layer.effectContext(
   Effect.map(make, ({ client, runner, sweep }) =>
-    Context.make(WorkflowClient, client).pipe(Context.add(WorkflowRunner, runner), Context.add(WorkflowSweep, sweep))
+    // the service checks every entry point's arguments first (ClientInput)
+    Context.make(WorkflowClient, withInputChecks(client)).pipe(
+      Context.add(WorkflowRunner, runner),
+      Context.add(WorkflowSweep, sweep)
+    )
   )
 )
 

@@ -27,7 +27,7 @@ import {
   type WaitTimeout,
   WorkflowRuntime
 } from "./Runtime.ts"
-import type { DatabaseError } from "./WorkflowError.ts"
+import type { DatabaseError, InvalidInput } from "./WorkflowError.ts"
 import {
   InvalidWorkflowDefinition,
   NotInStep,
@@ -124,23 +124,25 @@ export interface Workflow<
   readonly get: (
     id: string,
     options?: { readonly resourceId?: string | undefined }
-  ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError, WorkflowClient>
+  ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError | InvalidInput, WorkflowClient>
   /** The subject's ongoing run of this workflow (else its latest). */
-  readonly findBySubject: (subject: string) => Effect.Effect<RunHandle, RunNotFound | DatabaseError, WorkflowClient>
+  readonly findBySubject: (
+    subject: string
+  ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError | InvalidInput, WorkflowClient>
   /** Sends a signal to a run by id (its payload typed and validated by the declared Schema). */
   readonly signal: <const K extends string>(
     runId: string,
     name: K,
     payload: SignalPayload<S, K>,
     options?: SignalOptions
-  ) => Effect.Effect<SignalReceipt, SignalError, WorkflowClient>
+  ) => Effect.Effect<SignalReceipt, SignalError | InvalidInput, WorkflowClient>
   /** Sends a signal to the subject's ongoing run; `missing: "ignore"` gives undefined when there is none. */
   readonly signalSubject: <const K extends string>(
     subject: string,
     name: K,
     payload: SignalPayload<S, K>,
     options?: SignalOptions & { readonly missing?: "raise" | "ignore" }
-  ) => Effect.Effect<SignalReceipt | undefined, SignalError, WorkflowClient>
+  ) => Effect.Effect<SignalReceipt | undefined, SignalError | InvalidInput, WorkflowClient>
 }
 
 /** Any workflow, for registries. */

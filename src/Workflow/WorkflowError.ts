@@ -5,6 +5,7 @@
  */
 import { Schema } from "effect"
 import { DatabaseError } from "../Database.ts"
+import { InvalidInput } from "../Input.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 
 /**
@@ -342,4 +343,4 @@ export type VerbError =
 /** Errors of sending a signal. */
 export type SignalError = RunNotFound | NotOngoing | InvalidSignal | DatabaseError | QueueError
 
-export { DatabaseError }
+export { DatabaseError, InvalidInput }
