@@ -149,6 +149,17 @@ const cases: ReadonlyArray<readonly [name: string, run: Effect.Effect<unknown, u
   ["WorkflowClient.cancel a NUL actor", flows((c) => c.cancel(RUN, { actor: LONE })), "InvalidInput"],
   ["WorkflowClient.list a NUL workflow", flows((c) => c.list({ workflow: NUL })), "InvalidInput"],
   ["WorkflowClient.findBySubject a NUL subject", flows((c) => c.findBySubject("BadInputFlow", NUL)), "InvalidInput"],
+  [
+    "RunHandle.pause a NUL reason",
+    flows((c) => Effect.flatMap(c.get(RUN), (run) => run.pause({ reason: NUL }))),
+    "InvalidInput"
+  ],
+  [
+    "RunHandle.signal a function payload",
+    flows((c) => Effect.flatMap(c.get(RUN), (run) => run.signal("go", fn))),
+    "InvalidSignal"
+  ],
+  ["Workflow.get(null)", Flow.get(bad(null)), "InvalidInput"],
   ["QueueStore.create(null)", store((s) => s.create(bad(null))), "InvalidQueueName"],
   ["QueueStore.browse limit NaN", store((s) => s.browse("bad_input", { limit: Number.NaN })), "InvalidMessage"],
   ["QueueStore.browse after a string", store((s) => s.browse("bad_input", { after: bad("x") })), "InvalidMessage"],

@@ -175,13 +175,13 @@ export interface RunHandle {
   /** True when a start found the run by its idempotency key instead of creating it. */
   readonly duplicateStart: boolean
   readonly refresh: Effect.Effect<RunHandle, RunNotFound | DatabaseError>
-  readonly pause: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
-  readonly resume: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
-  readonly resumeAt: (step: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
-  readonly cancel: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
-  readonly runNow: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
-  readonly reschedule: (at: Date, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
-  readonly rerun: (options?: VerbOptions) => Effect.Effect<RunHandle, VerbError | StartError>
+  readonly pause: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
+  readonly resume: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
+  readonly resumeAt: (step: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
+  readonly cancel: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
+  readonly runNow: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
+  readonly reschedule: (at: Date, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
+  readonly rerun: (options?: VerbOptions) => Effect.Effect<RunHandle, VerbError | StartError | InvalidInput>
   readonly events: Effect.Effect<ReadonlyArray<AuditEvent>, DatabaseError>
   readonly steps: Effect.Effect<ReadonlyArray<StepAttempt>, DatabaseError>
   readonly progress: Effect.Effect<RunProgress, DatabaseError>
@@ -190,7 +190,7 @@ export interface RunHandle {
     payload: unknown,
     options?: SignalOptions
   ) => Effect.Effect<SignalReceipt, SignalError>
-  readonly skip: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError>
+  readonly skip: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
 }
 
 /**

@@ -8,7 +8,7 @@
  */
 import { Effect, Schema } from "effect"
 import * as Input from "../Input.ts"
-import type { EngineClient, WorkflowClientShape } from "./Client.ts"
+import type { EngineClient, RunHandle, WorkflowClientShape } from "./Client.ts"
 import { InvalidSignal, InvalidWorkflowPayload } from "./WorkflowError.ts"
 
 const START_OPTIONS = ["subject", "idempotencyKey", "resourceId", "actor", "reason"] as const
@@ -105,20 +105,43 @@ const guardSignal = <A, E>(
         )
   })
 
-/** The client with every entry point checking its arguments first. */
+const optionsProblemOf = (options: unknown) => optionsWithText(options, VERB_OPTIONS, VERB_OPTIONS, "options")
+
+/** A run handle whose verbs check their arguments first (as the client's do). */
+const checkedHandle = (handle: RunHandle): RunHandle => ({
+  ...handle,
+  refresh: Effect.map(handle.refresh, checkedHandle),
+  pause: (options) => guard(optionsProblemOf(options), () => handle.pause(options)),
+  resume: (options) => guard(optionsProblemOf(options), () => handle.resume(options)),
+  resumeAt: (step, options) =>
+    guard(optionsProblemOf(options) ?? Input.textProblem(step, "step"), () => handle.resumeAt(step, options)),
+  cancel: (options) => guard(optionsProblemOf(options), () => handle.cancel(options)),
+  runNow: (options) => guard(optionsProblemOf(options), () => handle.runNow(options)),
+  reschedule: (at, options) =>
+    guard(optionsProblemOf(options) ?? (Input.isValidDate(at) ? undefined : "at: must be a valid Date"), () =>
+      handle.reschedule(at, options)
+    ),
+  rerun: (options) => guard(optionsProblemOf(options), () => Effect.map(handle.rerun(options), checkedHandle)),
+  skip: (options) => guard(optionsProblemOf(options), () => handle.skip(options)),
+  signal: (name, payload, options) => guardSignal(name, payload, options, () => handle.signal(name, payload, options))
+})
+
+/** The client with every entry point checking its arguments first (and the handles it gives too). */
 export const withInputChecks = (client: EngineClient): WorkflowClientShape => ({
   start: (workflow, payload, options) =>
     Effect.suspend(() => {
       const refused = checkStart(workflow, options)
-      return refused === undefined ? client.start(workflow, payload, options) : Effect.fail(refused)
+      return refused === undefined
+        ? Effect.map(client.start(workflow, payload, options), checkedHandle)
+        : Effect.fail(refused)
     }),
   get: (id, options) =>
     guard(idProblem(id) ?? optionsWithText(options, ["resourceId"], ["resourceId"], "options"), () =>
-      client.get(id, options)
+      Effect.map(client.get(id, options), checkedHandle)
     ),
   findBySubject: (workflow, subject) =>
     guard(Input.textProblem(workflow, "workflow") ?? Input.textProblem(subject, "subject"), () =>
-      client.findBySubject(workflow, subject)
+      Effect.map(client.findBySubject(workflow, subject), checkedHandle)
     ),
   list: (options) => guard(listProblem(options), () => client.list(options)),
   counts: (options) =>
@@ -139,7 +162,7 @@ export const withInputChecks = (client: EngineClient): WorkflowClientShape => ({
     guard(verbProblem(id, options) ?? (Input.isValidDate(at) ? undefined : "at: must be a valid Date"), () =>
       client.reschedule(id, at, options)
     ),
-  rerun: (id, options) => guard(verbProblem(id, options), () => client.rerun(id, options)),
+  rerun: (id, options) => guard(verbProblem(id, options), () => Effect.map(client.rerun(id, options), checkedHandle)),
   skip: (id, options) => guard(verbProblem(id, options), () => client.skip(id, options)),
   fastForward: (id, data, options) =>
     guard(verbProblem(id, options) ?? (data === undefined ? undefined : Input.jsonProblem(data, "data")), () =>
