@@ -142,7 +142,10 @@ export const storableJson = (
   return { text }
 }
 
-/** A duration given as `Duration.Input` that is finite and not negative, in milliseconds; undefined otherwise. */
+/** The longest delay or timeout accepted: 10,000 years (a timestamp past it overflows PostgreSQL's range sooner or later). */
+export const MAX_DURATION_MS = 10_000 * 365.25 * 24 * 3_600_000
+
+/** A duration given as `Duration.Input` that is finite, not negative and at most 10,000 years, in milliseconds; undefined otherwise. */
 export const durationMillis = (input: unknown): number | undefined => {
   if (input === undefined || input === null) return undefined
   if (typeof input === "number" && !Number.isFinite(input)) return undefined
@@ -150,7 +153,7 @@ export const durationMillis = (input: unknown): number | undefined => {
   const d = Duration.fromInput(input as Duration.Input)
   if (Option.isNone(d) || !Duration.isFinite(d.value) || Duration.isNegative(d.value)) return undefined
   const ms = Duration.toMillis(d.value)
-  return Number.isFinite(ms) ? ms : undefined
+  return Number.isFinite(ms) && ms <= MAX_DURATION_MS ? ms : undefined
 }
 
 /** A valid Date. */

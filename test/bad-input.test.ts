@@ -92,6 +92,14 @@ const cases: ReadonlyArray<readonly [name: string, run: Effect.Effect<unknown, u
   ["QueueStore.send delay NaN", store((s) => s.send("bad_input", {}, { delay: Number.NaN })), "InvalidMessage"],
   ["QueueStore.send delay {}", store((s) => s.send("bad_input", {}, { delay: bad({}) })), "InvalidMessage"],
   ["QueueStore.send delay -1", store((s) => s.send("bad_input", {}, { delay: -1 })), "InvalidMessage"],
+  ["QueueStore.send delay 1e300 ms", store((s) => s.send("bad_input", {}, { delay: 1e300 })), "InvalidMessage"],
+  [
+    "QueueStore.read visibility 1e300 ms",
+    store((s) => s.read("bad_input", { visibilityTimeout: 1e300 })),
+    "InvalidMessage"
+  ],
+  ["Job.enqueue priority 1e12", Work.enqueue({ s: "x" }, { priority: 1e12 }), "InvalidMessage"],
+  ["EventBus.publish delay 1e300 ms", bus((b) => b.publish("bad.input", {}, { delay: 1e300 })), "InvalidEventPayload"],
   ["QueueStore.sendBatch(5)", store((s) => s.sendBatch("bad_input", bad(5))), "InvalidMessage"],
   ["QueueStore.sendBatch([null])", store((s) => s.sendBatch("bad_input", bad([null]))), "InvalidMessage"],
   ["QueueStore.send to a NUL queue name", store((s) => s.send(NUL, {})), "InvalidQueueName"],
