@@ -3,8 +3,10 @@
  * entry point's typed error instead of PostgreSQL's refusal (a non-retryable `DatabaseError`)
  * or a silent change (a string spread into an indexed object, `NaN` run as zero): text
  * PostgreSQL can store, finite numbers, integers in range, JSON-storable values, durations.
- * Each rule is a function answering what is wrong (or `undefined`) and a Schema check, so an
- * entry point decodes its input with Schema and maps the issue to its own tagged error.
+ * Each rule is a function answering what is wrong (or `undefined`), which the entry points run
+ * synchronously (the send path is hot) and map to their own tagged error; the same rules are
+ * Schema checks (`StorableText`, `StorableJson`, `Headers`, ...) for payload schemas of your
+ * own, so that an encode refuses such a value as `InvalidPayload` already.
  *
  * @since 0.1.0
  */

@@ -8,6 +8,7 @@ import { SqlClient } from "effect/sql"
 import * as Batch from "../src/Batch/Batch.ts"
 import { PgBusConfig } from "../src/Config.ts"
 import * as EventBus from "../src/EventBus/EventBus.ts"
+import * as Input from "../src/Input.ts"
 import * as Job from "../src/Job/Job.ts"
 import { JobClient } from "../src/Job/JobClient.ts"
 import { checkPolicy } from "../src/Job/Retry.ts"
@@ -214,6 +215,27 @@ layer(TestDatabase.layer({ maxPayloadSize: 200_000 }), { excludeTestServices: tr
         })
       )
     }
+  })
+
+  describe("the rules as Schema checks, for payload schemas of one's own", () => {
+    it("StorableText, StorableJson and Headers refuse what the entry points refuse", () => {
+      assert.isTrue(Exit.isFailure(Schema.decodeUnknownExit(Input.StorableText)(NUL)))
+      assert.isTrue(Exit.isSuccess(Schema.decodeUnknownExit(Input.StorableText)("ok")))
+      assert.isTrue(Exit.isFailure(Schema.decodeUnknownExit(Input.StorableJson)({ n: Number.NaN })))
+      assert.isTrue(Exit.isFailure(Schema.decodeUnknownExit(Input.Headers)({ h: LONE })))
+      assert.isTrue(Exit.isSuccess(Schema.decodeUnknownExit(Input.Headers)({ h: "v" })))
+    })
+    it.effect("a job whose payload schema uses StorableText refuses a NUL as InvalidPayload", () =>
+      Effect.gen(function* () {
+        const Strict = Job.make(
+          "StrictText",
+          { payload: Schema.Struct({ s: Input.StorableText }), queue: "bad_input" },
+          () => Effect.void
+        )
+        const error = yield* Strict.enqueue({ s: NUL }).pipe(Effect.flip)
+        assert.strictEqual(error._tag, "InvalidPayload")
+      })
+    )
   })
 
   describe("definitions", () => {
