@@ -356,6 +356,11 @@ layer(StreamsTest.layer(options), { excludeTestServices: true, timeout: "30 seco
         const cases: ReadonlyArray<[unknown, Streams.BroadcastOptions]> = [
           [{ n: 1n }, {}],
           [undefined, {}],
+          // the input rules: a function, a NaN, a NUL, a lone surrogate (ephemeral ones too)
+          [{ f: () => 1 }, {}],
+          [{ n: Number.NaN }, {}],
+          ["a\u0000b", {}],
+          [{ s: "a\ud800" }, { durable: false }],
           [{ ok: 1 }, { event: "pgbus:connected" }],
           [{ ok: 1 }, { event: "has space" }],
           [{ ok: 1 }, { coalesce: true }],

@@ -12,6 +12,7 @@ import { Context, Duration, Effect, Layer, Metric, Schema, type Scope } from "ef
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
 import { DatabaseError } from "../Database.ts"
+import * as Input from "../Input.ts"
 import { hotSpan } from "../internal/span.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
@@ -192,12 +193,9 @@ export class StreamBroadcaster extends Context.Service<
           const o = yield* decodeOptions(options).pipe(
             Effect.mapError((e) => new InvalidBroadcast({ stream: name, reason: e.message }))
           )
-          if (jsonText(data) === undefined) {
-            return yield* new InvalidBroadcast({
-              stream: name,
-              reason: "the payload is not JSON (undefined, a function or a bigint)"
-            })
-          }
+          // the input rules: JSON as it is stored (no function, NaN, NUL, lone surrogate, cycle)
+          const problem = data === undefined ? "data: undefined is not JSON" : Input.jsonProblem(data, "data")
+          if (problem !== undefined) return yield* new InvalidBroadcast({ stream: name, reason: problem })
           const exclude = typeof o.exclude === "string" && o.exclude.trim() !== "" ? o.exclude : undefined
           const envelope: Envelope = {
             stream: name,
