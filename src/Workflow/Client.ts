@@ -261,17 +261,17 @@ export interface WorkflowClientOf<X> {
   readonly signals: (id: string) => Effect.Effect<ReadonlyArray<SignalReceipt>, DatabaseError | X>
 }
 
-/** The client's operations, as the service gives them (arguments checked first). */
-export interface WorkflowClientShape extends WorkflowClientOf<InvalidInput> {}
+/** The client's operations as the engine builds them, before the entry-point checks. */
+export interface WorkflowClientShape extends WorkflowClientOf<never> {}
 
-/** The client as the engine builds it, before the entry-point checks (`ClientInput.withInputChecks`). */
-export interface EngineClient extends WorkflowClientOf<never> {}
+/** The client's operations as the service gives them: arguments checked first (`ClientInput.withInputChecks`). */
+export interface CheckedWorkflowClient extends WorkflowClientOf<InvalidInput> {}
 
 /**
  * The workflow client service (provided by `PgBus.layer`).
  *
  * @category services
  */
-export class WorkflowClient extends Context.Service<WorkflowClient, WorkflowClientShape>()(
+export class WorkflowClient extends Context.Service<WorkflowClient, CheckedWorkflowClient>()(
   "effect-pgbus/WorkflowClient"
 ) {}

@@ -6,9 +6,9 @@
  *
  * @since 0.1.0
  */
-import { Effect, Schema } from "effect"
+import { Effect, Exit, Schema } from "effect"
 import * as Input from "../Input.ts"
-import type { EngineClient, RunHandle, WorkflowClientShape } from "./Client.ts"
+import type { CheckedWorkflowClient, RunHandle, WorkflowClientShape } from "./Client.ts"
 import { InvalidSignal, InvalidWorkflowPayload } from "./WorkflowError.ts"
 
 const START_OPTIONS = ["subject", "idempotencyKey", "resourceId", "actor", "reason"] as const
@@ -33,16 +33,28 @@ const textFields = (options: unknown, keys: ReadonlyArray<string>, what: string)
 const optionsWithText = (options: unknown, keys: ReadonlyArray<string>, text: ReadonlyArray<string>, what: string) =>
   Input.optionsProblem(options, keys, what) ?? textFields(options, text, what)
 
-/** Checks a start's workflow and options; the error to fail with, or undefined. */
-export const checkStart = (workflow: unknown, options: unknown): InvalidWorkflowPayload | undefined => {
+/**
+ * Checks a start's workflow, payload and options; the error to fail with, or undefined. The
+ * payload is checked as it will be stored (encoded with the workflow's Schema): a payload that
+ * does not encode is left to the start, which reports its Schema issue.
+ */
+export const checkStart = (
+  workflow: unknown,
+  payload: unknown,
+  options: unknown
+): InvalidWorkflowPayload | undefined => {
   if (!Input.isPlainObject(workflow) || typeof workflow.name !== "string" || !Schema.isSchema(workflow.payload)) {
     return new InvalidWorkflowPayload({
       workflow: String(workflow),
       issue: "not a workflow definition (Workflow.make)"
     })
   }
+  const name = workflow.name
   const problem = optionsWithText(options, START_OPTIONS, START_OPTIONS, "options")
-  return problem === undefined ? undefined : new InvalidWorkflowPayload({ workflow: workflow.name, issue: problem })
+  if (problem !== undefined) return new InvalidWorkflowPayload({ workflow: name, issue: problem })
+  const encoded = Schema.encodeUnknownExit(workflow.payload as Schema.Codec<unknown, unknown>)(payload)
+  const unstorable = Exit.isSuccess(encoded) ? Input.jsonProblem(encoded.value, "payload") : undefined
+  return unstorable === undefined ? undefined : new InvalidWorkflowPayload({ workflow: name, issue: unstorable })
 }
 
 /** Runs `effect` unless a problem is named, then fails with InvalidInput. */
@@ -127,10 +139,10 @@ const checkedHandle = (handle: RunHandle): RunHandle => ({
 })
 
 /** The client with every entry point checking its arguments first (and the handles it gives too). */
-export const withInputChecks = (client: EngineClient): WorkflowClientShape => ({
+export const withInputChecks = (client: WorkflowClientShape): CheckedWorkflowClient => ({
   start: (workflow, payload, options) =>
     Effect.suspend(() => {
-      const refused = checkStart(workflow, options)
+      const refused = checkStart(workflow, payload, options)
       return refused === undefined
         ? Effect.map(client.start(workflow, payload, options), checkedHandle)
         : Effect.fail(refused)

@@ -20,7 +20,6 @@ import {
 } from "../Batch/Batch.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
-import { jsonProblem } from "../Input.ts"
 import { makeBatcher, makeBatchGroup } from "../internal/Batcher.ts"
 import { boundedMemo } from "../internal/memo.ts"
 import { runSpan, stepSpan } from "../internal/span.ts"
@@ -34,7 +33,6 @@ import * as QueueName from "../Queue/QueueName.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type {
   AuditEvent,
-  EngineClient,
   ListOptions,
   RunHandle,
   RunInfo,
@@ -45,6 +43,7 @@ import type {
   StartOptions,
   StepAttempt,
   VerbOptions,
+  WorkflowClientShape,
   WorkflowRef
 } from "./Client.ts"
 import { WorkflowClient } from "./Client.ts"
@@ -669,9 +668,6 @@ const make = Effect.gen(function* () {
       if (text === undefined) {
         return yield* new InvalidWorkflowPayload({ workflow: workflow.name, issue: "not JSON" })
       }
-      const unstorable = jsonProblem(encoded, "payload")
-      if (unstorable !== undefined)
-        return yield* new InvalidWorkflowPayload({ workflow: workflow.name, issue: unstorable })
       const size = Buffer.byteLength(text, "utf8")
       if (size > config.maxPayloadSize) {
         return yield* new InvalidWorkflowPayload({
@@ -1038,7 +1034,7 @@ const make = Effect.gen(function* () {
     }
   }
 
-  const client: EngineClient = {
+  const client: WorkflowClientShape = {
     start: (workflow, payload, options = {}) => startRun(workflow, payload, options, null),
 
     get: (id, options) =>

@@ -9,7 +9,7 @@ import { Duration, Effect, type Option, type Schema } from "effect"
 import { isStorableText } from "../internal/storable.ts"
 import type { AnyJob, Job } from "../Job/Job.ts"
 import type { EnqueueOptions } from "../Job/JobClient.ts"
-import type { RunHandle, SignalOptions, SignalReceipt, StartOptions, WorkflowClientShape } from "./Client.ts"
+import type { CheckedWorkflowClient, RunHandle, SignalOptions, SignalReceipt, StartOptions } from "./Client.ts"
 import { WorkflowClient } from "./Client.ts"
 import {
   type ErrorPolicy,
@@ -296,7 +296,7 @@ export const make = <
   const policies = options.onError ?? []
   const invalid = checkPolicies(policies, "onError")
   if (invalid) fail(invalid)
-  const use = <X, Err>(f: (client: WorkflowClientShape) => Effect.Effect<X, Err>) => WorkflowClient.use(f)
+  const use = <X, Err>(f: (client: CheckedWorkflowClient) => Effect.Effect<X, Err>) => WorkflowClient.use(f)
   const definition = {
     [TypeId]: TypeId as typeof TypeId,
     name,
