@@ -1139,7 +1139,12 @@ const make = Effect.gen(function* () {
           const { physical } = queueOf(latest?.queue || config.workflowQueue)
           if (latest?.status === "in_progress") {
             // the step that ran at the outside pause still runs: the run goes on performing it
-            yield* statements.runSetStatus({ id: run.id, from: ["paused"], to: "performing", now })
+            yield* statements.runSetStatus({
+              id: run.id,
+              from: States.fromStates("unpause"),
+              to: States.targetOf("unpause", run.status),
+              now
+            })
             yield* event(run, "resumed", options, now, { details: { transition: "unpause" } })
           } else if (latest?.status === "waiting") {
             // paused while it waited: it waits again (its deadline moved by the pause), or runs
@@ -2778,7 +2783,6 @@ const make = Effect.gen(function* () {
       const paused = yield* statements
         .runPauseUndeliverable({
           runId: message.run,
-          from: States.fromStates("delivery_pause"),
           error: errorText,
           reason,
           now

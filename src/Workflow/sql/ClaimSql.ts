@@ -4,12 +4,27 @@
  *
  * @since 0.1.0
  */
+import { StepOutcomeVerbs } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
 import type { ClaimFirstEntry, ClaimRow } from "./Rows.ts"
 
 /** Claim statements of one schema. */
 export const makeClaimSql = (ctx: WorkflowSqlContext) => {
-  const { runs, steps, events, NOW, history, lockRuns, claimedStepColumns, claimRest, claimColumns, sql } = ctx
+  const {
+    runs,
+    steps,
+    events,
+    NOW,
+    history,
+    lockRuns,
+    claimedStepColumns,
+    claimRest,
+    claimColumns,
+    sql,
+    fromIn,
+    toOf,
+    openSteps
+  } = ctx
 
   /** Claims a scheduled, due step of a ready run: step → in_progress, run → performing. */
   const stepClaim = (p: {
@@ -21,7 +36,7 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
     readonly now: Date | null
   }) =>
     sql<ClaimRow>`WITH locked AS (
-        SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'ready' FOR UPDATE),
+        SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "claim")} FOR UPDATE),
       s AS (
         UPDATE ${steps} st SET status = 'in_progress', started_at = ${NOW(p.now)}, worker = ${p.worker},
           app_revision = ${p.appRevision}, claimed_by = ${p.claimedBy}
@@ -34,10 +49,10 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
   /** Claims a ready run with no open step, to find its next step by replay (start, resume). */
   const runClaimContinue = (runId: string, now: Date | null) =>
     sql<ClaimRow>`WITH r AS (
-        UPDATE ${runs} SET status = 'performing', updated_at = ${NOW(now)}
-        WHERE id = ${runId}::uuid AND status = 'ready'
+        UPDATE ${runs} SET status = ${toOf("claim")}, updated_at = ${NOW(now)}
+        WHERE id = ${runId}::uuid AND ${fromIn("status", "claim")}
           AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId}::uuid
-                          AND status IN ('scheduled', 'in_progress', 'waiting'))
+                          AND ${openSteps("status")})
         RETURNING *)
       SELECT r.*, NULL::int8 AS step_id, NULL::text AS step_name, NULL::int4 AS step_attempt,
         NULL::int4 AS step_position, NULL::int4 AS step_reattempts, NULL::bool AS step_timed_out,
@@ -61,12 +76,12 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
     readonly now: Date | null
   }) =>
     sql<ClaimRow>`WITH r AS (
-        UPDATE ${runs} SET status = 'performing', updated_at = ${NOW(p.now)},
+        UPDATE ${runs} SET status = ${toOf("claim")}, updated_at = ${NOW(p.now)},
           current_step = CASE WHEN EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid)
                               THEN current_step ELSE ${p.name} END
-        WHERE id = ${p.runId}::uuid AND status = 'ready'
+        WHERE id = ${p.runId}::uuid AND ${fromIn("status", "claim")}
           AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid
-                          AND status IN ('scheduled', 'in_progress', 'waiting'))
+                          AND ${openSteps("status")})
         RETURNING *),
       s AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
@@ -106,15 +121,15 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
         FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
       locked AS (${lockRuns(entries.map((e) => e.runId))}),
       r AS (
-        UPDATE ${runs} ru SET status = 'performing', updated_at = i.at,
+        UPDATE ${runs} ru SET status = ${toOf("claim")}, updated_at = i.at,
           current_step = CASE WHEN EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id)
                               THEN ru.current_step ELSE i.name END
         FROM locked, i
         -- the guard reads the locked row's status: written on ru, the generic plan found the
         -- run by the status index, reading every ready run (the whole backlog in W3)
-        WHERE ru.id = locked.id AND ru.id = i.run_id AND locked.status = 'ready'
+        WHERE ru.id = locked.id AND ru.id = i.run_id AND ${fromIn("locked.status", "claim")}
           AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id
-                          AND status IN ('scheduled', 'in_progress', 'waiting'))
+                          AND ${openSteps("status")})
         RETURNING ru.*, i.ord AS claim_ord, i.name AS first_name, i.queue AS first_queue,
           i.timeout_ms AS first_timeout, i.claimed_by AS first_claimed_by, i.at AS claim_at),
       s AS (
@@ -154,7 +169,7 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
   }) =>
     sql<{ readonly id: bigint }>`WITH r AS (
         UPDATE ${runs} SET current_step = ${p.name}, updated_at = ${NOW(p.now)}
-        WHERE id = ${p.runId}::uuid AND status = 'performing' RETURNING id),
+        WHERE id = ${p.runId}::uuid AND ${fromIn("status", "begin")} RETURNING id),
       s AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
                               timeout_ms, reattempts, worker, app_revision, claimed_by)
@@ -169,7 +184,7 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
 
   /** A waiting run and its step whose missed deadline a worker is to evaluate again (for replay). */
   const runLoadForRenewal = (runId: string, stepId: bigint, missedAt: Date) =>
-    sql<ClaimRow>`WITH r AS (SELECT * FROM ${runs} WHERE id = ${runId}::uuid AND status = 'waiting'),
+    sql<ClaimRow>`WITH r AS (SELECT * FROM ${runs} WHERE id = ${runId}::uuid AND ${fromIn("status", "notice")}),
       s AS (
         SELECT ${claimedStepColumns} FROM ${steps} st JOIN r ON st.run_id = r.id
         WHERE st.id = ${stepId} AND st.status = 'waiting'
@@ -181,7 +196,7 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
    * reply was lost with its connection finds by it what it had claimed.
    */
   const runLoadClaimed = (runId: string, claimedBy: string) =>
-    sql<ClaimRow>`WITH r AS (SELECT * FROM ${runs} WHERE id = ${runId}::uuid AND status IN ('performing', 'paused')),
+    sql<ClaimRow>`WITH r AS (SELECT * FROM ${runs} WHERE id = ${runId}::uuid AND ${fromIn("status", ...StepOutcomeVerbs)}),
       s AS (
         SELECT ${claimedStepColumns} FROM ${steps} st JOIN r ON st.run_id = r.id
         WHERE st.status = 'in_progress' AND st.claimed_by = ${claimedBy})

@@ -8,10 +8,29 @@
 import { PgTypes } from "@effect/sql-pg"
 import { Result } from "effect"
 import type { SqlClient, Statement } from "effect/sql"
+import { fromStatesOf, OpenStepStatuses, type RunStatus, transitionOf, type Verb } from "../States.ts"
 import { type MessageCtes, STEP_JOB } from "./Rows.ts"
+
+const quoted = (values: ReadonlyArray<string>) => values.map((v) => `'${v}'`).join(", ")
 
 /** The shared fragments of one schema's statements. */
 export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string, messageCtes: MessageCtes) => {
+  // The transition table as SQL. States are inlined as constants, not bound: the plans (and the
+  // partial indexes on status) see the same text as a literal written in the statement.
+  /** `<column> IN (…)`: the states the verbs may start from (their union), from `States.ts`. */
+  const fromIn = (column: string, ...verbs: ReadonlyArray<Verb>) =>
+    sql.literal(`${column} IN (${quoted(fromStatesOf(verbs))})`)
+  /** The state a verb leads to (a verb whose target is a state; `unchanged` keeps the column). */
+  const toOf = (verb: Verb) => {
+    const to = transitionOf(verb).to
+    return sql.literal(to === "unchanged" ? "status" : `'${to}'`)
+  }
+  /** A run state as a constant, for the statements' CASE branches. */
+  const state = (status: RunStatus) => sql.literal(`'${status}'`)
+  /** `<column> IN (…)`: the open step states. */
+  const openStepList = sql.literal(`(${quoted(OpenStepStatuses)})`)
+  const openSteps = (column: string) => sql.literal(`${column} IN (${quoted(OpenStepStatuses)})`)
+
   const runs = sql(`${schema}.workflow_runs`)
   const steps = sql(`${schema}.workflow_steps`)
   const events = sql(`${schema}.workflow_events`)
@@ -53,7 +72,7 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
   const claimedStepColumns = sql`st.id, st.name, st.attempt, st.position, st.reattempts, st.timed_out, st.timeout_at`
 
   const claimRest = (runId: string, now: Date | null) => sql`r AS (
-        UPDATE ${runs} ru SET status = 'performing', current_step = s.name, updated_at = ${NOW(now)}
+        UPDATE ${runs} ru SET status = ${toOf("claim")}, current_step = s.name, updated_at = ${NOW(now)}
         FROM s WHERE ru.id = ${runId}::uuid
         RETURNING ru.*),
       e AS (
@@ -88,7 +107,12 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
     claimedStepColumns,
     claimRest,
     claimColumns,
-    renewalDue
+    renewalDue,
+    fromIn,
+    toOf,
+    state,
+    openSteps,
+    openStepList
   }
 }
 

@@ -5,6 +5,7 @@
  * @since 0.1.0
  */
 import { PgTypes } from "@effect/sql-pg"
+import { StepOutcomeVerbs } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
 import { type FinishManyEntry, type FinishRow, type NextAction, POLL_WAIT } from "./Rows.ts"
 
@@ -16,7 +17,24 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
     failed: "step_failed",
     cancelled: "step_cancelled"
   }
-  const { runs, steps, events, signals, NOW, stepMessage, lockRuns, sql, messageCtes } = ctx
+  const {
+    runs,
+    steps,
+    events,
+    signals,
+    NOW,
+    stepMessage,
+    lockRuns,
+    sql,
+    messageCtes,
+    fromIn,
+    toOf,
+    state,
+    openStepList
+  } = ctx
+  // an outcome on a performing run moves it (the table's advance, reattempt, ...); on a run
+  // paused meanwhile it is held (the table's hold)
+  const running = state("performing")
 
   /** A performing run's first new step, scheduled for later (the replay found a wait): run → ready. */
   const stepScheduleNew = (p: {
@@ -40,8 +58,8 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
       p.now
     )
     return sql<{ readonly id: bigint }>`WITH r AS (
-        UPDATE ${runs} SET status = 'ready', current_step = ${p.name}, updated_at = ${NOW(p.now)}
-        WHERE id = ${p.runId}::uuid AND status = 'performing' RETURNING id),
+        UPDATE ${runs} SET status = ${toOf("schedule")}, current_step = ${p.name}, updated_at = ${NOW(p.now)}
+        WHERE id = ${p.runId}::uuid AND ${fromIn("status", "schedule")} RETURNING id),
       s AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, timeout_ms,
                               reattempts)
@@ -89,16 +107,16 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
                               timeout_ms, reattempts, worker, app_revision, claimed_by)
         SELECT ${p.runId}::uuid, ${next.name}, ${next.attempt}, ${next.position},
-          CASE WHEN n.before = 'performing' AND ${claimNow} THEN 'in_progress' ELSE 'scheduled' END,
+          CASE WHEN n.before = ${running} AND ${claimNow} THEN 'in_progress' ELSE 'scheduled' END,
           ${next.queue}, ${NOW(p.now)},
           greatest(${NOW(p.now)}, coalesce(${next._tag === "schedule" ? (next.dueAt ?? null) : null}::timestamptz,
             ${NOW(p.now)} + ${PgTypes.float8(next._tag === "schedule" ? next.delayMs : 0)} * interval '1 millisecond')),
-          CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${NOW(p.now)} END,
+          CASE WHEN n.before = ${running} AND ${claimNow} THEN ${NOW(p.now)} END,
           ${PgTypes.float8(next._tag === "claim" ? next.timeoutMs : (next.timeoutMs ?? null))},
           ${next.reattempts},
-          CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${p.worker} END,
-          CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${p.appRevision}::text END,
-          CASE WHEN n.before = 'performing' AND ${claimNow} THEN ${next._tag === "claim" ? next.claimedBy : null}::text END
+          CASE WHEN n.before = ${running} AND ${claimNow} THEN ${p.worker} END,
+          CASE WHEN n.before = ${running} AND ${claimNow} THEN ${p.appRevision}::text END,
+          CASE WHEN n.before = ${running} AND ${claimNow} THEN ${next._tag === "claim" ? next.claimedBy : null}::text END
         FROM n RETURNING id, name, attempt, status, due_at)`
       : sql``
     const message =
@@ -107,7 +125,7 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
             next.physicalQueue,
             "next_message",
             sql`SELECT m.due_at AS vt, ${stepMessage(p.workflow, sql`m.id`, sql`${p.runId}::uuid`)} AS message
-                FROM m, n WHERE m.status = 'scheduled' AND n.before = 'performing'`,
+                FROM m, n WHERE m.status = 'scheduled' AND n.before = ${running}`,
             p.now
           )
         : next._tag === "continue"
@@ -115,20 +133,20 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
               next.physicalQueue,
               "continue_message",
               sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`NULL`, sql`${p.runId}::uuid`)} AS message
-                FROM n WHERE n.before = 'performing'`,
+                FROM n WHERE n.before = ${running}`,
               p.now
             )
           : undefined
     const target =
       next._tag === "schedule" || next._tag === "continue"
-        ? sql`CASE WHEN n.before = 'performing' THEN 'ready' ELSE n.before END`
+        ? sql`CASE WHEN n.before = ${running} THEN ${toOf("advance")} ELSE n.before END`
         : next._tag === "claim"
           ? sql`n.before`
           : next._tag === "finish"
-            ? sql`'finished'`
+            ? toOf("finish")
             : next._tag === "pause"
-              ? sql`'paused'`
-              : sql`'cancelled'`
+              ? toOf("step_pause")
+              : toOf("step_cancel")
     const terminal = next._tag === "finish" || next._tag === "cancel"
     const runUpdate = sql`, r AS (
         UPDATE ${runs} ru SET status = ${target},
@@ -154,14 +172,14 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
         ? sql`, closed AS (
         UPDATE ${steps} SET status = 'cancelled', finished_at = ${NOW(p.now)}
         FROM n WHERE run_id = ${p.runId}::uuid AND ${steps}.id <> ${p.stepId}
-          AND ${steps}.status IN ('scheduled', 'waiting', 'in_progress')
+          AND ${steps}.status IN ${openStepList}
         RETURNING 1)`
         : sql``
     const runEvent =
       next._tag === "finish"
         ? sql`SELECT 10, 'finished', NULL::text, NULL::int4, NULL::text FROM n`
         : next._tag === "pause"
-          ? sql`SELECT 10, 'paused', n.name, n.attempt, ${next.message}::text FROM n WHERE n.before = 'performing'`
+          ? sql`SELECT 10, 'paused', n.name, n.attempt, ${next.message}::text FROM n WHERE n.before = ${running}`
           : next._tag === "cancel"
             ? sql`SELECT 10, 'cancelled', n.name, n.attempt, ${next.reason}::text FROM n`
             : sql`SELECT 10, NULL, NULL, NULL, NULL WHERE false`
@@ -189,7 +207,7 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
           output = ${p.output}::jsonb, error = ${p.error}::jsonb
         FROM locked
         WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'in_progress'
-          AND locked.status IN ('performing', 'paused')
+          AND ${fromIn("locked.status", ...StepOutcomeVerbs)}
           ${p.onlyIfClaimedBy === undefined ? sql`` : sql`AND st.claimed_by = ${p.onlyIfClaimedBy}`}
         RETURNING st.id, st.name, st.attempt, locked.status AS before)
       ${nextRow}
@@ -244,23 +262,23 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
         UPDATE ${steps} st SET status = 'completed', finished_at = i.at, output = i.output, error = NULL
         FROM locked, i
         WHERE i.run_id = locked.id AND st.id = i.step_id AND st.run_id = locked.id AND st.status = 'in_progress'
-          AND locked.status IN ('performing', 'paused')
+          AND ${fromIn("locked.status", ...StepOutcomeVerbs)}
         RETURNING st.id, st.run_id, st.name, st.attempt, locked.status AS before, i.ord),
       m AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
                               timeout_ms, reattempts, worker, app_revision, claimed_by)
         SELECT n.run_id, i.next_name, i.next_attempt, i.next_position,
-          CASE WHEN n.before = 'performing' THEN 'in_progress' ELSE 'scheduled' END,
-          i.next_queue, i.at, i.at, CASE WHEN n.before = 'performing' THEN i.at END, i.next_timeout,
-          i.next_reattempts, CASE WHEN n.before = 'performing' THEN ${worker}::text END,
-          CASE WHEN n.before = 'performing' THEN ${appRevision}::text END,
-          CASE WHEN n.before = 'performing' THEN i.next_claimed_by END
+          CASE WHEN n.before = ${running} THEN 'in_progress' ELSE 'scheduled' END,
+          i.next_queue, i.at, i.at, CASE WHEN n.before = ${running} THEN i.at END, i.next_timeout,
+          i.next_reattempts, CASE WHEN n.before = ${running} THEN ${worker}::text END,
+          CASE WHEN n.before = ${running} THEN ${appRevision}::text END,
+          CASE WHEN n.before = ${running} THEN i.next_claimed_by END
         FROM n JOIN i ON i.ord = n.ord
         WHERE i.next_name IS NOT NULL
         ORDER BY n.ord
         RETURNING id, run_id, name, attempt, status),
       r AS (
-        UPDATE ${runs} ru SET status = CASE WHEN i.next_name IS NULL THEN 'finished' ELSE n.before END,
+        UPDATE ${runs} ru SET status = CASE WHEN i.next_name IS NULL THEN ${toOf("finish")} ELSE n.before END,
           current_step = coalesce(i.next_name, ru.current_step),
           updated_at = i.at,
           definition_hash = coalesce(i.hash, ru.definition_hash),
@@ -306,11 +324,11 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
       p.physicalQueue,
       "poll_message",
       sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message
-          FROM s, r WHERE r.status = 'ready'`,
+          FROM s, r WHERE r.status = ${toOf("poll")}`,
       p.now
     )
     return sql<{ readonly id: bigint }>`WITH locked AS (
-        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND status IN ('performing', 'paused') FOR UPDATE),
+        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "poll", "hold")} FOR UPDATE),
       s AS (
         UPDATE ${steps} st SET status = 'scheduled', wait_for = ${POLL_WAIT},
           due_at = ${NOW(p.now)} + ${PgTypes.float8(p.intervalMs)} * interval '1 millisecond',
@@ -322,7 +340,7 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
                        'infinity'::timestamptz) > ${NOW(p.now)}
         RETURNING st.id, st.due_at),
       r AS (
-        UPDATE ${runs} ru SET status = CASE WHEN locked.status = 'performing' THEN 'ready' ELSE locked.status END,
+        UPDATE ${runs} ru SET status = CASE WHEN ${fromIn("locked.status", "poll")} THEN ${toOf("poll")} ELSE locked.status END,
           updated_at = ${NOW(p.now)}
         FROM s, locked WHERE ru.id = ${p.runId}::uuid RETURNING ru.status),
       ${message.ctes}

@@ -10,7 +10,8 @@ import { type RunRow, STEP_JOB, type StartEntry } from "./Rows.ts"
 
 /** Start statements of one schema. */
 export const makeStartSql = (ctx: WorkflowSqlContext) => {
-  const { runs, steps, events, NOW, textArray, stepMessage, sql, messageCtes } = ctx
+  const ENDS = { finished: "end_finish", paused: "end_pause", cancelled: "end_cancel" } as const
+  const { runs, steps, events, NOW, textArray, stepMessage, sql, messageCtes, fromIn, toOf, openSteps } = ctx
 
   /** Start: the run, its `started` event and its first message, unless a unique index says no. */
   const runStart = (p: StartEntry & { readonly physicalQueue: string; readonly rerunOf: string | null }) => {
@@ -26,7 +27,7 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
     return sql<RunRow & { readonly notified: unknown }>`WITH run AS (
         INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
                              definition_version, rerun_of, actor, created_at, updated_at)
-        VALUES (${p.id}::uuid, ${p.workflow}, ${p.subject}, ${p.resourceId}, ${p.payload}::jsonb, 'ready',
+        VALUES (${p.id}::uuid, ${p.workflow}, ${p.subject}, ${p.resourceId}, ${p.payload}::jsonb, ${toOf("start")},
                 ${p.idempotencyKey}, ${p.engineVersion}, ${p.definitionVersion}, ${p.rerunOf}::uuid, ${p.actor},
                 ${NOW(p.now)}, ${NOW(p.now)})
         ON CONFLICT DO NOTHING
@@ -74,7 +75,7 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
       run AS (
         INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
                              definition_version, rerun_of, actor, created_at, updated_at)
-        SELECT id, workflow, subject, resource_id, payload, 'ready', idempotency_key, engine_version,
+        SELECT id, workflow, subject, resource_id, payload, ${toOf("start")}, idempotency_key, engine_version,
                definition_version, NULL, actor, ${NOW(now)}, ${NOW(now)}
         FROM i ORDER BY ord
         ON CONFLICT DO NOTHING
@@ -108,40 +109,41 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
     readonly reason: string | null
     readonly definitionHash: string | null
     readonly now: Date | null
-  }) =>
-    sql<{ readonly status: RunStatus }>`WITH r AS (
-        UPDATE ${runs} SET status = ${p.to}, updated_at = ${NOW(p.now)},
+  }) => {
+    const verb = ENDS[p.to]
+    return sql<{ readonly status: RunStatus }>`WITH r AS (
+        UPDATE ${runs} SET status = ${toOf(verb)}, updated_at = ${NOW(p.now)},
           finished_at = ${p.to === "paused" ? sql`NULL` : NOW(p.now)},
           paused_at = ${p.to === "paused" ? NOW(p.now) : sql`NULL`},
           paused_reason = ${p.pausedReason}, error = coalesce(${p.error}::jsonb, error),
           output = coalesce(${p.output}::jsonb, output),
           definition_hash = coalesce(${p.definitionHash}::text, definition_hash)
-        WHERE id = ${p.runId}::uuid AND status = 'performing' RETURNING status),
+        WHERE id = ${p.runId}::uuid AND ${fromIn("status", verb)} RETURNING status),
       e AS (
         INSERT INTO ${events} (run_id, type, actor, reason, at)
         SELECT ${p.runId}::uuid, ${p.to}, 'system', ${p.reason}, ${NOW(p.now)} FROM r)
       SELECT status FROM r`
+  }
 
   /** A performing run whose continue claim died with its worker goes back to ready. */
   const runReleaseContinue = (runId: string, now: Date | null) =>
-    sql<{ readonly id: string }>`UPDATE ${runs} SET status = 'ready', updated_at = ${NOW(now)}
-      WHERE id = ${runId}::uuid AND status = 'performing'
+    sql<{ readonly id: string }>`UPDATE ${runs} SET status = ${toOf("release")}, updated_at = ${NOW(now)}
+      WHERE id = ${runId}::uuid AND ${fromIn("status", "release")}
         AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId}::uuid
-                        AND status IN ('scheduled', 'in_progress', 'waiting'))
+                        AND ${openSteps("status")})
       RETURNING id`
 
   /** A run whose message failed on its last delivery pauses (`from`: the table's), with the error and why. */
   const runPauseUndeliverable = (p: {
     readonly runId: string
-    readonly from: ReadonlyArray<RunStatus>
     readonly error: string
     readonly reason: string
     readonly now: Date | null
   }) =>
     sql<{ readonly id: string }>`WITH r AS (
-        UPDATE ${runs} SET status = 'paused', paused_at = ${NOW(p.now)}, paused_reason = 'undeliverable',
+        UPDATE ${runs} SET status = ${toOf("delivery_pause")}, paused_at = ${NOW(p.now)}, paused_reason = 'undeliverable',
           error = ${p.error}::jsonb, updated_at = ${NOW(p.now)}
-        WHERE id = ${p.runId}::uuid AND status = ANY(${textArray(p.from)}::text[])
+        WHERE id = ${p.runId}::uuid AND ${fromIn("status", "delivery_pause")}
         RETURNING id),
       e AS (
         INSERT INTO ${events} (run_id, type, actor, reason, at)

@@ -5,18 +5,20 @@
  * @since 0.1.0
  */
 import { PgTypes } from "@effect/sql-pg"
+import { StepOutcomeVerbs } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
 import { FAN_OUT_WAIT, type RunRow, type StepRow } from "./Rows.ts"
 
 /** Sweep statements of one schema. */
 export const makeSweepSql = (ctx: WorkflowSqlContext) => {
-  const { runs, steps, events, signals, NOW, uuidArray, stepMessage, renewalDue, sql, messageCtes } = ctx
+  const { runs, steps, events, signals, NOW, uuidArray, stepMessage, renewalDue, sql, messageCtes, fromIn, openSteps } =
+    ctx
 
   /** In-progress attempts past their own timeout or the stall threshold. */
   const stepsStalled = (thresholdMs: number, now: Date | null, limit: number) =>
     sql<StepRow & { readonly workflow: string }>`SELECT st.*, ru.workflow FROM ${steps} st
       JOIN ${runs} ru ON ru.id = st.run_id
-      WHERE st.status = 'in_progress' AND ru.status IN ('performing', 'paused')
+      WHERE st.status = 'in_progress' AND ${fromIn("ru.status", ...StepOutcomeVerbs)}
         AND st.started_at < ${NOW(now)} - least(
           coalesce(st.timeout_ms, ${PgTypes.float8(thresholdMs)}), ${PgTypes.float8(thresholdMs)}) * interval '1 millisecond'
       ORDER BY st.started_at LIMIT ${limit}`
@@ -25,7 +27,7 @@ export const makeSweepSql = (ctx: WorkflowSqlContext) => {
   const stepsOverdue = (thresholdMs: number, now: Date | null, limit: number) =>
     sql<StepRow & { readonly workflow: string }>`SELECT st.*, ru.workflow FROM ${steps} st
       JOIN ${runs} ru ON ru.id = st.run_id
-      WHERE st.status = 'scheduled' AND ru.status = 'ready'
+      WHERE st.status = 'scheduled' AND ${fromIn("ru.status", "claim")}
         AND st.due_at < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond'
       ORDER BY st.due_at LIMIT ${limit}`
 
@@ -41,16 +43,16 @@ export const makeSweepSql = (ctx: WorkflowSqlContext) => {
   const runsWaitingOverdue = (thresholdMs: number, now: Date | null) =>
     sql<{ readonly workflow: string; readonly n: bigint }>`SELECT ru.workflow, count(*) AS n FROM ${runs} ru
       JOIN ${steps} st ON st.run_id = ru.id AND st.status = 'waiting'
-      WHERE ru.status = 'waiting'
+      WHERE ${fromIn("ru.status", "wake")}
         AND st.waiting_since < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond'
       GROUP BY ru.workflow`
 
   /** Ready runs with no open step, idle past the threshold (their continue message may be lost). */
   const runsIdle = (thresholdMs: number, now: Date | null, limit: number) =>
     sql<RunRow>`SELECT ru.* FROM ${runs} ru
-      WHERE ru.status = 'ready' AND ru.updated_at < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond'
+      WHERE ${fromIn("ru.status", "claim")} AND ru.updated_at < ${NOW(now)} - ${PgTypes.float8(thresholdMs)} * interval '1 millisecond'
         AND NOT EXISTS (SELECT 1 FROM ${steps} st WHERE st.run_id = ru.id
-                        AND st.status IN ('scheduled', 'in_progress', 'waiting'))
+                        AND ${openSteps("st.status")})
       ORDER BY ru.updated_at LIMIT ${limit}`
 
   /** Waiting steps of waiting runs whose deadline has passed. */
@@ -59,7 +61,7 @@ export const makeSweepSql = (ctx: WorkflowSqlContext) => {
       JOIN ${runs} ru ON ru.id = st.run_id
       WHERE st.status = 'waiting' AND st.timeout_at IS NOT NULL AND st.timeout_at <= ${NOW(now)}
         AND ${renewalDue(now, thresholdMs)}
-        AND ru.status = 'waiting'
+        AND ${fromIn("ru.status", "wake")}
       ORDER BY st.timeout_at LIMIT ${limit}`
 
   /** Re-sends the message of a scheduled step (the sweep's lost-message repair); due now, so one sweep wins. */

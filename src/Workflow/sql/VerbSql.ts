@@ -9,7 +9,7 @@ import type { RunRow, StepRow } from "./Rows.ts"
 
 /** Verb statements of one schema. */
 export const makeVerbSql = (ctx: WorkflowSqlContext) => {
-  const { runs, steps, events, NOW, textArray, stepMessage, sql, messageCtes } = ctx
+  const { runs, steps, events, NOW, textArray, stepMessage, sql, messageCtes, openSteps } = ctx
 
   /** Locks a run (scoped to a resource when given). */
   const runLock = (id: string, resourceId: string | null) =>
@@ -37,7 +37,7 @@ export const makeVerbSql = (ctx: WorkflowSqlContext) => {
   const stepsCancelOpen = (runId: string, now: Date | null) =>
     sql<{ readonly id: bigint; readonly name: string; readonly attempt: number }>`UPDATE ${steps}
       SET status = 'cancelled', finished_at = ${NOW(now)}
-      WHERE run_id = ${runId}::uuid AND status IN ('scheduled', 'waiting', 'in_progress')
+      WHERE run_id = ${runId}::uuid AND ${openSteps("status")}
       RETURNING id, name, attempt`
 
   /** The run's latest attempt (its current step). */

@@ -7,7 +7,7 @@
 import { PgTypes } from "@effect/sql-pg"
 import type { Statement } from "effect/sql"
 import type { ClaimedMessageRow } from "../../Queue/QueueSql.ts"
-import type { RunStatus } from "../States.ts"
+import type { RunStatus, Verb } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
 import type { ClaimRow, OnTimeout, SignalRow, StepRow } from "./Rows.ts"
 
@@ -25,7 +25,9 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
     claimColumns,
     renewalDue,
     sql,
-    messageCtes
+    messageCtes,
+    fromIn,
+    toOf
   } = ctx
 
   /** The gate found no signal: the attempt parks (performing → waiting) with its deadline. */
@@ -47,7 +49,7 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
     readonly now: Date | null
   }) =>
     sql<{ readonly id: bigint }>`WITH locked AS (
-        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND status IN ('performing', 'paused') FOR UPDATE),
+        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "park", "hold")} FOR UPDATE),
       s AS (
         UPDATE ${steps} st SET status = 'waiting', wait_for = ${p.waitFor}, wait_matcher = ${p.matcher},
           batch_id = ${p.batch?.id ?? null}::uuid,
@@ -63,7 +65,7 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
         RETURNING st.id, st.name, st.attempt),
       -- a run paused while the step ran stays paused (resume puts it back to waiting)
       r AS (
-        UPDATE ${runs} ru SET status = CASE WHEN locked.status = 'performing' THEN 'waiting' ELSE locked.status END,
+        UPDATE ${runs} ru SET status = CASE WHEN ${fromIn("locked.status", "park")} THEN ${toOf("park")} ELSE locked.status END,
           updated_at = ${NOW(p.now)} FROM s, locked WHERE ru.id = ${p.runId}::uuid RETURNING 1),
       e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
@@ -152,17 +154,17 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
       p.physicalQueue,
       "wake_message",
       sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message
-          FROM s, r WHERE r.status = 'ready'`,
+          FROM s, r WHERE r.status = ${toOf("wake")}`,
       p.now
     )
     return sql<{ readonly id: bigint; readonly run_status: RunStatus }>`WITH locked AS (
-        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND status IN ('waiting', 'paused') FOR UPDATE),
+        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "wake", "hold")} FOR UPDATE),
       s AS (
         UPDATE ${steps} st SET status = 'scheduled', due_at = ${NOW(p.now)}, timed_out = ${p.timedOut}
         FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'waiting'
         RETURNING st.id, st.name, st.attempt, st.due_at),
       r AS (
-        UPDATE ${runs} ru SET status = CASE WHEN locked.status = 'waiting' THEN 'ready' ELSE locked.status END,
+        UPDATE ${runs} ru SET status = CASE WHEN ${fromIn("locked.status", "wake")} THEN ${toOf("wake")} ELSE locked.status END,
           updated_at = ${NOW(p.now)}
         FROM s, locked WHERE ru.id = ${p.runId}::uuid RETURNING ru.status),
       ${message.ctes}
@@ -193,7 +195,7 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
       p.claim
     )
     return sql<ClaimRow & ClaimedMessageRow>`WITH locked AS (
-        SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'waiting' FOR UPDATE),
+        SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "wake_claim")} FOR UPDATE),
       s AS (
         UPDATE ${steps} st SET status = 'in_progress', due_at = ${NOW(p.now)}, timed_out = false,
           started_at = ${NOW(p.now)}, worker = ${p.worker}, app_revision = ${p.appRevision},
@@ -228,20 +230,26 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
     readonly now: Date | null
   }) => {
     const skip = p.outcome === "skip"
+    // a skip on a paused run holds it; a pause or a cancel moves it from either state
+    const resolveVerbs: ReadonlyArray<Verb> = skip
+      ? ["wait_skip", "hold"]
+      : p.outcome === "pause"
+        ? ["wait_pause"]
+        : ["wait_cancel"]
     const message = messageCtes(
       p.physicalQueue,
       "resolve_message",
       sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`NULL`, sql`${p.runId}::uuid`)} AS message
-          FROM r WHERE ${skip} AND r.status = 'ready'`,
+          FROM r WHERE ${skip} AND r.status = ${toOf("wait_skip")}`,
       p.now
     )
     const runTo = skip
-      ? sql`CASE WHEN locked.status = 'waiting' THEN 'ready' ELSE locked.status END`
+      ? sql`CASE WHEN ${fromIn("locked.status", "wait_skip")} THEN ${toOf("wait_skip")} ELSE locked.status END`
       : p.outcome === "pause"
-        ? sql`'paused'`
-        : sql`'cancelled'`
+        ? toOf("wait_pause")
+        : toOf("wait_cancel")
     return sql<{ readonly id: bigint; readonly run_status: RunStatus }>`WITH locked AS (
-        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND status IN ('waiting', 'paused') FOR UPDATE),
+        SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", ...resolveVerbs)} FOR UPDATE),
       s AS (
         UPDATE ${steps} st SET status = ${skip ? "skipped" : p.outcome === "pause" ? "failed" : "cancelled"},
           finished_at = ${NOW(p.now)}, error = ${p.error}::jsonb
@@ -249,8 +257,17 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
         RETURNING st.id, st.name, st.attempt),
       r AS (
         UPDATE ${runs} ru SET status = ${runTo}, updated_at = ${NOW(p.now)},
-          paused_at = ${p.outcome === "pause" ? sql`coalesce(ru.paused_at, ${NOW(p.now)})` : sql`ru.paused_at`},
-          paused_reason = ${p.outcome === "pause" ? sql`'wait_timed_out'` : sql`ru.paused_reason`},
+          paused_at = ${
+            p.outcome === "pause"
+              ? sql`coalesce(ru.paused_at, ${NOW(p.now)})`
+              : // a run paused meanwhile and cancelled now is no longer paused (the table's check)
+                p.outcome === "cancel"
+                ? sql`NULL`
+                : sql`ru.paused_at`
+          },
+          paused_reason = ${
+            p.outcome === "pause" ? sql`'wait_timed_out'` : p.outcome === "cancel" ? sql`NULL` : sql`ru.paused_reason`
+          },
           error = ${p.outcome === "pause" ? sql`${p.error}::jsonb` : sql`ru.error`},
           finished_at = ${p.outcome === "cancel" ? NOW(p.now) : sql`ru.finished_at`}
         FROM s, locked WHERE ru.id = ${p.runId}::uuid RETURNING ru.status),
@@ -304,7 +321,7 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
         : // the table's notice_pause: waiting → paused, the step still waiting
           sql`,
       p AS (
-        UPDATE ${runs} ru SET status = 'paused', paused_at = ${NOW(p.now)}, paused_reason = 'error',
+        UPDATE ${runs} ru SET status = ${toOf("notice_pause")}, paused_at = ${NOW(p.now)}, paused_reason = 'error',
           error = ${r.pauseError}::jsonb, updated_at = ${NOW(p.now)}
         FROM s WHERE ru.id = ${p.runId}::uuid RETURNING 1),
       pe AS (
@@ -317,7 +334,7 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
         WHERE st.id = ${p.stepId} AND st.status = 'waiting'
           AND st.timeout_at IS NOT DISTINCT FROM ${p.missedAt}::timestamptz
           ${r === undefined ? sql`` : sql`AND st.deadline_renewal_for IS NOT DISTINCT FROM ${p.missedAt}::timestamptz`}
-          AND EXISTS (SELECT 1 FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'waiting')
+          AND EXISTS (SELECT 1 FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "notice")})
         RETURNING st.id, st.name, st.attempt, st.wait_for, st.timeout_at),
       e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
@@ -357,7 +374,7 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
         WHERE st.id = ${p.stepId} AND st.status = 'waiting' AND st.wait_deadline_per_run
           AND st.timeout_at = ${p.missedAt}::timestamptz
           AND ${renewalDue(p.now, p.thresholdMs)}
-          AND EXISTS (SELECT 1 FROM ${runs} WHERE id = ${p.runId}::uuid AND status = 'waiting')
+          AND EXISTS (SELECT 1 FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "notice")})
         RETURNING st.id),
       ${message.ctes}
       SELECT s.id, ${message.notifyRef} AS notified FROM s`
@@ -366,12 +383,12 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
   /** Resume of a run paused while its step waited: it waits again, its deadline moved by the pause. */
   const runRewait = (runId: string, stepId: bigint, now: Date | null) =>
     sql<{ readonly id: bigint }>`WITH r AS (
-        SELECT id, paused_at FROM ${runs} WHERE id = ${runId}::uuid AND status = 'paused' FOR UPDATE),
+        SELECT id, paused_at FROM ${runs} WHERE id = ${runId}::uuid AND ${fromIn("status", "rewait")} FOR UPDATE),
       s AS (
         UPDATE ${steps} st SET timeout_at = st.timeout_at + (${NOW(now)} - r.paused_at)
         FROM r WHERE st.id = ${stepId} AND st.status = 'waiting' AND st.timeout_at IS NOT NULL RETURNING st.id),
       u AS (
-        UPDATE ${runs} ru SET status = 'waiting', paused_at = NULL, paused_reason = NULL, updated_at = ${NOW(now)}
+        UPDATE ${runs} ru SET status = ${toOf("rewait")}, paused_at = NULL, paused_reason = NULL, updated_at = ${NOW(now)}
         FROM r WHERE ru.id = r.id RETURNING ru.id)
       SELECT u.id FROM u`
 
