@@ -11,8 +11,7 @@ import { FAN_OUT_WAIT, type RunRow, type StepRow } from "./Rows.ts"
 
 /** Sweep statements of one schema. */
 export const makeSweepSql = (ctx: WorkflowSqlContext) => {
-  const { runs, steps, events, signals, NOW, uuidArray, stepMessage, renewalDue, sql, messageCtes, fromIn, openSteps } =
-    ctx
+  const { runs, steps, events, NOW, uuidArray, stepMessage, renewalDue, sql, messageCtes, fromIn, openSteps } = ctx
 
   /** In-progress attempts past their own timeout or the stall threshold. */
   const stepsStalled = (thresholdMs: number, now: Date | null, limit: number) =>
