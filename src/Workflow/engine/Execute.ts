@@ -69,7 +69,7 @@ export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
       if (st.speculative) return yield* claimForRestart
       if (Exit.isSuccess(exit)) {
         if (st.target !== undefined && !st.targetReached) {
-          yield* divergence(st.target.name, "(the end of the workflow)", st.cursor).pipe(Effect.exit)
+          yield* divergence(st.target.name, "(the end of the workflow)", st.replay.position).pipe(Effect.exit)
           return
         }
         let outputText: string | null = null

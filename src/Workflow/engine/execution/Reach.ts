@@ -6,6 +6,7 @@
  */
 import { Duration, Effect, Schema } from "effect"
 import { isPassingFailure, retryTransient, statementNow } from "../../../Database.ts"
+import * as HistoryCursor from "../../HistoryCursor.ts"
 import type { StepOptions } from "../../Runtime.ts"
 import { checkStep } from "../../Workflow.ts"
 import { InvalidWorkflowDefinition } from "../../WorkflowError.ts"
@@ -18,7 +19,7 @@ import type { StepRun } from "./Step.ts"
 /** Builds this part of one execution. */
 export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, step: StepRun) => {
   const { jobs, statements, worker, revision, db, queueOf } = ctx
-  const { ex, renewalOf, def, runId, stepPolicies, order, latest, namesSeen, seen, signalFree, defaultQueue } = st
+  const { ex, renewalOf, def, runId, stepPolicies, namesSeen, seen, signalFree, defaultQueue } = st
   const { halt, holding, restartFromClaim, claimWithFirst, pauseWith, divergence, applyOutcome } = apply
   const { renewDeadline, runTarget } = step
 
@@ -182,10 +183,9 @@ export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, 
       seen.add(name)
       namesSeen.push(name)
       stepPolicies.set(name, options as StepOptions<unknown>)
-      const position = st.cursor++
-      const recorded = order[position]
-      if (recorded !== undefined && recorded !== name) return yield* divergence(recorded, name, position)
-      const entry = latest.get(name)
+      const reached = HistoryCursor.reach(st.replay, name)
+      const { position, recorded, entry } = reached
+      if (reached.diverged) return yield* divergence(recorded!, name, position)
       if (st.target !== undefined && !st.targetReached && name === st.target.name) {
         if (renewalOf !== undefined) return yield* renewDeadline(st.target, options as StepOptions<unknown>, renewalOf)
         return yield* runTarget(
@@ -194,7 +194,7 @@ export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, 
           options
         )
       }
-      if (entry !== undefined && recorded === name) {
+      if (entry !== undefined && reached.replayed) {
         if (entry.status === "completed") {
           if (options.output === undefined) return entry.output as A
           const value = yield* Schema.decodeUnknownEffect(options.output)(entry.output).pipe(Effect.result)

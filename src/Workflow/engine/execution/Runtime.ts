@@ -8,6 +8,7 @@ import { Duration, Effect, Option, type Schema } from "effect"
 import type { Finished as BatchFinished } from "../../../Batch/Batch.ts"
 import { statementNow } from "../../../Database.ts"
 import { isStorableText } from "../../../internal/storable.ts"
+import * as HistoryCursor from "../../HistoryCursor.ts"
 import {
   type FanOutMember,
   type FanOutOptions,
@@ -26,7 +27,7 @@ import type { ExecutionState } from "./State.ts"
 /** Builds this part of one execution. */
 export const makeRuntime = (ctx: EngineContext, st: ExecutionState, apply: Apply, reach: Reach) => {
   const { statements, db } = ctx
-  const { ex, def, runId, order, namesSeen } = st
+  const { ex, def, runId, namesSeen } = st
   const { halt, restartFromClaim, pauseWith, applyOutcome } = apply
   const { runtimeStep } = reach
 
@@ -94,19 +95,19 @@ export const makeRuntime = (ctx: EngineContext, st: ExecutionState, apply: Apply
           )
           return yield* halt({ _tag: "applied" })
         }
-        const marker = `patch:${id}`
-        const recorded = order[st.cursor]
-        if (recorded === marker) {
-          st.cursor++
+        const marker = HistoryCursor.markerOf(id)
+        const found = HistoryCursor.patch(st.replay, id)
+        if (found === "recorded") {
           namesSeen.push(marker)
           return true
         }
-        if (recorded !== undefined) return false
+        if (found === "unpatched") return false
         // the run reaches the patch new: record the marker, so that replays take this path
         const now = yield* statementNow
-        yield* statements.markerInsert({ runId, name: marker, position: st.cursor, now }).pipe(db("record patch"))
-        order[st.cursor] = marker
-        st.cursor++
+        yield* statements
+          .markerInsert({ runId, name: marker, position: st.replay.position, now })
+          .pipe(db("record patch"))
+        HistoryCursor.recordMarker(st.replay, id)
         namesSeen.push(marker)
         return true
       }).pipe(Effect.orDie),

@@ -6,6 +6,7 @@
  * @since 0.1.0
  */
 import { Effect, Option, Schema } from "effect"
+import * as HistoryCursor from "../../HistoryCursor.ts"
 import type { ControlVerb, FanOutMember, RunContext, StepOptions } from "../../Runtime.ts"
 import type { HistoryEntry } from "../../WorkflowSql.ts"
 import type { Claimed, Execution, RegisteredWorkflow, Stop, Target } from "../Shared.ts"
@@ -22,10 +23,8 @@ export interface ExecutionState {
   readonly runId: string
   readonly stepPolicies: Map<string, StepOptions<unknown>>
   readonly history: ReadonlyArray<HistoryEntry>
-  /** The recorded step names by position. */
-  readonly order: Array<string>
-  /** Each recorded step's latest attempt. */
-  readonly latest: Map<string, HistoryEntry>
+  /** The cursor over the history the body replays (shared with `Testing/Replay.ts`). */
+  readonly replay: HistoryCursor.HistoryCursor<HistoryEntry>
   /** The step names the body reached, in order (the definition hash). */
   readonly namesSeen: Array<string>
   readonly seen: Set<string>
@@ -36,8 +35,6 @@ export interface ExecutionState {
   readonly defaultQueue: string
   /** A fresh run replaying before its claim, from the input its start message carried. */
   speculative: boolean
-  /** The position of the next step the body reaches. */
-  cursor: number
   /** The claimed step (none for a continue). */
   target: Target | undefined
   targetReached: boolean
@@ -68,13 +65,6 @@ export const makeExecutionState = (
     const runId = claim.id
     if (claim.step_id !== null) ex.held = claim.step_id
     const history: ReadonlyArray<HistoryEntry> = claim.history
-    const order: Array<string> = []
-    const latest = new Map<string, HistoryEntry>()
-    for (const h of history) {
-      if (!latest.has(h.name)) order[h.position] = h.name
-      const prev = latest.get(h.name)
-      if (!prev || prev.attempt < h.attempt) latest.set(h.name, h)
-    }
     const target: Target | undefined =
       claim.step_id === null
         ? undefined
@@ -103,8 +93,7 @@ export const makeExecutionState = (
       runId,
       stepPolicies: new Map(),
       history,
-      order,
-      latest,
+      replay: HistoryCursor.make(history),
       namesSeen: [],
       seen: new Set(),
       signalFree: new Set(),
@@ -112,7 +101,6 @@ export const makeExecutionState = (
       runContext,
       defaultQueue: def.queue ?? workflowQueue,
       speculative,
-      cursor: 0,
       target,
       targetReached: false,
       stop: undefined,
