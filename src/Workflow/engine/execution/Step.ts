@@ -10,6 +10,8 @@ import { stepSpan } from "../../../internal/span.ts"
 import { isStorableJson } from "../../../internal/storable.ts"
 import { resolve as resolvePolicy } from "../../Policies.ts"
 import { type ControlVerb, type ReceivedSignal, SignalReaders, StepContext, type StepOptions } from "../../Runtime.ts"
+import { makeFanOut } from "../../verbs/fanOut.ts"
+import { makePoll } from "../../verbs/poll.ts"
 import { OutputNotStorable, OutputTooLarge, StepTimeout } from "../../WorkflowError.ts"
 import type { SignalRow } from "../../WorkflowSql.ts"
 import type { EngineContext } from "../Context.ts"
@@ -28,8 +30,6 @@ import {
   waitOverdueTotal
 } from "../Shared.ts"
 import type { Apply } from "./Apply.ts"
-import { makeFanOut } from "./FanOut.ts"
-import { makePoll } from "./Poll.ts"
 import type { ExecutionState } from "./State.ts"
 
 /** Builds this part of one execution. */
