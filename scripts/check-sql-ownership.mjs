@@ -16,7 +16,15 @@ const owners = new Set([
   "src/EventBus/OutboxQuerySql.ts", // outbox_entries: read-only queries
   "src/Batch/BatchQuerySql.ts", // batches: read-only queries
   "src/Operations/CatalogSql.ts", // PostgreSQL's catalogs and statistics
-  "src/Workflow/WorkflowSql.ts", // workflow_runs, workflow_steps, workflow_events
+  // workflow_runs, workflow_steps, workflow_events, workflow_signals: one file per transition family
+  "src/Workflow/sql/Context.ts", // the shared fragments (tables, history, claim columns)
+  "src/Workflow/sql/StartSql.ts", // run lifecycle: start, end without a step, release, undeliverable
+  "src/Workflow/sql/ClaimSql.ts", // claims
+  "src/Workflow/sql/OutcomeSql.ts", // step outcomes
+  "src/Workflow/sql/WaitSql.ts", // waits and signals
+  "src/Workflow/sql/VerbSql.ts", // the outside verbs
+  "src/Workflow/sql/SweepSql.ts", // the sweep
+  "src/Workflow/sql/ReadSql.ts", // reads
   "src/EventBus/EventBusSql.ts", // event_subscriptions, processed_events
   "src/EventBus/OutboxSql.ts", // outbox_entries
   "src/Job/JobStatsSql.ts", // job_stats

@@ -7,6 +7,7 @@
  */
 import { Effect, Exit, type Option, Schema } from "effect"
 import { WorkflowClient } from "../Workflow/Client.ts"
+import * as HistoryCursor from "../Workflow/HistoryCursor.ts"
 import { type ControlVerb, type FanOutResult, type StepOptions, WorkflowRuntime } from "../Workflow/Runtime.ts"
 import type { Workflow } from "../Workflow/Workflow.ts"
 
@@ -77,14 +78,8 @@ export const replayHistory = <Name extends string, P, A, E, R>(
   history: History
 ): Effect.Effect<ReplayReport, never, R> =>
   Effect.gen(function* () {
-    const order: Array<string> = []
-    const latest = new Map<string, History["steps"][number]>()
-    for (const s of history.steps) {
-      if (!latest.has(s.name)) order[s.position] = s.name
-      const prev = latest.get(s.name)
-      if (!prev || prev.attempt < s.attempt) latest.set(s.name, s)
-    }
-    let cursor = 0
+    // the engine's own cursor: a history is read here as a claimed run's is
+    const cursor = HistoryCursor.make(history.steps)
     let stop: Stop | undefined
     const halt = (report: ReplayReport) => {
       stop = new Stop(report)
@@ -93,11 +88,10 @@ export const replayHistory = <Name extends string, P, A, E, R>(
     const replayStep = <A, E, R>(name: string, _effect: Effect.Effect<A, E, R>, options: StepOptions<A>) =>
       Effect.gen(function* () {
         if (stop) return yield* Effect.interrupt
-        const position = cursor++
-        const recorded = order[position]
+        const { position, recorded, entry: found, diverged } = HistoryCursor.reach(cursor, name)
         if (recorded === undefined) return yield* halt({ _tag: "Replayed", steps: position, stoppedAt: name })
-        if (recorded !== name) return yield* halt({ _tag: "Diverged", position, expected: recorded, found: name })
-        const entry = latest.get(name)!
+        if (diverged) return yield* halt({ _tag: "Diverged", position, expected: recorded, found: name })
+        const entry = found!
         if (entry.status === "skipped") return undefined
         if (entry.status !== "completed") return yield* halt({ _tag: "Replayed", steps: position, stoppedAt: name })
         if (options.output === undefined) return entry.output as A
@@ -124,15 +118,8 @@ export const replayHistory = <Name extends string, P, A, E, R>(
           R
         >,
       control: (_verb: ControlVerb) => Effect.interrupt,
-      patched: (id) =>
-        Effect.sync(() => {
-          const marker = `patch:${id}`
-          if (order[cursor] === marker) {
-            cursor++
-            return true
-          }
-          return order[cursor] === undefined
-        })
+      // a recorded marker takes the patched path; past the history, so does a new run
+      patched: (id) => Effect.sync(() => HistoryCursor.patch(cursor, id) !== "unpatched")
     })
     const payload = yield* Schema.decodeUnknownEffect(workflow.payload)(history.payload).pipe(Effect.result)
     if (payload._tag === "Failure") {
@@ -149,16 +136,16 @@ export const replayHistory = <Name extends string, P, A, E, R>(
       .pipe(Effect.provideService(WorkflowRuntime, runtime), Effect.exit)
     if (stop) return (stop as Stop).report
     if (Exit.isSuccess(exit)) {
-      const unreached = order.slice(cursor).filter((n) => n !== undefined)
+      const unreached = HistoryCursor.unreached(cursor)
       if (unreached.length > 0) {
         return {
           _tag: "Diverged",
-          position: cursor,
+          position: cursor.position,
           expected: unreached[0]!,
           found: "(the end of the workflow)"
         } as ReplayReport
       }
-      return { _tag: "Replayed", steps: cursor, stoppedAt: "(the end of the workflow)" } as ReplayReport
+      return { _tag: "Replayed", steps: cursor.position, stoppedAt: "(the end of the workflow)" } as ReplayReport
     }
     return { _tag: "Failed", error: String(exit.cause) } as ReplayReport
   })

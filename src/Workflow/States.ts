@@ -12,6 +12,9 @@ export type RunStatus = (typeof RunStatuses)[number]
 /** The ongoing states (one ongoing run per workflow and subject). */
 export const OngoingStatuses: ReadonlyArray<RunStatus> = ["ready", "performing", "waiting", "paused"]
 
+/** The step states an attempt is open in (a run has at most one open attempt). */
+export const OpenStepStatuses = ["scheduled", "in_progress", "waiting"] as const
+
 /** States of a step attempt. */
 export const StepStatuses = [
   "scheduled",
@@ -62,7 +65,20 @@ export const InternalVerbs = [
   "resolve",
   "rewait",
   "notice_pause",
-  "delivery_pause"
+  "delivery_pause",
+  "start",
+  "begin",
+  "schedule",
+  "end_finish",
+  "end_pause",
+  "end_cancel",
+  "release",
+  "wake_claim",
+  "poll",
+  "wait_skip",
+  "wait_pause",
+  "wait_cancel",
+  "notice"
 ] as const
 export type InternalVerb = (typeof InternalVerbs)[number]
 
@@ -194,7 +210,92 @@ export const internalTransitions: ReadonlyArray<Transition<InternalVerb>> = [
     to: "paused",
     steps:
       "the run's message failed on its last delivery (no worker that read it has the workflow registered, or its execution failed every time): the run pauses as undeliverable with the error; resume sends it again"
+  },
+  { verb: "start", from: [], to: "ready", steps: "a new run is inserted with its first message (a start or a rerun)" },
+  {
+    verb: "begin",
+    from: ["performing"],
+    to: "unchanged",
+    steps: "the replay of a run claimed without a step reached a new step that is due: it is inserted in_progress"
+  },
+  {
+    verb: "schedule",
+    from: ["performing"],
+    to: "ready",
+    steps: "the replay of a run claimed without a step reached a new step that is not due yet: it is scheduled"
+  },
+  {
+    verb: "end_finish",
+    from: ["performing"],
+    to: "finished",
+    steps: "the replay of a run claimed without a step reached the body's end: the run finishes"
+  },
+  {
+    verb: "end_pause",
+    from: ["performing"],
+    to: "paused",
+    steps: "the replay of a run claimed without a step failed or called pause: the run pauses"
+  },
+  {
+    verb: "end_cancel",
+    from: ["performing"],
+    to: "cancelled",
+    steps: "the replay of a run claimed without a step called cancel: the run is cancelled"
+  },
+  {
+    verb: "release",
+    from: ["performing"],
+    to: "ready",
+    steps: "a run claimed without a step whose worker gave it up before writing a step: it waits for its next claim"
+  },
+  {
+    verb: "wake_claim",
+    from: ["waiting"],
+    to: "performing",
+    steps: "a signal wakes the step for a local reader: woken and claimed (in_progress) in one statement"
+  },
+  {
+    verb: "poll",
+    from: ["performing"],
+    to: "ready",
+    steps: "a poll found nothing yet: the attempt is scheduled again for its next check (a paused run holds)"
+  },
+  {
+    verb: "wait_skip",
+    from: ["waiting"],
+    to: "ready",
+    steps:
+      "an outside skip or a wait timed out with onTimeout skip: the waiting step is skipped and a continue message sent (a paused run holds)"
+  },
+  {
+    verb: "wait_pause",
+    from: ["waiting", "paused"],
+    to: "paused",
+    steps: "a wait timed out with onTimeout pause: the waiting step fails and the run pauses"
+  },
+  {
+    verb: "wait_cancel",
+    from: ["waiting", "paused"],
+    to: "cancelled",
+    steps: "a wait timed out with onTimeout cancel: the waiting step and the run are cancelled"
+  },
+  {
+    verb: "notice",
+    from: ["waiting"],
+    to: "unchanged",
+    steps:
+      "a notify wait's deadline passed: the notice is recorded and the deadline moves on (a per-run deadline is handed to a worker to evaluate again)"
   }
+]
+
+/** The moves that apply an attempt's outcome: one statement binds them all (their from-states' union). */
+export const StepOutcomeVerbs: ReadonlyArray<InternalVerb> = [
+  "advance",
+  "finish",
+  "reattempt",
+  "step_pause",
+  "step_cancel",
+  "hold"
 ]
 
 /** Every row, outside verbs first. */
@@ -210,6 +311,10 @@ export const isLegal = (verb: Verb, from: RunStatus): boolean => transitionOf(ve
 
 /** The states a verb may start from (what a guarded UPDATE binds). */
 export const fromStates = (verb: Verb): ReadonlyArray<RunStatus> => transitionOf(verb).from
+
+/** The union of the verbs' from-states, in the table's order of states. */
+export const fromStatesOf = (verbs: ReadonlyArray<Verb>): ReadonlyArray<RunStatus> =>
+  RunStatuses.filter((status) => verbs.some((verb) => isLegal(verb, status)))
 
 /** The state a verb leads to from `from` (the same state for `unchanged`). */
 export const targetOf = (verb: Verb, from: RunStatus): RunStatus => {
@@ -231,7 +336,8 @@ export const toMarkdown = (): string => {
       "| Verb | From | To | Steps |",
       "| --- | --- | --- | --- |",
       ...rows.map(
-        (t) => `| \`${t.verb}\` | ${t.from.join(", ")} | ${t.to === "unchanged" ? "(unchanged)" : t.to} | ${t.steps} |`
+        (t) =>
+          `| \`${t.verb}\` | ${t.from.length === 0 ? "(new run)" : t.from.join(", ")} | ${t.to === "unchanged" ? "(unchanged)" : t.to} | ${t.steps} |`
       )
     ].join("\n")
   return [

@@ -1,0 +1,70 @@
+/**
+ * The engine's shared context: the services every part uses (config, client, queue store,
+ * notifier, jobs, batches), the statements, this worker's name and the small helpers over them.
+ *
+ * @since 0.1.0
+ */
+import os from "node:os"
+import { Effect } from "effect"
+import { SqlClient } from "effect/sql"
+import type { SqlError } from "effect/sql/SqlError"
+import { Batches } from "../../Batch/Batch.ts"
+import { PgBusConfig } from "../../Config.ts"
+import { toDatabaseError } from "../../Database.ts"
+import { JobClient, physicalQueueOf } from "../../Job/JobClient.ts"
+import { Notifier } from "../../Queue/Notifier.ts"
+import * as QueueName from "../../Queue/QueueName.ts"
+import { QueueStore } from "../../Queue/QueueStore.ts"
+import type { DatabaseError } from "../WorkflowError.ts"
+import { type ClaimRow, makeWorkflowSql, type WorkflowSql } from "../WorkflowSql.ts"
+
+import { encodeError } from "./Shared.ts"
+
+/** Builds the shared context of the engine's parts. */
+export const makeEngineContext = Effect.gen(function* () {
+  const config = yield* PgBusConfig
+  const sql = yield* SqlClient.SqlClient
+  const store = yield* QueueStore
+  const notifier = yield* Notifier
+  const jobs = yield* JobClient
+  const batches = yield* Batches
+  const statements: WorkflowSql = makeWorkflowSql(sql, config.schema, (physical, name, rows, now, claim) =>
+    store.messageCtes(physical, name, rows, now, claim)
+  )
+  const worker = `${os.hostname()}:${process.pid}`
+  /** Steps a signal claimed for this process's worker, by the delivery of their message (local dispatch). */
+  const preclaimed = new Map<string, ClaimRow>()
+  const revision = config.appRevision ?? null
+  const db =
+    (operation: string) =>
+    <A>(effect: Effect.Effect<A, SqlError>): Effect.Effect<A, DatabaseError> =>
+      Effect.mapError(effect, toDatabaseError(operation))
+
+  /** The logical and physical queue of a workflow's step messages. */
+  const queueOf = (logical: string, priority?: number) => {
+    const queue = physicalQueueOf(config, { queue: logical, priority: undefined }, { queue: logical, priority })
+    return { queue, physical: QueueName.physicalOf(config.queuePrefix, queue) }
+  }
+
+  const errorJson = (error: unknown) =>
+    JSON.stringify(encodeError(error, config.workflowErrorBacktraceLines, worker, config.appRevision))
+
+  return {
+    config,
+    sql,
+    store,
+    notifier,
+    jobs,
+    batches,
+    statements,
+    worker,
+    preclaimed,
+    revision,
+    db,
+    queueOf,
+    errorJson
+  }
+})
+
+/** The shared context of the engine's parts. */
+export type EngineContext = Effect.Success<typeof makeEngineContext>

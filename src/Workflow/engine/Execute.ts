@@ -1,0 +1,116 @@
+/**
+ * Executing one claimed run: replays the body and applies what it leads to. The execution is
+ * one record (`execution/State.ts`) that its parts share: its ends (`execution/Apply.ts`), the
+ * claimed step's run (`execution/Step.ts`), reaching steps (`execution/Reach.ts`) and the runtime
+ * the body calls (`execution/Runtime.ts`).
+ *
+ * @since 0.1.0
+ */
+import { Cause, Effect, Exit, Metric, Option } from "effect"
+import { statementNow } from "../../Database.ts"
+import { isStorableJson } from "../../internal/storable.ts"
+import { WorkflowRuntime } from "../Runtime.ts"
+import { InvalidWorkflowPayload, OutputNotStorable } from "../WorkflowError.ts"
+import type { EngineContext } from "./Context.ts"
+import { makeApply } from "./execution/Apply.ts"
+import { makeReach } from "./execution/Reach.ts"
+import { makeRuntime } from "./execution/Runtime.ts"
+import { makeExecutionState } from "./execution/State.ts"
+import { makeStep } from "./execution/Step.ts"
+import type { Outcomes } from "./Outcomes.ts"
+import { type Claimed, type Execution, finishedOf, hashNames, type RegisteredWorkflow, type Stop } from "./Shared.ts"
+
+/** Executing one claimed run: replaying the body and applying what it leads to. */
+export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
+  const { config, statements, db } = ctx
+
+  /**
+   * Executes one claimed run: replays the body and applies what it leads to. A fresh run
+   * (`speculative`) replays before its claim, from the input its start message carried: the
+   * first step it reaches is claimed with the run in one statement; anything else claims the run
+   * alone and asks for a replay from that claim (`restart`). Nothing is written before the claim.
+   */
+  const executeClaimed = (
+    registered: RegisteredWorkflow,
+    claim: Claimed,
+    /** The execution: its claims' mark, what it holds (a drain releases it, see `execute`). */
+    ex: Execution,
+    speculative = false,
+    /** Set for a notify notice of a per-run deadline: the claimed waiting step's missed deadline. */
+    renewalOf?: Date
+  ) =>
+    Effect.gen(function* () {
+      const st = yield* makeExecutionState(registered, claim, ex, speculative, renewalOf, config.workflowQueue)
+      const { def, runId, namesSeen, decoded, runContext } = st
+      const apply = makeApply(ctx, outcomes, st)
+      const { claimForRestart, pauseWith, divergence, applyOutcome } = apply
+      const step = makeStep(ctx, outcomes, st, apply)
+      const reach = makeReach(ctx, st, apply, step)
+      const { runtime } = makeRuntime(ctx, st, apply, reach)
+
+      if (Option.isNone(decoded)) {
+        if (st.speculative) return yield* claimForRestart
+        yield* pauseWith(
+          new InvalidWorkflowPayload({ workflow: def.name, issue: "the stored payload no longer decodes" }),
+          "version_mismatch"
+        )
+        return
+      }
+
+      const exit = yield* registered
+        .provide(def.body(runContext as never))
+        .pipe(Effect.provideService(WorkflowRuntime, runtime), Effect.exit)
+      const stopped = st.stop as Stop | undefined
+      if (stopped !== undefined) {
+        if (stopped._tag === "claimFailed") return yield* Effect.fail(stopped.error)
+        return stopped._tag === "restart" ? stopped : undefined
+      }
+      // a fresh run that ended (or failed) before any step: claim it and replay from the claim
+      if (st.speculative) return yield* claimForRestart
+      if (Exit.isSuccess(exit)) {
+        if (st.target !== undefined && !st.targetReached) {
+          yield* divergence(st.target.name, "(the end of the workflow)", st.replay.position).pipe(Effect.exit)
+          return
+        }
+        let outputText: string | null = null
+        try {
+          outputText = exit.value === undefined ? null : (JSON.stringify(exit.value) ?? null)
+        } catch {
+          outputText = null
+        }
+        if (outputText !== null && !isStorableJson(outputText)) {
+          yield* pauseWith(new OutputNotStorable({ step: `workflow ${def.name}` }), "error")
+          return
+        }
+        const now = yield* statementNow
+        if (ex.pending !== undefined) {
+          const done = ex.pending
+          yield* applyOutcome(done.step, done.status, done.output, null, { _tag: "finish", output: outputText })
+        } else {
+          const [r] = yield* statements
+            .runEndFromPerforming({
+              runId,
+              to: "finished",
+              output: outputText,
+              error: null,
+              pausedReason: null,
+              reason: null,
+              definitionHash: hashNames(namesSeen),
+              now
+            })
+            .pipe(db("finish run"))
+          if (r !== undefined) yield* Metric.update(finishedOf(def.name), 1)
+        }
+        return
+      }
+      // an interruption from outside never gets here (see runTarget): the body interrupted itself
+      yield* pauseWith(
+        Cause.hasInterruptsOnly(exit.cause)
+          ? new Error(`workflow ${def.name} was interrupted from inside its body`)
+          : Cause.squash(exit.cause),
+        "error"
+      )
+    }).pipe(Effect.annotateLogs({ workflow: registered.workflow.name, workflow_id: claim.id }))
+
+  return { executeClaimed }
+}

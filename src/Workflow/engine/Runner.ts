@@ -1,0 +1,375 @@
+/**
+ * The runner: a step message's execution, from its claim to its release.
+ *
+ * @since 0.1.0
+ */
+import { Cause, Effect, Metric } from "effect"
+import { isPassingFailure, retryTransient, statementNow } from "../../Database.ts"
+import { runSpan } from "../../internal/span.ts"
+import type { QueueError } from "../../Queue/QueueError.ts"
+import { type DatabaseError, type RunNotFound, StepStalled, WorkflowNotRegistered } from "../WorkflowError.ts"
+import type { EngineContext } from "./Context.ts"
+import type { makeExecute } from "./Execute.ts"
+import type { makeOutcomes } from "./Outcomes.ts"
+import type { makeQueries } from "./Queries.ts"
+import {
+  type Claimed,
+  claimMarkOf,
+  type Delivery,
+  deliveryKey,
+  type Execution,
+  isDeliveryMark,
+  messageMarkOf,
+  messageOf,
+  type NextWork,
+  type RegisteredWorkflow,
+  type StepMessage,
+  type Stop,
+  stallsTotal
+} from "./Shared.ts"
+
+/** The runner: a step message's execution, from its claim to its release. */
+export const makeRunner = (
+  ctx: EngineContext,
+  outcomes: ReturnType<typeof makeOutcomes>,
+  execution: ReturnType<typeof makeExecute>,
+  queries: ReturnType<typeof makeQueries>
+) => {
+  const { config, statements, worker, preclaimed, revision, db, queueOf, errorJson } = ctx
+  const { getRow } = queries
+  const { finish, releaseStep, stallNext } = outcomes
+  const { executeClaimed } = execution
+
+  /** `executeClaimed`, typed: the registered workflow's services were captured where it was registered. */
+  const runClaimed = (
+    registered: RegisteredWorkflow,
+    claim: Claimed,
+    ex: Execution,
+    speculative = false,
+    renewalOf?: Date
+  ) => executeClaimed(registered, claim, ex, speculative, renewalOf) as Effect.Effect<Stop | undefined, DatabaseError>
+
+  /**
+   * A message whose claim found nothing to claim: this execution's own claim whose reply was lost
+   * (the step is in progress under this delivery's mark: it runs), the redelivery of a message
+   * whose earlier delivery's worker died holding a step (under that delivery's mark, or the step
+   * the message names when a hand-over claimed it: the stall action applies), or a duplicate.
+   */
+  const unclaimed = (registered: RegisteredWorkflow, message: StepMessage, delivery: Delivery, ex: Execution) =>
+    Effect.gen(function* () {
+      const now = yield* statementNow
+      const [step] = yield* statements.stepInProgress(message.run).pipe(db("find step"))
+      const mark = step?.claimed_by ?? null
+      if (step !== undefined && mark !== null && mark === ex.mark) {
+        const [claim] = yield* statements.runLoadClaimed(message.run, mark).pipe(db("find own claim"))
+        if (claim !== undefined) yield* runClaimed(registered, claim, ex)
+        return
+      }
+      // a first delivery finds nothing of its own to repair, unless its own claim was lost
+      if (delivery.attempt <= 1 && !ex.claimLost) return
+      const earlier = messageMarkOf(delivery)
+      const heldByThisMessage =
+        step !== undefined &&
+        delivery.attempt > 1 &&
+        (mark === null
+          ? // claimed before claim marks: the step the message names, or any step for a start or continue
+            message.step === null || String(step.id) === message.step
+          : isDeliveryMark(mark)
+            ? earlier !== null && mark.startsWith(earlier)
+            : // claimed by a local hand-over of the very message that names it
+              String(step.id) === message.step)
+      if (step === undefined || !heldByThisMessage) {
+        // a start or continue whose claim died with its worker (or lost its reply) before any step:
+        // claimed again
+        if (
+          message.step === null &&
+          step === undefined &&
+          (yield* statements.runReleaseContinue(message.run, now).pipe(db("release run"))).length > 0
+        ) {
+          const [claim] = yield* statements.runClaimContinue(message.run, now).pipe(db("claim run"))
+          if (claim !== undefined) yield* runClaimed(registered, claim, ex)
+        }
+        return
+      }
+      // a delivery of this message claimed the step, and the message came back while the step is in
+      // progress: that delivery's worker died (or lost its heartbeat); the stall action applies
+      yield* statements
+        .eventInsert({
+          runId: message.run,
+          type: "stall_detected",
+          step: step.name,
+          attempt: step.attempt,
+          actor: "system",
+          reason: "the message whose execution claimed the step was delivered again",
+          details: JSON.stringify({ detection: "redelivery", action: config.workflowStallAction }),
+          now
+        })
+        .pipe(db("record stall"))
+      const stalled = new StepStalled({ step: step.name, detection: "redelivery" })
+      const [r] = yield* finish({
+        workflow: registered.workflow.name,
+        runId: message.run,
+        stepId: step.id,
+        status: "failed",
+        output: null,
+        error: errorJson(stalled),
+        definitionHash: null,
+        next: stallNext(step, stalled),
+        now
+      })
+      if (r?.applied === 1n) {
+        yield* Metric.update(
+          stallsTotal.pipe(
+            Metric.withAttributes({
+              workflow_class: registered.workflow.name,
+              step: step.name,
+              detection: "redelivery"
+            })
+          ),
+          1
+        )
+      }
+    })
+
+  /**
+   * What a drain that interrupts an execution leaves behind: a completed attempt whose outcome
+   * waited for the next step is written (the run continues from a continue message); an attempt
+   * it claimed and has not ended is released, as a new attempt due at once.
+   */
+  const releaseInterrupted = (workflow: string, runId: string, ex: Execution) =>
+    Effect.suspend(() => {
+      const done = ex.pending
+      if (done !== undefined) {
+        return Effect.flatMap(statementNow, (now) =>
+          finish({
+            workflow,
+            runId,
+            stepId: done.step.id,
+            status: done.status,
+            output: done.output,
+            error: null,
+            definitionHash: null,
+            next: { _tag: "continue", physicalQueue: queueOf(ex.queue ?? config.workflowQueue).physical },
+            now
+          })
+        )
+      }
+      const held = ex.held
+      return held === undefined
+        ? Effect.void
+        : releaseStep({
+            workflow,
+            stepId: held,
+            reason: "its execution was interrupted: the worker stopped (a drain past its timeout) before it finished"
+          })
+    }).pipe(
+      Effect.catchCause((cause) =>
+        Effect.logWarning("pgbus: releasing the step of an interrupted execution failed", Cause.pretty(cause))
+      ),
+      Effect.asVoid
+    )
+
+  /**
+   * The message failed on its last delivery: rather than leave the run stranded with its message
+   * dead-lettered, the run pauses as `undeliverable` with the error (an attempt this execution
+   * holds fails with it). False when the run is in no state to pause that way.
+   */
+  const pauseUndeliverable = (message: StepMessage, ex: Execution, error: unknown) =>
+    Effect.gen(function* () {
+      const errorText = errorJson(error)
+      const reason = `its message failed on its last delivery: ${messageOf(error)}`
+      const now = yield* statementNow
+      if (ex.held !== undefined) {
+        const [r] = yield* finish({
+          workflow: message.workflow,
+          runId: message.run,
+          stepId: ex.held,
+          status: "failed",
+          output: null,
+          error: errorText,
+          definitionHash: null,
+          next: { _tag: "pause", reason: "undeliverable", error: errorText, message: reason },
+          now
+        })
+        if (r?.applied === 1n) return true
+      }
+      const paused = yield* statements
+        .runPauseUndeliverable({
+          runId: message.run,
+          error: errorText,
+          reason,
+          now
+        })
+        .pipe(db("pause undeliverable run"))
+      return paused.length > 0
+    })
+
+  const execute = (
+    workflows: ReadonlyMap<string, RegisteredWorkflow>,
+    message: StepMessage,
+    delivery: Delivery
+  ): Effect.Effect<void, DatabaseError | QueueError | WorkflowNotRegistered> => {
+    const ex: Execution = {
+      mark: claimMarkOf(delivery),
+      claimLost: false,
+      held: undefined,
+      pending: undefined,
+      queue: undefined
+    }
+    const executed = Effect.gen(function* () {
+      const registered = workflows.get(message.workflow)
+      // another process may have it: the message is retried, and its last delivery pauses the run
+      if (registered === undefined) return yield* new WorkflowNotRegistered({ workflow: message.workflow })
+      ex.queue = registered.workflow.queue ?? config.workflowQueue
+      const run = (claim: Claimed, speculative: boolean, renewalOf?: Date) =>
+        runClaimed(registered, claim, ex, speculative, renewalOf)
+      if (message.deadline !== undefined && message.step !== null) {
+        // a notify notice of a per-run deadline: replay to the waiting step and evaluate it again
+        const missedAt = new Date(message.deadline)
+        if (Number.isNaN(missedAt.getTime())) return
+        const [loaded] = yield* statements
+          .runLoadForRenewal(message.run, BigInt(message.step), missedAt)
+          .pipe(db("load run for a deadline"))
+        // already handled (a duplicate delivery), or the wait moved on
+        if (loaded === undefined) return
+        yield* run(loaded, false, missedAt)
+        return
+      }
+      if (message.step === null && message.input !== undefined) {
+        // a start's message: replay to the first step, then claim the run with it
+        const input = message.input
+        const outcome = yield* run(
+          {
+            id: message.run,
+            payload: input.payload,
+            subject: input.subject,
+            resource_id: input.resource_id,
+            history: [],
+            held_signal: null,
+            step_id: null,
+            step_name: null,
+            step_attempt: null,
+            step_position: null,
+            step_reattempts: null,
+            step_timed_out: null
+          },
+          true
+        )
+        if (outcome?._tag !== "restart") return
+        if (outcome.claim === undefined) return yield* unclaimed(registered, message, delivery, ex)
+        yield* run(outcome.claim, false)
+        return
+      }
+      // claimed by the signal that woke it, in this process (local dispatch)
+      const key = delivery.msgId === undefined ? undefined : deliveryKey(delivery.msgId, delivery.attempt)
+      const pre = key === undefined ? undefined : preclaimed.get(key)
+      if (pre !== undefined && key !== undefined) {
+        preclaimed.delete(key)
+        if (message.step !== null && String(pre.step_id) === message.step) {
+          ex.held = pre.step_id ?? undefined
+          return yield* run(pre, false).pipe(Effect.asVoid)
+        }
+      }
+      const now = yield* statementNow
+      const claimOnce =
+        message.step === null
+          ? statements.runClaimContinue(message.run, now).pipe(db("claim run"))
+          : statements
+              .stepClaim({
+                runId: message.run,
+                stepId: BigInt(message.step),
+                worker,
+                appRevision: revision,
+                claimedBy: ex.mark,
+                now
+              })
+              .pipe(db("claim step"))
+      // uninterruptible, so that a drain knows what it holds; a reply lost with its connection may
+      // hide a commit: sent again, a claim that finds its step taken goes to `unclaimed`, which
+      // knows this execution's own claim by its mark
+      const [claim] = yield* claimOnce.pipe(
+        Effect.catchIf(isPassingFailure, () =>
+          Effect.andThen(
+            Effect.sync(() => {
+              ex.claimLost = true
+            }),
+            retryTransient(claimOnce)
+          )
+        ),
+        Effect.tap((rows) =>
+          Effect.sync(() => {
+            const id = rows[0]?.step_id
+            if (id !== null && id !== undefined) ex.held = id
+          })
+        ),
+        Effect.uninterruptible
+      )
+      if (claim === undefined) return yield* unclaimed(registered, message, delivery, ex)
+      yield* run(claim, false)
+    })
+    // interrupted from outside (a drain past its timeout): what it holds is released, not left
+    // for the next delivery to take for a dead worker's (the stall action)
+    const released = executed.pipe(Effect.onInterrupt(() => releaseInterrupted(message.workflow, message.run, ex)))
+    const lastChance =
+      delivery.last !== true
+        ? released
+        : Effect.catchCause(released, (cause) =>
+            Cause.hasInterruptsOnly(cause)
+              ? Effect.failCause(cause)
+              : pauseUndeliverable(message, ex, Cause.squash(cause)).pipe(
+                  Effect.catchCause(() => Effect.succeed(false)),
+                  Effect.flatMap((paused) =>
+                    paused
+                      ? Effect.logWarning(
+                          `pgbus: workflow run ${message.run} paused as undeliverable: its message failed on its last delivery`,
+                          Cause.pretty(cause)
+                        )
+                      : Effect.failCause(cause)
+                  )
+                )
+          )
+    return lastChance.pipe(Effect.withSpan(...runSpan(message.workflow, message.run), { captureStackTrace: false }))
+  }
+
+  const next = (runId: string): Effect.Effect<NextWork, DatabaseError | RunNotFound> =>
+    Effect.gen(function* () {
+      const run = yield* getRow(runId, null)
+      const [latest] = yield* statements.stepLatest(runId).pipe(db("find step"))
+      if (run.status === "finished" || run.status === "cancelled" || run.status === "paused") {
+        return { _tag: "Stopped", status: run.status } as const
+      }
+      if (
+        latest?.status === "waiting" &&
+        latest.timeout_at !== null &&
+        latest.deadline_renewal_for?.getTime() === latest.timeout_at.getTime()
+      ) {
+        // a late notice handed over by the sweep: the deadline is evaluated again
+        return {
+          _tag: "Step",
+          step: latest.name,
+          message: {
+            workflow: run.workflow,
+            run: runId,
+            step: String(latest.id),
+            deadline: latest.timeout_at.toISOString()
+          }
+        } as const
+      }
+      if (latest?.status === "waiting") {
+        return { _tag: "Waiting", step: latest.name, waitingFor: "a signal" } as const
+      }
+      if (latest?.status === "in_progress") return { _tag: "Running", step: latest.name } as const
+      if (latest?.status === "scheduled") {
+        const now = yield* statementNow
+        yield* statements.stepMakeDue(latest.id, now).pipe(db("make step due"))
+        return {
+          _tag: "Step",
+          step: latest.name,
+          message: { workflow: run.workflow, run: runId, step: String(latest.id) }
+        } as const
+      }
+      return { _tag: "Continue", message: { workflow: run.workflow, run: runId, step: null } } as const
+    })
+
+  return { execute, next }
+}

@@ -1,0 +1,135 @@
+/**
+ * Starting runs: one statement per start, or shared by concurrent starts into one queue.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Option, Schema } from "effect"
+import { statementNow } from "../../Database.ts"
+import { makeBatcher } from "../../internal/Batcher.ts"
+import type { QueueError } from "../../Queue/QueueError.ts"
+import type { RunHandle, StartOptions, WorkflowRef } from "../Client.ts"
+import { AlreadyRunning, type DatabaseError, InvalidWorkflowPayload } from "../WorkflowError.ts"
+import type { RunRow, StartEntry } from "../WorkflowSql.ts"
+import type { EngineContext } from "./Context.ts"
+import { CARRIED_INPUT_LIMIT, ENGINE_VERSION } from "./Shared.ts"
+
+/** Starting runs: one statement per start, or shared by concurrent starts into one queue. */
+export const makeStarts = (
+  ctx: EngineContext,
+  handles: {
+    readonly makeHandle: (row: RunRow, duplicateStart: boolean, definition?: WorkflowRef<unknown>) => RunHandle
+  }
+) => {
+  const { config, sql, jobs, statements, db, queueOf } = ctx
+  const { makeHandle } = handles
+
+  /** Splits entries into consecutive runs with the same statement time. */
+  const sameTimeRuns = (entries: ReadonlyArray<StartEntry>): Array<Array<StartEntry>> => {
+    const out: Array<Array<StartEntry>> = []
+    for (const e of entries) {
+      const last = out[out.length - 1]
+      if (last !== undefined && last[0]!.now?.getTime() === e.now?.getTime()) last.push(e)
+      else out.push([e])
+    }
+    return out
+  }
+
+  // Starts made outside a transaction at the same time share a statement (one per queue out at
+  // once): one round trip, one commit and one NOTIFY for several runs. Two starts that a unique
+  // index could set against each other (one subject or key) never share one.
+  const startBatchers = new Map<string, (entry: StartEntry) => Effect.Effect<RunRow | undefined, DatabaseError>>()
+  const startBatched = (physical: string) => {
+    let batcher = startBatchers.get(physical)
+    if (batcher === undefined) {
+      batcher = makeBatcher<StartEntry, RunRow | undefined, DatabaseError>({
+        // one statement has one time: starts stamped at different times (a test clock; in
+        // production `now` is the server's) go in one statement per time, in order
+        many: (entries) =>
+          Effect.map(
+            Effect.forEach(sameTimeRuns(entries), (group) =>
+              statements.runStartMany(group, physical, group[0]!.now).pipe(db("start runs"))
+            ),
+            (groups) => groups.flat().map((row) => (row.id === null ? undefined : row))
+          ),
+        one: (e) =>
+          statements.runStart({ ...e, physicalQueue: physical, rerunOf: null }).pipe(
+            db("start run"),
+            Effect.map((rows) => rows[0])
+          ),
+        key: (e) =>
+          e.subject === null && e.idempotencyKey === null
+            ? e.id
+            : `${e.workflow}\u0000${e.subject}\u0000${e.idempotencyKey}`
+      })
+      startBatchers.set(physical, batcher)
+    }
+    return batcher
+  }
+
+  const startRun = <P>(
+    workflow: WorkflowRef<P>,
+    payload: P,
+    options: StartOptions,
+    rerunOf: string | null
+  ): Effect.Effect<RunHandle, InvalidWorkflowPayload | AlreadyRunning | QueueError> =>
+    Effect.gen(function* () {
+      const encoded = yield* Schema.encodeEffect(workflow.payload)(payload).pipe(
+        Effect.mapError((e) => new InvalidWorkflowPayload({ workflow: workflow.name, issue: e.message }))
+      )
+      let text: string | undefined
+      try {
+        text = JSON.stringify(encoded)
+      } catch (e) {
+        return yield* new InvalidWorkflowPayload({ workflow: workflow.name, issue: `not JSON: ${String(e)}` })
+      }
+      if (text === undefined) {
+        return yield* new InvalidWorkflowPayload({ workflow: workflow.name, issue: "not JSON" })
+      }
+      const size = Buffer.byteLength(text, "utf8")
+      if (size > config.maxPayloadSize) {
+        return yield* new InvalidWorkflowPayload({
+          workflow: workflow.name,
+          issue: `${size} bytes, over the limit of ${config.maxPayloadSize}`
+        })
+      }
+      const key = options.idempotencyKey?.trim() ? options.idempotencyKey : null
+      const subject = options.subject ?? null
+      const { queue, physical } = queueOf(workflow.queue ?? config.workflowQueue)
+      yield* jobs.ensureQueue(queue)
+      const now = yield* statementNow
+      const id = crypto.randomUUID()
+      const entry: StartEntry = {
+        id,
+        workflow: workflow.name,
+        subject,
+        resourceId: options.resourceId ?? null,
+        payload: text,
+        idempotencyKey: key,
+        engineVersion: ENGINE_VERSION,
+        definitionVersion: workflow.version ?? null,
+        actor: options.actor ?? "app",
+        reason: options.reason ?? null,
+        carryInput: size <= CARRIED_INPUT_LIMIT,
+        now
+      }
+      // outside a transaction, concurrent starts into one queue share a statement
+      const inserted =
+        rerunOf === null && Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+          ? yield* startBatched(physical)(entry)
+          : (yield* statements.runStart({ ...entry, physicalQueue: physical, rerunOf }).pipe(db("start run")))[0]
+      // the start returns the new row: no read-back
+      if (inserted !== undefined) return makeHandle(inserted, false, workflow)
+      const [holder] = yield* statements.runFindConflicting(workflow.name, subject, key).pipe(db("find run"))
+      if (holder === undefined) return yield* Effect.die(new Error("start found neither a new run nor a conflict"))
+      if (key !== null && holder.idempotency_key === key) return makeHandle(holder, true, workflow)
+      return yield* new AlreadyRunning({
+        workflow: workflow.name,
+        subject: subject ?? "",
+        run: { id: holder.id, workflow: holder.workflow, status: holder.status }
+      })
+    }).pipe(
+      Effect.withSpan("pgbus.workflow.start", { attributes: { workflow: workflow.name } }, { captureStackTrace: false })
+    )
+
+  return { startRun }
+}

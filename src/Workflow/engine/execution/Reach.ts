@@ -1,0 +1,222 @@
+/**
+ * The body reaching a step: replayed from the history, the claimed step run, or a new step
+ * scheduled or claimed at once.
+ *
+ * @since 0.1.0
+ */
+import { Duration, Effect, Schema } from "effect"
+import { isPassingFailure, retryTransient, statementNow } from "../../../Database.ts"
+import * as HistoryCursor from "../../HistoryCursor.ts"
+import type { StepOptions } from "../../Runtime.ts"
+import { checkStep } from "../../Workflow.ts"
+import { InvalidWorkflowDefinition } from "../../WorkflowError.ts"
+import type { EngineContext } from "../Context.ts"
+import type { RunnerStepOptions } from "../Shared.ts"
+import type { Apply } from "./Apply.ts"
+import type { ExecutionState } from "./State.ts"
+import type { StepRun } from "./Step.ts"
+
+/** Builds this part of one execution. */
+export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, step: StepRun) => {
+  const { jobs, statements, worker, revision, db, queueOf } = ctx
+  const { ex, renewalOf, def, runId, stepPolicies, namesSeen, seen, signalFree, defaultQueue } = st
+  const { halt, holding, restartFromClaim, claimWithFirst, pauseWith, divergence, applyOutcome } = apply
+  const { renewDeadline, runTarget } = step
+
+  /** The body reached a step it has not recorded: schedule it, or claim and run it now. */
+  const reachNew = <A, E, R>(
+    name: string,
+    effect: Effect.Effect<A, E, R>,
+    options: StepOptions<A>,
+    position: number,
+    attempt: number
+  ) =>
+    Effect.gen(function* () {
+      const delayMs = options.wait === undefined ? 0 : Duration.toMillis(Duration.fromInputUnsafe(options.wait))
+      const queue = options.queue ?? defaultQueue
+      const { queue: queueName, physical } = queueOf(queue, options.priority)
+      yield* jobs.ensureQueue(queueName)
+      // run it here and now when nothing stands between: no wait, no guard, same queue
+      const dueAt = options.at ?? null
+      const fast =
+        delayMs === 0 &&
+        dueAt === null &&
+        options.skipIf === undefined &&
+        def.cancelIf === undefined &&
+        queueName === queueOf(ex.pending?.step.queue || defaultQueue).queue
+      const timeoutMs =
+        options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
+      const now = yield* statementNow
+      if (ex.pending !== undefined) {
+        const done = ex.pending
+        const r = yield* applyOutcome(
+          done.step,
+          done.status,
+          done.output,
+          null,
+          fast
+            ? {
+                _tag: "claim",
+                name,
+                attempt,
+                position,
+                queue: queueName,
+                physicalQueue: physical,
+                reattempts: 0,
+                timeoutMs,
+                claimedBy: ex.mark
+              }
+            : {
+                _tag: "schedule",
+                name,
+                attempt,
+                position,
+                queue: queueName,
+                physicalQueue: physical,
+                delayMs,
+                dueAt,
+                timeoutMs,
+                reattempts: 0,
+                reattempt: false
+              }
+        )
+        if (r === undefined || r.next_status !== "in_progress" || r.next_id === null) {
+          return yield* halt({ _tag: "applied" })
+        }
+        st.target = { id: r.next_id, name, attempt, position, reattempts: 0, queue: queueName }
+        signalFree.add(st.target.id)
+        return yield* runTarget(st.target, effect, options)
+      }
+      if (st.preclaimed !== undefined) {
+        st.target = { id: st.preclaimed, name, attempt, position, reattempts: 0, queue: queueName }
+        st.preclaimed = undefined
+        signalFree.add(st.target.id)
+        return yield* runTarget(st.target, effect, options)
+      }
+      if (delayMs === 0 && dueAt === null && options.skipIf === undefined) {
+        const insert = statements
+          .stepInsertClaimed({
+            runId,
+            name,
+            attempt,
+            position,
+            queue: queueName,
+            reattempts: 0,
+            timeoutMs,
+            worker,
+            appRevision: revision,
+            claimedBy: ex.mark,
+            now
+          })
+          .pipe(db("claim step"))
+        // a reply lost with its connection may hide a commit: the step this execution claimed is
+        // looked for by its mark before the insert is sent again
+        const own =
+          ex.mark === null
+            ? Effect.succeed([])
+            : Effect.map(statements.runLoadClaimed(runId, ex.mark).pipe(db("find own claim")), (rows) =>
+                rows.flatMap((r) => (r.step_id !== null && r.step_name === name ? [{ id: r.step_id }] : []))
+              )
+        const [row] = yield* insert.pipe(
+          Effect.catchIf(isPassingFailure, () =>
+            retryTransient(Effect.flatMap(own, (rows) => (rows.length > 0 ? Effect.succeed(rows) : insert)))
+          ),
+          holding,
+          Effect.uninterruptible
+        )
+        if (row === undefined) return yield* halt({ _tag: "applied" })
+        st.target = { id: row.id, name, attempt, position, reattempts: 0, queue: queueName }
+        signalFree.add(st.target.id)
+        return yield* runTarget(st.target, effect, options)
+      }
+      yield* statements
+        .stepScheduleNew({
+          workflow: def.name,
+          runId,
+          name,
+          attempt,
+          position,
+          queue: queueName,
+          physicalQueue: physical,
+          delayMs,
+          dueAt,
+          timeoutMs,
+          reattempts: 0,
+          now
+        })
+        .pipe(db("schedule step"))
+      return yield* halt({ _tag: "applied" })
+    })
+
+  const runtimeStep = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>
+    Effect.gen(function* () {
+      if (st.stop !== undefined) return yield* Effect.interrupt
+      const { takesHeldSignal: _internal, ...userOptions } = options
+      const invalid = checkStep(name, userOptions as StepOptions<unknown>)
+      if (st.speculative) {
+        // the first step, run at once as `reachNew` would (no wait, no skipIf): claimed with the run
+        if (
+          invalid === undefined &&
+          options.wait === undefined &&
+          options.at === undefined &&
+          options.skipIf === undefined
+        ) {
+          yield* claimWithFirst(name, options as StepOptions<unknown>)
+        } else {
+          return yield* restartFromClaim
+        }
+      }
+      if (invalid !== undefined) {
+        yield* pauseWith(new InvalidWorkflowDefinition({ workflow: def.name, reason: invalid }), "error")
+        return yield* halt({ _tag: "applied" })
+      }
+      if (seen.has(name)) {
+        yield* pauseWith(
+          new InvalidWorkflowDefinition({
+            workflow: def.name,
+            reason: `step ${name} is yielded twice in one run (step names identify steps)`
+          }),
+          "version_mismatch"
+        )
+        return yield* halt({ _tag: "applied" })
+      }
+      seen.add(name)
+      namesSeen.push(name)
+      stepPolicies.set(name, options as StepOptions<unknown>)
+      const reached = HistoryCursor.reach(st.replay, name)
+      const { position, recorded, entry } = reached
+      if (reached.diverged) return yield* divergence(recorded!, name, position)
+      if (st.target !== undefined && !st.targetReached && name === st.target.name) {
+        if (renewalOf !== undefined) return yield* renewDeadline(st.target, options as StepOptions<unknown>, renewalOf)
+        return yield* runTarget(
+          { ...st.target, queue: entry?.status === "scheduled" ? st.target.queue : st.target.queue },
+          effect,
+          options
+        )
+      }
+      if (entry !== undefined && reached.replayed) {
+        if (entry.status === "completed") {
+          if (options.output === undefined) return entry.output as A
+          const value = yield* Schema.decodeUnknownEffect(options.output)(entry.output).pipe(Effect.result)
+          if (value._tag === "Failure") {
+            yield* pauseWith(value.failure, "version_mismatch")
+            return yield* halt({ _tag: "applied" })
+          }
+          return value.success
+        }
+        if (entry.status === "skipped") return undefined
+      }
+      if (st.target !== undefined && !st.targetReached) {
+        // the claimed step must come before any step the history has not completed
+        return yield* divergence(st.target.name, name, position)
+      }
+      // a step past the recorded history (or one whose last attempt ended unfinished)
+      const attempt = entry === undefined ? 1 : entry.attempt + 1
+      return yield* reachNew(name, effect, options, position, attempt)
+    }).pipe(Effect.orDie) as Effect.Effect<A | undefined, never, R>
+
+  return { reachNew, runtimeStep }
+}
+
+/** The body reaching a step. */
+export type Reach = ReturnType<typeof makeReach>

@@ -1,0 +1,214 @@
+/**
+ * Claims: a scheduled step, a run with no open step (continue, first step), many first steps in
+ * one statement, a new step claimed at once, and the claims a worker loads again.
+ *
+ * @since 0.1.0
+ */
+import { StepOutcomeVerbs } from "../States.ts"
+import type { WorkflowSqlContext } from "./Context.ts"
+import type { ClaimFirstEntry, ClaimRow } from "./Rows.ts"
+
+/** Claim statements of one schema. */
+export const makeClaimSql = (ctx: WorkflowSqlContext) => {
+  const {
+    runs,
+    steps,
+    events,
+    NOW,
+    history,
+    lockRuns,
+    claimedStepColumns,
+    claimRest,
+    claimColumns,
+    sql,
+    fromIn,
+    toOf,
+    openSteps
+  } = ctx
+
+  /** Claims a scheduled, due step of a ready run: step → in_progress, run → performing. */
+  const stepClaim = (p: {
+    readonly runId: string
+    readonly stepId: bigint
+    readonly worker: string
+    readonly appRevision: string | null
+    readonly claimedBy: string | null
+    readonly now: Date | null
+  }) =>
+    sql<ClaimRow>`WITH locked AS (
+        SELECT id FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "claim")} FOR UPDATE),
+      s AS (
+        UPDATE ${steps} st SET status = 'in_progress', started_at = ${NOW(p.now)}, worker = ${p.worker},
+          app_revision = ${p.appRevision}, claimed_by = ${p.claimedBy}
+        FROM locked
+        WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'scheduled' AND st.due_at <= ${NOW(p.now)}
+        RETURNING ${claimedStepColumns}),
+      ${claimRest(p.runId, p.now)}
+      SELECT ${claimColumns} FROM r, s`
+
+  /** Claims a ready run with no open step, to find its next step by replay (start, resume). */
+  const runClaimContinue = (runId: string, now: Date | null) =>
+    sql<ClaimRow>`WITH r AS (
+        UPDATE ${runs} SET status = ${toOf("claim")}, updated_at = ${NOW(now)}
+        WHERE id = ${runId}::uuid AND ${fromIn("status", "claim")}
+          AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId}::uuid
+                          AND ${openSteps("status")})
+        RETURNING *)
+      SELECT r.*, NULL::int8 AS step_id, NULL::text AS step_name, NULL::int4 AS step_attempt,
+        NULL::int4 AS step_position, NULL::int4 AS step_reattempts, NULL::bool AS step_timed_out,
+        NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal, ${history(sql`r.id`)} AS history
+      FROM r`
+
+  /**
+   * Claims a ready run with no open step (as `runClaimContinue`) and, when it has no step row at
+   * all, inserts its first step claimed: the worker found that step by replaying from the payload
+   * the start message carried, before the claim. A run with a history gets no step (the caller
+   * replays it from the history returned, which never includes the step inserted here).
+   */
+  const runClaimFirst = (p: {
+    readonly runId: string
+    readonly name: string
+    readonly queue: string
+    readonly timeoutMs: number | null
+    readonly worker: string
+    readonly appRevision: string | null
+    readonly claimedBy: string | null
+    readonly now: Date | null
+  }) =>
+    sql<ClaimRow>`WITH r AS (
+        UPDATE ${runs} SET status = ${toOf("claim")}, updated_at = ${NOW(p.now)},
+          current_step = CASE WHEN EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid)
+                              THEN current_step ELSE ${p.name} END
+        WHERE id = ${p.runId}::uuid AND ${fromIn("status", "claim")}
+          AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid
+                          AND ${openSteps("status")})
+        RETURNING *),
+      s AS (
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
+                              timeout_ms, reattempts, worker, app_revision, claimed_by)
+        SELECT r.id, ${p.name}, 1, 0, 'in_progress', ${p.queue}, ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)},
+               ${p.timeoutMs}::float8, 0, ${p.worker}, ${p.appRevision}, ${p.claimedBy}
+        FROM r WHERE NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid)
+        RETURNING id, name, attempt, position, reattempts),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT ${p.runId}::uuid, t.type, s.name, s.attempt, 'system', ${NOW(p.now)}
+        FROM s, (VALUES (1, 'step_scheduled'), (2, 'step_started')) AS t(ord, type) ORDER BY t.ord)
+      SELECT r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
+        s.position AS step_position, s.reattempts AS step_reattempts, false AS step_timed_out,
+        NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal, ${history(sql`r.id`)} AS history
+      FROM r LEFT JOIN s ON true`
+
+  /**
+   * `runClaimFirst` for many runs in one statement: each entry's run is claimed (and its first
+   * step inserted in progress) exactly as `runClaimFirst` would. One row per entry back, in order;
+   * an entry whose run was not claimed gives a row whose `id` is null. The run ids must differ.
+   */
+  const runClaimFirstMany = (entries: ReadonlyArray<ClaimFirstEntry>, worker: string, appRevision: string | null) => {
+    const json = JSON.stringify(
+      entries.map((e) => ({
+        r: e.runId,
+        n: e.name,
+        q: e.queue,
+        m: e.timeoutMs,
+        c: e.claimedBy,
+        t: e.now === null ? null : e.now.toISOString()
+      }))
+    )
+    return sql<ClaimRow & { readonly id: string | null }>`WITH i AS (
+        SELECT u.ord, (u.e->>'r')::uuid AS run_id, u.e->>'n' AS name, u.e->>'q' AS queue,
+          (u.e->>'m')::float8 AS timeout_ms, u.e->>'c' AS claimed_by, coalesce((u.e->>'t')::timestamptz, now()) AS at
+        FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
+      locked AS (${lockRuns(entries.map((e) => e.runId))}),
+      r AS (
+        UPDATE ${runs} ru SET status = ${toOf("claim")}, updated_at = i.at,
+          current_step = CASE WHEN EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id)
+                              THEN ru.current_step ELSE i.name END
+        FROM locked, i
+        -- the guard reads the locked row's status: written on ru, the generic plan found the
+        -- run by the status index, reading every ready run (the whole backlog in W3)
+        WHERE ru.id = locked.id AND ru.id = i.run_id AND ${fromIn("locked.status", "claim")}
+          AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id
+                          AND ${openSteps("status")})
+        RETURNING ru.*, i.ord AS claim_ord, i.name AS first_name, i.queue AS first_queue,
+          i.timeout_ms AS first_timeout, i.claimed_by AS first_claimed_by, i.at AS claim_at),
+      s AS (
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
+                              timeout_ms, reattempts, worker, app_revision, claimed_by)
+        SELECT r.id, r.first_name, 1, 0, 'in_progress', r.first_queue, r.claim_at, r.claim_at, r.claim_at,
+               r.first_timeout, 0, ${worker}::text, ${appRevision}::text, r.first_claimed_by
+        FROM r WHERE NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = r.id)
+        ORDER BY r.claim_ord
+        RETURNING id, run_id, name, attempt, position, reattempts),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT s.run_id, t.type, s.name, s.attempt, 'system', r.claim_at
+        FROM s JOIN r ON r.id = s.run_id, (VALUES (1, 'step_scheduled'), (2, 'step_started')) AS t(ord, type)
+        ORDER BY r.claim_ord, t.ord)
+      SELECT r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
+        s.position AS step_position, s.reattempts AS step_reattempts, false AS step_timed_out,
+        NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal,
+        CASE WHEN r.id IS NULL THEN NULL ELSE ${history(sql`r.id`)} END AS history
+      FROM i LEFT JOIN r ON r.claim_ord = i.ord LEFT JOIN s ON s.run_id = r.id
+      ORDER BY i.ord`
+  }
+
+  /** A performing run's first new step, claimed at once (the replay found it due). */
+  const stepInsertClaimed = (p: {
+    readonly runId: string
+    readonly name: string
+    readonly attempt: number
+    readonly position: number
+    readonly queue: string
+    readonly reattempts: number
+    readonly timeoutMs: number | null
+    readonly worker: string
+    readonly appRevision: string | null
+    readonly claimedBy: string | null
+    readonly now: Date | null
+  }) =>
+    sql<{ readonly id: bigint }>`WITH r AS (
+        UPDATE ${runs} SET current_step = ${p.name}, updated_at = ${NOW(p.now)}
+        WHERE id = ${p.runId}::uuid AND ${fromIn("status", "begin")} RETURNING id),
+      s AS (
+        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
+                              timeout_ms, reattempts, worker, app_revision, claimed_by)
+        SELECT r.id, ${p.name}, ${p.attempt}, ${p.position}, 'in_progress', ${p.queue}, ${NOW(p.now)}, ${NOW(p.now)},
+               ${NOW(p.now)}, ${p.timeoutMs}::float8, ${p.reattempts}, ${p.worker}, ${p.appRevision}, ${p.claimedBy}
+        FROM r RETURNING id, name, attempt),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT ${p.runId}::uuid, t.type, s.name, s.attempt, 'system', ${NOW(p.now)}
+        FROM s, (VALUES (1, 'step_scheduled'), (2, 'step_started')) AS t(ord, type) ORDER BY t.ord)
+      SELECT s.id FROM s`
+
+  /** A waiting run and its step whose missed deadline a worker is to evaluate again (for replay). */
+  const runLoadForRenewal = (runId: string, stepId: bigint, missedAt: Date) =>
+    sql<ClaimRow>`WITH r AS (SELECT * FROM ${runs} WHERE id = ${runId}::uuid AND ${fromIn("status", "notice")}),
+      s AS (
+        SELECT ${claimedStepColumns} FROM ${steps} st JOIN r ON st.run_id = r.id
+        WHERE st.id = ${stepId} AND st.status = 'waiting'
+          AND st.timeout_at = ${missedAt}::timestamptz AND st.deadline_renewal_for = ${missedAt}::timestamptz)
+      SELECT ${claimColumns} FROM r, s`
+
+  /**
+   * The run and its step in progress that this claim (a delivery's mark) holds: a claim whose
+   * reply was lost with its connection finds by it what it had claimed.
+   */
+  const runLoadClaimed = (runId: string, claimedBy: string) =>
+    sql<ClaimRow>`WITH r AS (SELECT * FROM ${runs} WHERE id = ${runId}::uuid AND ${fromIn("status", ...StepOutcomeVerbs)}),
+      s AS (
+        SELECT ${claimedStepColumns} FROM ${steps} st JOIN r ON st.run_id = r.id
+        WHERE st.status = 'in_progress' AND st.claimed_by = ${claimedBy})
+      SELECT ${claimColumns} FROM r, s`
+
+  return {
+    stepClaim,
+    runClaimContinue,
+    runClaimFirst,
+    runClaimFirstMany,
+    stepInsertClaimed,
+    runLoadForRenewal,
+    runLoadClaimed
+  }
+}
