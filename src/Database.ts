@@ -46,16 +46,24 @@ export const serverError = (error: SqlError): { readonly code: string | undefine
 // crash shutdown, starting up): the driver reports the server's message for them as unknown.
 const passingStates = /^(08|57P0[1-3])/
 
+/** How to apply migrations, for errors that find them missing. */
+export const MIGRATE_CURE =
+  "run `npx pgbus migrate` (`npm run migrate` in this repository), `yield* PgBus.migrate` before the code that needs the tables, or build the layer with `PgBus.layer({ migrate: true })` (PGBUS_MIGRATE=true)"
+
+// undefined table, undefined schema: almost always a database nobody migrated
+const missingObject = /^(42P01|3F000)$/
+
 /** Turns a driver error into a `DatabaseError` for `operation`. */
 export const toDatabaseError =
   (operation: string) =>
   (error: SqlError): DatabaseError => {
     const server = serverError(error)
+    const missing = server.code !== undefined && missingObject.test(server.code)
     return new DatabaseError({
       operation,
       reason: error.reason._tag,
       ...(server.code ? { sqlState: server.code } : {}),
-      detail: server.message,
+      detail: missing ? `${server.message}; are the migrations applied? ${MIGRATE_CURE}` : server.message,
       retryable: error.isRetryable || (server.code !== undefined && passingStates.test(server.code))
     })
   }

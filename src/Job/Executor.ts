@@ -72,7 +72,14 @@ export const execute = (
       )
     )
   })
-  const delivery = traced.pipe(
+  // every line the job logs names it: job, queue, attempt, message id
+  const annotated = Effect.annotateLogs(traced, {
+    job: name,
+    queue: message.queue,
+    attempt: message.readCt,
+    msg_id: String(message.msgId)
+  })
+  const delivery = annotated.pipe(
     Effect.exit,
     Effect.flatMap((exit) =>
       // the random draw only spreads a retry's delay

@@ -21,6 +21,7 @@ import {
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import { makeBatcher, makeBatchGroup } from "../internal/Batcher.ts"
+import { jsonMismatch } from "../internal/jsonSafe.ts"
 import { boundedMemo } from "../internal/memo.ts"
 import { runSpan, stepSpan } from "../internal/span.ts"
 import { isStorableJson, isStorableText, storableText } from "../internal/storable.ts"
@@ -76,6 +77,7 @@ import {
   InvalidWorkflowPayload,
   NotOngoing,
   NotPaused,
+  OutputNotJson,
   OutputNotStorable,
   OutputTooLarge,
   ReplayDivergence,
@@ -371,6 +373,18 @@ export interface RegisteredWorkflow {
   /** Provides the services the workflow's code needs (captured where it was registered). */
   readonly provide: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, Exclude<R, never>>
 }
+
+/** One info line when a run finishes, pauses (with its reason) or is cancelled by a step's outcome. */
+const logRunEnd = (workflow: string, runId: string, step: string, after: string | null, next: NextAction) =>
+  after === "finished"
+    ? Effect.logInfo(`pgbus: workflow ${workflow} run ${runId} finished (last step ${step})`)
+    : after === "paused"
+      ? Effect.logInfo(
+          `pgbus: workflow ${workflow} run ${runId} paused at step ${step}${next._tag === "pause" ? `: ${next.reason}${next.message ? `: ${next.message}` : ""}` : ""}`
+        )
+      : after === "cancelled"
+        ? Effect.logInfo(`pgbus: workflow ${workflow} run ${runId} cancelled at step ${step}`)
+        : Effect.void
 
 /** The payload of a workflow step message. */
 export const StepMessage = Schema.Struct({
@@ -1746,6 +1760,7 @@ const make = Effect.gen(function* () {
           if (r.after === "finished") yield* Metric.update(finishedOf(def.name), 1)
           if (r.after === "cancelled")
             yield* Metric.update(cancelledTotal.pipe(Metric.withAttributes({ workflow_class: def.name })), 1)
+          yield* logRunEnd(def.name, runId, step.name, r.after, next)
           return r
         })
 
@@ -2058,6 +2073,11 @@ const make = Effect.gen(function* () {
               : Schema.encodeEffect(options.output)(value).pipe(Effect.mapError((e) => e as unknown))
           ).pipe(Effect.result)
           if (encodedOutput._tag === "Failure") return yield* failed(step, encodedOutput.failure, options, startedAt)
+          // without a Schema the output must come back the same from JSON, or replay sees another value
+          const mismatch = options.output === undefined ? jsonMismatch(value) : undefined
+          if (mismatch !== undefined) {
+            return yield* failed(step, new OutputNotJson({ step: step.name, detail: mismatch }), options, startedAt)
+          }
           let outputText: string | undefined
           try {
             outputText = encodedOutput.success === undefined ? undefined : JSON.stringify(encodedOutput.success)
@@ -2609,7 +2629,10 @@ const make = Effect.gen(function* () {
               now
             })
             .pipe(db("finish run"))
-          if (r !== undefined) yield* Metric.update(finishedOf(def.name), 1)
+          if (r !== undefined) {
+            yield* Metric.update(finishedOf(def.name), 1)
+            yield* Effect.logInfo(`pgbus: workflow ${def.name} run ${runId} finished`)
+          }
         }
         return
       }

@@ -311,6 +311,22 @@ export class OutputNotStorable extends Schema.TaggedError<OutputNotStorable>()("
 }
 
 /**
+ * A step without an `output` Schema returned a value that JSON does not give back the same (a
+ * `Date`, a `bigint`, a class instance, a `Map`, `NaN`): on replay the step would see another
+ * value. Declare the step's `output` Schema (e.g. `Schema.Date`). The step fails with it.
+ *
+ * @category errors
+ */
+export class OutputNotJson extends Schema.TaggedError<OutputNotJson>()("OutputNotJson", {
+  step: Schema.String,
+  detail: Schema.String
+}) {
+  override get message(): string {
+    return `the output of step ${this.step} does not survive JSON: ${this.detail}; declare the step's output Schema (Workflow.step(name, effect, { output: Schema... }))`
+  }
+}
+
+/**
  * A signal's payload does not encode with the Schema its workflow declares, or is over the
  * size cap. Nothing was stored.
  *
