@@ -16,7 +16,8 @@ export default defineConfig({
   resolve: {
     alias: [
       { find: /^effect-pgbus$/, replacement: source("./src/index.ts") },
-      { find: /^effect-pgbus\/embedded$/, replacement: source("./src/Embedded/index.ts") }
+      { find: /^effect-pgbus\/embedded$/, replacement: source("./src/Embedded/index.ts") },
+      { find: /^effect-pgbus\/testing$/, replacement: source("./src/Testing/index.ts") }
     ]
   },
   test: {

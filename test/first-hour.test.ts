@@ -92,6 +92,22 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", retryBackoff: "100 mill
     })
   )
 
+  it.effect("a job payload Schema that does not encode to JSON fails the enqueue, not every delivery", () =>
+    Effect.gen(function* () {
+      const job = Job.make(
+        "Stamped",
+        { payload: Schema.Struct({ at: Schema.Date }), queue: unique("stamped") },
+        () => Effect.void
+      )
+      const error = yield* job.enqueue({ at: new Date(0) }).pipe(Effect.flip)
+      assert.strictEqual(error._tag, "InvalidPayload")
+      assert.include(error.message, "payload.at is a Date")
+      assert.include(error.message, "Schema.DateFromString")
+      const many = yield* job.enqueueMany([{ at: new Date(0) }]).pipe(Effect.flip)
+      assert.strictEqual(many._tag, "InvalidPayload")
+    })
+  )
+
   it.effect("every line a job logs, and its retry line, names the job, the queue and the attempt", () =>
     Effect.gen(function* () {
       const queue = unique("logged")
@@ -117,34 +133,47 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", retryBackoff: "100 mill
     }).pipe(Effect.scoped)
   )
 
-  it.effect("a step returning a Date without an output Schema fails with OutputNotJson; with Schema.Date it runs", () =>
-    Effect.gen(function* () {
-      const name = unique("Dated")
-      const Bare = Workflow.make(name, { payload: Schema.Struct({}) }, function* () {
-        const at = yield* Workflow.step("stamp", Effect.succeed(new Date(0)))
-        return at.toISOString()
+  it.effect(
+    "a step returning a Date without an output Schema fails with OutputNotJson; with Schema.DateFromString it replays",
+    () =>
+      Effect.gen(function* () {
+        const name = unique("Dated")
+        const Bare = Workflow.make(name, { payload: Schema.Struct({}) }, function* () {
+          const at = yield* Workflow.step("stamp", Effect.succeed(new Date(0)))
+          return at.toISOString()
+        })
+        const Typed = Workflow.make(`${name}_typed`, { payload: Schema.Struct({}) }, function* () {
+          const at = yield* Workflow.step("stamp", Effect.succeed(new Date(0)), { output: Schema.DateFromString })
+          return at.toISOString()
+        })
+        // Schema.Date encodes to a Date: not JSON either
+        const Wrong = Workflow.make(`${name}_wrong`, { payload: Schema.Struct({}) }, function* () {
+          const at = yield* Workflow.step("stamp", Effect.succeed(new Date(0)), { output: Schema.Date })
+          return at.toISOString()
+        })
+        const client = yield* WorkflowClient
+        const bare = yield* Bare.start({})
+        const typed = yield* Typed.start({})
+        const wrong = yield* Wrong.start({})
+        const [bareStatus, typedStatus, wrongStatus] = yield* Effect.all([
+          speedrun(bare.id),
+          speedrun(typed.id),
+          speedrun(wrong.id)
+        ]).pipe(Effect.provide(Registry.layer([Bare, Typed, Wrong])))
+        assert.notStrictEqual(wrongStatus, "finished")
+        const wrongStep = (yield* client.steps(wrong.id)).find((s) => s.error !== undefined)
+        assert.include(JSON.stringify(wrongStep?.error), "encoded output is a Date")
+        assert.strictEqual(typedStatus, "finished")
+        assert.strictEqual((yield* client.get(typed.id)).info.output, "1970-01-01T00:00:00.000Z")
+        assert.notStrictEqual(bareStatus, "finished")
+        const steps = yield* client.steps(bare.id)
+        const failed = steps.find((s) => s.name === "stamp" && s.error !== undefined)
+        assert.isDefined(failed)
+        const error = JSON.stringify(failed!.error)
+        assert.include(error, "OutputNotJson")
+        assert.include(error, "output is a Date")
+        assert.include(error, "declare a step output Schema that encodes to JSON")
       })
-      const Typed = Workflow.make(`${name}_typed`, { payload: Schema.Struct({}) }, function* () {
-        const at = yield* Workflow.step("stamp", Effect.succeed(new Date(0)), { output: Schema.Date })
-        return at.toISOString()
-      })
-      const client = yield* WorkflowClient
-      const bare = yield* Bare.start({})
-      const typed = yield* Typed.start({})
-      const [bareStatus, typedStatus] = yield* Effect.all([speedrun(bare.id), speedrun(typed.id)]).pipe(
-        Effect.provide(Registry.layer([Bare, Typed]))
-      )
-      assert.strictEqual(typedStatus, "finished")
-      assert.strictEqual((yield* client.get(typed.id)).info.output, "1970-01-01T00:00:00.000Z")
-      assert.notStrictEqual(bareStatus, "finished")
-      const steps = yield* client.steps(bare.id)
-      const failed = steps.find((s) => s.name === "stamp" && s.error !== undefined)
-      assert.isDefined(failed)
-      const error = JSON.stringify(failed!.error)
-      assert.include(error, "OutputNotJson")
-      assert.include(error, "output is a Date")
-      assert.include(error, "declare the step's output Schema")
-    })
   )
 })
 

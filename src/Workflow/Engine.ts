@@ -2073,8 +2073,12 @@ const make = Effect.gen(function* () {
               : Schema.encodeEffect(options.output)(value).pipe(Effect.mapError((e) => e as unknown))
           ).pipe(Effect.result)
           if (encodedOutput._tag === "Failure") return yield* failed(step, encodedOutput.failure, options, startedAt)
-          // without a Schema the output must come back the same from JSON, or replay sees another value
-          const mismatch = options.output === undefined ? jsonMismatch(value) : undefined
+          // what is stored must come back the same from JSON, or replay sees another value (or
+          // fails to decode it): the output itself, or what its Schema encodes it to
+          const mismatch =
+            encodedOutput.success === undefined
+              ? undefined
+              : jsonMismatch(encodedOutput.success, options.output === undefined ? "output" : "encoded output")
           if (mismatch !== undefined) {
             return yield* failed(step, new OutputNotJson({ step: step.name, detail: mismatch }), options, startedAt)
           }

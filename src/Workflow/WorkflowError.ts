@@ -311,9 +311,10 @@ export class OutputNotStorable extends Schema.TaggedError<OutputNotStorable>()("
 }
 
 /**
- * A step without an `output` Schema returned a value that JSON does not give back the same (a
- * `Date`, a `bigint`, a class instance, a `Map`, `NaN`): on replay the step would see another
- * value. Declare the step's `output` Schema (e.g. `Schema.Date`). The step fails with it.
+ * A step's output is stored as JSON and read back on replay, and this one would not come back
+ * the same: without an `output` Schema it holds a `Date`, a `bigint`, a class instance, a `Map`,
+ * `NaN`...; with one, the Schema encodes to such a value (`Schema.Date` in place of
+ * `Schema.DateFromString`). Declare an `output` Schema that encodes to JSON. The step fails with it.
  *
  * @category errors
  */
@@ -322,7 +323,7 @@ export class OutputNotJson extends Schema.TaggedError<OutputNotJson>()("OutputNo
   detail: Schema.String
 }) {
   override get message(): string {
-    return `the output of step ${this.step} does not survive JSON: ${this.detail}; declare the step's output Schema (Workflow.step(name, effect, { output: Schema... }))`
+    return `the output of step ${this.step} does not survive JSON: ${this.detail}; declare a step output Schema that encodes to JSON (Workflow.step(name, effect, { output: Schema.DateFromString }))`
   }
 }
 
