@@ -169,6 +169,10 @@ export const moduleOf = (
   )) {
     imports.push({ text, origin: { file: run[0]!.file, line: run[0]!.line } })
   }
+  // a page's blocks that continue one another may repeat an import line
+  const unique = imports.filter((i, k) => imports.findIndex((j) => j.text === i.text) === k)
+  imports.length = 0
+  imports.push(...unique)
   const out: Array<{ text: string; origin: { file: string; line: number } | undefined }> = []
   const usesEffect = imports.some((i) => /\bEffect\b/.test(i.text) && /from "effect"/.test(i.text))
   for (const i of imports)
