@@ -3,8 +3,9 @@
  * migrated, a step output that JSON does not give back, logs that do not say which job.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Effect, Exit, Logger, References, Schema } from "effect"
+import { Context, Effect, Exit, Layer, Logger, References, Schema } from "effect"
 import { PgBusConfig } from "../src/Config.ts"
+import * as EventBus from "../src/EventBus/EventBus.ts"
 import { jsonMismatch } from "../src/internal/jsonSafe.ts"
 import * as Job from "../src/Job/Job.ts"
 import { JobClient } from "../src/Job/JobClient.ts"
@@ -106,6 +107,24 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", retryBackoff: "100 mill
       const many = yield* job.enqueueMany([{ at: new Date(0) }]).pipe(Effect.flip)
       assert.strictEqual(many._tag, "InvalidPayload")
     })
+  )
+
+  it.effect("two unnamed subscribers of one pattern fail the registry saying to name them; named, they are two", () =>
+    Effect.gen(function* () {
+      const pattern = `${unique("orders")}.created`
+      const a = EventBus.subscribe(pattern, () => Effect.void)
+      const b = EventBus.subscribe(pattern, () => Effect.void)
+      const error = yield* Layer.build(Registry.layer([a, b])).pipe(Effect.scoped, Effect.flip)
+      assert.strictEqual(error._tag, "InvalidSubscriberDefinition")
+      assert.include(error.message, `named by its pattern (${pattern})`)
+      assert.include(error.message, "give each a `name`")
+      const named = [
+        EventBus.subscribe(pattern, () => Effect.void, { name: `${pattern}-audit` }),
+        EventBus.subscribe(pattern, () => Effect.void, { name: `${pattern}-mail` })
+      ]
+      const registry = yield* Layer.build(Registry.layer(named)).pipe(Effect.map(Context.get(Registry)))
+      assert.lengthOf(registry.events?.consumers ?? [], 2)
+    }).pipe(Effect.scoped)
   )
 
   it.effect("every line a job logs, and its retry line, names the job, the queue and the attempt", () =>
