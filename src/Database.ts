@@ -53,6 +53,17 @@ export const MIGRATE_CURE =
 // undefined table, undefined schema: almost always a database nobody migrated
 const missingObject = /^(42P01|3F000)$/
 
+/** What to check for a failure to reach the database at all, by the driver's code. */
+const connectionCure = (code: string | undefined): string | undefined => {
+  if (code === undefined) return undefined
+  if (/^(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH)$/.test(code)) {
+    return "is the server up and is the URL right? It comes from DATABASE_URL (or PGHOST, PGPORT, ...); unset both to use the embedded server where effect-pgbus/embedded is used"
+  }
+  if (/^(28000|28P01)$/.test(code)) return "check the user and password in DATABASE_URL (or PGUSER, PGPASSWORD)"
+  if (code === "3D000") return "create the database (createdb) or name another in DATABASE_URL (or PGDATABASE)"
+  return undefined
+}
+
 /** Turns a driver error into a `DatabaseError` for `operation`. */
 export const toDatabaseError =
   (operation: string) =>
@@ -63,7 +74,11 @@ export const toDatabaseError =
       operation,
       reason: error.reason._tag,
       ...(server.code ? { sqlState: server.code } : {}),
-      detail: missing ? `${server.message}; are the migrations applied? ${MIGRATE_CURE}` : server.message,
+      detail: missing
+        ? `${server.message}; are the migrations applied? ${MIGRATE_CURE}`
+        : connectionCure(server.code) === undefined
+          ? server.message
+          : `${server.message}; ${connectionCure(server.code)}`,
       retryable: error.isRetryable || (server.code !== undefined && passingStates.test(server.code))
     })
   }

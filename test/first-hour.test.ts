@@ -197,6 +197,28 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", retryBackoff: "100 mill
   )
 })
 
+describe("connection errors", () => {
+  it.effect("a server that does not answer, an unknown role, a missing database: the error says what to check", () =>
+    Effect.gen(function* () {
+      const fails = (databaseUrl: string) =>
+        PgBus.migrate.pipe(
+          Effect.provide(PgBus.layerFrom(PgBusConfig.layerWithoutEnvironment({ databaseUrl }))),
+          Effect.flip,
+          Effect.map((e) => e.message)
+        )
+      const server = new URL(urlFor("postgres"))
+      const refused = yield* fails("postgres://postgres@127.0.0.1:1/postgres")
+      assert.include(refused, "ECONNREFUSED")
+      assert.include(refused, "DATABASE_URL")
+      server.username = "nobody_at_all"
+      assert.include(yield* fails(server.toString()), "check the user and password in DATABASE_URL")
+      server.username = "postgres"
+      server.pathname = "/no_such_database_here"
+      assert.include(yield* fails(server.toString()), "create the database (createdb)")
+    })
+  )
+})
+
 describe("migrations", () => {
   it.effect(
     "on a database nobody migrated: the supervisor fails saying how to migrate; migrate: true migrates",
