@@ -109,6 +109,38 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", retryBackoff: "100 mill
     })
   )
 
+  it.effect("a first step's wait counts from the start, not from the claim that reached it", () =>
+    Effect.gen(function* () {
+      const Later = Workflow.make(unique("Later"), { payload: Schema.Struct({}), queue: unique("later") }, function* () {
+        yield* Workflow.step("first", Effect.void, { wait: "3 seconds" })
+        yield* Workflow.step("second", Effect.void, { wait: "3 seconds" })
+      })
+      const client = yield* WorkflowClient
+      const run = yield* Later.start({})
+      // no worker for a second and a half: the claim that reaches the first step comes late
+      yield* Effect.sleep("1500 millis")
+      yield* startSupervisor([Later])
+      yield* eventually(
+        "the first step is scheduled",
+        Effect.map(client.steps(run.id), (steps) => steps.length > 0),
+        "20 seconds"
+      )
+      const [first] = yield* client.steps(run.id)
+      const createdAt = (yield* client.get(run.id)).info.createdAt
+      assert.strictEqual(first!.name, "first")
+      assert.strictEqual(first!.dueAt.getTime() - createdAt.getTime(), 3000, "due three seconds after the start")
+      assert.isAbove(first!.scheduledAt.getTime() - createdAt.getTime(), 1000, "scheduled by the late claim")
+      // a later step's wait counts from the step before it
+      yield* eventually(
+        "the second step is scheduled",
+        Effect.map(client.steps(run.id), (steps) => steps.some((s) => s.name === "second")),
+        "20 seconds"
+      )
+      const second = (yield* client.steps(run.id)).find((s) => s.name === "second")!
+      assert.isAtLeast(second.dueAt.getTime() - second.scheduledAt.getTime(), 2999)
+    }).pipe(Effect.scoped)
+  )
+
   it.effect("two unnamed subscribers of one pattern fail the registry saying to name them; named, they are two", () =>
     Effect.gen(function* () {
       const pattern = `${unique("orders")}.created`
