@@ -231,7 +231,8 @@ export const keys = {
   readAhead: key(Kinds.int(NonNegativeInt), {
     default: 0,
     doc: "Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees.",
-    section: "workers"
+    section: "workers",
+    readme: true
   }),
   prefetchLimit: key(Kinds.optional(Kinds.int(PositiveInt)), {
     default: null,
@@ -253,13 +254,15 @@ export const keys = {
   drainTimeout: key(Kinds.duration(Schema.Duration), {
     default: "30 seconds",
     doc: "On shutdown, how long jobs in flight may take to finish before they are abandoned.",
-    section: "workers"
+    section: "workers",
+    readme: true
   }),
   healthPort: key(Kinds.optional(Kinds.int(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 })))), {
     default: null,
     doc: "Port of the supervisor's `/livez` and `/readyz`.",
     defaultDoc: "none (no endpoints)",
-    section: "workers"
+    section: "workers",
+    readme: true
   }),
   healthBind: key(Kinds.string(Schema.String.check(Schema.isNonEmpty())), {
     default: "127.0.0.1",
