@@ -111,10 +111,14 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", retryBackoff: "100 mill
 
   it.effect("a first step's wait counts from the start, not from the claim that reached it", () =>
     Effect.gen(function* () {
-      const Later = Workflow.make(unique("Later"), { payload: Schema.Struct({}), queue: unique("later") }, function* () {
-        yield* Workflow.step("first", Effect.void, { wait: "3 seconds" })
-        yield* Workflow.step("second", Effect.void, { wait: "3 seconds" })
-      })
+      const Later = Workflow.make(
+        unique("Later"),
+        { payload: Schema.Struct({}), queue: unique("later") },
+        function* () {
+          yield* Workflow.step("first", Effect.void, { wait: "3 seconds" })
+          yield* Workflow.step("second", Effect.void, { wait: "3 seconds" })
+        }
+      )
       const client = yield* WorkflowClient
       const run = yield* Later.start({})
       // no worker for a second and a half: the claim that reaches the first step comes late

@@ -379,7 +379,11 @@ export const teardown: Runtime.Teardown = (exit, onExit) => {
  */
 const SAME_SIGNAL_WINDOW_MS = 300
 
-const runMainForcing = Runtime.makeRunMain(({ fiber, teardown }) => {
+/**
+ * `NodeRuntime.runMain` where a second SIGINT/SIGTERM exits at once (130) instead of waiting for
+ * the drain the first one started; takes the same options (`teardown`, `disableErrorReporting`).
+ */
+export const runMainWith = Runtime.makeRunMain(({ fiber, teardown }) => {
   let firstAt: number | undefined
   const onSignal = (signal: NodeJS.Signals) => {
     const now = performance.now()
@@ -407,4 +411,4 @@ const runMainForcing = Runtime.makeRunMain(({ fiber, teardown }) => {
  * Runs a supervisor program as the process's main: SIGTERM or Ctrl-C drains and exits 0 (a
  * second signal exits at once, with 130); failures keep Effect's exit codes.
  */
-export const runMain = <E, A>(effect: Effect.Effect<A, E>): void => runMainForcing(effect, { teardown })
+export const runMain = <E, A>(effect: Effect.Effect<A, E>): void => runMainWith(effect, { teardown })
