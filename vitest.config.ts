@@ -5,10 +5,11 @@ const source = (path: string) => fileURLToPath(new URL(path, import.meta.url))
 
 /**
  * Test files that build and run whole programs of their own (the packed package installed and
- * compiled, PostgreSQL clusters initialised): they run after the others, so that their CPU does
- * not compete with the timing of the suite's concurrent tests on a small machine.
+ * compiled, PostgreSQL clusters initialised, the docs' blocks typechecked): they run after the
+ * others, so that their CPU does not compete with the timing of the suite's concurrent tests on
+ * a small machine.
  */
-const standalone = ["test/package.test.ts", "test/embedded.test.ts", "test/tls.test.ts"]
+const standalone = ["test/package.test.ts", "test/embedded.test.ts", "test/tls.test.ts", "test/docs.test.ts"]
 
 export default defineConfig({
   // the package's own name resolves to its sources, as tsconfig.json's `paths` say (the
@@ -16,7 +17,8 @@ export default defineConfig({
   resolve: {
     alias: [
       { find: /^effect-pgbus$/, replacement: source("./src/index.ts") },
-      { find: /^effect-pgbus\/embedded$/, replacement: source("./src/Embedded/index.ts") }
+      { find: /^effect-pgbus\/embedded$/, replacement: source("./src/Embedded/index.ts") },
+      { find: /^effect-pgbus\/testing$/, replacement: source("./src/Testing/index.ts") }
     ]
   },
   test: {

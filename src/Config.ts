@@ -130,6 +130,12 @@ export const keys = {
     section: "connection",
     readme: true
   }),
+  migrate: key(Kinds.boolean, {
+    default: false,
+    doc: "Apply pending migrations when `PgBus.layer` is built (safe from several processes at once); off, a supervisor on a database with pending migrations fails at boot saying how to apply them.",
+    section: "connection",
+    readme: true
+  }),
   poolSize: key(Kinds.int(PositiveInt), {
     default: 10,
     doc: "Connections in the pool.",
@@ -216,12 +222,20 @@ export const keys = {
   workers: key(Kinds.string(Schema.String.check(Schema.isNonEmpty())), {
     default: "default: 5",
     doc: 'Worker capsules, in the seeds\' string form: `"default, mailers: 10; critical: 5"`.',
-    section: "workers"
+    section: "workers",
+    readme: true
+  }),
+  unservedQueues: key(Kinds.literals(["serve", "fail", "warn"]), {
+    default: "serve",
+    doc: "A registered job's or workflow's queue that no capsule of `workers` reads: `serve` it in a capsule of its own (concurrency 5), `fail` the boot naming it, or `warn` (another process serves it).",
+    section: "workers",
+    readme: true
   }),
   readAhead: key(Kinds.int(NonNegativeInt), {
     default: 0,
     doc: "Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees.",
-    section: "workers"
+    section: "workers",
+    readme: true
   }),
   prefetchLimit: key(Kinds.optional(Kinds.int(PositiveInt)), {
     default: null,
@@ -243,13 +257,15 @@ export const keys = {
   drainTimeout: key(Kinds.duration(NonNegativeDuration), {
     default: "30 seconds",
     doc: "On shutdown, how long jobs in flight may take to finish before they are abandoned.",
-    section: "workers"
+    section: "workers",
+    readme: true
   }),
   healthPort: key(Kinds.optional(Kinds.int(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 })))), {
     default: null,
     doc: "Port of the supervisor's `/livez` and `/readyz`.",
     defaultDoc: "none (no endpoints)",
-    section: "workers"
+    section: "workers",
+    readme: true
   }),
   healthBind: key(Kinds.string(Schema.String.check(Schema.isNonEmpty())), {
     default: "127.0.0.1",

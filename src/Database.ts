@@ -46,16 +46,39 @@ export const serverError = (error: SqlError): { readonly code: string | undefine
 // crash shutdown, starting up): the driver reports the server's message for them as unknown.
 const passingStates = /^(08|57P0[1-3])/
 
+/** How to apply migrations, for errors that find them missing. */
+export const MIGRATE_CURE =
+  "run `npx pgbus migrate` (`npm run migrate` in this repository), `yield* PgBus.migrate` before the code that needs the tables, or build the layer with `PgBus.layer({ migrate: true })` (PGBUS_MIGRATE=true)"
+
+// undefined table, undefined schema: almost always a database nobody migrated
+const missingObject = /^(42P01|3F000)$/
+
+/** What to check for a failure to reach the database at all, by the driver's code. */
+const connectionCure = (code: string | undefined): string | undefined => {
+  if (code === undefined) return undefined
+  if (/^(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH)$/.test(code)) {
+    return "is the server up and is the URL right? It comes from DATABASE_URL (or PGHOST, PGPORT, ...); unset both to use the embedded server where effect-pgbus/embedded is used"
+  }
+  if (/^(28000|28P01)$/.test(code)) return "check the user and password in DATABASE_URL (or PGUSER, PGPASSWORD)"
+  if (code === "3D000") return "create the database (createdb) or name another in DATABASE_URL (or PGDATABASE)"
+  return undefined
+}
+
 /** Turns a driver error into a `DatabaseError` for `operation`. */
 export const toDatabaseError =
   (operation: string) =>
   (error: SqlError): DatabaseError => {
     const server = serverError(error)
+    const missing = server.code !== undefined && missingObject.test(server.code)
     return new DatabaseError({
       operation,
       reason: error.reason._tag,
       ...(server.code ? { sqlState: server.code } : {}),
-      detail: server.message,
+      detail: missing
+        ? `${server.message}; are the migrations applied? ${MIGRATE_CURE}`
+        : connectionCure(server.code) === undefined
+          ? server.message
+          : `${server.message}; ${connectionCure(server.code)}`,
       retryable: error.isRetryable || (server.code !== undefined && passingStates.test(server.code))
     })
   }

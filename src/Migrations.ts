@@ -12,19 +12,20 @@ import { SqlClient } from "effect/sql"
 import * as Migrator from "effect/sql/Migrator"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "./Config.ts"
-import { type DatabaseError, toDatabaseError } from "./Database.ts"
+import { type DatabaseError, MIGRATE_CURE, toDatabaseError } from "./Database.ts"
 import { MIGRATION_FILES } from "./internal/MigrationFiles.ts"
 import { splitStatements } from "./internal/splitStatements.ts"
 
 /**
  * Migrating failed: the database was migrated by a newer effect-pgbus (`newer_database`), a
- * migration file is numbered below one already applied (`missing_migration`), the files
- * cannot be read (`unreadable`) or a migration failed (`failed`).
+ * migration file is numbered below one already applied (`missing_migration`), a supervisor
+ * booting on a database with pending migrations (`not_migrated`, the cure in its detail), the
+ * files cannot be read (`unreadable`) or a migration failed (`failed`).
  *
  * @category errors
  */
 export class MigrationError extends Schema.TaggedError<MigrationError>()("MigrationError", {
-  reason: Schema.Literals(["newer_database", "missing_migration", "unreadable", "failed"]),
+  reason: Schema.Literals(["newer_database", "missing_migration", "not_migrated", "unreadable", "failed"]),
   detail: Schema.String
 }) {
   override get message(): string {
@@ -154,6 +155,23 @@ const checkCompatible = (
   }
   return Effect.void
 }
+
+/** Fails with `not_migrated` when some shipped migrations are not applied (a supervisor's boot check). */
+export const requireMigrated: Effect.Effect<void, MigrationError | DatabaseError, SqlClient.SqlClient | PgBusConfig> =
+  Effect.gen(function* () {
+    const files = yield* shippedMigrations
+    const applied = new Set((yield* appliedMigrations).map((m) => m.id))
+    const pending = files.filter((f) => !applied.has(f.id))
+    if (pending.length === 0) return
+    const { schema } = yield* PgBusConfig
+    return yield* new MigrationError({
+      reason: "not_migrated",
+      detail:
+        applied.size === 0
+          ? `the database has no effect-pgbus tables (schema ${schema}): ${MIGRATE_CURE}`
+          : `the database has ${pending.length} pending migration(s) (${pending.map((f) => `${f.id}_${f.name}`).join(", ")}): ${MIGRATE_CURE}`
+    })
+  })
 
 /**
  * Fails with `MigrationError` `newer_database` when the database was migrated by newer code;

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { PgClient } from "@effect/sql-pg"
-import { Layer } from "effect"
+import { Effect, Layer } from "effect"
 import type { SqlClient } from "effect/sql"
 import * as Batch from "./Batch/Batch.ts"
 import { type ConfigurationError, PgBusConfig, type PgBusConfigInput } from "./Config.ts"
@@ -38,22 +38,29 @@ export type PgBus =
   | EventBusLayer.EventBusServices
 
 /**
- * effect-pgbus from the environment (`DATABASE_URL`, `PGBUS_*`) with code overrides.
+ * effect-pgbus from the environment (`DATABASE_URL`, `PGBUS_*`) with code overrides;
+ * `{ migrate: true }` applies pending migrations when the layer is built.
  *
  * @category layers
  */
 export const layer = (
   options: PgBusConfigInput = {}
-): Layer.Layer<PgBus, ConfigurationError | Database.DatabaseError> => layerFrom(PgBusConfig.layer(options))
+): Layer.Layer<PgBus, ConfigurationError | Database.DatabaseError | Migrations.MigrationError> =>
+  layerFrom(PgBusConfig.layer(options))
 
 /**
  * effect-pgbus over a config layer of your own (e.g. `PgBusConfig.layerWithoutEnvironment`).
  *
  * @category layers
  */
-export const layerFrom = <E>(config: Layer.Layer<PgBusConfig, E>): Layer.Layer<PgBus, E | Database.DatabaseError> => {
+export const layerFrom = <E>(
+  config: Layer.Layer<PgBusConfig, E>
+): Layer.Layer<PgBus, E | Database.DatabaseError | Migrations.MigrationError> => {
   // read bottom to top: config, database, notifier, queue store, then what stands on it
-  const database = Database.layer
+  // with `migrate: true`, pending migrations are applied before anything reads a table
+  const database = Layer.effectDiscard(
+    Effect.flatMap(PgBusConfig, (c) => (c.migrate ? Effect.asVoid(Migrations.migrate) : Effect.void))
+  ).pipe(Layer.provideMerge(Database.layer))
   const notifier = Notifier.layer.pipe(Layer.provideMerge(database))
   const queues = Layer.mergeAll(QueueStore.layer, QueueStates.layer).pipe(Layer.provideMerge(notifier))
   const onQueues = Layer.mergeAll(JobClient.layer, Processes.layer)

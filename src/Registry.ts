@@ -55,6 +55,8 @@ export class Registry extends Context.Service<
   JobRegistry & {
     /** The queues the registered jobs and workflows use (their own or the defaults), deduplicated. */
     readonly queues: ReadonlyArray<string>
+    /** Who uses each queue of the app's own jobs and workflows (`job SendWelcome`, `workflow Order`). */
+    readonly queueUsers?: ReadonlyMap<string, ReadonlyArray<string>> | undefined
     /** Registered workflows by name. */
     readonly workflows: ReadonlyMap<string, RegisteredWorkflow>
     /** Registered event subscribers and their consumer queues. */
@@ -103,7 +105,12 @@ export class Registry extends Context.Service<
             ...events.consumers.map((c) => c.queue)
           ])
         ]
-        return Registry.of({ jobs: byName, queues, workflows: workflows.workflows, events })
+        const queueUsers = new Map<string, Array<string>>()
+        const use = (queue: string, user: string) => queueUsers.set(queue, [...(queueUsers.get(queue) ?? []), user])
+        for (const job of jobs) use(job.queue ?? config.defaultQueue, `job ${job.name}`)
+        for (const w of workflows.workflows.values())
+          use(w.workflow.queue ?? config.workflowQueue, `workflow ${w.workflow.name}`)
+        return Registry.of({ jobs: byName, queues, queueUsers, workflows: workflows.workflows, events })
       })
     )
 }

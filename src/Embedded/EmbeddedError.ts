@@ -10,7 +10,8 @@ import { Schema } from "effect"
  * installed (`not_installed`) or has no binaries for this platform (`unsupported_platform`);
  * no OS user to run it as root (`os_user`); its data folder cannot be used (`data_folder`);
  * initdb, start or stop failed (`initdb_failed`, `start_failed`, `stop_failed`, with the tail of
- * the server's log); another process held the data folder's lock too long (`locked`).
+ * the server's log); another process held the data folder's lock too long (`locked`); a database
+ * of one's own could not be created or dropped (`database`).
  *
  * @category errors
  */
@@ -23,7 +24,8 @@ export class EmbeddedError extends Schema.TaggedError<EmbeddedError>()("Embedded
     "initdb_failed",
     "start_failed",
     "stop_failed",
-    "locked"
+    "locked",
+    "database"
   ]),
   detail: Schema.String
 }) {

@@ -16,3 +16,7 @@ export const databaseEnsure = (sql: SqlClient.SqlClient, database: string) =>
       Effect.catchReason("SqlError", "UniqueViolation", () => Effect.void)
     )
   })
+
+/** Drops `database` if it exists, ending its sessions (PostgreSQL 13+). */
+export const databaseDrop = (sql: SqlClient.SqlClient, database: string) =>
+  sql`DROP DATABASE IF EXISTS ${sql(database)} WITH (FORCE)`.pipe(Effect.asVoid)

@@ -25,6 +25,12 @@ export interface EmbeddedOptions {
   readonly database?: string
   /** As root, the OS user the server runs as (created when missing); default `postgres`. */
   readonly osUser?: string
+  /**
+   * A database of the app's own on whichever server is used, created when missing: on the
+   * embedded server in place of `database`, on a server the environment names in place of its
+   * URL's database (so `npm start` never writes into `postgres`).
+   */
+  readonly ownDatabase?: string
 }
 
 /** A running embedded server. */
@@ -202,7 +208,7 @@ export const acquire = (options: EmbeddedOptions = {}): Effect.Effect<EmbeddedSe
     const binaries = yield* locate
     const user = yield* osUser(options.osUser ?? "postgres")
     const paths = yield* Cluster.prepare(resolve(options.dataDir ?? join(".pgbus", "data")), user)
-    const database = options.database ?? "pgbus"
+    const database = options.ownDatabase ?? options.database ?? "pgbus"
     const own = `${process.pid}.${registrations++}`
     const { port, reused } = yield* Effect.acquireRelease(startOrReuse(binaries, paths, user, own), () =>
       letGo(binaries, paths, user, own)

@@ -14,12 +14,25 @@
 import { Effect, Layer } from "effect"
 import { type ConfigurationError, load, namesDatabase, PgBusConfig, type PgBusConfigInput } from "../Config.ts"
 import type { DatabaseError } from "../Database.ts"
+import type { MigrationError } from "../Migrations.ts"
 import * as PgBus from "../PgBus.ts"
+import { ensureDatabase, urlWithDatabase } from "./Databases.ts"
 import type { EmbeddedError } from "./EmbeddedError.ts"
 import { type EmbeddedOptions, EmbeddedPostgres } from "./Server.ts"
 
 export { EmbeddedError } from "./EmbeddedError.ts"
 export { acquire, type EmbeddedOptions, EmbeddedPostgres, type EmbeddedServer } from "./Server.ts"
+
+/** The config on `database` of the server the environment names, created when missing. */
+const onOwnDatabase = (overrides: PgBusConfigInput, database: string) =>
+  Effect.gen(function* () {
+    const named = yield* load(overrides)
+    yield* ensureDatabase(named, database)
+    return yield* load(
+      { ...overrides, databaseUrl: urlWithDatabase(named, database) },
+      `${named.databaseSource}, database ${database} of its own`
+    )
+  })
 
 /**
  * `PgBusConfig` on the server the environment names, or else on the embedded server (started,
@@ -34,7 +47,9 @@ export const layerConfig = (
   Layer.unwrap(
     Effect.map(namesDatabase(overrides), (named) =>
       named
-        ? PgBusConfig.layer(overrides)
+        ? options.ownDatabase === undefined
+          ? PgBusConfig.layer(overrides)
+          : Layer.effect(PgBusConfig, onOwnDatabase(overrides, options.ownDatabase))
         : Layer.effect(
             PgBusConfig,
             Effect.flatMap(EmbeddedPostgres, (server) =>
@@ -52,5 +67,5 @@ export const layerConfig = (
 export const layer = (
   overrides: PgBusConfigInput = {},
   options: EmbeddedOptions = {}
-): Layer.Layer<PgBus.PgBus, ConfigurationError | EmbeddedError | DatabaseError> =>
+): Layer.Layer<PgBus.PgBus, ConfigurationError | EmbeddedError | DatabaseError | MigrationError> =>
   PgBus.layerFrom(layerConfig(overrides, options))

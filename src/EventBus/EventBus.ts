@@ -375,7 +375,10 @@ export const makePublisher = (deps: PublisherDeps) =>
           if (names.has(s.name)) {
             return yield* new InvalidSubscriberDefinition({
               subscriber: s.name,
-              reason: "two subscribers are registered with this name (give one a `name`)"
+              reason:
+                s.name === s.pattern
+                  ? `two subscribers are registered with this name: a subscriber without a \`name\` is named by its pattern (${s.pattern}), so two unnamed subscribers of one pattern collide; give each a \`name\` (its identity: the subscription row and idempotency records)`
+                  : "two subscribers are registered with this name (give one another `name`)"
             })
           }
           names.add(s.name)

@@ -156,7 +156,15 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
           Effect.tap((kept) =>
             Effect.logWarning(
               `pgbus: job failed (attempt ${m.readCt}), retrying in ${outcome.delayMs} ms: ${outcome.failure.errorClass}: ${outcome.failure.message}`
-            ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId), claim_lost: !kept }))
+            ).pipe(
+              Effect.annotateLogs({
+                job: jobOf(registry, m).name,
+                queue: m.queue,
+                attempt: m.readCt,
+                msg_id: String(m.msgId),
+                claim_lost: !kept
+              })
+            )
           ),
           Effect.asVoid,
           Effect.catch((error) => Effect.logError("pgbus: recording a failure failed", error))
@@ -173,7 +181,14 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
           Effect.tap(() =>
             Effect.logError(
               `pgbus: job dead-lettered after ${m.readCt} deliveries${outcome.failure ? `: ${outcome.failure.errorClass}: ${outcome.failure.message}` : ""}`
-            ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId) }))
+            ).pipe(
+              Effect.annotateLogs({
+                job: jobOf(registry, m).name,
+                queue: m.queue,
+                attempt: m.readCt,
+                msg_id: String(m.msgId)
+              })
+            )
           ),
           Effect.tap((moved) => endBatchMembers(moved._tag === "Some" ? [m] : [], "failed")),
           Effect.asVoid,

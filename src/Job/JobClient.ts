@@ -10,6 +10,7 @@ import { SqlClient } from "effect/sql"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient } from "../Database.ts"
 import * as Input from "../Input.ts"
+import { jsonMismatch } from "../internal/jsonSafe.ts"
 import { type FairTag, fairFields, resolveFairShare } from "../Queue/FairShare.ts"
 import { type LocalSlot, Notifier } from "../Queue/Notifier.ts"
 import { InvalidMessage, InvalidQueueName, type QueueError } from "../Queue/QueueError.ts"
@@ -208,15 +209,33 @@ export class JobClient extends Context.Service<
               .create(queue, options ?? jobsFair)
               .pipe(Effect.andThen(sql.afterCommit(Effect.sync(() => known.add(queue)))))
 
+      // the worker decodes what JSON gives back: an encoded payload JSON changes (a Date, a
+      // bigint) would fail there, on every attempt, so it fails here
+      const notJson = (job: { readonly name: string }, encoded: unknown) => {
+        const mismatch = jsonMismatch(encoded, "payload")
+        return mismatch === undefined
+          ? undefined
+          : new InvalidPayload({
+              job: job.name,
+              issue: `the encoded ${mismatch}: the payload Schema must encode to JSON (Schema.DateFromString, not Schema.Date; Schema.BigIntFromString, not Schema.BigInt)`
+            })
+      }
+
       const encode = <P>(job: Job<string, P, unknown, unknown, unknown>, payload: P) =>
         Schema.encodeEffect(job.payload)(payload).pipe(
-          Effect.mapError((error) => new InvalidPayload({ job: job.name, issue: error.message }))
+          Effect.mapError((error) => new InvalidPayload({ job: job.name, issue: error.message })),
+          Effect.flatMap((encoded) => {
+            const invalid = notJson(job, encoded)
+            return invalid === undefined ? Effect.succeed(encoded) : Effect.fail(invalid)
+          })
         )
 
       // Synchronously when it succeeds (an Exit is an Effect); otherwise as `encode` reports it.
       const encodeOne = <P>(job: Job<string, P, unknown, unknown, unknown>, payload: P) => {
         const exit = Schema.encodeExit(job.payload)(payload)
-        return Exit.isSuccess(exit) ? Exit.succeed(exit.value) : encode(job, payload)
+        return Exit.isSuccess(exit) && notJson(job, exit.value) === undefined
+          ? Exit.succeed(exit.value)
+          : encode(job, payload)
       }
 
       // Synchronously, without an Effect per payload; anything but success for all (a failure,
@@ -226,7 +245,9 @@ export class JobClient extends Context.Service<
         const out: Array<unknown> = new Array(payloads.length)
         for (let i = 0; i < payloads.length; i++) {
           const exit = encodeExit(payloads[i]!)
-          if (!Exit.isSuccess(exit)) return Effect.forEach(payloads, (p) => encode(job, p))
+          if (!Exit.isSuccess(exit) || notJson(job, exit.value) !== undefined) {
+            return Effect.forEach(payloads, (p) => encode(job, p))
+          }
           out[i] = exit.value
         }
         return Effect.succeed(out)

@@ -8,7 +8,6 @@
  */
 
 import os from "node:os"
-import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { Batches, BatchSweep } from "../Batch/Batch.ts"
@@ -20,7 +19,7 @@ import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
 import { JobClient, servedQueues } from "../Job/JobClient.ts"
 import * as JobStats from "../Job/JobStats.ts"
 import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
-import { checkSchemaVersion } from "../Migrations.ts"
+import { checkSchemaVersion, requireMigrated } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
@@ -30,6 +29,7 @@ import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
 import { Processes } from "./Processes.ts"
+import { serveUnserved, unservedQueues } from "./Unserved.ts"
 import { makeStats, readsFairly, runWorker, type WorkerStats } from "./Worker.ts"
 
 /** The roles a supervisor can run. */
@@ -95,8 +95,13 @@ export const runWith = (options: SupervisorOptions = {}) =>
       options.capsule === undefined
         ? consumerCapsules(registry).filter((c) => !c.queues.some((q) => served.has(q)))
         : []
-    const capsules = [...selected, ...consumers]
     const runsWorkers = roles.includes("workers")
+    // registered jobs' and workflows' queues that no capsule reads: served, or a boot failure
+    const extra =
+      options.capsule === undefined && runsWorkers
+        ? yield* serveUnserved(config, unservedQueues(registry.queueUsers, [...selected, ...consumers]), selected)
+        : []
+    const capsules = [...selected, ...extra, ...consumers]
     const processId = crypto.randomUUID()
     const capacity = runsWorkers ? capsules.reduce((n, c) => n + c.concurrency, 0) : 0
     const stats: Array<WorkerStats> = runsWorkers ? capsules.map(makeStats) : []
@@ -116,6 +121,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       Effect.andThen(Effect.timeoutOption(Deferred.await(firstClaims), FIRST_CLAIMS_WAIT), loop)
 
     yield* checkSchemaVersion()
+    yield* requireMigrated
 
     // Boot banner: what actually booted, never the password.
     const banner = [
@@ -366,5 +372,43 @@ export const teardown: Runtime.Teardown = (exit, onExit) => {
   return Runtime.defaultTeardown(exit, onExit)
 }
 
-/** `NodeRuntime.runMain` with the supervisor's teardown: SIGTERM drains, then exits 0. */
-export const runMain = <E, A>(effect: Effect.Effect<A, E>): void => NodeRuntime.runMain(effect, { teardown })
+/**
+ * A signal within this long of the first is the same Ctrl-C delivered twice (the terminal
+ * signals the whole process group, and wrappers such as npm and tsx relay it again), not a
+ * person asking a second time.
+ */
+const SAME_SIGNAL_WINDOW_MS = 300
+
+/**
+ * `NodeRuntime.runMain` where a second SIGINT/SIGTERM exits at once (130) instead of waiting for
+ * the drain the first one started; takes the same options (`teardown`, `disableErrorReporting`).
+ */
+export const runMainWith = Runtime.makeRunMain(({ fiber, teardown }) => {
+  let firstAt: number | undefined
+  const onSignal = (signal: NodeJS.Signals) => {
+    const now = performance.now()
+    if (firstAt === undefined) {
+      firstAt = now
+      process.stderr.write(`[pgbus] ${signal}: draining; ${signal} again forces the exit\n`)
+      fiber.interruptUnsafe(fiber.id)
+    } else if (now - firstAt > SAME_SIGNAL_WINDOW_MS) {
+      process.stderr.write(`[pgbus] ${signal} again: exiting now, without waiting for the drain\n`)
+      process.exit(130)
+    }
+  }
+  fiber.addObserver((exit) => {
+    process.removeListener("SIGINT", onSignal)
+    process.removeListener("SIGTERM", onSignal)
+    teardown(exit, (code) => {
+      if (firstAt !== undefined || code !== 0) process.exit(code)
+    })
+  })
+  process.on("SIGINT", onSignal)
+  process.on("SIGTERM", onSignal)
+})
+
+/**
+ * Runs a supervisor program as the process's main: SIGTERM or Ctrl-C drains and exits 0 (a
+ * second signal exits at once, with 130); failures keep Effect's exit codes.
+ */
+export const runMain = <E, A>(effect: Effect.Effect<A, E>): void => runMainWith(effect, { teardown })

@@ -261,10 +261,13 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       recordStats?.(m.queue, name, status, ms, m.readCt === 1 ? startedAt - m.enqueuedAt.getTime() : undefined, now)
     }
 
+    // the messages running now, for the drain's log line
+    const running = new Set<Message>()
     const runOne = (m: Message) =>
       Effect.suspend(() => {
         stats.buffered = Math.max(0, stats.buffered - 1)
         stats.running++
+        running.add(m)
         const startedAt = clock.currentTimeMillisUnsafe()
         return execute(registry, defaultPolicy, m).pipe(
           Effect.onInterrupt(() => applyOutcome(m, { _tag: "Abandoned" })),
@@ -275,6 +278,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           Effect.ensuring(
             Effect.sync(() => {
               stats.running--
+              running.delete(m)
               if (queuesMayHaveMore) {
                 if (worthClaiming()) capacityFreed.openUnsafe()
               } else if (wokenWhileFull) {
@@ -595,6 +599,13 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           }
           for (const m of buffered) forget(m)
           yield* Effect.logInfo(`pgbus: gave ${buffered.length} buffered message(s) back`)
+        }
+        if (running.size > 0) {
+          const shown = [...running].slice(0, 5).map((m) => `${jobOf(registry, m).name} #${m.msgId} on ${m.queue}`)
+          const more = running.size > shown.length ? ` and ${running.size - shown.length} more` : ""
+          yield* Effect.logInfo(
+            `pgbus: draining: waiting for ${running.size} running job(s) to finish (${shown.join(", ")}${more}), at most ${Duration.format(config.drainTimeout)}`
+          )
         }
         const waited = yield* Effect.repeat(
           Effect.sync(() => stats.running),

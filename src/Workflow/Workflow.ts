@@ -339,12 +339,12 @@ export const make = <
 export function step<A, E, R>(
   name: string,
   effect: Effect.Effect<A, E, R>,
-  options: StepOptions<A> & { readonly skipIf: NonNullable<StepOptions<A>["skipIf"]> }
+  options: StepOptions<A> & { readonly skipIf: NonNullable<StepOptions<A>["skipIf"]> } & OutputFor<A>
 ): Effect.Effect<A | undefined, never, Exclude<R, StepContext> | WorkflowRuntime>
 export function step<A, E, R>(
   name: string,
   effect: Effect.Effect<A, E, R>,
-  options?: StepOptions<A>
+  ...options: OptionsFor<A>
 ): Effect.Effect<A, never, Exclude<R, StepContext> | WorkflowRuntime>
 export function step<A, E, R>(
   name: string,
@@ -358,6 +358,34 @@ export function step<A, E, R>(
     Exclude<R, StepContext> | WorkflowRuntime
   >
 }
+
+/**
+ * What a step without an `output` Schema may return: a value JSON gives back the same (it is
+ * stored as JSON and read back on replay). A `Date`, a `bigint`, a `Map` or a `Set` turns into a
+ * message naming the cure, which the compiler shows as the constraint the output misses; a class
+ * instance passes the types (it looks like a plain object) and fails at run time (`OutputNotJson`).
+ */
+export type JsonSafe<A> = A extends Date
+  ? "a Date does not survive JSON: declare the step's output Schema (Schema.DateFromString)"
+  : A extends bigint
+    ? "a bigint does not survive JSON: declare the step's output Schema (Schema.BigIntFromString)"
+    : A extends ReadonlyMap<unknown, unknown> | ReadonlySet<unknown>
+      ? "a Map or Set does not survive JSON: declare the step's output Schema"
+      : A extends symbol | ((...args: never) => unknown)
+        ? "a function or symbol does not survive JSON"
+        : A extends ReadonlyArray<unknown>
+          ? { readonly [K in keyof A]: JsonSafe<A[K]> }
+          : A extends object
+            ? { readonly [K in keyof A]: JsonSafe<A[K]> }
+            : A
+
+/** A step output that is not `JsonSafe` needs an `output` Schema: the options must name one. */
+type OutputFor<A> = [A] extends [JsonSafe<A>] ? unknown : { readonly output: Schema.ConstraintCodec<A, unknown> }
+
+/** The options argument of a step: optional for a JSON-safe output, else required with its `output` Schema. */
+type OptionsFor<A> = [A] extends [JsonSafe<A>]
+  ? [options?: StepOptions<A>]
+  : [options: StepOptions<A> & { readonly output: Schema.ConstraintCodec<A, unknown> }]
 
 /** Ends the step and pauses the run after it (the step completes). */
 export const pause = (reason?: string): Effect.Effect<never, never, WorkflowRuntime> =>

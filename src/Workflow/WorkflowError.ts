@@ -312,6 +312,23 @@ export class OutputNotStorable extends Schema.TaggedError<OutputNotStorable>()("
 }
 
 /**
+ * A step's output is stored as JSON and read back on replay, and this one would not come back
+ * the same: without an `output` Schema it holds a `Date`, a `bigint`, a class instance, a `Map`,
+ * `NaN`...; with one, the Schema encodes to such a value (`Schema.Date` in place of
+ * `Schema.DateFromString`). Declare an `output` Schema that encodes to JSON. The step fails with it.
+ *
+ * @category errors
+ */
+export class OutputNotJson extends Schema.TaggedError<OutputNotJson>()("OutputNotJson", {
+  step: Schema.String,
+  detail: Schema.String
+}) {
+  override get message(): string {
+    return `the output of step ${this.step} does not survive JSON: ${this.detail}; declare a step output Schema that encodes to JSON (Workflow.step(name, effect, { output: Schema.DateFromString }))`
+  }
+}
+
+/**
  * A signal's payload does not encode with the Schema its workflow declares, or is over the
  * size cap. Nothing was stored.
  *

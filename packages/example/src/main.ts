@@ -5,12 +5,15 @@
  * DATABASE_URL (or PGHOST) names, else on the embedded PostgreSQL (data in `.pgbus/data`).
  */
 import { Effect } from "effect"
-import { PgBus, Supervisor } from "effect-pgbus"
+import { Supervisor } from "effect-pgbus"
 import * as Embedded from "effect-pgbus/embedded"
 import { ImportLegacyData, Onboarding, registry, SendWelcome, SyncInvoice } from "./app.ts"
 
+// `migrate: true` applies pending migrations as the layer is built. The mailers queue of
+// SendWelcome is in no capsule of `workers`: the supervisor serves it in one of its own (and
+// says so). On a server the environment names, the example uses a database of its own, `pgbus`
+// (created when missing), never the URL's (often `postgres`).
 const program = Effect.gen(function* () {
-  yield* PgBus.migrate
   yield* SendWelcome.enqueue({ userId: "ada" })
   yield* SendWelcome.enqueue({ userId: "grace" }, { delay: "3 seconds" })
   yield* SyncInvoice.enqueue({ invoice: 1042 })
@@ -20,6 +23,9 @@ const program = Effect.gen(function* () {
     `example: enqueued 4 demo jobs and started Onboarding run ${run.id}; starting the supervisor (Ctrl-C to stop)`
   )
   return yield* Supervisor.run
-}).pipe(Effect.provide(registry), Effect.provide(Embedded.layer({ workers: "default, mailers: 5" })))
+}).pipe(
+  Effect.provide(registry),
+  Effect.provide(Embedded.layer({ workers: "default: 5", migrate: true }, { ownDatabase: "pgbus" }))
+)
 
 Supervisor.runMain(program)

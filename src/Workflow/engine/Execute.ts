@@ -99,7 +99,10 @@ export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
               now
             })
             .pipe(db("finish run"))
-          if (r !== undefined) yield* Metric.update(finishedOf(def.name), 1)
+          if (r !== undefined) {
+            yield* Metric.update(finishedOf(def.name), 1)
+            yield* Effect.logInfo(`pgbus: workflow ${def.name} run ${runId} finished`)
+          }
         }
         return
       }

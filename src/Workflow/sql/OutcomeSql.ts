@@ -57,15 +57,17 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
       sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
       p.now
     )
+    // a first step's wait counts from the start (seed 000), not from the claim that reached it
+    const waitFrom = p.position === 0 && p.attempt === 1 ? sql`r.created_at` : NOW(p.now)
     return sql<{ readonly id: bigint }>`WITH r AS (
         UPDATE ${runs} SET status = ${toOf("schedule")}, current_step = ${p.name}, updated_at = ${NOW(p.now)}
-        WHERE id = ${p.runId}::uuid AND ${fromIn("status", "schedule")} RETURNING id),
+        WHERE id = ${p.runId}::uuid AND ${fromIn("status", "schedule")} RETURNING id, created_at),
       s AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, timeout_ms,
                               reattempts)
         SELECT r.id, ${p.name}, ${p.attempt}, ${p.position}, 'scheduled', ${p.queue}, ${NOW(p.now)},
                greatest(${NOW(p.now)}, coalesce(${p.dueAt}::timestamptz,
-                 ${NOW(p.now)} + ${PgTypes.float8(p.delayMs)} * interval '1 millisecond')),
+                 ${waitFrom} + ${PgTypes.float8(p.delayMs)} * interval '1 millisecond')),
                ${PgTypes.float8(p.timeoutMs)}, ${p.reattempts}
         FROM r RETURNING id, name, attempt, due_at),
       e AS (

@@ -24,6 +24,18 @@ import {
 
 import type { ExecutionState } from "./State.ts"
 
+/** One info line when a run finishes, pauses (with its reason) or is cancelled by a step's outcome. */
+const logRunEnd = (workflow: string, runId: string, step: string, after: string | null, next: NextAction) =>
+  after === "finished"
+    ? Effect.logInfo(`pgbus: workflow ${workflow} run ${runId} finished (last step ${step})`)
+    : after === "paused"
+      ? Effect.logInfo(
+          `pgbus: workflow ${workflow} run ${runId} paused at step ${step}${next._tag === "pause" ? `: ${next.reason}${next.message ? `: ${next.message}` : ""}` : ""}`
+        )
+      : after === "cancelled"
+        ? Effect.logInfo(`pgbus: workflow ${workflow} run ${runId} cancelled at step ${step}`)
+        : Effect.void
+
 /** Builds this part of one execution. */
 export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionState) => {
   const { sql, jobs, statements, worker, revision, db, queueOf, errorJson } = ctx
@@ -252,6 +264,7 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
       if (r.after === "finished") yield* Metric.update(finishedOf(def.name), 1)
       if (r.after === "cancelled")
         yield* Metric.update(cancelledTotal.pipe(Metric.withAttributes({ workflow_class: def.name })), 1)
+      yield* logRunEnd(def.name, runId, step.name, r.after, next)
       return r
     })
 

@@ -6,13 +6,14 @@
  */
 import { Cause, Clock, Duration, Effect, Exit, Metric, Schema } from "effect"
 import { statementNow, withTransaction } from "../../../Database.ts"
+import { jsonMismatch } from "../../../internal/jsonSafe.ts"
 import { stepSpan } from "../../../internal/span.ts"
 import { isStorableJson } from "../../../internal/storable.ts"
 import { resolve as resolvePolicy } from "../../Policies.ts"
 import { type ControlVerb, type ReceivedSignal, SignalReaders, StepContext, type StepOptions } from "../../Runtime.ts"
 import { makeFanOut } from "../../verbs/fanOut.ts"
 import { makePoll } from "../../verbs/poll.ts"
-import { OutputNotStorable, OutputTooLarge, StepTimeout } from "../../WorkflowError.ts"
+import { OutputNotJson, OutputNotStorable, OutputTooLarge, StepTimeout } from "../../WorkflowError.ts"
 import type { SignalRow } from "../../WorkflowSql.ts"
 import type { EngineContext } from "../Context.ts"
 import type { Outcomes } from "../Outcomes.ts"
@@ -270,6 +271,15 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
           : Schema.encodeEffect(options.output)(value).pipe(Effect.mapError((e) => e as unknown))
       ).pipe(Effect.result)
       if (encodedOutput._tag === "Failure") return yield* failed(step, encodedOutput.failure, options, startedAt)
+      // what is stored must come back the same from JSON, or replay sees another value (or
+      // fails to decode it): the output itself, or what its Schema encodes it to
+      const mismatch =
+        encodedOutput.success === undefined
+          ? undefined
+          : jsonMismatch(encodedOutput.success, options.output === undefined ? "output" : "encoded output")
+      if (mismatch !== undefined) {
+        return yield* failed(step, new OutputNotJson({ step: step.name, detail: mismatch }), options, startedAt)
+      }
       let outputText: string | undefined
       try {
         outputText = encodedOutput.success === undefined ? undefined : JSON.stringify(encodedOutput.success)
