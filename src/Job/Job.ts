@@ -10,6 +10,7 @@ import { type EnqueueOptions, JobClient } from "./JobClient.ts"
 import { type EnqueueError, InvalidJobDefinition } from "./JobError.ts"
 import type { JobRef } from "./JobRef.ts"
 import { checkPolicy, type RetryPolicy } from "./Retry.ts"
+import { checkUnique, type UniqueOptions, type UniqueSpec, uniqueSpec } from "./Uniqueness.ts"
 
 export { type JobRef, jobRef } from "./JobRef.ts"
 
@@ -43,6 +44,8 @@ export interface JobOptions<P> {
   readonly retry?: RetryPolicy | undefined
   /** Longest run of one attempt; a longer one fails with `JobTimeout`. */
   readonly timeout?: Duration.Input | undefined
+  /** At most one job per key (see docs/jobs.md, "Uniqueness"). */
+  readonly unique?: UniqueOptions<P> | undefined
 }
 
 const TypeId = "~effect-pgbus/Job"
@@ -60,6 +63,7 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
   readonly timeout: Duration.Duration | undefined
+  readonly unique: UniqueSpec | undefined
   readonly handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
   /** Enqueues one job (joins the caller's transaction); returns where it is. */
   readonly enqueue: (payload: P, options?: EnqueueOptions) => Effect.Effect<JobRef, EnqueueError, JobClient>
@@ -79,6 +83,7 @@ export interface AnyJob {
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
   readonly timeout: Duration.Duration | undefined
+  readonly unique: UniqueSpec | undefined
   readonly handler: (payload: never, context: JobContext["Service"]) => Effect.Effect<unknown, unknown, unknown>
 }
 
@@ -106,8 +111,12 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
     const d = Duration.fromInput(options.timeout)
     if (d._tag === "None" || !Duration.isPositive(d.value)) return "timeout must be a positive duration"
   }
-  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout"])
+  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout", "unique"])
   for (const key of Object.keys(options)) if (!allowed.has(key)) return `unknown option ${key}`
+  if (options.unique !== undefined) {
+    const invalid = checkUnique(options.unique as UniqueOptions<never>)
+    if (invalid !== undefined) return invalid
+  }
   return options.retry === undefined ? undefined : checkPolicy(options.retry)
 }
 
@@ -130,6 +139,7 @@ export const make = <const Name extends string, P, A, E, R>(
     priority: options.priority,
     retry: options.retry,
     timeout: options.timeout === undefined ? undefined : Duration.fromInputUnsafe(options.timeout),
+    unique: uniqueSpec(options.unique as UniqueOptions<never> | undefined),
     handler,
     enqueue: (payload, enqueueOptions) => JobClient.use((client) => client.enqueue(job, payload, enqueueOptions)),
     enqueueMany: (payloads, enqueueOptions) =>

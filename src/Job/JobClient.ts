@@ -5,20 +5,21 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Exit, Layer, Option, Schema, Tracer } from "effect"
+import { Context, Duration, Effect, Exit, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
-import { isPassingFailure, retryTransient } from "../Database.ts"
+import { isPassingFailure, retryTransient, toDatabaseError } from "../Database.ts"
 import { type FairTag, fairFields, resolveFairShare } from "../Queue/FairShare.ts"
 import { type LocalSlot, Notifier } from "../Queue/Notifier.ts"
-import type { QueueError } from "../Queue/QueueError.ts"
+import { InvalidMessage, PayloadTooLarge, type QueueError } from "../Queue/QueueError.ts"
 import * as QueueName from "../Queue/QueueName.ts"
 import type { BatchEntry, CreateOptions, SendOptions } from "../Queue/QueueStore.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { CurrentBatch } from "./BatchMembership.ts"
 import type { AnyJob, Job } from "./Job.ts"
-import { type EnqueueError, type InvalidFairShare, InvalidPayload } from "./JobError.ts"
+import { type EnqueueError, type InvalidFairShare, InvalidPayload, InvalidUniqueKey } from "./JobError.ts"
 import { type JobRef, jobRef } from "./JobRef.ts"
+import { duplicateError, keyOf, makeUniqueKeys, specFor, UNIQUE_KEY_FIELD, type UniqueSpec } from "./Uniqueness.ts"
 
 /** The envelope stored as a job message. */
 export const Envelope = Schema.Struct({ job: Schema.String, payload: Schema.Unknown })
@@ -28,6 +29,7 @@ export type Envelope = typeof Envelope.Type
 export type TaggedEnvelope = Envelope & {
   readonly pgbus_fair_key?: string
   readonly pgbus_fair_weight?: number
+  readonly pgbus_unique_key?: string
 }
 
 /** W3C trace context header carrying the enqueuer's span. */
@@ -42,6 +44,8 @@ export interface EnqueueOptions {
   readonly queue?: string | undefined
   /** Another priority than the job's own. */
   readonly priority?: number | undefined
+  /** The uniqueness key (instead of the job's `unique.key`); a job without `unique` is then unique with the defaults. */
+  readonly uniqueKey?: string | undefined
 }
 
 /** The queue a job goes to before any priority sub-queue: the enqueue's, its own, or the default. */
@@ -152,6 +156,7 @@ export class JobClient extends Context.Service<
       const sql = yield* SqlClient.SqlClient
       const notifier = yield* Notifier
       const known = new Set<string>()
+      const uniqueKeys = makeUniqueKeys(sql, config.schema, store)
 
       // A queue created inside the caller's transaction exists only once it commits, so it is
       // remembered after commit (afterCommit runs at once outside a transaction).
@@ -187,6 +192,96 @@ export class JobClient extends Context.Service<
         return Effect.succeed(out)
       }
 
+      // Unique jobs: the keys are taken and the messages sent in one statement (UniqueKeySql).
+      // Keys repeated inside one call resolve to their first position; a holder that ended
+      // between the conflict and its look-up is tried again (three rounds at most).
+      const sendUnique = <P>(
+        job: Job<string, P, unknown, unknown, unknown>,
+        spec: UniqueSpec,
+        queue: string,
+        given: ReadonlyArray<P>,
+        envelopes: ReadonlyArray<TaggedEnvelope>,
+        headers: Readonly<Record<string, unknown>>,
+        options: EnqueueOptions | undefined
+      ) =>
+        Effect.gen(function* () {
+          if ((yield* CurrentBatch) !== undefined) {
+            return yield* new InvalidUniqueKey({ job: job.name, reason: "a unique job cannot join a batch" })
+          }
+          const keys = yield* Effect.forEach(given, (p) => keyOf(job.name, spec, p, options?.uniqueKey))
+          const first = new Map<string, number>()
+          keys.forEach((k, i) => {
+            if (!first.has(k)) first.set(k, i)
+          })
+          const texts = new Map<string, string>()
+          for (const [key, i] of first) {
+            const text = JSON.stringify({ ...envelopes[i], [UNIQUE_KEY_FIELD]: key })
+            if (text.length * 3 > config.maxPayloadSize && Buffer.byteLength(text, "utf8") > config.maxPayloadSize) {
+              const size = Buffer.byteLength(text, "utf8")
+              return yield* new PayloadTooLarge({ queue, size, limit: config.maxPayloadSize })
+            }
+            texts.set(key, text)
+          }
+          const schedule = yield* scheduleOf(queue, options)
+          const headersText = Object.keys(headers).length > 0 ? JSON.stringify(headers) : null
+          yield* ensureQueue(queue)
+          const outcome = new Map<string, { ref: JobRef; sent: boolean }>()
+          let pending = [...first.keys()]
+          for (let round = 0; round < 3 && pending.length > 0; round++) {
+            const results = yield* uniqueKeys.send({
+              job: job.name,
+              queue,
+              physical: QueueName.physicalOf(config.queuePrefix, queue),
+              keys: pending,
+              messages: pending.map((k) => texts.get(k)!),
+              headers: headersText,
+              delayMs: schedule.delayMs,
+              at: schedule.at,
+              forMs: spec.forMs
+            })
+            const next: Array<string> = []
+            results.forEach((r, i) => {
+              const key = pending[i]!
+              if (r._tag === "Sent") outcome.set(key, { ref: r.ref, sent: true })
+              else if (r.holder !== undefined) outcome.set(key, { ref: r.holder, sent: false })
+              else next.push(key)
+            })
+            pending = next
+          }
+          const refs: Array<JobRef> = []
+          for (let i = 0; i < keys.length; i++) {
+            const key = keys[i]!
+            const got = outcome.get(key)
+            const duplicate = got === undefined || !got.sent || first.get(key) !== i
+            if (duplicate && spec.onConflict === "reject") return yield* duplicateError(job.name, key, got?.ref)
+            if (got === undefined) return yield* duplicateError(job.name, key, undefined)
+            if (duplicate && spec.onConflict === "log") {
+              yield* Effect.logWarning(`pgbus: duplicate job ${job.name} not enqueued; held by ${got.ref.id}`).pipe(
+                Effect.annotateLogs({ job: job.name, unique_key: key })
+              )
+            }
+            refs.push(got.ref)
+          }
+          return refs as ReadonlyArray<JobRef>
+        })
+
+      /** The schedule of a unique send, checked as the queue store checks a send's. */
+      const scheduleOf = (queue: string, options: EnqueueOptions | undefined) => {
+        if (options?.delay !== undefined && options.at !== undefined) {
+          return Effect.fail(new InvalidMessage({ queue, reason: "give either delay or at, not both" }))
+        }
+        if (options?.at !== undefined) {
+          return options.at instanceof Date && !Number.isNaN(options.at.getTime())
+            ? Effect.succeed({ delayMs: 0, at: options.at as Date | null })
+            : Effect.fail(new InvalidMessage({ queue, reason: "at must be a valid Date" }))
+        }
+        if (options?.delay === undefined) return Effect.succeed({ delayMs: 0, at: null as Date | null })
+        const d = Duration.fromInput(options.delay)
+        return Option.isNone(d) || !Duration.isFinite(d.value) || Duration.isNegative(d.value)
+          ? Effect.fail(new InvalidMessage({ queue, reason: "delay must be a finite, non-negative duration" }))
+          : Effect.succeed({ delayMs: Duration.toMillis(d.value), at: null as Date | null })
+      }
+
       const enqueueMany = <P>(
         job: Job<string, P, unknown, unknown, unknown>,
         payloads: Iterable<P>,
@@ -208,11 +303,36 @@ export class JobClient extends Context.Service<
               : yield* Effect.forEach(given, (p) =>
                   jobFairShare(config, job, p, logicalQueueOf(config, job, options), options?.headers)
                 )
+          const spec = specFor(job.unique, options?.uniqueKey)
+          if (spec !== undefined && spec.strategy === "untilExecuted") {
+            const envelopes = encoded.map(
+              (payload, i): TaggedEnvelope =>
+                tags === undefined ? { job: job.name, payload } : { job: job.name, payload, ...fairFields(tags[i]) }
+            )
+            // one call, one outcome: a rejected duplicate takes back the jobs sent before it
+            return yield* sql
+              .withTransaction(sendUnique(job, spec, queue, given, envelopes, headers, options))
+              .pipe(
+                Effect.catchTag("SqlError", (error) => Effect.fail(toDatabaseError(`enqueue jobs ${job.name}`)(error)))
+              )
+          }
+          // whileExecuting: each key rides in its message and is taken by each run
+          const runKeys =
+            spec === undefined
+              ? undefined
+              : yield* Effect.forEach(given, (p) => keyOf(job.name, spec, p, options?.uniqueKey))
           const entries: Array<BatchEntry> = encoded.map((payload, i) => ({
             message:
-              tags === undefined
-                ? ({ job: job.name, payload } satisfies Envelope)
-                : ({ job: job.name, payload, ...fairFields(tags[i]) } satisfies TaggedEnvelope),
+              runKeys !== undefined
+                ? ({
+                    job: job.name,
+                    payload,
+                    ...fairFields(tags?.[i]),
+                    [UNIQUE_KEY_FIELD]: runKeys[i]!
+                  } satisfies TaggedEnvelope)
+                : tags === undefined
+                  ? ({ job: job.name, payload } satisfies Envelope)
+                  : ({ job: job.name, payload, ...fairFields(tags[i]) } satisfies TaggedEnvelope),
             ...(hasHeaders ? { headers } : {}),
             ...(options?.delay !== undefined ? { delay: options.delay } : {}),
             ...(options?.at !== undefined ? { at: options.at } : {})
@@ -277,6 +397,26 @@ export class JobClient extends Context.Service<
             tag === undefined
               ? { job: job.name, payload: encoded }
               : { job: job.name, payload: encoded, ...fairFields(tag) }
+          const spec = specFor(job.unique, options?.uniqueKey)
+          if (spec !== undefined) {
+            if (spec.strategy === "untilExecuted") {
+              return (yield* sendUnique(job, spec, queue, [payload], [message], headers, options))[0]!
+            }
+            // whileExecuting: the key rides in the message and is taken by each run
+            const key = yield* keyOf(job.name, spec, payload, options?.uniqueKey)
+            return yield* sendPlain(job.name, queue, { ...message, [UNIQUE_KEY_FIELD]: key }, headers, options)
+          }
+          return yield* sendPlain(job.name, queue, message, headers, options)
+        }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))
+
+      const sendPlain = (
+        jobName: string,
+        queue: string,
+        message: TaggedEnvelope,
+        headers: Readonly<Record<string, unknown>>,
+        options: EnqueueOptions | undefined
+      ) =>
+        Effect.gen(function* () {
           const sendOptions = {
             ...(Object.keys(headers).length > 0 ? { headers } : {}),
             ...(options?.delay !== undefined ? { delay: options.delay } : {}),
@@ -284,10 +424,10 @@ export class JobClient extends Context.Service<
           }
           const batch = yield* CurrentBatch
           if (batch !== undefined) return jobRef(queue, (yield* batch.send(queue, [{ ...sendOptions, message }]))[0]!)
-          const slot = yield* reserveLocal(job.name, queue, options)
+          const slot = yield* reserveLocal(jobName, queue, options)
           if (slot === undefined) return jobRef(queue, yield* store.send(queue, message, sendOptions))
           return jobRef(queue, yield* sendLocal(queue, message, sendOptions.headers, slot))
-        }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))
+        })
 
       return JobClient.of({
         enqueue: enqueue as JobClient["Service"]["enqueue"],

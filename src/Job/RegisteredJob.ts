@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Exit, Schema } from "effect"
+import { Context, Duration, Effect, Exit, Schema } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
 import type { DeadLetterSource, Message } from "../Queue/Message.ts"
 import { type AnyJob, type JobContext, validateDefinition } from "./Job.ts"
@@ -89,7 +89,17 @@ export const registerJobs = (
         queue: job.queue,
         priority: job.priority,
         retry: job.retry,
-        timeout: job.timeout
+        timeout: job.timeout,
+        ...(job.unique === undefined
+          ? {}
+          : {
+              unique: {
+                key: job.unique.key as ((payload: unknown) => string) | undefined,
+                strategy: job.unique.strategy,
+                onConflict: job.unique.onConflict,
+                ...(job.unique.forMs === undefined ? {} : { for: Duration.millis(job.unique.forMs) })
+              }
+            })
       })
       if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })
       const decodePayload = Schema.decodeUnknownEffect(job.payload)

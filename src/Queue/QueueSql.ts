@@ -308,6 +308,35 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     return { ctes, notifyRef, claimed: sql`NULL::int8 AS claimed_msg_id` }
   }
 
+  /**
+   * Like `messageSendCtes`, for a statement that draws the ids first (`messageNextId`) so that
+   * another table's row can name its message in the same statement (a uniqueness key): `rows`
+   * yields `msg_id`, `vt`, `message` and `headers`; the CTE `<name>` returns the `msg_id`s sent.
+   */
+  const messageSendWithIdsCtes = (physical: string, name: string, rows: Statement.Fragment, now: Date | null) => {
+    const ctes = sql`${sql(name)} AS (
+        INSERT INTO ${messages(physical)} (msg_id, enqueued_at, vt, message, headers) OVERRIDING SYSTEM VALUE
+        SELECT src.msg_id, ${NOW(sql, now)}, greatest(src.vt, ${NOW(sql, now)}), src.message, src.headers
+        FROM (${rows}) AS src
+        RETURNING msg_id)${
+          notifyChannel === ""
+            ? sql``
+            : sql`, ${sql(`${name}_notify`)} AS (
+        SELECT pg_notify(${notifyChannel}, ${physical}) FROM (SELECT 1 FROM ${sql(name)} LIMIT 1) AS any_sent)`
+        }`
+    const notifyRef = notifyChannel === "" ? sql`0` : sql`(SELECT count(*) FROM ${sql(`${name}_notify`)})`
+    return { ctes, notifyRef }
+  }
+
+  /** The next message id of a queue (its identity sequence), for `messageSendWithIdsCtes`. */
+  const messageNextId = (physical: string) =>
+    sql`nextval(pg_get_serial_sequence(${`"${schema}"."q_${physical}"`}, 'msg_id'))`
+
+  /** Which of `ids` are still in the queue (not archived, deleted or dead-lettered). */
+  const messageIdsPresent = (physical: string, ids: ReadonlyArray<bigint>) =>
+    sql<{ readonly msg_id: bigint }>`SELECT msg_id FROM ${messages(physical)}
+      WHERE msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[])`
+
   const receipts = (r: ReceiptParams) =>
     sql`unnest(${typedArray(r.ids, PgTypes.OID.int8)}::int8[], ${typedArray(r.readCounts, PgTypes.OID.int4)}::int4[]) AS r(msg_id, read_ct)`
 
@@ -671,6 +700,9 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageSendBatch,
     messageSendBatchUniform,
     messageSendCtes,
+    messageSendWithIdsCtes,
+    messageNextId,
+    messageIdsPresent,
     messageRead,
     messageArchiveAndRead,
     messageReadFair,

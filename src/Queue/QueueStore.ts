@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { Clock, Context, Duration, Effect, Layer, Option, Schema } from "effect"
-import { SqlClient } from "effect/sql"
+import { SqlClient, type Statement } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
 import { serverError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
@@ -325,6 +325,21 @@ export class QueueStore extends Context.Service<
      * decode it with `claimedMessage`.
      */
     readonly messageCtes: MessageCtes
+    /**
+     * CTEs that send messages with ids drawn beforehand by `nextMsgId` (so that another table's
+     * row in the same statement can name its message): `rows` yields `msg_id`, `vt`, `message`
+     * (jsonb) and `headers` (jsonb); the CTE `name` returns the ids sent. The queue must exist.
+     */
+    readonly messageCtesWithIds: (
+      physical: string,
+      name: string,
+      rows: Statement.Fragment,
+      now: Date | null
+    ) => { readonly ctes: Statement.Fragment; readonly notifyRef: Statement.Fragment }
+    /** An expression drawing the next message id of a queue (by its physical name). */
+    readonly nextMsgId: (physical: string) => Statement.Fragment
+    /** Which of `ids` are still in the queue (not archived, deleted or dead-lettered). */
+    readonly present: (queue: string, ids: ReadonlyArray<bigint>) => Effect.Effect<ReadonlySet<bigint>, QueueError>
     /** The message a `messageCtes` claim inserted, from its `claimed` columns (undefined: none was sent). */
     readonly claimedMessage: (queue: string, row: ClaimedMessageRow) => Message | undefined
     /** Validates a queue name (no SQL). */
@@ -915,6 +930,16 @@ export class QueueStore extends Context.Service<
           } satisfies QueueMetrics
         })
 
+      const present = (queue: string, ids: ReadonlyArray<bigint>) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          if (ids.length === 0) return new Set<bigint>() as ReadonlySet<bigint>
+          const rows = yield* statements
+            .messageIdsPresent(name.physical, ids)
+            .pipe(Effect.mapError(fail("look up messages in", queue)))
+          return new Set(rows.map((r) => r.msg_id)) as ReadonlySet<bigint>
+        })
+
       const CLEANUP_BATCH = 5_000
       const cleanupArchive = (retention?: Duration.Input) =>
         Effect.gen(function* () {
@@ -969,6 +994,9 @@ export class QueueStore extends Context.Service<
         metrics,
         cleanupArchive,
         messageCtes: statements.messageSendCtes,
+        messageCtesWithIds: statements.messageSendWithIdsCtes,
+        nextMsgId: statements.messageNextId,
+        present,
         claimedMessage,
         validateName: (queue) => validateName(queue),
         feed: makeQueueFeed({

@@ -12,12 +12,13 @@ import { Cause, Clock, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule
 import type { PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient } from "../Database.ts"
 import type { MemberOutcome } from "../Job/BatchMembership.ts"
-import { archivableByClaim, makeCompleter, type Outcome } from "../Job/Completer.ts"
+import { archivableByClaim, makeCompleter, type Outcome, runExclusive } from "../Job/Completer.ts"
 import { execute, jobOf } from "../Job/Executor.ts"
 import { servedQueues } from "../Job/JobClient.ts"
 import { recordJobUnsafe } from "../Job/JobMetrics.ts"
 import type { JobStatsRecorder } from "../Job/JobStats.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
+import type { UniqueKeys } from "../Job/Uniqueness.ts"
 import { FairCursor } from "../Queue/FairShare.ts"
 import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
 import type { Notifier } from "../Queue/Notifier.ts"
@@ -60,6 +61,8 @@ export interface WorkerDeps {
   readonly paused?: PausedQueues | undefined
   /** Counts every delivery that ended into the process's job statistics (synchronous, never fails). */
   readonly recordStats?: JobStatsRecorder["record"] | undefined
+  /** Unique jobs' keys: taken by `whileExecuting` runs, released when their jobs end. */
+  readonly uniqueKeys?: UniqueKeys | undefined
 }
 
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
@@ -140,7 +143,7 @@ export const makeStats = (capsule: Capsule): WorkerStats => ({
  */
 export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats) =>
   Effect.gen(function* () {
-    const { config, store, notifier, registry, processId, recordBatchOutcomes, paused, recordStats } = deps
+    const { config, store, notifier, registry, processId, recordBatchOutcomes, paused, recordStats, uniqueKeys } = deps
     let onFirstClaim = deps.onFirstClaim
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
     const reads = capsule.queues.flatMap((q) => {
@@ -192,7 +195,18 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
 
     const forget = (m: Message) => inFlight.delete(m)
     // what becomes of each delivery (retries, dead letters, batch members' ends) is the completer's
-    const completer = makeCompleter({ store, registry, recordBatchOutcomes })
+    const completer = makeCompleter({ store, registry, recordBatchOutcomes, uniqueKeys })
+    const executeOne = (m: Message) =>
+      uniqueKeys === undefined
+        ? execute(registry, defaultPolicy, m)
+        : runExclusive(
+            uniqueKeys,
+            registry,
+            m,
+            processId,
+            jobOf(registry, m).registered?.policy ?? defaultPolicy,
+            execute(registry, defaultPolicy, m)
+          )
 
     // Archives completed messages in one statement per queue. What fails to archive stays in
     // flight (heartbeated) and goes back on the list for the next flush. Returns false then.
@@ -265,7 +279,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         stats.buffered = Math.max(0, stats.buffered - 1)
         stats.running++
         const startedAt = clock.currentTimeMillisUnsafe()
-        return execute(registry, defaultPolicy, m).pipe(
+        return executeOne(m).pipe(
           Effect.onInterrupt(() => applyOutcome(m, { _tag: "Abandoned" })),
           Effect.flatMap((outcome) => {
             recordOutcome(m, outcome, startedAt)
