@@ -14,6 +14,7 @@ import { retryTransient } from "../Database.ts"
 import { type Failure, type Message, receiptOf } from "../Queue/Message.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
 import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "./BatchMembership.ts"
+import { isLimited } from "./ConcurrencyLimit.ts"
 import { DuplicateJob } from "./JobError.ts"
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
 import { backoffDelayMs, isExhausted, isLastAttempt, type ResolvedRetryPolicy } from "./Retry.ts"
@@ -83,11 +84,11 @@ export const beforeRun = (policy: ResolvedRetryPolicy, readCt: number): Outcome 
   isExhausted(policy, readCt) ? { _tag: "DeadLetter", failure: undefined, maxRetries: policy.maxRetries } : undefined
 
 /**
- * Whether a claim may archive a success in its own statement: not a batch member nor a unique
- * job (those end, or release their key, after their archive).
+ * Whether a claim may archive a success in its own statement: not a batch member, a unique job
+ * nor a limited one (those end, release their key or wake the parked jobs after their archive).
  */
 export const archivableByClaim = (m: Message): boolean =>
-  m.headers[BATCH_ID_HEADER] === undefined && keyOfMessage(m) === undefined
+  m.headers[BATCH_ID_HEADER] === undefined && keyOfMessage(m) === undefined && !isLimited(m)
 
 /**
  * Runs a delivery of a `whileExecuting` job under its key: taken before the run, released after
@@ -165,6 +166,18 @@ export interface Completer {
 /** Makes the completer of a worker. */
 export const makeCompleter = ({ store, registry, recordBatchOutcomes, uniqueKeys }: CompleterDeps): Completer => {
   // A key is released once its message is gone (a crash in between is the reaper's to repair).
+  // The end of a limited job frees a slot: parked jobs of its key may be claimed now, by any
+  // process (a NOTIFY, as a send's), not at the next poll.
+  const wakeParked = (messages: ReadonlyArray<Message>) => {
+    const queues = new Set<string>()
+    for (const m of messages) if (isLimited(m)) queues.add(m.queue)
+    return Effect.forEach(
+      queues,
+      (queue) =>
+        store.wake(queue).pipe(Effect.catch((error) => Effect.logWarning("pgbus: waking a queue failed", error))),
+      { discard: true }
+    )
+  }
   const releaseKeys = (messages: ReadonlyArray<Message>) => {
     if (uniqueKeys === undefined || !messages.some((m) => keyOfMessage(m) !== undefined)) return Effect.void
     return retryTransient(uniqueKeys.release(messages)).pipe(
@@ -189,7 +202,10 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes, uniqueKeys
     )
   }
 
-  const complete: Completer["complete"] = (m, outcome) => {
+  const complete: Completer["complete"] = (m, outcome) =>
+    Effect.andThen(applyEnd(m, outcome), isLimited(m) ? wakeParked([m]) : Effect.void)
+
+  const applyEnd: Completer["complete"] = (m, outcome) => {
     const receipt = receiptOf(m)
     switch (outcome._tag) {
       case "Retry":
@@ -233,6 +249,10 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes, uniqueKeys
 
   return {
     complete,
-    archived: (messages) => Effect.andThen(releaseKeys(messages), endBatchMembers(messages, "completed"))
+    archived: (messages) =>
+      Effect.andThen(
+        Effect.andThen(releaseKeys(messages), wakeParked(messages)),
+        endBatchMembers(messages, "completed")
+      )
   }
 }

@@ -6,6 +6,7 @@
  */
 import { Context, Duration, type Effect, type Schema } from "effect"
 import * as QueueName from "../Queue/QueueName.ts"
+import { checkLimit, type LimitOptions, type LimitSpec, limitSpec } from "./ConcurrencyLimit.ts"
 import { type EnqueueOptions, JobClient } from "./JobClient.ts"
 import { type EnqueueError, InvalidJobDefinition } from "./JobError.ts"
 import type { JobRef } from "./JobRef.ts"
@@ -46,6 +47,8 @@ export interface JobOptions<P> {
   readonly timeout?: Duration.Input | undefined
   /** At most one job per key (see docs/jobs.md, "Uniqueness"). */
   readonly unique?: UniqueOptions<P> | undefined
+  /** At most `to` jobs of one key running at once, across all processes (see docs/jobs.md, "Concurrency limits"). */
+  readonly limit?: LimitOptions<P> | undefined
 }
 
 const TypeId = "~effect-pgbus/Job"
@@ -64,6 +67,7 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly retry: RetryPolicy | undefined
   readonly timeout: Duration.Duration | undefined
   readonly unique: UniqueSpec | undefined
+  readonly limit: LimitSpec | undefined
   readonly handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
   /** Enqueues one job (joins the caller's transaction); returns where it is. */
   readonly enqueue: (payload: P, options?: EnqueueOptions) => Effect.Effect<JobRef, EnqueueError, JobClient>
@@ -84,6 +88,7 @@ export interface AnyJob {
   readonly retry: RetryPolicy | undefined
   readonly timeout: Duration.Duration | undefined
   readonly unique: UniqueSpec | undefined
+  readonly limit: LimitSpec | undefined
   readonly handler: (payload: never, context: JobContext["Service"]) => Effect.Effect<unknown, unknown, unknown>
 }
 
@@ -111,10 +116,14 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
     const d = Duration.fromInput(options.timeout)
     if (d._tag === "None" || !Duration.isPositive(d.value)) return "timeout must be a positive duration"
   }
-  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout", "unique"])
+  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout", "unique", "limit"])
   for (const key of Object.keys(options)) if (!allowed.has(key)) return `unknown option ${key}`
   if (options.unique !== undefined) {
     const invalid = checkUnique(options.unique as UniqueOptions<never>)
+    if (invalid !== undefined) return invalid
+  }
+  if (options.limit !== undefined) {
+    const invalid = checkLimit(options.limit as LimitOptions<never>)
     if (invalid !== undefined) return invalid
   }
   return options.retry === undefined ? undefined : checkPolicy(options.retry)
@@ -140,6 +149,7 @@ export const make = <const Name extends string, P, A, E, R>(
     retry: options.retry,
     timeout: options.timeout === undefined ? undefined : Duration.fromInputUnsafe(options.timeout),
     unique: uniqueSpec(options.unique as UniqueOptions<never> | undefined),
+    limit: limitSpec(options.limit as LimitOptions<never> | undefined),
     handler,
     enqueue: (payload, enqueueOptions) => JobClient.use((client) => client.enqueue(job, payload, enqueueOptions)),
     enqueueMany: (payloads, enqueueOptions) =>

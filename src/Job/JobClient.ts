@@ -16,6 +16,7 @@ import * as QueueName from "../Queue/QueueName.ts"
 import type { BatchEntry, CreateOptions, SendOptions } from "../Queue/QueueStore.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { CurrentBatch } from "./BatchMembership.ts"
+import { limitFields } from "./ConcurrencyLimit.ts"
 import type { AnyJob, Job } from "./Job.ts"
 import { type EnqueueError, type InvalidFairShare, InvalidPayload, InvalidUniqueKey } from "./JobError.ts"
 import { type JobRef, jobRef } from "./JobRef.ts"
@@ -30,6 +31,8 @@ export type TaggedEnvelope = Envelope & {
   readonly pgbus_fair_key?: string
   readonly pgbus_fair_weight?: number
   readonly pgbus_unique_key?: string
+  readonly pgbus_limit_key?: string
+  readonly pgbus_limit_to?: number
 }
 
 /** W3C trace context header carrying the enqueuer's span. */
@@ -303,11 +306,19 @@ export class JobClient extends Context.Service<
               : yield* Effect.forEach(given, (p) =>
                   jobFairShare(config, job, p, logicalQueueOf(config, job, options), options?.headers)
                 )
+          const limits =
+            job.limit === undefined
+              ? undefined
+              : yield* Effect.forEach(given, (p) => limitFields(job.name, job.limit!, p))
           const spec = specFor(job.unique, options?.uniqueKey)
           if (spec !== undefined && spec.strategy === "untilExecuted") {
             const envelopes = encoded.map(
-              (payload, i): TaggedEnvelope =>
-                tags === undefined ? { job: job.name, payload } : { job: job.name, payload, ...fairFields(tags[i]) }
+              (payload, i): TaggedEnvelope => ({
+                job: job.name,
+                payload,
+                ...fairFields(tags?.[i]),
+                ...limits?.[i]
+              })
             )
             // one call, one outcome: a rejected duplicate takes back the jobs sent before it
             return yield* sql
@@ -323,12 +334,13 @@ export class JobClient extends Context.Service<
               : yield* Effect.forEach(given, (p) => keyOf(job.name, spec, p, options?.uniqueKey))
           const entries: Array<BatchEntry> = encoded.map((payload, i) => ({
             message:
-              runKeys !== undefined
+              runKeys !== undefined || limits !== undefined
                 ? ({
                     job: job.name,
                     payload,
                     ...fairFields(tags?.[i]),
-                    [UNIQUE_KEY_FIELD]: runKeys[i]!
+                    ...limits?.[i],
+                    ...(runKeys === undefined ? {} : { [UNIQUE_KEY_FIELD]: runKeys[i]! })
                   } satisfies TaggedEnvelope)
                 : tags === undefined
                   ? ({ job: job.name, payload } satisfies Envelope)
@@ -348,9 +360,11 @@ export class JobClient extends Context.Service<
       // its queue is idle (its queues drained, a slot free), is inserted claimed for that worker
       // and handed over after the commit: no NOTIFY, no read. Not inside a caller's transaction
       // (its commit is not ours to wait for) nor for fair-share queues (the worker offers none).
-      const reserveLocal = (job: string, queue: string, options: EnqueueOptions | undefined) =>
+      const reserveLocal = (job: string, queue: string, options: EnqueueOptions | undefined, limited: boolean) =>
         Effect.gen(function* () {
           if (!config.localDispatch || options?.delay !== undefined || options?.at !== undefined) return undefined
+          // a limited job is claimed only by the limited claim, which counts its key's runs
+          if (limited) return undefined
           if (Option.isSome(yield* Effect.serviceOption(sql.transactionService))) return undefined
           return notifier.reserveLocal(QueueName.physicalOf(config.queuePrefix, queue), {
             inOrder: true,
@@ -393,10 +407,11 @@ export class JobClient extends Context.Service<
           const trace = yield* traceHeaders
           const headers = { ...options?.headers, ...trace }
           yield* ensureQueue(queue)
+          const limit = job.limit === undefined ? undefined : yield* limitFields(job.name, job.limit, payload)
           const message: TaggedEnvelope =
-            tag === undefined
+            tag === undefined && limit === undefined
               ? { job: job.name, payload: encoded }
-              : { job: job.name, payload: encoded, ...fairFields(tag) }
+              : { job: job.name, payload: encoded, ...fairFields(tag), ...limit }
           const spec = specFor(job.unique, options?.uniqueKey)
           if (spec !== undefined) {
             if (spec.strategy === "untilExecuted") {
@@ -424,7 +439,7 @@ export class JobClient extends Context.Service<
           }
           const batch = yield* CurrentBatch
           if (batch !== undefined) return jobRef(queue, (yield* batch.send(queue, [{ ...sendOptions, message }]))[0]!)
-          const slot = yield* reserveLocal(jobName, queue, options)
+          const slot = yield* reserveLocal(jobName, queue, options, message.pgbus_limit_key !== undefined)
           if (slot === undefined) return jobRef(queue, yield* store.send(queue, message, sendOptions))
           return jobRef(queue, yield* sendLocal(queue, message, sendOptions.headers, slot))
         })

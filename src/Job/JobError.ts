@@ -144,12 +144,27 @@ export class InvalidUniqueKey extends Schema.TaggedError<InvalidUniqueKey>()("In
   }
 }
 
+/**
+ * A concurrency limit's key could not be made: the job's key function threw or returned
+ * something other than a non-empty string of at most 255 characters. Nothing was written.
+ *
+ * @category errors
+ */
+export class InvalidLimitKey extends Schema.TaggedError<InvalidLimitKey>()("InvalidLimitKey", {
+  job: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid concurrency key for job ${this.job}: ${this.reason}`
+  }
+}
+
 /** Why a job could not join a batch. */
 export type BatchJoinError = AlreadyFinished | BatchNotFound
 
 /**
  * Errors of an enqueue (a batch's only inside `batch.enqueue`; `InvalidFairShare` only with a
- * `fairShare` resolver; `DuplicateJob` and `InvalidUniqueKey` only for a unique job).
+ * `fairShare` resolver; `DuplicateJob` and `InvalidUniqueKey` only for a unique job, `InvalidLimitKey` for a limited one).
  */
 export type EnqueueError =
   | InvalidPayload
@@ -158,3 +173,4 @@ export type EnqueueError =
   | BatchJoinError
   | DuplicateJob
   | InvalidUniqueKey
+  | InvalidLimitKey

@@ -99,7 +99,10 @@ export const registerJobs = (
                 onConflict: job.unique.onConflict,
                 ...(job.unique.forMs === undefined ? {} : { for: Duration.millis(job.unique.forMs) })
               }
-            })
+            }),
+        ...(job.limit === undefined
+          ? {}
+          : { limit: { to: job.limit.to, key: job.limit.key as ((payload: unknown) => string) | undefined } })
       })
       if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })
       const decodePayload = Schema.decodeUnknownEffect(job.payload)

@@ -116,6 +116,10 @@ const FAIR_KEY_EXPR = "COALESCE(message ->> 'pgbus_fair_key', '')"
 const FAIR_WEIGHT_EXPR = `CASE WHEN jsonb_typeof(message -> 'pgbus_fair_weight') = 'number'
   THEN least(greatest(floor((message ->> 'pgbus_fair_weight')::numeric), 1), 1000000)::float8 ELSE 1 END`
 
+// A limited message's limit (`t` is its row): at least 1; anything but a JSON number is 1.
+const LIMIT_TO_EXPR = `CASE WHEN jsonb_typeof(t.message -> 'pgbus_limit_to') = 'number'
+  THEN greatest(floor((t.message ->> 'pgbus_limit_to')::numeric), 1)::int8 ELSE 1 END`
+
 /**
  * Builds the statements for one schema. Each function returns an Effect running one
  * statement (so that it joins the caller's transaction when one is open).
@@ -375,6 +379,67 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
       WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
         (SELECT count(*) FROM c) > ${limit} AS more`
+
+  // The claim of a queue whose jobs carry concurrency limits (`pgbus_limit_key`, at most
+  // `pgbus_limit_to` running at once): the messages running now (claimed, their lease `vt` not
+  // lapsed) are counted per key, keys at their limit are passed over (their jobs stay visible,
+  // parked), and the oldest of the rest are taken, each key up to its free slots. It must run
+  // after `queueLockLimits` in the same transaction: the count is then of committed claims only,
+  // and no other claim of the queue runs meanwhile (counting in the claim's own snapshot alone
+  // would let two concurrent claims both take the last slot). `more`: admissible messages
+  // were left behind (parked ones are not news: the end of a run wakes the readers).
+  const messageReadLimited = (
+    physical: string,
+    limit: number,
+    visibilityMs: number,
+    claimedBy: string | null,
+    now: Date | null
+  ) => {
+    const q = messages(physical)
+    return sql<MessageRow & { readonly more: boolean }>`WITH running AS (
+        SELECT message ->> 'pgbus_limit_key' AS k, count(*) AS n
+        FROM ${q}
+        WHERE vt > ${NOW(sql, now)} AND claimed_by IS NOT NULL AND message ? 'pgbus_limit_key'
+        GROUP BY 1),
+      cand AS (
+        SELECT t.msg_id, t.message ->> 'pgbus_limit_key' AS k, ${sql.literal(LIMIT_TO_EXPR)} AS lim
+        FROM ${q} t
+        WHERE t.vt <= ${NOW(sql, now)}
+          AND NOT EXISTS (
+            SELECT 1 FROM running
+            WHERE running.k = t.message ->> 'pgbus_limit_key' AND running.n >= ${sql.literal(LIMIT_TO_EXPR)})
+        ORDER BY t.msg_id
+        LIMIT ${limit * 4 + 256}),
+      ok AS (
+        SELECT r.msg_id FROM (
+          SELECT cand.msg_id, cand.k, cand.lim, row_number() OVER (PARTITION BY cand.k ORDER BY cand.msg_id) AS rn
+          FROM cand) r
+        LEFT JOIN running ON running.k = r.k
+        WHERE r.k IS NULL OR coalesce(running.n, 0) + r.rn <= r.lim
+        ORDER BY r.msg_id
+        LIMIT ${limit + 1}),
+      c AS (
+        SELECT msg_id FROM ${q}
+        WHERE msg_id = ANY(ARRAY(SELECT msg_id FROM ok)) AND vt <= ${NOW(sql, now)}
+        ORDER BY msg_id
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED)
+      UPDATE ${q} q
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
+          read_ct = q.read_ct + 1,
+          claimed_by = ${claimedBy}
+      WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM c))
+      RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
+        (SELECT count(*) FROM ok) > ${limit} AS more`
+  }
+
+  /** Serialises the limited claims of one queue across processes (xact-scoped; see messageReadLimited). */
+  const queueLockLimits = (physical: string) =>
+    sql`SELECT pg_advisory_xact_lock(hashtext(${`${schema}.limits:${physical}`}))`
+
+  /** Wakes a queue's readers (the end of a limited run frees a slot for a parked job). */
+  const queueWake = (physical: string) =>
+    notifyChannel === "" ? sql`SELECT 1` : sql`SELECT pg_notify(${notifyChannel}, ${physical})`
 
   // Archives a worker's finished messages and claims the next ones in one statement (one round
   // trip where a flush and a read took two). The claim skips every row the receipts name: a
@@ -704,6 +769,9 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageNextId,
     messageIdsPresent,
     messageRead,
+    messageReadLimited,
+    queueLockLimits,
+    queueWake,
     messageArchiveAndRead,
     messageReadFair,
     messageArchiveReceipts,

@@ -64,6 +64,12 @@ export interface ReadOptions {
    * even reads of one message alternate between keys (see `FairShare.ts`).
    */
   readonly fair?: boolean | FairCursor | undefined
+  /**
+   * Honour the concurrency limits that messages carry (`pgbus_limit_key`, `pgbus_limit_to`):
+   * a key's messages are claimed only while fewer than its limit run. Takes precedence over
+   * `fair` (the limited claim is oldest first).
+   */
+  readonly limited?: boolean | undefined
 }
 
 /** How a queue is created. */
@@ -244,6 +250,8 @@ export class QueueStore extends Context.Service<
       { readonly archived: number; readonly messages: ReadonlyArray<Message>; readonly more: boolean },
       QueueError
     >
+    /** Wakes the readers of a queue, as a send does (a freed concurrency slot). */
+    readonly wake: (queue: string) => Effect.Effect<void, QueueError>
     /** Like `read`, but waits up to `maxWait` for a message (woken by NOTIFY, else polling). */
     readonly readWithPoll: (queue: string, options: PollOptions) => Effect.Effect<ReadonlyArray<Message>, QueueError>
     /** Moves messages to the archive; returns how many moved. */
@@ -616,6 +624,9 @@ export class QueueStore extends Context.Service<
       const read = (queue: string, options?: ReadOptions) =>
         Effect.gen(function* () {
           const { name, limit, vtMs, now } = yield* readParams(queue, options)
+          if (options?.limited === true) {
+            return yield* readLimited(queue, name.physical, limit, vtMs, options.claimedBy ?? null, now)
+          }
           const fair = options?.fair
           if (fair !== undefined && fair !== false) {
             return yield* readFair(queue, name.physical, limit, vtMs, options?.claimedBy ?? null, fair, now)
@@ -629,7 +640,7 @@ export class QueueStore extends Context.Service<
       const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) =>
         Effect.gen(function* () {
           const fair = options?.fair
-          if (fair !== undefined && fair !== false) {
+          if ((fair !== undefined && fair !== false) || options?.limited === true) {
             const archived = receipts.length === 0 ? 0 : yield* archive(queue, receipts)
             const messages = yield* read(queue, options)
             return { archived, messages, more: messages.length >= (options?.limit ?? 1) }
@@ -683,6 +694,35 @@ export class QueueStore extends Context.Service<
           cursor.advance(ordered.map(claimOf), rows.length < limit)
           return ordered.map((row) => toMessage(queue, row)) as ReadonlyArray<Message>
         })
+
+      // The limited claim counts the running messages of each key: under the queue's lock, in a
+      // statement of its own, so that it sees every committed claim and no concurrent one.
+      const readLimited = (
+        queue: string,
+        physical: string,
+        limit: number,
+        vtMs: number,
+        claimedBy: string | null,
+        now: Date | null
+      ) =>
+        withTransaction(
+          sql,
+          Effect.andThen(
+            statements.queueLockLimits(physical),
+            statements.messageReadLimited(physical, limit, vtMs, claimedBy, now)
+          )
+        ).pipe(
+          Effect.mapError(fail("read from", queue)),
+          Effect.map((rows) => {
+            const messages = rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
+            return messages
+          })
+        )
+
+      const wake = (queue: string) =>
+        Effect.flatMap(validateName(queue), (name) =>
+          statements.queueWake(name.physical).pipe(Effect.asVoid, Effect.mapError(fail("wake", queue)))
+        )
 
       const readWithPoll = (queue: string, options: PollOptions) =>
         Effect.gen(function* () {
@@ -974,6 +1014,7 @@ export class QueueStore extends Context.Service<
         sendBatch,
         read,
         archiveAndRead,
+        wake,
         readWithPoll,
         archive,
         delete: remove,

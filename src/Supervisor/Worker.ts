@@ -14,7 +14,7 @@ import { isPassingFailure, retryTransient } from "../Database.ts"
 import type { MemberOutcome } from "../Job/BatchMembership.ts"
 import { archivableByClaim, makeCompleter, type Outcome, runExclusive } from "../Job/Completer.ts"
 import { execute, jobOf } from "../Job/Executor.ts"
-import { servedQueues } from "../Job/JobClient.ts"
+import { logicalQueueOf, servedQueues } from "../Job/JobClient.ts"
 import { recordJobUnsafe } from "../Job/JobMetrics.ts"
 import type { JobStatsRecorder } from "../Job/JobStats.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
@@ -146,9 +146,17 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     const { config, store, notifier, registry, processId, recordBatchOutcomes, paused, recordStats, uniqueKeys } = deps
     let onFirstClaim = deps.onFirstClaim
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
+    // a queue of a job with a concurrency limit is claimed by the limited claim (oldest first)
+    const limited = new Set<string>()
+    for (const { job } of registry.jobs.values()) if (job.limit !== undefined) limited.add(logicalQueueOf(config, job))
     const reads = capsule.queues.flatMap((q) => {
-      const fair = readsFairly(config, registry, q)
-      return servedQueues(config, q).map((queue) => ({ queue, cursor: fair ? new FairCursor() : undefined }))
+      const isLimited = limited.has(q)
+      const fair = !isLimited && readsFairly(config, registry, q)
+      return servedQueues(config, q).map((queue) => ({
+        queue,
+        cursor: fair ? new FairCursor() : undefined,
+        limited: isLimited
+      }))
     })
     const queues = reads.map((r) => r.queue)
     const physical = queues.map((q) => QueueName.physicalOf(config.queuePrefix, q))
@@ -405,20 +413,27 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       )
 
     /** Claims up to `limit` of a queue (archiving successes on the way when allowed); `more`: it left some. */
-    const readOne = (queue: string, cursor: FairCursor | undefined, limit: number, withArchive: boolean) => {
-      const done = withArchive && cursor === undefined && completed.length > 0 ? takeCompleted(queue) : []
+    const readOne = (
+      queue: string,
+      cursor: FairCursor | undefined,
+      limited: boolean,
+      limit: number,
+      withArchive: boolean
+    ) => {
+      const plain = cursor === undefined && !limited
+      const done = withArchive && plain && completed.length > 0 ? takeCompleted(queue) : []
       const mark = `${processId}#${++claims}`
-      const claimed =
-        cursor === undefined
-          ? archiveAndRead(queue, done, limit, mark)
-          : store
-              .read(queue, {
-                limit,
-                visibilityTimeout: config.visibilityTimeout,
-                claimedBy: mark,
-                fair: cursor
-              })
-              .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
+      const claimed = plain
+        ? archiveAndRead(queue, done, limit, mark)
+        : store
+            .read(queue, {
+              limit,
+              visibilityTimeout: config.visibilityTimeout,
+              claimedBy: mark,
+              fair: cursor,
+              limited
+            })
+            .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
       return Effect.tapError(claimed, (error) =>
         isPassingFailure(error) ? releaseLostClaim(queue, mark) : Effect.void
       )
@@ -436,15 +451,15 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         let claimed = 0
         let more = false
         const read = new Set<string>()
-        for (const { queue, cursor } of reads) {
+        for (const { queue, cursor, limited } of reads) {
           // full before the last queues: those may have more
           if (want <= 0) {
             more = true
             break
           }
           if (isPaused(queue)) continue
-          if (cursor === undefined) read.add(queue)
-          const got = yield* readOne(queue, cursor, want, withArchive)
+          if (cursor === undefined && !limited) read.add(queue)
+          const got = yield* readOne(queue, cursor, limited, want, withArchive)
           for (const m of got.messages) inFlight.add(m)
           stats.buffered += got.messages.length
           yield* Queue.offerAll(work, got.messages)

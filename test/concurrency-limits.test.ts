@@ -1,0 +1,220 @@
+import { assert, describe, layer } from "@effect/vitest"
+import { Clock, Effect, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import * as Job from "../src/Job/Job.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { Processes } from "../src/Supervisor/Processes.ts"
+import { eventually, startSupervisor } from "./support/jobs.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+let n = 0
+const fresh = (base: string) => `${base}_${n++}`
+
+const Task = Schema.Struct({ key: Schema.String, i: Schema.Number })
+
+/** The most intervals open at one instant (an end at t closes before a start at t opens). */
+const mostAtOnce = (intervals: ReadonlyArray<{ readonly start: number; readonly end: number }>) => {
+  const events = intervals.flatMap((r) => [
+    { at: r.start, d: 1 },
+    { at: r.end, d: -1 }
+  ])
+  events.sort((a, b) => a.at - b.at || a.d - b.d)
+  let open = 0
+  let most = 0
+  for (const e of events) {
+    open += e.d
+    most = Math.max(most, open)
+  }
+  return most
+}
+
+const depthOf = (queue: string) => Effect.flatMap(QueueStore, (store) => store.metrics(queue))
+
+layer(
+  TestDatabase.layer({
+    visibilityTimeout: "30 seconds",
+    pollingInterval: "5 seconds",
+    processHeartbeatInterval: "200 millis",
+    staleProcessThreshold: "1 second"
+  }),
+  { excludeTestServices: true }
+)("concurrency limits", (it) => {
+  it.effect("to: 2, 50 jobs of one key across two supervisors: never more than 2 at once, all finish", () =>
+    Effect.gen(function* () {
+      const queue = fresh("limit2")
+      const runs: Array<{ start: number; end: number }> = []
+      const job = Job.make("LimitedTwo", { payload: Task, queue, limit: { to: 2, key: (p) => p.key } }, () =>
+        Effect.gen(function* () {
+          const start = yield* Clock.currentTimeMillis
+          yield* Effect.sleep("20 millis")
+          runs.push({ start, end: yield* Clock.currentTimeMillis })
+        })
+      )
+      yield* job.enqueueMany(Array.from({ length: 50 }, (_, i) => ({ key: "one", i })))
+      const capsules = [{ name: "c", queues: [queue], concurrency: 5 }]
+      yield* startSupervisor([job], { capsules })
+      yield* startSupervisor([job], { capsules, roles: ["workers"] })
+      yield* eventually(
+        "all 50 ran",
+        Effect.sync(() => runs.length === 50),
+        "30 seconds"
+      )
+      // the polling interval is 5 s: the 50 ran well within it, so parked jobs were woken by the ends
+      assert.strictEqual(mostAtOnce(runs), 2)
+      yield* eventually(
+        "the queue is empty",
+        Effect.map(depthOf(queue), (m) => m.depth === 0)
+      )
+    })
+  )
+
+  it.effect("the limit is per key: keys do not wait for each other", () =>
+    Effect.gen(function* () {
+      const queue = fresh("perkey")
+      const runs = new Map<string, Array<{ start: number; end: number }>>([
+        ["a", []],
+        ["b", []]
+      ])
+      const all: Array<{ start: number; end: number }> = []
+      const job = Job.make("LimitedPerKey", { payload: Task, queue, limit: { to: 1, key: (p) => p.key } }, ({ key }) =>
+        Effect.gen(function* () {
+          const start = yield* Clock.currentTimeMillis
+          yield* Effect.sleep("50 millis")
+          const run = { start, end: yield* Clock.currentTimeMillis }
+          runs.get(key)!.push(run)
+          all.push(run)
+        })
+      )
+      yield* job.enqueueMany(
+        Array.from({ length: 10 }, (_, i) => ({ key: i % 2 === 0 ? "a" : "b", i })),
+        {}
+      )
+      yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 4 }] })
+      yield* eventually(
+        "all 10 ran",
+        Effect.sync(() => all.length === 10),
+        "30 seconds"
+      )
+      assert.strictEqual(mostAtOnce(runs.get("a")!), 1)
+      assert.strictEqual(mostAtOnce(runs.get("b")!), 1)
+      assert.strictEqual(mostAtOnce(all), 2, "a and b ran side by side")
+    })
+  )
+
+  it.effect("concurrent claims never take more than the free slots (the claim is serialised per queue)", () =>
+    Effect.gen(function* () {
+      const queue = fresh("claims")
+      const job = Job.make("LimitedClaims", { payload: Task, queue, limit: { to: 3 } }, () => Effect.void)
+      const unlimited = Job.make("Unlimited", { payload: Task, queue }, () => Effect.void)
+      yield* job.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ key: "k", i })))
+      yield* unlimited.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ key: "k", i })))
+      const store = yield* QueueStore
+      const claims = yield* Effect.forEach(
+        Array.from({ length: 12 }, (_, i) => i),
+        (i) => store.read(queue, { limit: 10, limited: true, visibilityTimeout: "1 minute", claimedBy: `p${i}#1` }),
+        { concurrency: "unbounded" }
+      )
+      const claimed = claims.flat()
+      const limited = claimed.filter((m) => (m.message as { job: string }).job === "LimitedClaims")
+      assert.strictEqual(limited.length, 3)
+      // jobs without a limit are claimed beside them
+      assert.strictEqual(claimed.length - limited.length, 5)
+      // a finished one frees its slot for exactly one more
+      yield* store.archive(queue, [limited[0]!.msgId])
+      const next = yield* store.read(queue, { limit: 10, limited: true, claimedBy: "p#2" })
+      assert.strictEqual(next.length, 1)
+    })
+  )
+
+  it.effect("a dead process's slot comes back through fast recovery and its parked job runs", () =>
+    Effect.gen(function* () {
+      const queue = fresh("deadslot")
+      const ran: Array<number> = []
+      const job = Job.make("LimitedOne", { payload: Task, queue, limit: { to: 1 } }, ({ i }) =>
+        Effect.sync(() => ran.push(i))
+      )
+      yield* job.enqueueMany([
+        { key: "k", i: 1 },
+        { key: "k", i: 2 }
+      ])
+      const store = yield* QueueStore
+      const processes = yield* Processes
+      const sql = yield* SqlClient.SqlClient
+      yield* processes.register({
+        id: "dead-slot",
+        pid: 1,
+        host: "gone",
+        roles: ["workers"],
+        capsules: [],
+        capacity: 1,
+        appRevision: undefined,
+        version: "test"
+      })
+      // the dead process holds the one slot (for an hour, by its lease)
+      const held = yield* store.read(queue, {
+        limit: 5,
+        limited: true,
+        visibilityTimeout: "1 hour",
+        claimedBy: "dead-slot#1"
+      })
+      assert.strictEqual(held.length, 1)
+      yield* sql`UPDATE pgbus.processes SET last_beat_at = now() - interval '1 hour' WHERE id = 'dead-slot'`
+      // a supervisor's dispatcher reaps it; its worker then runs both, one at a time
+      const started = yield* Clock.currentTimeMillis
+      yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+      yield* eventually(
+        "both ran",
+        Effect.sync(() => ran.length === 2),
+        "10 seconds"
+      )
+      assert.isBelow((yield* Clock.currentTimeMillis) - started, 5_000, "within seconds, not the lease's hour")
+      assert.deepStrictEqual([...ran].sort(), [1, 2])
+    })
+  )
+
+  describe("bad input", () => {
+    it("a limit below 1, not an integer, or an unknown policy throws InvalidJobDefinition", () => {
+      const define = (limit: unknown) => () =>
+        Job.make(
+          "BadLimit",
+          { payload: Task, limit: limit as Job.JobOptions<typeof Task.Type>["limit"] },
+          () => Effect.void
+        )
+      assert.throws(define({ to: -1 }), /limit.to/)
+      assert.throws(define({ to: 0 }), /limit.to/)
+      assert.throws(define({ to: 1.5 }), /limit.to/)
+      assert.throws(define({ to: 1, onConflict: "drop" }), /onConflict/)
+      assert.throws(define({ to: 1, duration: "1 minute" }), /unknown limit option/)
+    })
+
+    it.effect("a key function that throws fails the enqueue with InvalidLimitKey; nothing is written", () =>
+      Effect.gen(function* () {
+        const queue = fresh("badlimit")
+        const job = Job.make(
+          "LimitKeyThrows",
+          {
+            payload: Task,
+            queue,
+            limit: {
+              to: 1,
+              key: () => {
+                throw new Error("no account")
+              }
+            }
+          },
+          () => Effect.void
+        )
+        const e1 = yield* job.enqueue({ key: "k", i: 1 }).pipe(Effect.flip)
+        assert.strictEqual(e1._tag, "InvalidLimitKey")
+        assert.include(e1.message, "no account")
+        const e2 = yield* job.enqueueMany([{ key: "k", i: 1 }]).pipe(Effect.flip)
+        assert.strictEqual(e2._tag, "InvalidLimitKey")
+        const depth = yield* depthOf(queue).pipe(
+          Effect.map((m) => m.depth),
+          Effect.catchTag("QueueNotFound", () => Effect.succeed(0))
+        )
+        assert.strictEqual(depth, 0)
+      })
+    )
+  })
+})
