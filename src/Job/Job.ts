@@ -10,6 +10,7 @@ import { checkLimit, type LimitOptions, type LimitSpec, limitSpec } from "./Conc
 import { type EnqueueOptions, JobClient } from "./JobClient.ts"
 import { type EnqueueError, InvalidJobDefinition } from "./JobError.ts"
 import type { JobRef } from "./JobRef.ts"
+import { checkRate, type RateOptions, type RateSpec, rateSpec } from "./RateLimit.ts"
 import { checkPolicy, type RetryPolicy } from "./Retry.ts"
 import { checkUnique, type UniqueOptions, type UniqueSpec, uniqueSpec } from "./Uniqueness.ts"
 
@@ -49,6 +50,8 @@ export interface JobOptions<P> {
   readonly unique?: UniqueOptions<P> | undefined
   /** At most `to` jobs of one key running at once, across all processes (see docs/jobs.md, "Concurrency limits"). */
   readonly limit?: LimitOptions<P> | undefined
+  /** At most `limit` jobs started per `period`, per queue and key, across all processes (see docs/jobs.md, "Rate limits"). */
+  readonly rate?: RateOptions<P> | undefined
 }
 
 const TypeId = "~effect-pgbus/Job"
@@ -68,6 +71,7 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly timeout: Duration.Duration | undefined
   readonly unique: UniqueSpec | undefined
   readonly limit: LimitSpec | undefined
+  readonly rate: RateSpec | undefined
   readonly handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
   /** Enqueues one job (joins the caller's transaction); returns where it is. */
   readonly enqueue: (payload: P, options?: EnqueueOptions) => Effect.Effect<JobRef, EnqueueError, JobClient>
@@ -89,6 +93,7 @@ export interface AnyJob {
   readonly timeout: Duration.Duration | undefined
   readonly unique: UniqueSpec | undefined
   readonly limit: LimitSpec | undefined
+  readonly rate: RateSpec | undefined
   readonly handler: (payload: never, context: JobContext["Service"]) => Effect.Effect<unknown, unknown, unknown>
 }
 
@@ -116,7 +121,7 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
     const d = Duration.fromInput(options.timeout)
     if (d._tag === "None" || !Duration.isPositive(d.value)) return "timeout must be a positive duration"
   }
-  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout", "unique", "limit"])
+  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout", "unique", "limit", "rate"])
   for (const key of Object.keys(options)) if (!allowed.has(key)) return `unknown option ${key}`
   if (options.unique !== undefined) {
     const invalid = checkUnique(options.unique as UniqueOptions<never>)
@@ -124,6 +129,10 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
   }
   if (options.limit !== undefined) {
     const invalid = checkLimit(options.limit as LimitOptions<never>)
+    if (invalid !== undefined) return invalid
+  }
+  if (options.rate !== undefined) {
+    const invalid = checkRate(options.rate as RateOptions<never>)
     if (invalid !== undefined) return invalid
   }
   return options.retry === undefined ? undefined : checkPolicy(options.retry)
@@ -150,6 +159,7 @@ export const make = <const Name extends string, P, A, E, R>(
     timeout: options.timeout === undefined ? undefined : Duration.fromInputUnsafe(options.timeout),
     unique: uniqueSpec(options.unique as UniqueOptions<never> | undefined),
     limit: limitSpec(options.limit as LimitOptions<never> | undefined),
+    rate: rateSpec(options.rate as RateOptions<never> | undefined),
     handler,
     enqueue: (payload, enqueueOptions) => JobClient.use((client) => client.enqueue(job, payload, enqueueOptions)),
     enqueueMany: (payloads, enqueueOptions) =>

@@ -20,6 +20,7 @@ import { limitFields } from "./ConcurrencyLimit.ts"
 import type { AnyJob, Job } from "./Job.ts"
 import { type EnqueueError, type InvalidFairShare, InvalidPayload, InvalidUniqueKey } from "./JobError.ts"
 import { type JobRef, jobRef } from "./JobRef.ts"
+import { rateFields } from "./RateLimit.ts"
 import { duplicateError, keyOf, makeUniqueKeys, specFor, UNIQUE_KEY_FIELD, type UniqueSpec } from "./Uniqueness.ts"
 
 /** The envelope stored as a job message. */
@@ -33,6 +34,9 @@ export type TaggedEnvelope = Envelope & {
   readonly pgbus_unique_key?: string
   readonly pgbus_limit_key?: string
   readonly pgbus_limit_to?: number
+  readonly pgbus_rate_key?: string
+  readonly pgbus_rate_limit?: number
+  readonly pgbus_rate_period_ms?: number
 }
 
 /** W3C trace context header carrying the enqueuer's span. */
@@ -285,6 +289,14 @@ export class JobClient extends Context.Service<
           : Effect.succeed({ delayMs: Duration.toMillis(d.value), at: null as Date | null })
       }
 
+      /** The concurrency and rate fields of a limited or rate-limited job's message. */
+      const controlFields = <P>(job: Job<string, P, unknown, unknown, unknown>, payload: P) =>
+        Effect.gen(function* () {
+          const limit = job.limit === undefined ? {} : yield* limitFields(job.name, job.limit, payload)
+          const rate = job.rate === undefined ? {} : yield* rateFields(job.name, job.rate, payload)
+          return { ...limit, ...rate }
+        })
+
       const enqueueMany = <P>(
         job: Job<string, P, unknown, unknown, unknown>,
         payloads: Iterable<P>,
@@ -307,9 +319,9 @@ export class JobClient extends Context.Service<
                   jobFairShare(config, job, p, logicalQueueOf(config, job, options), options?.headers)
                 )
           const limits =
-            job.limit === undefined
+            job.limit === undefined && job.rate === undefined
               ? undefined
-              : yield* Effect.forEach(given, (p) => limitFields(job.name, job.limit!, p))
+              : yield* Effect.forEach(given, (p) => controlFields(job, p))
           const spec = specFor(job.unique, options?.uniqueKey)
           if (spec !== undefined && spec.strategy === "untilExecuted") {
             const envelopes = encoded.map(
@@ -407,7 +419,8 @@ export class JobClient extends Context.Service<
           const trace = yield* traceHeaders
           const headers = { ...options?.headers, ...trace }
           yield* ensureQueue(queue)
-          const limit = job.limit === undefined ? undefined : yield* limitFields(job.name, job.limit, payload)
+          const limit =
+            job.limit === undefined && job.rate === undefined ? undefined : yield* controlFields(job, payload)
           const message: TaggedEnvelope =
             tag === undefined && limit === undefined
               ? { job: job.name, payload: encoded }
@@ -439,7 +452,12 @@ export class JobClient extends Context.Service<
           }
           const batch = yield* CurrentBatch
           if (batch !== undefined) return jobRef(queue, (yield* batch.send(queue, [{ ...sendOptions, message }]))[0]!)
-          const slot = yield* reserveLocal(jobName, queue, options, message.pgbus_limit_key !== undefined)
+          const slot = yield* reserveLocal(
+            jobName,
+            queue,
+            options,
+            message.pgbus_limit_key !== undefined || message.pgbus_rate_key !== undefined
+          )
           if (slot === undefined) return jobRef(queue, yield* store.send(queue, message, sendOptions))
           return jobRef(queue, yield* sendLocal(queue, message, sendOptions.headers, slot))
         })

@@ -145,7 +145,7 @@ export class InvalidUniqueKey extends Schema.TaggedError<InvalidUniqueKey>()("In
 }
 
 /**
- * A concurrency limit's key could not be made: the job's key function threw or returned
+ * A concurrency or rate limit's key could not be made: the job's key function threw or returned
  * something other than a non-empty string of at most 255 characters. Nothing was written.
  *
  * @category errors

@@ -102,7 +102,16 @@ export const registerJobs = (
             }),
         ...(job.limit === undefined
           ? {}
-          : { limit: { to: job.limit.to, key: job.limit.key as ((payload: unknown) => string) | undefined } })
+          : { limit: { to: job.limit.to, key: job.limit.key as ((payload: unknown) => string) | undefined } }),
+        ...(job.rate === undefined
+          ? {}
+          : {
+              rate: {
+                limit: job.rate.limit,
+                period: Duration.millis(job.rate.periodMs),
+                key: job.rate.key as ((payload: unknown) => string) | undefined
+              }
+            })
       })
       if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })
       const decodePayload = Schema.decodeUnknownEffect(job.payload)

@@ -22,6 +22,7 @@ import { type Deps, statementsOf } from "./Deps.ts"
 import type { Overview } from "./Model.ts"
 import type { OperationsError } from "./OperationsError.ts"
 import { makeQueues } from "./Queues.ts"
+import { makeRates } from "./Rates.ts"
 import { makeStats } from "./Stats.ts"
 import { makeWorkflows } from "./Workflows.ts"
 
@@ -36,6 +37,7 @@ const build = (deps: Deps) => {
   const workflows = makeWorkflows(deps)
   const bus = makeBus(deps, queues, cluster)
   const stats = makeStats(deps)
+  const rates = makeRates(deps)
 
   /** The home page: the verdict, and one number per area. */
   const overview: Effect.Effect<Overview, OperationsError> = Effect.gen(function* () {
@@ -102,7 +104,9 @@ const build = (deps: Deps) => {
     batch: bus.batch,
     jobStats: stats.jobStats,
     retryJob: queues.retryJob,
-    discardJob: queues.discardJob
+    discardJob: queues.discardJob,
+    jobRates: rates.jobRates,
+    setJobRate: rates.setJobRate
   }
 }
 

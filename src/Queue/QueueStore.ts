@@ -35,6 +35,7 @@ import {
   type MessageCtes,
   type MessageRow,
   makeQueueSql,
+  type RateOverrideRow,
   type ReceiptParams
 } from "./QueueSql.ts"
 
@@ -70,6 +71,11 @@ export interface ReadOptions {
    * `fair` (the limited claim is oldest first).
    */
   readonly limited?: boolean | undefined
+  /**
+   * With `limited`: told, after a claim that left messages behind for want of rate tokens, how
+   * long until the next token (the caller claims again then: no NOTIFY announces a token).
+   */
+  readonly onRateWait?: ((ms: number) => void) | undefined
 }
 
 /** How a queue is created. */
@@ -95,6 +101,16 @@ export interface PollOptions extends ReadOptions {
   readonly maxWait: Duration.Input
   /** Polling interval while waiting (default the config's). */
   readonly pollInterval?: Duration.Input | undefined
+}
+
+/** A job's rate set at run time. */
+export interface RateOverride {
+  readonly job: string
+  readonly limit: number
+  readonly periodMs: number
+  readonly actor: string
+  readonly reason: string | undefined
+  readonly updatedAt: Date
 }
 
 /** A registered queue. */
@@ -250,6 +266,17 @@ export class QueueStore extends Context.Service<
       { readonly archived: number; readonly messages: ReadonlyArray<Message>; readonly more: boolean },
       QueueError
     >
+    /**
+     * Sets a job's rate at run time (every limited claim from then on), or clears it (`undefined`:
+     * back to the definition's); who and why are kept on the row. Returns the row set or cleared.
+     */
+    readonly setRate: (
+      job: string,
+      rate: { readonly limit: number; readonly periodMs: number } | undefined,
+      change: { readonly actor: string; readonly reason?: string | undefined }
+    ) => Effect.Effect<RateOverride | undefined, QueueError>
+    /** The rates set at run time. */
+    readonly rateOverrides: Effect.Effect<ReadonlyArray<RateOverride>, QueueError>
     /** Wakes the readers of a queue, as a send does (a freed concurrency slot). */
     readonly wake: (queue: string) => Effect.Effect<void, QueueError>
     /** Like `read`, but waits up to `maxWait` for a message (woken by NOTIFY, else polling). */
@@ -625,7 +652,15 @@ export class QueueStore extends Context.Service<
         Effect.gen(function* () {
           const { name, limit, vtMs, now } = yield* readParams(queue, options)
           if (options?.limited === true) {
-            return yield* readLimited(queue, name.physical, limit, vtMs, options.claimedBy ?? null, now)
+            return yield* readLimited(
+              queue,
+              name.physical,
+              limit,
+              vtMs,
+              options.claimedBy ?? null,
+              now,
+              options.onRateWait
+            )
           }
           const fair = options?.fair
           if (fair !== undefined && fair !== false) {
@@ -703,7 +738,8 @@ export class QueueStore extends Context.Service<
         limit: number,
         vtMs: number,
         claimedBy: string | null,
-        now: Date | null
+        now: Date | null,
+        onRateWait: ((ms: number) => void) | undefined
       ) =>
         withTransaction(
           sql,
@@ -714,10 +750,47 @@ export class QueueStore extends Context.Service<
         ).pipe(
           Effect.mapError(fail("read from", queue)),
           Effect.map((rows) => {
-            const messages = rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
-            return messages
+            const messages: Array<Message> = []
+            for (const row of rows) {
+              if (row.msg_id !== null) messages.push(toMessage(queue, row))
+              else if (row.wait_ms !== null && onRateWait !== undefined) onRateWait(Math.max(1, Math.ceil(row.wait_ms)))
+            }
+            return messages.sort(byMsgId) as ReadonlyArray<Message>
           })
         )
+
+      const toOverride = (row: RateOverrideRow): RateOverride => ({
+        job: row.job,
+        limit: row.rate_limit,
+        periodMs: row.period_ms,
+        actor: row.actor,
+        reason: row.reason ?? undefined,
+        updatedAt: row.updated_at
+      })
+
+      const setRate: QueueStore["Service"]["setRate"] = (job, rate, change) =>
+        Effect.gen(function* () {
+          if (rate !== undefined) {
+            if (!Number.isInteger(rate.limit) || rate.limit < 1 || rate.limit > 1_000_000_000) {
+              return yield* new InvalidMessage({ queue: job, reason: "a rate's limit must be a positive integer" })
+            }
+            if (!Number.isFinite(rate.periodMs) || rate.periodMs < 1) {
+              return yield* new InvalidMessage({ queue: job, reason: "a rate's period must be at least 1 millisecond" })
+            }
+          }
+          const now = yield* statementNow
+          const rows = yield* (
+            rate === undefined
+              ? statements.rateOverrideClear(job)
+              : statements.rateOverrideSet(job, rate.limit, rate.periodMs, change.actor, change.reason ?? null, now)
+          ).pipe(Effect.mapError(fail("set the rate of job", job)))
+          return rows[0] === undefined ? undefined : toOverride(rows[0])
+        })
+
+      const rateOverrides = statements.rateOverrideList().pipe(
+        Effect.map((rows) => rows.map(toOverride)),
+        Effect.mapError(fail("list rates", "*"))
+      )
 
       const wake = (queue: string) =>
         Effect.flatMap(validateName(queue), (name) =>
@@ -1015,6 +1088,8 @@ export class QueueStore extends Context.Service<
         read,
         archiveAndRead,
         wake,
+        setRate,
+        rateOverrides,
         readWithPoll,
         archive,
         delete: remove,

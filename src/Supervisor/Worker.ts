@@ -148,7 +148,9 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
     // a queue of a job with a concurrency limit is claimed by the limited claim (oldest first)
     const limited = new Set<string>()
-    for (const { job } of registry.jobs.values()) if (job.limit !== undefined) limited.add(logicalQueueOf(config, job))
+    for (const { job } of registry.jobs.values()) {
+      if (job.limit !== undefined || job.rate !== undefined) limited.add(logicalQueueOf(config, job))
+    }
     const reads = capsule.queues.flatMap((q) => {
       const isLimited = limited.has(q)
       const fair = !isLimited && readsFairly(config, registry, q)
@@ -169,6 +171,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     const metricsContext = yield* Effect.context<never>()
 
     const wakeups = yield* notifier.subscribe(physical)
+    const workerScope = yield* Effect.scope
     const work = yield* Queue.unbounded<Message>()
     /** Every message this worker holds a claim on: buffered, running, or succeeded but not yet archived. */
     const inFlight = new Set<Message>()
@@ -413,6 +416,33 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       )
 
     /** Claims up to `limit` of a queue (archiving successes on the way when allowed); `more`: it left some. */
+    // A rate-limited claim that left jobs behind says when the next token comes: no NOTIFY will
+    // announce it, so the worker wakes itself then (one pending wake-up, the earliest).
+    let rateWait: number | undefined
+    let rateWakeAt = Number.POSITIVE_INFINITY
+    const onRateWait = (ms: number) => {
+      rateWait = rateWait === undefined ? ms : Math.min(rateWait, ms)
+    }
+    const scheduleRateWake = Effect.suspend(() => {
+      const ms = rateWait
+      rateWait = undefined
+      if (ms === undefined) return Effect.void
+      const at = clock.currentTimeMillisUnsafe() + ms
+      if (at >= rateWakeAt) return Effect.void
+      rateWakeAt = at
+      return Effect.forkIn(
+        Effect.sleep(Duration.millis(ms)).pipe(
+          Effect.andThen(
+            Effect.sync(() => {
+              if (rateWakeAt === at) rateWakeAt = Number.POSITIVE_INFINITY
+              wakeups.wake()
+            })
+          )
+        ),
+        workerScope
+      ).pipe(Effect.asVoid)
+    })
+
     const readOne = (
       queue: string,
       cursor: FairCursor | undefined,
@@ -431,7 +461,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
               visibilityTimeout: config.visibilityTimeout,
               claimedBy: mark,
               fair: cursor,
-              limited
+              limited,
+              onRateWait
             })
             .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
       return Effect.tapError(claimed, (error) =>
@@ -467,6 +498,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           claimed += got.messages.length
           if (got.more) more = true
         }
+        yield* scheduleRateWake
         // every queue read was drained: only a notification (or the poll) is news
         queuesMayHaveMore = more
         lastRead = read
