@@ -15,6 +15,7 @@ import { type Failure, type Message, receiptOf } from "../Queue/Message.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
 import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "./BatchMembership.ts"
 import { isLimited } from "./ConcurrencyLimit.ts"
+import { type Debouncer, debounceKeyOfMessage } from "./Debounce.ts"
 import { DuplicateJob } from "./JobError.ts"
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
 import { backoffDelayMs, isExhausted, isLastAttempt, type ResolvedRetryPolicy } from "./Retry.ts"
@@ -89,6 +90,30 @@ export const beforeRun = (policy: ResolvedRetryPolicy, readCt: number): Outcome 
  */
 export const archivableByClaim = (m: Message): boolean =>
   m.headers[BATCH_ID_HEADER] === undefined && keyOfMessage(m) === undefined && !isLimited(m)
+
+/**
+ * Runs the first delivery of a debounced job only if its message is still its key's last (which
+ * closes the key's window); a superseded one is archived without running. Later deliveries (a
+ * retry of the one that ran) and other jobs run as they are.
+ */
+export const runDebounced = (
+  debouncer: Debouncer,
+  registry: JobRegistry,
+  m: Message,
+  policy: ResolvedRetryPolicy,
+  run: Effect.Effect<Outcome>
+): Effect.Effect<Outcome> => {
+  const key = debounceKeyOfMessage(m)
+  if (key === undefined || m.readCt !== 1) return run
+  const { name, registered } = jobOf(registry, m)
+  if (registered?.job.debounce === undefined) return run
+  return debouncer.close(name, key, m).pipe(
+    Effect.matchEffect({
+      onFailure: (error) => Effect.map(Random.next, (random) => decide(Exit.fail(error), m.readCt, policy, random)),
+      onSuccess: (last): Effect.Effect<Outcome> => (last ? run : Effect.succeed({ _tag: "Succeeded" }))
+    })
+  )
+}
 
 /**
  * Runs a delivery of a `whileExecuting` job under its key: taken before the run, released after

@@ -17,8 +17,15 @@ import type { BatchEntry, CreateOptions, SendOptions } from "../Queue/QueueStore
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { CurrentBatch } from "./BatchMembership.ts"
 import { limitFields } from "./ConcurrencyLimit.ts"
+import { DEBOUNCE_KEY_FIELD, debounceKeyOf, makeDebouncer } from "./Debounce.ts"
 import type { AnyJob, Job } from "./Job.ts"
-import { type EnqueueError, type InvalidFairShare, InvalidPayload, InvalidUniqueKey } from "./JobError.ts"
+import {
+  type EnqueueError,
+  InvalidDebounceKey,
+  type InvalidFairShare,
+  InvalidPayload,
+  InvalidUniqueKey
+} from "./JobError.ts"
 import { type JobRef, jobRef } from "./JobRef.ts"
 import { rateFields } from "./RateLimit.ts"
 import { duplicateError, keyOf, makeUniqueKeys, specFor, UNIQUE_KEY_FIELD, type UniqueSpec } from "./Uniqueness.ts"
@@ -164,6 +171,7 @@ export class JobClient extends Context.Service<
       const notifier = yield* Notifier
       const known = new Set<string>()
       const uniqueKeys = makeUniqueKeys(sql, config.schema, store)
+      const debouncer = makeDebouncer(sql, config.schema, store)
 
       // A queue created inside the caller's transaction exists only once it commits, so it is
       // remembered after commit (afterCommit runs at once outside a transaction).
@@ -272,6 +280,48 @@ export class JobClient extends Context.Service<
           return refs as ReadonlyArray<JobRef>
         })
 
+      // Debounce: the message is due `period` from now and becomes its key's last (DebounceSql).
+      const sendDebounced = <P>(
+        job: Job<string, P, unknown, unknown, unknown>,
+        queue: string,
+        payload: P,
+        message: TaggedEnvelope,
+        headers: Readonly<Record<string, unknown>>,
+        options: EnqueueOptions | undefined
+      ) =>
+        Effect.gen(function* () {
+          const spec = job.debounce!
+          if (options?.delay !== undefined || options?.at !== undefined) {
+            return yield* new InvalidDebounceKey({
+              job: job.name,
+              reason: "debounce decides when it runs: no delay or at"
+            })
+          }
+          if ((yield* CurrentBatch) !== undefined) {
+            return yield* new InvalidDebounceKey({ job: job.name, reason: "a debounced job cannot join a batch" })
+          }
+          const key = yield* debounceKeyOf(job.name, spec, payload)
+          const text = JSON.stringify({ ...message, [DEBOUNCE_KEY_FIELD]: key })
+          if (text.length * 3 > config.maxPayloadSize && Buffer.byteLength(text, "utf8") > config.maxPayloadSize) {
+            return yield* new PayloadTooLarge({
+              queue,
+              size: Buffer.byteLength(text, "utf8"),
+              limit: config.maxPayloadSize
+            })
+          }
+          yield* ensureQueue(queue)
+          const msgId = yield* debouncer.send({
+            job: job.name,
+            key,
+            queue,
+            physical: QueueName.physicalOf(config.queuePrefix, queue),
+            message: text,
+            headers: Object.keys(headers).length > 0 ? JSON.stringify(headers) : null,
+            spec
+          })
+          return jobRef(queue, msgId)
+        })
+
       /** The schedule of a unique send, checked as the queue store checks a send's. */
       const scheduleOf = (queue: string, options: EnqueueOptions | undefined) => {
         if (options?.delay !== undefined && options.at !== undefined) {
@@ -303,6 +353,15 @@ export class JobClient extends Context.Service<
         options?: EnqueueOptions
       ) =>
         Effect.gen(function* () {
+          if (job.debounce !== undefined) {
+            // one at a time, in order, in one transaction: each key's last payload wins
+            const all = Array.isArray(payloads) ? (payloads as ReadonlyArray<P>) : Array.from(payloads)
+            return yield* sql
+              .withTransaction(Effect.forEach(all, (p) => enqueue(job, p, options)))
+              .pipe(
+                Effect.catchTag("SqlError", (error) => Effect.fail(toDatabaseError(`enqueue jobs ${job.name}`)(error)))
+              )
+          }
           const queue = physicalQueueOf(config, job, options)
           // read once: an iterable may be a one-shot generator
           const given = Array.isArray(payloads) ? (payloads as ReadonlyArray<P>) : Array.from(payloads)
@@ -425,6 +484,7 @@ export class JobClient extends Context.Service<
             tag === undefined && limit === undefined
               ? { job: job.name, payload: encoded }
               : { job: job.name, payload: encoded, ...fairFields(tag), ...limit }
+          if (job.debounce !== undefined) return yield* sendDebounced(job, queue, payload, message, headers, options)
           const spec = specFor(job.unique, options?.uniqueKey)
           if (spec !== undefined) {
             if (spec.strategy === "untilExecuted") {

@@ -159,6 +159,21 @@ export class InvalidLimitKey extends Schema.TaggedError<InvalidLimitKey>()("Inva
   }
 }
 
+/**
+ * A debounced job's key could not be made (its key function threw or gave a bad key), or the
+ * enqueue asked for what debounce decides (a delay, a time, a batch). Nothing was written.
+ *
+ * @category errors
+ */
+export class InvalidDebounceKey extends Schema.TaggedError<InvalidDebounceKey>()("InvalidDebounceKey", {
+  job: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid debounce for job ${this.job}: ${this.reason}`
+  }
+}
+
 /** Why a job could not join a batch. */
 export type BatchJoinError = AlreadyFinished | BatchNotFound
 
@@ -174,3 +189,4 @@ export type EnqueueError =
   | DuplicateJob
   | InvalidUniqueKey
   | InvalidLimitKey
+  | InvalidDebounceKey

@@ -111,6 +111,15 @@ export const registerJobs = (
                 period: Duration.millis(job.rate.periodMs),
                 key: job.rate.key as ((payload: unknown) => string) | undefined
               }
+            }),
+        ...(job.debounce === undefined
+          ? {}
+          : {
+              debounce: {
+                key: job.debounce.key as ((payload: unknown) => string) | undefined,
+                period: Duration.millis(job.debounce.periodMs),
+                ...(job.debounce.maxWaitMs === undefined ? {} : { maxWait: Duration.millis(job.debounce.maxWaitMs) })
+              }
             })
       })
       if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })

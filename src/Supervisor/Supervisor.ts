@@ -17,6 +17,7 @@ import { retryTransient } from "../Database.ts"
 import { consumerCapsules } from "../EventBus/Consumer.ts"
 import { Outbox } from "../EventBus/Outbox.ts"
 import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
+import { makeDebouncer } from "../Job/Debounce.ts"
 import { JobClient, servedQueues } from "../Job/JobClient.ts"
 import * as JobStats from "../Job/JobStats.ts"
 import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
@@ -83,6 +84,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const queueStates = yield* QueueStates
     const jobStatsSql = makeJobStatsSql(yield* SqlClient.SqlClient, config.schema)
     const uniqueKeys = makeUniqueKeys(yield* SqlClient.SqlClient, config.schema, store)
+    const debouncer = makeDebouncer(yield* SqlClient.SqlClient, config.schema, store)
     const readiness = yield* Ref.make<Readiness>("BOOTING")
     const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher"]
     const allCapsules = options.capsules
@@ -334,7 +336,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
                   onFirstClaim: firstClaimOf(i),
                   paused,
                   recordStats: jobStats.record,
-                  uniqueKeys
+                  uniqueKeys,
+                  debouncer
                 },
                 stats[i]!
               )

@@ -12,13 +12,14 @@ import { Cause, Clock, Duration, Effect, Fiber, FiberSet, Latch, Queue, Schedule
 import type { PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient } from "../Database.ts"
 import type { MemberOutcome } from "../Job/BatchMembership.ts"
-import { archivableByClaim, makeCompleter, type Outcome, runExclusive } from "../Job/Completer.ts"
+import { archivableByClaim, makeCompleter, type Outcome, runDebounced, runExclusive } from "../Job/Completer.ts"
+import { type Debouncer, debounceKeyOfMessage } from "../Job/Debounce.ts"
 import { execute, jobOf } from "../Job/Executor.ts"
 import { logicalQueueOf, servedQueues } from "../Job/JobClient.ts"
 import { recordJobUnsafe } from "../Job/JobMetrics.ts"
 import type { JobStatsRecorder } from "../Job/JobStats.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
-import type { UniqueKeys } from "../Job/Uniqueness.ts"
+import { keyOfMessage, type UniqueKeys } from "../Job/Uniqueness.ts"
 import { FairCursor } from "../Queue/FairShare.ts"
 import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
 import type { Notifier } from "../Queue/Notifier.ts"
@@ -63,6 +64,8 @@ export interface WorkerDeps {
   readonly recordStats?: JobStatsRecorder["record"] | undefined
   /** Unique jobs' keys: taken by `whileExecuting` runs, released when their jobs end. */
   readonly uniqueKeys?: UniqueKeys | undefined
+  /** Debounced jobs' windows: a first delivery runs only if it is still its key's last. */
+  readonly debouncer?: Debouncer | undefined
 }
 
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
@@ -143,7 +146,18 @@ export const makeStats = (capsule: Capsule): WorkerStats => ({
  */
 export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats) =>
   Effect.gen(function* () {
-    const { config, store, notifier, registry, processId, recordBatchOutcomes, paused, recordStats, uniqueKeys } = deps
+    const {
+      config,
+      store,
+      notifier,
+      registry,
+      processId,
+      recordBatchOutcomes,
+      paused,
+      recordStats,
+      uniqueKeys,
+      debouncer
+    } = deps
     let onFirstClaim = deps.onFirstClaim
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
     // a queue of a job with a concurrency limit is claimed by the limited claim (oldest first)
@@ -207,17 +221,17 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     const forget = (m: Message) => inFlight.delete(m)
     // what becomes of each delivery (retries, dead letters, batch members' ends) is the completer's
     const completer = makeCompleter({ store, registry, recordBatchOutcomes, uniqueKeys })
-    const executeOne = (m: Message) =>
-      uniqueKeys === undefined
-        ? execute(registry, defaultPolicy, m)
-        : runExclusive(
-            uniqueKeys,
-            registry,
-            m,
-            processId,
-            jobOf(registry, m).registered?.policy ?? defaultPolicy,
-            execute(registry, defaultPolicy, m)
-          )
+    // a debounced job's first delivery runs only if it is its key's last; a whileExecuting job's
+    // run holds its key (plain messages pay two field lookups)
+    const executeOne = (m: Message) => {
+      const run = execute(registry, defaultPolicy, m)
+      const unique = uniqueKeys !== undefined && keyOfMessage(m) !== undefined
+      const debounced = debouncer !== undefined && debounceKeyOfMessage(m) !== undefined
+      if (!unique && !debounced) return run
+      const policy = jobOf(registry, m).registered?.policy ?? defaultPolicy
+      const guarded = unique ? runExclusive(uniqueKeys!, registry, m, processId, policy, run) : run
+      return debounced ? runDebounced(debouncer!, registry, m, policy, guarded) : guarded
+    }
 
     // Archives completed messages in one statement per queue. What fails to archive stays in
     // flight (heartbeated) and goes back on the list for the next flush. Returns false then.

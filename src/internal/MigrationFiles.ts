@@ -59,5 +59,9 @@ export const MIGRATION_FILES: ReadonlyArray<{ readonly file: string; readonly te
   {
     file: "0015_rate_limits.sql",
     text: "-- Rate limits of jobs: a token bucket per queue and rate key, taken by the queue's limited claim\n-- in the claim statement itself (src/Queue/QueueSql.ts, messageReadLimited), so that enforcing\n-- a rate across every process costs no round trip per job. Tokens refill continuously at\n-- `limit` per `period` up to `limit`; the claim stores what it left and when.\nCREATE TABLE {{schema}}.rate_buckets (\n  queue text NOT NULL,\n  key text NOT NULL,\n  tokens double precision NOT NULL,\n  refilled_at timestamptz NOT NULL,\n  PRIMARY KEY (queue, key)\n);\n\n-- A job's rate changed at run time (the operations service): wins over its definition's for\n-- every claim from then on. Who changed it, when and why is kept on the row (and logged).\nCREATE TABLE {{schema}}.rate_overrides (\n  job text PRIMARY KEY,\n  rate_limit integer NOT NULL CHECK (rate_limit > 0),\n  period_ms double precision NOT NULL CHECK (period_ms > 0),\n  actor text NOT NULL,\n  reason text,\n  updated_at timestamptz NOT NULL DEFAULT now()\n);\n"
+  },
+  {
+    file: "0016_job_debounce.sql",
+    text: "-- Debounce of jobs: per job and key, the message of the last enqueue. Every enqueue of a key\n-- sends its message due `period` later (and no later than `maxWait` after the window's first)\n-- and makes itself the key's last; a delivery runs only if it is still the last (the row is then\n-- removed, closing the window), so a burst of enqueues runs once, with the last payload.\nCREATE TABLE {{schema}}.job_debounce (\n  job text NOT NULL,\n  key text NOT NULL,\n  queue text NOT NULL,\n  msg_id bigint NOT NULL,\n  first_at timestamptz NOT NULL,\n  PRIMARY KEY (job, key)\n);\n"
   }
 ]
