@@ -1,7 +1,8 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Clock, Effect, Schema } from "effect"
+import { Clock, Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Job from "../src/Job/Job.ts"
+import { Operations } from "../src/Operations/Operations.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
@@ -30,15 +31,18 @@ const mostAtOnce = (intervals: ReadonlyArray<{ readonly start: number; readonly 
 
 const depthOf = (queue: string) => Effect.flatMap(QueueStore, (store) => store.metrics(queue))
 
-layer(
-  TestDatabase.layer({
-    visibilityTimeout: "30 seconds",
-    pollingInterval: "5 seconds",
-    processHeartbeatInterval: "200 millis",
-    staleProcessThreshold: "1 second"
-  }),
-  { excludeTestServices: true }
-)("concurrency limits", (it) => {
+const testLayer = Operations.layer.pipe(
+  Layer.provideMerge(
+    TestDatabase.layer({
+      visibilityTimeout: "30 seconds",
+      pollingInterval: "5 seconds",
+      processHeartbeatInterval: "200 millis",
+      staleProcessThreshold: "1 second"
+    })
+  )
+)
+
+layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
   it.effect("to: 2, 50 jobs of one key across two supervisors: never more than 2 at once, all finish", () =>
     Effect.gen(function* () {
       const queue = fresh("limit2")
@@ -169,6 +173,44 @@ layer(
       )
       assert.isBelow((yield* Clock.currentTimeMillis) - started, 5_000, "within seconds, not the lease's hour")
       assert.deepStrictEqual([...ran].sort(), [1, 2])
+    })
+  )
+
+  it.effect("the operations service shows slots held, keys at their limit, parked jobs and uniqueness keys", () =>
+    Effect.gen(function* () {
+      const queue = fresh("seeing")
+      const job = Job.make("Seen", { payload: Task, queue, limit: { to: 1, key: (p) => p.key } }, () => Effect.void)
+      const unique = Job.make("SeenUnique", { payload: Task, queue, unique: { key: (p) => p.key } }, () => Effect.void)
+      yield* job.enqueueMany([
+        { key: "busy", i: 1 },
+        { key: "busy", i: 2 },
+        { key: "busy", i: 3 },
+        { key: "idle", i: 4 }
+      ])
+      const held = yield* unique.enqueue({ key: "u1", i: 0 })
+      const store = yield* QueueStore
+      // one claim takes the first of each key; the other two of "busy" are parked
+      const claimed = yield* store.read(queue, { limit: 10, limited: true, claimedBy: "p#1" })
+      assert.strictEqual(claimed.filter((m) => (m.message as { job: string }).job === "Seen").length, 2)
+      const ops = yield* Operations
+      const locks = yield* ops.locks
+      // the totals are the database's (other tests' queues included): at least this queue's
+      assert.isAtLeast(locks.concurrency.slotsHeld, 2)
+      assert.isAtLeast(locks.concurrency.keysAtLimit, 2)
+      assert.isAtLeast(locks.concurrency.parked, 2)
+      assert.isDefined(locks.concurrency.oldestParkedMs)
+      const mine = locks.concurrency.keys.filter((k) => k.queue === queue)
+      assert.deepStrictEqual(mine.map((k) => [k.key, k.running, k.limit, k.waiting]).sort(), [
+        ["busy", 1, 1, 2],
+        ["idle", 1, 1, 0]
+      ])
+      assert.isTrue(locks.unique.keys.some((k) => k.holder === held.id && k.job === "SeenUnique"))
+      // a key released by hand can be taken again at once
+      const released = yield* ops.releaseUniqueKey("SeenUnique", "u1", { actor: "test:ops", reason: "stuck" })
+      assert.strictEqual(released.holder, held.id)
+      yield* unique.enqueue({ key: "u1", i: 1 })
+      const missing = yield* ops.releaseUniqueKey("SeenUnique", "nope", { actor: "test:ops" }).pipe(Effect.flip)
+      assert.strictEqual(missing._tag, "NotFound")
     })
   )
 

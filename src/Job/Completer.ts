@@ -85,11 +85,12 @@ export const beforeRun = (policy: ResolvedRetryPolicy, readCt: number): Outcome 
   isExhausted(policy, readCt) ? { _tag: "DeadLetter", failure: undefined, maxRetries: policy.maxRetries } : undefined
 
 /**
- * Whether a claim may archive a success in its own statement: not a batch member, a unique job
- * nor a limited one (those end, release their key or wake the parked jobs after their archive).
+ * Whether a claim may archive a success in its own statement: not a batch member nor a unique
+ * job (those end, or release their key, after their archive). A limited job may: the claim that
+ * archives it counts its slot free at once (a flush instead wakes the readers).
  */
 export const archivableByClaim = (m: Message): boolean =>
-  m.headers[BATCH_ID_HEADER] === undefined && keyOfMessage(m) === undefined && !isLimited(m)
+  m.headers[BATCH_ID_HEADER] === undefined && keyOfMessage(m) === undefined
 
 /**
  * Runs the first delivery of a debounced job only if its message is still its key's last (which

@@ -151,7 +151,16 @@ export const makeUniqueKeySql = (sql: SqlClient.SqlClient, schema: string, queue
       WHERE t.job = g.job AND t.key = g.key AND t.queue = g.queue AND t.msg_id = g.msg_id
       RETURNING t.key`
 
+  const uniqueKeyCount = () => sql<{ readonly n: bigint }>`SELECT count(*) AS n FROM ${table}`
+
+  /** Releases one key by hand (an operator), whoever holds it. */
+  const uniqueKeyDelete = (job: string, key: string) =>
+    sql<UniqueKeyRow>`DELETE FROM ${table} WHERE job = ${job} AND key = ${key}
+      RETURNING job, key, strategy, queue, msg_id, holder, acquired_at, expires_at`
+
   return {
+    uniqueKeyCount,
+    uniqueKeyDelete,
     uniqueKeySend,
     uniqueKeyHolder,
     uniqueKeyAcquireRun,

@@ -19,6 +19,7 @@ import { makeBus } from "./Bus.ts"
 import { makeCluster } from "./Cluster.ts"
 import { makeDeadLetters } from "./DeadLetters.ts"
 import { type Deps, statementsOf } from "./Deps.ts"
+import { makeLocks } from "./Locks.ts"
 import type { Overview } from "./Model.ts"
 import type { OperationsError } from "./OperationsError.ts"
 import { makeQueues } from "./Queues.ts"
@@ -38,6 +39,7 @@ const build = (deps: Deps) => {
   const bus = makeBus(deps, queues, cluster)
   const stats = makeStats(deps)
   const rates = makeRates(deps)
+  const locks = makeLocks(deps)
 
   /** The home page: the verdict, and one number per area. */
   const overview: Effect.Effect<Overview, OperationsError> = Effect.gen(function* () {
@@ -106,7 +108,9 @@ const build = (deps: Deps) => {
     retryJob: queues.retryJob,
     discardJob: queues.discardJob,
     jobRates: rates.jobRates,
-    setJobRate: rates.setJobRate
+    setJobRate: rates.setJobRate,
+    locks: locks.locks,
+    releaseUniqueKey: locks.releaseUniqueKey
   }
 }
 

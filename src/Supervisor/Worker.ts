@@ -390,12 +390,19 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     }
 
     // Archives the given successes with the read (one statement); on failure they go back on the list.
-    const archiveAndRead = (queue: string, done: ReadonlyArray<Message>, limit: number, mark: string) =>
+    const archiveAndRead = (
+      queue: string,
+      done: ReadonlyArray<Message>,
+      limit: number,
+      mark: string,
+      limited: boolean
+    ) =>
       store
         .archiveAndRead(queue, done.map(receiptOf), {
           limit,
           visibilityTimeout: config.visibilityTimeout,
-          claimedBy: mark
+          claimedBy: mark,
+          ...(limited ? { limited, onRateWait } : {})
         })
         .pipe(
           Effect.tapError(() =>
@@ -464,19 +471,19 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       limit: number,
       withArchive: boolean
     ) => {
-      const plain = cursor === undefined && !limited
+      // a limited claim archives first too (then claims in its own transaction: the archived
+      // jobs' slots are free for it, so no wake-up is needed for the jobs it archives)
+      const plain = cursor === undefined
       const done = withArchive && plain && completed.length > 0 ? takeCompleted(queue) : []
       const mark = `${processId}#${++claims}`
       const claimed = plain
-        ? archiveAndRead(queue, done, limit, mark)
+        ? archiveAndRead(queue, done, limit, mark, limited)
         : store
             .read(queue, {
               limit,
               visibilityTimeout: config.visibilityTimeout,
               claimedBy: mark,
-              fair: cursor,
-              limited,
-              onRateWait
+              fair: cursor
             })
             .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
       return Effect.tapError(claimed, (error) =>
@@ -503,7 +510,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
             break
           }
           if (isPaused(queue)) continue
-          if (cursor === undefined && !limited) read.add(queue)
+          if (cursor === undefined) read.add(queue)
           const got = yield* readOne(queue, cursor, limited, want, withArchive)
           for (const m of got.messages) inFlight.add(m)
           stats.buffered += got.messages.length
