@@ -1,10 +1,11 @@
-import { assert, describe, layer } from "@effect/vitest"
+import { assert, describe, it, layer } from "@effect/vitest"
 import { Clock, Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Job from "../src/Job/Job.ts"
 import { Operations } from "../src/Operations/Operations.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
+import { bundledFixture, spawnSupervisor } from "./support/child.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -259,4 +260,79 @@ layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
       })
     )
   })
+})
+
+describe("concurrency limits across processes", () => {
+  it.live(
+    "a slot held by a supervisor killed with SIGKILL comes back within seconds; never two at once",
+    () =>
+      TestDatabase.onFreshDatabase(
+        { processHeartbeatInterval: "200 millis", staleProcessThreshold: "1 second", pollingInterval: "5 seconds" },
+        (url) =>
+          Effect.gen(function* () {
+            const sql = yield* SqlClient.SqlClient
+            yield* sql`CREATE TABLE child_log (key text NOT NULL, event text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`
+            const log = sql<{
+              readonly key: string
+              readonly event: string
+              readonly pid: number
+              readonly at: Date
+            }>`SELECT key, event, pid, at FROM child_log ORDER BY at`
+            const queue = "limited_crash"
+            // the survivor runs the same job (same name, same limit), quickly, logging as this process
+            const Sleepy = Job.make("Sleepy", { payload: Task, queue, limit: { to: 1 } }, ({ key }) =>
+              Effect.gen(function* () {
+                yield* sql`INSERT INTO child_log (key, event, pid) VALUES (${key}, 'started', ${process.pid})`
+                yield* Effect.sleep("50 millis")
+                yield* sql`INSERT INTO child_log (key, event, pid) VALUES (${key}, 'completed', ${process.pid})`
+              }).pipe(Effect.orDie)
+            )
+            yield* (yield* QueueStore).create(queue)
+            const bundle = yield* bundledFixture("test/fixtures/supervisor-child.ts")
+            const child = yield* spawnSupervisor(
+              {
+                DATABASE_URL: url,
+                CHILD_QUEUE: queue,
+                CHILD_CONCURRENCY: "3",
+                CHILD_JOB_MS: "60000",
+                CHILD_LIMIT_TO: "1",
+                PGBUS_PROCESS_HEARTBEAT_INTERVAL: "0.2",
+                PGBUS_STALE_PROCESS_THRESHOLD: "1",
+                PGBUS_VISIBILITY_TIMEOUT: "30"
+              },
+              bundle
+            )
+            yield* Sleepy.enqueueMany(Array.from({ length: 4 }, (_, i) => ({ key: `k${i}`, i })))
+            yield* eventually(
+              "the child runs one",
+              Effect.map(log, (rows) => rows.some((r) => r.event === "started")),
+              "30 seconds"
+            ).pipe(Effect.tapError(() => Effect.logError(child.output())))
+            yield* startSupervisor([Sleepy], { capsules: [{ name: "survivor", queues: [queue], concurrency: 4 }] })
+            yield* Effect.sleep("1 second")
+            assert.strictEqual((yield* log).length, 1, "the child holds the one slot: nothing else started")
+            const killedAt = yield* Clock.currentTimeMillis
+            child.process.kill("SIGKILL")
+            yield* child.exited
+            yield* eventually(
+              "the survivor ran all four",
+              Effect.map(log, (rows) => rows.filter((r) => r.event === "completed").length === 4),
+              "15 seconds"
+            )
+            const took = (yield* Clock.currentTimeMillis) - killedAt
+            assert.isBelow(took, 10_000, `back in ${took} ms, not the 30 s visibility timeout`)
+            // the survivor's runs (the killed one's never ended), one at a time
+            const mine = (yield* log).filter((r) => r.pid === process.pid)
+            const runs = mine
+              .filter((r) => r.event === "started")
+              .map((r) => ({
+                start: r.at.getTime(),
+                end: mine.find((e) => e.key === r.key && e.event === "completed")!.at.getTime()
+              }))
+            assert.strictEqual(runs.length, 4, "the killed child's job ran again too")
+            assert.strictEqual(mostAtOnce(runs), 1)
+          })
+      ),
+    60_000
+  )
 })
