@@ -206,7 +206,7 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes, uniqueKeys
   }
   const releaseKeys = (messages: ReadonlyArray<Message>) => {
     if (uniqueKeys === undefined || !messages.some((m) => keyOfMessage(m) !== undefined)) return Effect.void
-    return retryTransient(uniqueKeys.release(messages)).pipe(
+    return retryTransient(uniqueKeys.release(messages, { ifGone: true })).pipe(
       Effect.asVoid,
       Effect.catch((error) => Effect.logWarning("pgbus: releasing uniqueness keys failed (the reaper will)", error))
     )

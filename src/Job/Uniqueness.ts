@@ -165,8 +165,15 @@ export interface UniqueKeys {
   }) => Effect.Effect<ReadonlyArray<UniqueSendResult>, QueueError>
   /** Takes a `whileExecuting` key for a run; false when another message holds it. */
   readonly acquireRun: (job: string, key: string, m: Message, holder: string) => Effect.Effect<boolean, QueueError>
-  /** Releases the keys held by messages that ended (archived, dead-lettered, run over). */
-  readonly release: (messages: ReadonlyArray<Message>) => Effect.Effect<number, QueueError>
+  /**
+   * Releases the keys held by messages that ended: a run over (`whileExecuting`), or, with
+   * `ifGone`, a job archived or dead-lettered, and then only the keys whose message is no longer
+   * in its queue (an archive that found the message delivered again must not free its key).
+   */
+  readonly release: (
+    messages: ReadonlyArray<Message>,
+    options?: { readonly ifGone?: boolean }
+  ) => Effect.Effect<number, QueueError>
   /** Fast recovery: releases the `whileExecuting` keys of runs of dead processes. */
   readonly releaseHeldBy: (processIds: ReadonlyArray<string>) => Effect.Effect<number, QueueError>
   /** Releases keys whose message is gone (a crash between an archive and its release, a purge, a dropped queue). */
@@ -216,7 +223,7 @@ export const makeUniqueKeys = (
       Effect.mapError(fail(`take the key of a run of ${job}`))
     )
 
-  const release: UniqueKeys["release"] = (messages) =>
+  const release: UniqueKeys["release"] = (messages, options) =>
     Effect.gen(function* () {
       const byQueue = new Map<string, Array<bigint>>()
       for (const m of messages) {
@@ -226,7 +233,10 @@ export const makeUniqueKeys = (
         else byQueue.set(m.queue, [m.msgId])
       }
       let n = 0
-      for (const [queue, ids] of byQueue) {
+      for (const [queue, all] of byQueue) {
+        const present = options?.ifGone === true ? yield* store.present(queue, all) : new Set<bigint>()
+        const ids = all.filter((id) => !present.has(id))
+        if (ids.length === 0) continue
         n += (yield* statements
           .uniqueKeyReleaseMessages(queue, ids)
           .pipe(Effect.mapError(fail(`release uniqueness keys of ${queue}`)))).length

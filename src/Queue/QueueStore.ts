@@ -25,6 +25,7 @@ import {
   type Receipt
 } from "./Message.ts"
 import { Notifier, pollDelay } from "./Notifier.ts"
+import { makeQueueControls, type RateOverride } from "./QueueControls.ts"
 import { InvalidMessage, PayloadTooLarge, type QueueError, QueueNotFound } from "./QueueError.ts"
 import { makeQueueFeed, type QueueFeed } from "./QueueFeed.ts"
 import * as QueueName from "./QueueName.ts"
@@ -35,9 +36,10 @@ import {
   type MessageCtes,
   type MessageRow,
   makeQueueSql,
-  type RateOverrideRow,
   type ReceiptParams
 } from "./QueueSql.ts"
+
+export type { RateOverride } from "./QueueControls.ts"
 
 /** When a sent message becomes visible: after `delay`, or at `at`. */
 export interface SendOptions {
@@ -101,16 +103,6 @@ export interface PollOptions extends ReadOptions {
   readonly maxWait: Duration.Input
   /** Polling interval while waiting (default the config's). */
   readonly pollInterval?: Duration.Input | undefined
-}
-
-/** A job's rate set at run time. */
-export interface RateOverride {
-  readonly job: string
-  readonly limit: number
-  readonly periodMs: number
-  readonly actor: string
-  readonly reason: string | undefined
-  readonly updatedAt: Date
 }
 
 /** A registered queue. */
@@ -730,72 +722,14 @@ export class QueueStore extends Context.Service<
           return ordered.map((row) => toMessage(queue, row)) as ReadonlyArray<Message>
         })
 
-      // The limited claim counts the running messages of each key: under the queue's lock, in a
-      // statement of its own, so that it sees every committed claim and no concurrent one.
-      const readLimited = (
-        queue: string,
-        physical: string,
-        limit: number,
-        vtMs: number,
-        claimedBy: string | null,
-        now: Date | null,
-        onRateWait: ((ms: number) => void) | undefined
-      ) =>
-        withTransaction(
-          sql,
-          Effect.andThen(
-            statements.queueLockLimits(physical),
-            statements.messageReadLimited(physical, limit, vtMs, claimedBy, now)
-          )
-        ).pipe(
-          Effect.mapError(fail("read from", queue)),
-          Effect.map((rows) => {
-            const messages: Array<Message> = []
-            for (const row of rows) {
-              if (row.msg_id !== null) messages.push(toMessage(queue, row))
-              else if (row.wait_ms !== null && onRateWait !== undefined) onRateWait(Math.max(1, Math.ceil(row.wait_ms)))
-            }
-            return messages.sort(byMsgId) as ReadonlyArray<Message>
-          })
-        )
-
-      const toOverride = (row: RateOverrideRow): RateOverride => ({
-        job: row.job,
-        limit: row.rate_limit,
-        periodMs: row.period_ms,
-        actor: row.actor,
-        reason: row.reason ?? undefined,
-        updatedAt: row.updated_at
+      // flow controls: the limited claim, run-time rates, wake-ups, presence (QueueControls.ts)
+      const { readLimited, setRate, rateOverrides, wake, present } = makeQueueControls({
+        sql,
+        statements,
+        validateName,
+        fail,
+        toMessage
       })
-
-      const setRate: QueueStore["Service"]["setRate"] = (job, rate, change) =>
-        Effect.gen(function* () {
-          if (rate !== undefined) {
-            if (!Number.isInteger(rate.limit) || rate.limit < 1 || rate.limit > 1_000_000_000) {
-              return yield* new InvalidMessage({ queue: job, reason: "a rate's limit must be a positive integer" })
-            }
-            if (!Number.isFinite(rate.periodMs) || rate.periodMs < 1) {
-              return yield* new InvalidMessage({ queue: job, reason: "a rate's period must be at least 1 millisecond" })
-            }
-          }
-          const now = yield* statementNow
-          const rows = yield* (
-            rate === undefined
-              ? statements.rateOverrideClear(job)
-              : statements.rateOverrideSet(job, rate.limit, rate.periodMs, change.actor, change.reason ?? null, now)
-          ).pipe(Effect.mapError(fail("set the rate of job", job)))
-          return rows[0] === undefined ? undefined : toOverride(rows[0])
-        })
-
-      const rateOverrides = statements.rateOverrideList().pipe(
-        Effect.map((rows) => rows.map(toOverride)),
-        Effect.mapError(fail("list rates", "*"))
-      )
-
-      const wake = (queue: string) =>
-        Effect.flatMap(validateName(queue), (name) =>
-          statements.queueWake(name.physical).pipe(Effect.asVoid, Effect.mapError(fail("wake", queue)))
-        )
 
       const readWithPoll = (queue: string, options: PollOptions) =>
         Effect.gen(function* () {
@@ -1041,16 +975,6 @@ export class QueueStore extends Context.Service<
             oldestVisibleAgeMs: row?.oldest_visible_age_ms ?? undefined,
             archiveSize: toNumber(row?.archive_size ?? 0n)
           } satisfies QueueMetrics
-        })
-
-      const present = (queue: string, ids: ReadonlyArray<bigint>) =>
-        Effect.gen(function* () {
-          const name = yield* validateName(queue)
-          if (ids.length === 0) return new Set<bigint>() as ReadonlySet<bigint>
-          const rows = yield* statements
-            .messageIdsPresent(name.physical, ids)
-            .pipe(Effect.mapError(fail("look up messages in", queue)))
-          return new Set(rows.map((r) => r.msg_id)) as ReadonlySet<bigint>
         })
 
       const CLEANUP_BATCH = 5_000
