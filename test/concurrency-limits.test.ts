@@ -2,10 +2,12 @@ import { assert, describe, it, layer } from "@effect/vitest"
 import { Clock, Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Job from "../src/Job/Job.ts"
+import * as Metrics from "../src/Operations/Metrics.ts"
 import { Operations } from "../src/Operations/Operations.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import { bundledFixture, spawnSupervisor } from "./support/child.ts"
+import { webCaller } from "./support/http.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -206,6 +208,13 @@ layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
         ["idle", 1, 1, 0]
       ])
       assert.isTrue(locks.unique.keys.some((k) => k.holder === held.id && k.job === "SeenUnique"))
+      // the gauges on /metrics
+      const call = yield* webCaller(Metrics.layerHttp({ path: "/m" }))
+      const { text } = yield* call("GET", "/m")
+      const gauge = (name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "m").exec(text)?.[1])
+      assert.isAtLeast(gauge("pgbus_concurrency_slots_held"), 2)
+      assert.isAtLeast(gauge("pgbus_concurrency_blocked_executions"), 2)
+      assert.isAtLeast(gauge("pgbus_concurrency_blocked_oldest_age_seconds"), 0)
       // a key released by hand can be taken again at once
       const released = yield* ops.releaseUniqueKey("SeenUnique", "u1", { actor: "test:ops", reason: "stuck" })
       assert.strictEqual(released.holder, held.id)
