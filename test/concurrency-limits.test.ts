@@ -224,6 +224,49 @@ layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
     })
   )
 
+  it.effect(
+    "onConflict raise and discard: an enqueue beyond the key's unfinished jobs fails or returns the oldest",
+    () =>
+      Effect.gen(function* () {
+        const queue = fresh("conflict")
+        const raise = Job.make(
+          "LimitRaise",
+          { payload: Task, queue, limit: { to: 2, key: (p) => p.key, onConflict: "raise" } },
+          () => Effect.void
+        )
+        const discard = Job.make(
+          "LimitDiscard",
+          { payload: Task, queue, limit: { to: 1, key: (p) => `d-${p.key}`, onConflict: "discard" } },
+          () => Effect.void
+        )
+        // 10 concurrent enqueues of one key, to: 2: exactly two get in
+        const exits = yield* Effect.forEach(
+          Array.from({ length: 10 }, (_, i) => i),
+          (i) => Effect.exit(raise.enqueue({ key: "a", i })),
+          { concurrency: "unbounded" }
+        )
+        assert.strictEqual(exits.filter((e) => e._tag === "Success").length, 2)
+        const failure = exits.find((e) => e._tag === "Failure")
+        assert.include(failure === undefined ? "" : String(failure.cause), "ConcurrencyLimitExceeded")
+        // another key is not affected
+        yield* raise.enqueue({ key: "b", i: 0 })
+        const first = yield* discard.enqueue({ key: "x", i: 1 })
+        assert.deepStrictEqual(yield* discard.enqueue({ key: "x", i: 2 }), first)
+        assert.strictEqual((yield* depthOf(queue)).depth, 4)
+        // enqueueMany checks each against the ones before it
+        const refs = yield* discard.enqueueMany([
+          { key: "y", i: 1 },
+          { key: "y", i: 2 }
+        ])
+        assert.deepStrictEqual(refs[1], refs[0])
+        // once a job of the key ends, the key has room again
+        const store = yield* QueueStore
+        yield* store.archive(queue, [first.msgId])
+        const next = yield* discard.enqueue({ key: "x", i: 3 })
+        assert.notDeepEqual(next, first)
+      })
+  )
+
   describe("bad input", () => {
     it("a limit below 1, not an integer, or an unknown policy throws InvalidJobDefinition", () => {
       const define = (limit: unknown) => () =>
@@ -235,7 +278,7 @@ layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
       assert.throws(define({ to: -1 }), /limit.to/)
       assert.throws(define({ to: 0 }), /limit.to/)
       assert.throws(define({ to: 1.5 }), /limit.to/)
-      assert.throws(define({ to: 1, onConflict: "drop" }), /onConflict/)
+      assert.throws(define({ to: 1, onConflict: "drop" }), /onConflict must be block, discard or raise/)
       assert.throws(define({ to: 1, duration: "1 minute" }), /unknown limit option/)
     })
 

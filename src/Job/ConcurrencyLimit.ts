@@ -29,14 +29,19 @@ export interface LimitOptions<P> {
   readonly to: number
   /** The key from the payload (default: the job's name, one limit for all its jobs). At most 255 characters. */
   readonly key?: ((payload: P) => string) | undefined
-  /** `block` (the default and only policy so far): jobs beyond the limit wait, visible, for a slot. */
-  readonly onConflict?: "block" | undefined
+  /**
+   * What an enqueue finds when the key already has `to` unfinished jobs: `block` (default) parks
+   * the new one until a slot frees; `discard` drops it and returns the oldest unfinished job's
+   * ref; `raise` fails with `ConcurrencyLimitExceeded`.
+   */
+  readonly onConflict?: "block" | "discard" | "raise" | undefined
 }
 
 /** A job's limit as checked at definition. */
 export interface LimitSpec {
   readonly to: number
   readonly key: ((payload: never) => string) | undefined
+  readonly onConflict: "block" | "discard" | "raise"
 }
 
 /** Checks the `limit` option; the reason when invalid. */
@@ -49,15 +54,20 @@ export const checkLimit = (options: LimitOptions<never>): string | undefined => 
     return "limit.to must be an integer from 1 to 1,000,000"
   }
   if (options.key !== undefined && typeof options.key !== "function") return "limit.key must be a function"
-  if (options.onConflict !== undefined && options.onConflict !== "block") {
-    return "limit.onConflict must be block (discard and raise are not supported yet)"
+  if (
+    options.onConflict !== undefined &&
+    options.onConflict !== "block" &&
+    options.onConflict !== "discard" &&
+    options.onConflict !== "raise"
+  ) {
+    return "limit.onConflict must be block, discard or raise"
   }
   return undefined
 }
 
 /** The checked spec of a valid `limit` option. */
 export const limitSpec = (options: LimitOptions<never> | undefined): LimitSpec | undefined =>
-  options === undefined ? undefined : { to: options.to, key: options.key }
+  options === undefined ? undefined : { to: options.to, key: options.key, onConflict: options.onConflict ?? "block" }
 
 /** The fields a limited job's message carries; the key function may throw. */
 export const limitFields = (

@@ -20,6 +20,7 @@ import { limitFields } from "./ConcurrencyLimit.ts"
 import { DEBOUNCE_KEY_FIELD, debounceKeyOf, makeDebouncer } from "./Debounce.ts"
 import type { AnyJob, Job } from "./Job.ts"
 import {
+  ConcurrencyLimitExceeded,
   type EnqueueError,
   InvalidDebounceKey,
   type InvalidFairShare,
@@ -353,8 +354,9 @@ export class JobClient extends Context.Service<
         options?: EnqueueOptions
       ) =>
         Effect.gen(function* () {
-          if (job.debounce !== undefined) {
-            // one at a time, in order, in one transaction: each key's last payload wins
+          if (job.debounce !== undefined || (job.limit !== undefined && job.limit.onConflict !== "block")) {
+            // one at a time, in order, in one transaction: each key's last payload wins (debounce),
+            // each is checked against the jobs before it (a limit's discard / raise)
             const all = Array.isArray(payloads) ? (payloads as ReadonlyArray<P>) : Array.from(payloads)
             return yield* sql
               .withTransaction(Effect.forEach(all, (p) => enqueue(job, p, options)))
@@ -484,17 +486,35 @@ export class JobClient extends Context.Service<
             tag === undefined && limit === undefined
               ? { job: job.name, payload: encoded }
               : { job: job.name, payload: encoded, ...fairFields(tag), ...limit }
-          if (job.debounce !== undefined) return yield* sendDebounced(job, queue, payload, message, headers, options)
-          const spec = specFor(job.unique, options?.uniqueKey)
-          if (spec !== undefined) {
-            if (spec.strategy === "untilExecuted") {
-              return (yield* sendUnique(job, spec, queue, [payload], [message], headers, options))[0]!
+          const send = Effect.gen(function* () {
+            if (job.debounce !== undefined) return yield* sendDebounced(job, queue, payload, message, headers, options)
+            const spec = specFor(job.unique, options?.uniqueKey)
+            if (spec !== undefined) {
+              if (spec.strategy === "untilExecuted") {
+                return (yield* sendUnique(job, spec, queue, [payload], [message], headers, options))[0]!
+              }
+              // whileExecuting: the key rides in the message and is taken by each run
+              const key = yield* keyOf(job.name, spec, payload, options?.uniqueKey)
+              return yield* sendPlain(job.name, queue, { ...message, [UNIQUE_KEY_FIELD]: key }, headers, options)
             }
-            // whileExecuting: the key rides in the message and is taken by each run
-            const key = yield* keyOf(job.name, spec, payload, options?.uniqueKey)
-            return yield* sendPlain(job.name, queue, { ...message, [UNIQUE_KEY_FIELD]: key }, headers, options)
-          }
-          return yield* sendPlain(job.name, queue, message, headers, options)
+            return yield* sendPlain(job.name, queue, message, headers, options)
+          })
+          const limitKey = message.pgbus_limit_key
+          if (job.limit === undefined || job.limit.onConflict === "block" || limitKey === undefined) return yield* send
+          // discard / raise: the key's unfinished jobs are counted and the send made under the
+          // queue's limits lock (the claims' lock), so two enqueues cannot both take the last place
+          const { to, onConflict } = job.limit
+          return yield* store.withLimitLock(
+            queue,
+            Effect.gen(function* () {
+              const found = (yield* store.limitCounts(queue, [limitKey])).get(limitKey)
+              if (found === undefined || found.n < to) return yield* send
+              if (onConflict === "raise") {
+                return yield* new ConcurrencyLimitExceeded({ job: job.name, key: limitKey, limit: to })
+              }
+              return jobRef(queue, found.first)
+            })
+          )
         }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))
 
       const sendPlain = (

@@ -174,6 +174,21 @@ export class InvalidDebounceKey extends Schema.TaggedError<InvalidDebounceKey>()
   }
 }
 
+/**
+ * A job's concurrency key already has as many unfinished jobs as its limit allows
+ * (`limit.onConflict: "raise"`). Nothing was written.
+ *
+ * @category errors
+ */
+export class ConcurrencyLimitExceeded extends Schema.TaggedError<ConcurrencyLimitExceeded>()(
+  "ConcurrencyLimitExceeded",
+  { job: Schema.String, key: Schema.String, limit: Schema.Number }
+) {
+  override get message(): string {
+    return `job ${this.job}: key ${JSON.stringify(this.key.slice(0, 80))} already has ${this.limit} unfinished job(s)`
+  }
+}
+
 /** Why a job could not join a batch. */
 export type BatchJoinError = AlreadyFinished | BatchNotFound
 
@@ -190,3 +205,4 @@ export type EnqueueError =
   | InvalidUniqueKey
   | InvalidLimitKey
   | InvalidDebounceKey
+  | ConcurrencyLimitExceeded

@@ -102,7 +102,13 @@ export const registerJobs = (
             }),
         ...(job.limit === undefined
           ? {}
-          : { limit: { to: job.limit.to, key: job.limit.key as ((payload: unknown) => string) | undefined } }),
+          : {
+              limit: {
+                to: job.limit.to,
+                key: job.limit.key as ((payload: unknown) => string) | undefined,
+                onConflict: job.limit.onConflict
+              }
+            }),
         ...(job.rate === undefined
           ? {}
           : {

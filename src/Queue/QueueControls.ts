@@ -8,7 +8,7 @@
  */
 import { Effect } from "effect"
 import type { SqlClient } from "effect/sql"
-import type { SqlError } from "effect/sql/SqlError"
+import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { statementNow, withTransaction } from "../Database.ts"
 import type { Message } from "./Message.ts"
 import { InvalidMessage, type QueueError } from "./QueueError.ts"
@@ -122,5 +122,29 @@ export const makeQueueControls = ({ sql, statements, validateName, fail, toMessa
       return new Set(rows.map((r) => r.msg_id)) as ReadonlySet<bigint>
     })
 
-  return { readLimited, setRate, rateOverrides, wake, present }
+  /**
+   * Runs `effect` in a transaction holding the queue's limits lock (the one limited claims take):
+   * an enqueue-time check of a concurrency limit and the send it admits are then one step.
+   */
+  const withLimitLock = <A, E, R>(queue: string, effect: Effect.Effect<A, E, R>) =>
+    Effect.gen(function* () {
+      const name = yield* validateName(queue)
+      return yield* withTransaction(sql, Effect.andThen(statements.queueLockLimits(name.physical), effect)).pipe(
+        Effect.mapError((error): E | QueueError =>
+          isSqlError(error) ? fail("lock the limits of", queue)(error) : error
+        )
+      )
+    })
+
+  /** The unfinished messages of each key (and the oldest's id) in a queue. */
+  const limitCounts = (queue: string, keys: ReadonlyArray<string>) =>
+    Effect.gen(function* () {
+      const name = yield* validateName(queue)
+      const rows = yield* statements
+        .messageLimitCounts(name.physical, keys)
+        .pipe(Effect.mapError(fail("count the limited jobs of", queue)))
+      return new Map(rows.map((r) => [r.key, { n: Number(r.n), first: r.first }]))
+    })
+
+  return { readLimited, setRate, rateOverrides, wake, present, withLimitLock, limitCounts }
 }

@@ -475,7 +475,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
           q.message ->> 'pgbus_rate_key' AS rk),
       spent AS (
         SELECT a.rk, a.rl, a.rp, a.refilled_at, a.tokens - (SELECT count(*) FROM u WHERE u.rk = a.rk) AS left_tokens,
-          EXISTS (SELECT 1 FROM conc WHERE conc.rk = a.rk AND conc.msg_id <> ALL(ARRAY(SELECT msg_id FROM u))) AS behind
+          (SELECT count(*) FROM conc WHERE conc.rk = a.rk) > (SELECT count(*) FROM u WHERE u.rk = a.rk) AS behind
         FROM avail a),
       b AS (
         INSERT INTO ${buckets} AS bk (queue, key, tokens, refilled_at)
@@ -513,6 +513,22 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
   const rateOverrideList = () =>
     sql<RateOverrideRow>`SELECT job, rate_limit, period_ms, actor, reason, updated_at
       FROM ${sql(`${schema}.rate_overrides`)} ORDER BY job`
+
+  /**
+   * The unfinished messages of concurrency keys in a queue (running, waiting, retrying or
+   * scheduled) and the oldest's id: the enqueue-time check of `onConflict: discard | raise`,
+   * run under `queueLockLimits`. A scan of the queue.
+   */
+  const messageLimitCounts = (physical: string, keys: ReadonlyArray<string>) =>
+    sql<{
+      readonly key: string
+      readonly n: bigint
+      readonly first: bigint
+    }>`SELECT message ->> 'pgbus_limit_key' AS key,
+        count(*) AS n, min(msg_id) AS first
+      FROM ${messages(physical)}
+      WHERE message ->> 'pgbus_limit_key' = ANY(${typedArray(keys, PgTypes.OID.text)}::text[])
+      GROUP BY 1`
 
   /** Serialises the limited claims of one queue across processes (xact-scoped; see messageReadLimited). */
   const queueLockLimits = (physical: string) =>
@@ -853,6 +869,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageReadLimited,
     queueLockLimits,
     queueWake,
+    messageLimitCounts,
     rateOverrideSet,
     rateOverrideClear,
     rateOverrideList,

@@ -269,6 +269,19 @@ export class QueueStore extends Context.Service<
     ) => Effect.Effect<RateOverride | undefined, QueueError>
     /** The rates set at run time. */
     readonly rateOverrides: Effect.Effect<ReadonlyArray<RateOverride>, QueueError>
+    /**
+     * Runs `effect` in a transaction (a savepoint inside the caller's) holding the queue's limits
+     * lock, the one limited claims take.
+     */
+    readonly withLimitLock: <A, E, R>(
+      queue: string,
+      effect: Effect.Effect<A, E, R>
+    ) => Effect.Effect<A, E | QueueError, R>
+    /** The unfinished messages of each concurrency key in a queue, and the oldest's id. */
+    readonly limitCounts: (
+      queue: string,
+      keys: ReadonlyArray<string>
+    ) => Effect.Effect<ReadonlyMap<string, { readonly n: number; readonly first: bigint }>, QueueError>
     /** Wakes the readers of a queue, as a send does (a freed concurrency slot). */
     readonly wake: (queue: string) => Effect.Effect<void, QueueError>
     /** Like `read`, but waits up to `maxWait` for a message (woken by NOTIFY, else polling). */
@@ -723,7 +736,7 @@ export class QueueStore extends Context.Service<
         })
 
       // flow controls: the limited claim, run-time rates, wake-ups, presence (QueueControls.ts)
-      const { readLimited, setRate, rateOverrides, wake, present } = makeQueueControls({
+      const { readLimited, setRate, rateOverrides, wake, present, withLimitLock, limitCounts } = makeQueueControls({
         sql,
         statements,
         validateName,
@@ -1012,6 +1025,8 @@ export class QueueStore extends Context.Service<
         read,
         archiveAndRead,
         wake,
+        withLimitLock,
+        limitCounts,
         setRate,
         rateOverrides,
         readWithPoll,
