@@ -434,7 +434,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
             SELECT 1 FROM running
             WHERE running.k = t.message ->> 'pgbus_limit_key' AND running.n >= ${sql.literal(LIMIT_TO_EXPR)})
         ORDER BY t.msg_id
-        LIMIT ${limit * 4 + 256}),
+        LIMIT ${limit * 2 + 64}),
       conc AS (
         SELECT r.* FROM (
           SELECT cand.*, row_number() OVER (PARTITION BY cand.k ORDER BY cand.msg_id) AS rn FROM cand) r
