@@ -23,12 +23,10 @@ export interface UniqueKeyRow {
   readonly expires_at: Date | null
 }
 
-/** One position of a unique send: the id sent, or the holder that kept it out. */
+/** One position of a unique send: the id sent, or null (a holder kept it out). */
 export interface UniqueSendRow {
   readonly ord: bigint
   readonly sent: bigint | null
-  readonly holder_queue: string | null
-  readonly holder_msg_id: bigint | null
 }
 
 /** What the queue store lends for the send (see `QueueStore.messageCtesWithIds`). */
@@ -88,14 +86,36 @@ export const makeUniqueKeySql = (sql: SqlClient.SqlClient, schema: string, queue
         WHERE t.expires_at IS NOT NULL AND t.expires_at <= ${NOW(now)}
         RETURNING t.msg_id),
       ${send.ctes}
-      SELECT src.ord, m.msg_id AS sent, h.queue AS holder_queue, h.msg_id AS holder_msg_id, ${send.notifyRef} AS notified
+      SELECT src.ord, m.msg_id AS sent, ${send.notifyRef} AS notified
       FROM src LEFT JOIN m ON m.msg_id = src.msg_id
-      LEFT JOIN ${table} h ON m.msg_id IS NULL AND h.job = ${s.job} AND h.key = src.key
       ORDER BY src.ord`
   }
 
-  const uniqueKeyHolder = (job: string, key: string) =>
-    sql<Pick<UniqueKeyRow, "queue" | "msg_id">>`SELECT queue, msg_id FROM ${table} WHERE job = ${job} AND key = ${key}`
+  // One key, with scalars: the common enqueue. Planned in about a twentieth of the time of the
+  // array form above (0.15 against 3 ms in EXPLAIN ANALYZE), which a prepared statement's custom
+  // plans paid on every call.
+  const uniqueKeySendOne = (s: UniqueSend, now: Date | null) => {
+    const rows = sql`SELECT k.msg_id,
+        coalesce(${s.at}::timestamptz, ${NOW(now)} + ${PgTypes.float8(s.delayMs)} * interval '1 millisecond') AS vt,
+        ${s.messages[0]!}::jsonb AS message, ${s.headers}::jsonb AS headers
+      FROM k`
+    const send = queue.messageCtesWithIds(s.physical, "m", rows, now)
+    return sql<{ readonly sent: bigint | null }>`WITH k AS (
+        INSERT INTO ${table} AS t (job, key, strategy, queue, msg_id, acquired_at, expires_at)
+        VALUES (${s.job}, ${s.keys[0]!}, 'until_executed', ${s.queue}, ${queue.nextMsgId(s.physical)}, ${NOW(now)},
+          ${NOW(now)} + ${s.forMs === null ? null : PgTypes.float8(s.forMs)}::float8 * interval '1 millisecond')
+        ON CONFLICT (job, key) DO UPDATE SET strategy = excluded.strategy, queue = excluded.queue,
+          msg_id = excluded.msg_id, holder = NULL, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+        WHERE t.expires_at IS NOT NULL AND t.expires_at <= ${NOW(now)}
+        RETURNING t.msg_id),
+      ${send.ctes}
+      SELECT (SELECT msg_id FROM m) AS sent, ${send.notifyRef} AS notified`
+  }
+
+  /** The holders of keys of a job (those that kept a send out). */
+  const uniqueKeyHolders = (job: string, keys: ReadonlyArray<string>) =>
+    sql<Pick<UniqueKeyRow, "key" | "queue" | "msg_id">>`SELECT key, queue, msg_id FROM ${table}
+      WHERE job = ${job} AND key = ANY(${array(keys, PgTypes.OID.text)}::text[])`
 
   // `whileExecuting`: the run takes the key; a row its own message left (a crashed attempt) is
   // taken again rather than seen as a duplicate. No row back: another message holds it.
@@ -162,7 +182,8 @@ export const makeUniqueKeySql = (sql: SqlClient.SqlClient, schema: string, queue
     uniqueKeyCount,
     uniqueKeyDelete,
     uniqueKeySend,
-    uniqueKeyHolder,
+    uniqueKeySendOne,
+    uniqueKeyHolders,
     uniqueKeyAcquireRun,
     uniqueKeyReleaseMessages,
     uniqueKeyReleaseHeldBy,

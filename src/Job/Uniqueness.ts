@@ -194,27 +194,35 @@ export const makeUniqueKeys = (
   const send: UniqueKeys["send"] = (args) =>
     Effect.gen(function* () {
       const now = yield* statementNow
-      const rows = yield* statements
-        .uniqueKeySend({ ...args, forMs: args.forMs ?? null }, now)
-        .pipe(Effect.mapError(fail(`send unique jobs to ${args.queue}`)))
-      const out: Array<UniqueSendResult> = []
-      for (const row of rows) {
-        const key = args.keys[Number(row.ord) - 1]!
-        if (row.sent !== null) {
-          out.push({ _tag: "Sent", ref: jobRef(args.queue, row.sent) })
-          continue
-        }
-        let holder = row.holder_msg_id === null ? undefined : jobRef(row.holder_queue!, row.holder_msg_id)
-        if (holder === undefined) {
-          // committed after the statement's snapshot: read it now
-          const [found] = yield* statements
-            .uniqueKeyHolder(args.job, key)
-            .pipe(Effect.mapError(fail(`find the holder of a key of ${args.job}`)))
-          holder = found === undefined ? undefined : jobRef(found.queue, found.msg_id)
-        }
-        out.push({ _tag: "Duplicate", key, holder })
-      }
-      return out
+      const send = { ...args, forMs: args.forMs ?? null }
+      const sent: ReadonlyArray<bigint | null> =
+        args.keys.length === 1
+          ? (yield* statements
+              .uniqueKeySendOne(send, now)
+              .pipe(Effect.mapError(fail(`send a unique job to ${args.queue}`)))).map((r) => r.sent)
+          : (yield* statements
+              .uniqueKeySend(send, now)
+              .pipe(Effect.mapError(fail(`send unique jobs to ${args.queue}`)))).map((r) => r.sent)
+      // the holders of the keys that were taken, in a statement of its own (a key committed after
+      // the send's snapshot is seen); only when there are duplicates
+      const taken = args.keys.filter((_, i) => sent[i] === null)
+      const holders =
+        taken.length === 0
+          ? new Map<string, JobRef>()
+          : new Map(
+              (yield* statements
+                .uniqueKeyHolders(args.job, taken)
+                .pipe(Effect.mapError(fail(`find the holders of keys of ${args.job}`)))).map((r) => [
+                r.key,
+                jobRef(r.queue, r.msg_id)
+              ])
+            )
+      return args.keys.map(
+        (key, i): UniqueSendResult =>
+          sent[i] !== null && sent[i] !== undefined
+            ? { _tag: "Sent", ref: jobRef(args.queue, sent[i]) }
+            : { _tag: "Duplicate", key, holder: holders.get(key) }
+      )
     })
 
   const acquireRun: UniqueKeys["acquireRun"] = (job, key, m, holder) =>
