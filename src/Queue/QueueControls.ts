@@ -13,7 +13,7 @@ import { statementNow, withTransaction } from "../Database.ts"
 import type { Message } from "./Message.ts"
 import { InvalidMessage, type QueueError } from "./QueueError.ts"
 import type * as QueueName from "./QueueName.ts"
-import type { MessageRow, QueueSql, RateOverrideRow } from "./QueueSql.ts"
+import type { MessageRow, QueueSql, RateOverrideRow, ReceiptParams } from "./QueueSql.ts"
 
 /** A job's rate set at run time. */
 export interface RateOverride {
@@ -56,23 +56,28 @@ export const makeQueueControls = ({ sql, statements, validateName, fail, toMessa
     vtMs: number,
     claimedBy: string | null,
     now: Date | null,
-    onRateWait: ((ms: number) => void) | undefined
-  ): Effect.Effect<ReadonlyArray<Message>, QueueError> =>
+    onRateWait: ((ms: number) => void) | undefined,
+    receipts?: ReceiptParams | undefined
+  ): Effect.Effect<{ readonly messages: ReadonlyArray<Message>; readonly archived: number }, QueueError> =>
     withTransaction(
       sql,
       Effect.andThen(
         statements.queueLockLimits(physical),
-        statements.messageReadLimited(physical, limit, vtMs, claimedBy, now)
+        statements.messageReadLimited(physical, limit, vtMs, claimedBy, now, receipts)
       )
     ).pipe(
       Effect.mapError(fail("read from", queue)),
       Effect.map((rows) => {
         const messages: Array<Message> = []
+        let archived = 0
         for (const row of rows) {
           if (row.msg_id !== null) messages.push(toMessage(queue, row))
-          else if (row.wait_ms !== null && onRateWait !== undefined) onRateWait(Math.max(1, Math.ceil(row.wait_ms)))
+          else {
+            archived = Number(row.archived ?? 0)
+            if (row.wait_ms !== null && onRateWait !== undefined) onRateWait(Math.max(1, Math.ceil(row.wait_ms)))
+          }
         }
-        return messages.sort(byMsgId) as ReadonlyArray<Message>
+        return { messages: messages.sort(byMsgId) as ReadonlyArray<Message>, archived }
       })
     )
 

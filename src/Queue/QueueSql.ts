@@ -408,18 +408,32 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     limit: number,
     visibilityMs: number,
     claimedBy: string | null,
-    now: Date | null
+    now: Date | null,
+    // the worker's successes, archived first in this statement; they no longer hold a slot
+    r: ReceiptParams = { ids: [], readCounts: [] }
   ) => {
     const q = messages(physical)
+    const done = sql`${typedArray(r.ids, PgTypes.OID.int8)}::int8[]`
     const buckets = sql(`${schema}.rate_buckets`)
     const overrides = sql(`${schema}.rate_overrides`)
     // the bucket's clock: this statement's start, after the lock was taken (the transaction's
     // `now()` is from before a wait for it); a bucket never goes back in time
     const at = sql`coalesce(${now}::timestamptz, statement_timestamp())`
-    return sql<MessageRow & { readonly more: boolean | null; readonly wait_ms: number | null }>`WITH running AS (
+    return sql<
+      MessageRow & { readonly more: boolean | null; readonly wait_ms: number | null; readonly archived: bigint | null }
+    >`WITH d AS (
+        DELETE FROM ${q} q USING ${receipts(r)}
+        WHERE ${receiptMatch(r)}
+        RETURNING q.*),
+      a AS (
+        INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
+        SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
+        RETURNING msg_id),
+      running AS (
         SELECT message ->> 'pgbus_limit_key' AS k, count(*) AS n
         FROM ${q}
         WHERE vt > ${NOW(sql, now)} AND claimed_by IS NOT NULL AND message ? 'pgbus_limit_key'
+          AND msg_id <> ALL(ARRAY(SELECT msg_id FROM d))
         GROUP BY 1),
       cand AS (
         SELECT t.msg_id, t.message ->> 'job' AS job, t.message ->> 'pgbus_limit_key' AS k,
@@ -429,7 +443,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
           CASE WHEN jsonb_typeof(t.message -> 'pgbus_rate_period_ms') = 'number'
                THEN greatest((t.message ->> 'pgbus_rate_period_ms')::float8, 1) ELSE 1000 END AS rper
         FROM ${q} t
-        WHERE t.vt <= ${NOW(sql, now)}
+        WHERE t.vt <= ${NOW(sql, now)} AND t.msg_id <> ALL(${done})
           AND NOT EXISTS (
             SELECT 1 FROM running
             WHERE running.k = t.message ->> 'pgbus_limit_key' AND running.n >= ${sql.literal(LIMIT_TO_EXPR)})
@@ -483,11 +497,11 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         ON CONFLICT (queue, key) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
         RETURNING 1)
       SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::bool AS more,
-        NULL::float8 AS wait_ms FROM u
+        NULL::float8 AS wait_ms, NULL::int8 AS archived FROM u
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM ok) > ${limit},
         (SELECT min((1 - spent.left_tokens) * spent.rp / spent.rl) FROM spent
-         WHERE spent.behind AND spent.left_tokens < 1)`
+         WHERE spent.behind AND spent.left_tokens < 1), (SELECT count(*) FROM a)`
   }
 
   /** A job's rate changed at run time (see `messageReadLimited`). */

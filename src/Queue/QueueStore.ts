@@ -657,7 +657,7 @@ export class QueueStore extends Context.Service<
         Effect.gen(function* () {
           const { name, limit, vtMs, now } = yield* readParams(queue, options)
           if (options?.limited === true) {
-            return yield* readLimited(
+            const claimed = yield* readLimited(
               queue,
               name.physical,
               limit,
@@ -666,6 +666,7 @@ export class QueueStore extends Context.Service<
               now,
               options.onRateWait
             )
+            return claimed.messages
           }
           const fair = options?.fair
           if (fair !== undefined && fair !== false) {
@@ -680,7 +681,22 @@ export class QueueStore extends Context.Service<
       const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) =>
         Effect.gen(function* () {
           const fair = options?.fair
-          if ((fair !== undefined && fair !== false) || options?.limited === true) {
+          if (options?.limited === true) {
+            // the limited claim archives the successes in its own statement (their slots free)
+            const p = yield* readParams(queue, options)
+            const claimed = yield* readLimited(
+              queue,
+              p.name.physical,
+              p.limit,
+              p.vtMs,
+              options.claimedBy ?? null,
+              p.now,
+              options.onRateWait,
+              splitTargets(receipts).receipts
+            )
+            return { ...claimed, more: claimed.messages.length >= p.limit }
+          }
+          if (fair !== undefined && fair !== false) {
             const archived = receipts.length === 0 ? 0 : yield* archive(queue, receipts)
             const messages = yield* read(queue, options)
             return { archived, messages, more: messages.length >= (options?.limit ?? 1) }
