@@ -28,6 +28,8 @@ const owners = new Set([
   "src/EventBus/EventBusSql.ts", // event_subscriptions, processed_events
   "src/EventBus/OutboxSql.ts", // outbox_entries
   "src/Job/JobStatsSql.ts", // job_stats
+  "src/Job/UniqueKeySql.ts", // job_unique_keys
+  "src/Job/DebounceSql.ts", // job_debounce
   "src/Streams/StreamsSql.ts", // stream_trims, stream_presence
   "src/Embedded/EmbeddedSql.ts" // the embedded server's databases (pg_database)
 ])

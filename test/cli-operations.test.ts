@@ -4,6 +4,7 @@ import { Context, Effect, Fiber, Layer, Schema } from "effect"
 import * as Cli from "../src/Cli/Cli.ts"
 import { table } from "../src/Cli/Format.ts"
 import { PgBusConfig } from "../src/Config.ts"
+import * as Job from "../src/Job/Job.ts"
 import * as PgBus from "../src/PgBus.ts"
 import type { Failure } from "../src/Queue/Message.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
@@ -224,6 +225,34 @@ layer(testLayer, { excludeTestServices: true, timeout: "60 seconds" })("pgbus op
       const dlq = JSON.parse((yield* pgbus("dlq", "list", "--json")).stdout)
       assert.strictEqual(dlq.total, 1)
       assert.notInclude(JSON.stringify(dlq), "payload")
+    })
+  )
+
+  it.effect("locks shows and releases uniqueness keys; rates set and reset a job's rate", () =>
+    Effect.gen(function* () {
+      const Unique = Job.make(
+        "CliUnique",
+        { payload: Schema.Struct({ id: Schema.String }), queue: "cli_locks", unique: { key: (p) => p.id } },
+        () => Effect.void
+      )
+      const held = yield* Unique.enqueue({ id: "order-7" })
+      const shown = yield* pgbus("locks")
+      assert.strictEqual(shown.exitCode, 0, shown.stderr)
+      assert.include(shown.stdout, "1 key(s) held")
+      assert.match(shown.stdout, new RegExp(`CliUnique .*order-7 .*untilExecuted .*${held.id}`))
+      const data = JSON.parse((yield* pgbus("locks", "--json")).stdout)
+      assert.strictEqual(data.unique.total, 1)
+      const released = yield* pgbus("locks", "release", "CliUnique", "order-7", "--reason", "stuck")
+      assert.include(released.stdout, `released key order-7 of CliUnique (held by ${held.id})`)
+      assert.strictEqual((yield* pgbus("locks", "release", "CliUnique", "order-7")).exitCode, 1)
+
+      const set = yield* pgbus("rates", "set", "CliRated", "20", "1 minute", "--reason", "partner asked")
+      assert.strictEqual(set.exitCode, 0, set.stderr)
+      assert.include(set.stdout, "rate of CliRated: 20 per 60000 ms")
+      assert.match((yield* pgbus("rates")).stdout, /CliRated .*20\/60000 ms by cli/)
+      assert.strictEqual((yield* pgbus("rates", "set", "CliRated", "0", "1 minute")).exitCode, 1)
+      assert.strictEqual((yield* pgbus("rates", "reset", "CliRated")).exitCode, 0)
+      assert.include((yield* pgbus("rates")).stdout, "no rates")
     })
   )
 

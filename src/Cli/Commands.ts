@@ -24,6 +24,7 @@ import { makeBusCommands } from "./BusCommands.ts"
 import { PurgeRefused, UnknownDeadLetter, UsageError } from "./CliError.ts"
 import * as DeadLetters from "./DeadLetters.ts"
 import { fields, filterSensitive, json, table } from "./Format.ts"
+import { makeLockCommands } from "./LockCommands.ts"
 import { jsonFlag, makeOperateCommands } from "./Operate.ts"
 import { makeWorkflowCommands } from "./WorkflowCommands.ts"
 
@@ -356,6 +357,7 @@ const start = Command.make(
 
 const operate = makeOperateCommands(withBus)
 const bus = makeBusCommands(withBus)
+const flow = makeLockCommands(withBus)
 
 /** The whole `pgbus` command. */
 export const pgbus = base.pipe(
@@ -369,6 +371,8 @@ export const pgbus = base.pipe(
     bus.events,
     bus.outbox,
     bus.batches,
+    flow.locks,
+    flow.rates,
     operate.api,
     operate.dashboard,
     operate.mcp,

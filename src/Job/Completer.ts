@@ -9,13 +9,17 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Exit, Fiber } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, Random } from "effect"
 import { retryTransient } from "../Database.ts"
 import { type DeadLetterReason, type Failure, type Message, READ_COUNT_LIMIT, receiptOf } from "../Queue/Message.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
 import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "./BatchMembership.ts"
+import { isLimited } from "./ConcurrencyLimit.ts"
+import { type Debouncer, debounceKeyOfMessage } from "./Debounce.ts"
+import { DuplicateJob } from "./JobError.ts"
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
 import { backoffDelayMs, isExhausted, isLastAttempt, type ResolvedRetryPolicy } from "./Retry.ts"
+import { keyOfMessage, type UniqueKeys } from "./Uniqueness.ts"
 
 /**
  * What becomes of a delivered message.
@@ -101,8 +105,85 @@ export const beforeRun = (policy: ResolvedRetryPolicy, readCt: number): Outcome 
       ? { _tag: "DeadLetter", failure: undefined, maxRetries: policy.maxRetries }
       : undefined
 
-/** Whether a claim may archive a success in its own statement: not a batch member (those end after their archive). */
-export const archivableByClaim = (m: Message): boolean => m.headers[BATCH_ID_HEADER] === undefined
+/**
+ * Whether a claim may archive a success in its own statement: not a batch member nor a unique
+ * job (those end, or release their key, after their archive). A limited job may: the claim that
+ * archives it counts its slot free at once (a flush instead wakes the readers).
+ */
+export const archivableByClaim = (m: Message): boolean =>
+  m.headers[BATCH_ID_HEADER] === undefined && keyOfMessage(m) === undefined
+
+/**
+ * Runs the first delivery of a debounced job only if its message is still its key's last (which
+ * closes the key's window); a superseded one is archived without running. Later deliveries (a
+ * retry of the one that ran) and other jobs run as they are.
+ */
+export const runDebounced = (
+  debouncer: Debouncer,
+  registry: JobRegistry,
+  m: Message,
+  policy: ResolvedRetryPolicy,
+  run: Effect.Effect<Outcome>
+): Effect.Effect<Outcome> => {
+  const key = debounceKeyOfMessage(m)
+  if (key === undefined || m.readCt !== 1) return run
+  const { name, registered } = jobOf(registry, m)
+  if (registered?.job.debounce === undefined) return run
+  return debouncer.close(name, key, m).pipe(
+    Effect.matchEffect({
+      onFailure: (error) => Effect.map(Random.next, (random) => decide(Exit.fail(error), m.readCt, policy, random)),
+      onSuccess: (last): Effect.Effect<Outcome> => (last ? run : Effect.succeed({ _tag: "Succeeded" }))
+    })
+  )
+}
+
+/**
+ * Runs a delivery of a `whileExecuting` job under its key: taken before the run, released after
+ * it however it ends. A key held by another message's run: `reject` fails the delivery with
+ * `DuplicateJob` (retried by the job's policy), `discard` and `log` archive it without running.
+ * Other deliveries run as they are.
+ */
+export const runExclusive = (
+  uniqueKeys: UniqueKeys,
+  registry: JobRegistry,
+  m: Message,
+  holder: string,
+  policy: ResolvedRetryPolicy,
+  run: Effect.Effect<Outcome>
+): Effect.Effect<Outcome> => {
+  const key = keyOfMessage(m)
+  if (key === undefined) return run
+  const { name, registered } = jobOf(registry, m)
+  const spec = registered?.job.unique
+  if (spec === undefined || spec.strategy !== "whileExecuting") return run
+  const refused = (cause: Cause.Cause<unknown>) =>
+    Effect.map(Random.next, (random) => decide(Exit.failCause(cause), m.readCt, policy, random))
+  return uniqueKeys.acquireRun(name, key, m, holder).pipe(
+    Effect.matchEffect({
+      // the key could not be looked at: the delivery fails and is retried as any failure
+      onFailure: (error) => refused(Cause.fail(error)),
+      onSuccess: (acquired): Effect.Effect<Outcome> => {
+        if (acquired) {
+          return Effect.ensuring(
+            run,
+            uniqueKeys
+              .release([m])
+              .pipe(Effect.catch((error) => Effect.logWarning("pgbus: releasing a uniqueness key failed", error)))
+          )
+        }
+        const dropped: Effect.Effect<Outcome> = Effect.succeed({ _tag: "Succeeded" })
+        return spec.onConflict === "reject"
+          ? refused(Cause.fail(new DuplicateJob({ job: name, key, holder: "" })))
+          : spec.onConflict === "log"
+            ? Effect.logWarning(`pgbus: job ${name} not run: another run holds its key`).pipe(
+                Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId), unique_key: key }),
+                Effect.andThen(dropped)
+              )
+            : dropped
+      }
+    })
+  )
+}
 
 /** What a completer needs. */
 export interface CompleterDeps {
@@ -110,6 +191,8 @@ export interface CompleterDeps {
   readonly registry: JobRegistry
   /** Records the end of batch members after their archive or dead-letter (never fails). */
   readonly recordBatchOutcomes?: ((outcomes: ReadonlyArray<MemberOutcome>) => Effect.Effect<void>) | undefined
+  /** Releases unique jobs' keys after their archive or dead-letter. */
+  readonly uniqueKeys?: UniqueKeys | undefined
 }
 
 /**
@@ -128,7 +211,28 @@ export interface Completer {
 }
 
 /** Makes the completer of a worker. */
-export const makeCompleter = ({ store, registry, recordBatchOutcomes }: CompleterDeps): Completer => {
+export const makeCompleter = ({ store, registry, recordBatchOutcomes, uniqueKeys }: CompleterDeps): Completer => {
+  // A key is released once its message is gone (a crash in between is the reaper's to repair).
+  // The end of a limited job frees a slot: parked jobs of its key may be claimed now, by any
+  // process (a NOTIFY, as a send's), not at the next poll.
+  const wakeParked = (messages: ReadonlyArray<Message>) => {
+    const queues = new Set<string>()
+    for (const m of messages) if (isLimited(m)) queues.add(m.queue)
+    return Effect.forEach(
+      queues,
+      (queue) =>
+        store.wake(queue).pipe(Effect.catch((error) => Effect.logWarning("pgbus: waking a queue failed", error))),
+      { discard: true }
+    )
+  }
+  const releaseKeys = (messages: ReadonlyArray<Message>) => {
+    if (uniqueKeys === undefined || !messages.some((m) => keyOfMessage(m) !== undefined)) return Effect.void
+    return retryTransient(uniqueKeys.release(messages, { ifGone: true })).pipe(
+      Effect.asVoid,
+      Effect.catch((error) => Effect.logWarning("pgbus: releasing uniqueness keys failed (the reaper will)", error))
+    )
+  }
+
   // Batch members end in a second statement after their archive or dead-letter (a crash in
   // between is the batch sweep's to repair). The flusher waits for it, so that successes pile
   // up for the next flush (fewer, larger archives and ends: a recording fiber that did not
@@ -145,7 +249,10 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
     )
   }
 
-  const complete: Completer["complete"] = (m, outcome) => {
+  const complete: Completer["complete"] = (m, outcome) =>
+    Effect.andThen(applyEnd(m, outcome), isLimited(m) ? wakeParked([m]) : Effect.void)
+
+  const applyEnd: Completer["complete"] = (m, outcome) => {
     const receipt = receiptOf(m)
     switch (outcome._tag) {
       case "Retry":
@@ -191,6 +298,7 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
             )
           ),
           Effect.tap((moved) => endBatchMembers(moved._tag === "Some" ? [m] : [], "failed")),
+          Effect.tap((moved) => releaseKeys(moved._tag === "Some" ? [m] : [])),
           Effect.asVoid,
           Effect.catch((error) => Effect.logError("pgbus: dead-lettering failed", error))
         )
@@ -202,5 +310,12 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
     }
   }
 
-  return { complete, archived: (messages) => endBatchMembers(messages, "completed") }
+  return {
+    complete,
+    archived: (messages) =>
+      Effect.andThen(
+        Effect.andThen(releaseKeys(messages), wakeParked(messages)),
+        endBatchMembers(messages, "completed")
+      )
+  }
 }

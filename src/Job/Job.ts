@@ -6,10 +6,14 @@
  */
 import { Context, Duration, type Effect, type Schema } from "effect"
 import * as QueueName from "../Queue/QueueName.ts"
+import { checkLimit, type LimitOptions, type LimitSpec, limitSpec } from "./ConcurrencyLimit.ts"
+import { checkDebounce, type DebounceOptions, type DebounceSpec, debounceSpec } from "./Debounce.ts"
 import { type EnqueueOptions, JobClient } from "./JobClient.ts"
 import { type EnqueueError, InvalidJobDefinition } from "./JobError.ts"
 import type { JobRef } from "./JobRef.ts"
+import { checkRate, type RateOptions, type RateSpec, rateSpec } from "./RateLimit.ts"
 import { checkPolicy, type RetryPolicy } from "./Retry.ts"
+import { checkUnique, type UniqueOptions, type UniqueSpec, uniqueSpec } from "./Uniqueness.ts"
 
 export { type JobRef, jobRef } from "./JobRef.ts"
 
@@ -43,6 +47,14 @@ export interface JobOptions<P> {
   readonly retry?: RetryPolicy | undefined
   /** Longest run of one attempt; a longer one fails with `JobTimeout`. */
   readonly timeout?: Duration.Input | undefined
+  /** At most one job per key (see docs/jobs.md, "Uniqueness"). */
+  readonly unique?: UniqueOptions<P> | undefined
+  /** At most `to` jobs of one key running at once, across all processes (see docs/jobs.md, "Concurrency limits"). */
+  readonly limit?: LimitOptions<P> | undefined
+  /** At most `limit` jobs started per `period`, per queue and key, across all processes (see docs/jobs.md, "Rate limits"). */
+  readonly rate?: RateOptions<P> | undefined
+  /** Of a burst of enqueues of one key, only the last runs, once the key is quiet (see docs/jobs.md, "Debounce"). */
+  readonly debounce?: DebounceOptions<P> | undefined
 }
 
 const TypeId = "~effect-pgbus/Job"
@@ -60,6 +72,10 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
   readonly timeout: Duration.Duration | undefined
+  readonly unique: UniqueSpec | undefined
+  readonly limit: LimitSpec | undefined
+  readonly rate: RateSpec | undefined
+  readonly debounce: DebounceSpec | undefined
   readonly handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
   /** Enqueues one job (joins the caller's transaction); returns where it is. */
   readonly enqueue: (payload: P, options?: EnqueueOptions) => Effect.Effect<JobRef, EnqueueError, JobClient>
@@ -79,6 +95,10 @@ export interface AnyJob {
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
   readonly timeout: Duration.Duration | undefined
+  readonly unique: UniqueSpec | undefined
+  readonly limit: LimitSpec | undefined
+  readonly rate: RateSpec | undefined
+  readonly debounce: DebounceSpec | undefined
   readonly handler: (payload: never, context: JobContext["Service"]) => Effect.Effect<unknown, unknown, unknown>
 }
 
@@ -106,8 +126,26 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
     const d = Duration.fromInput(options.timeout)
     if (d._tag === "None" || !Duration.isPositive(d.value)) return "timeout must be a positive duration"
   }
-  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout"])
+  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout", "unique", "limit", "rate", "debounce"])
   for (const key of Object.keys(options)) if (!allowed.has(key)) return `unknown option ${key}`
+  if (options.unique !== undefined) {
+    const invalid = checkUnique(options.unique as UniqueOptions<never>)
+    if (invalid !== undefined) return invalid
+  }
+  if (options.limit !== undefined) {
+    const invalid = checkLimit(options.limit as LimitOptions<never>)
+    if (invalid !== undefined) return invalid
+  }
+  if (options.rate !== undefined) {
+    const invalid = checkRate(options.rate as RateOptions<never>)
+    if (invalid !== undefined) return invalid
+  }
+  if (options.debounce !== undefined) {
+    if (options.unique !== undefined)
+      return "debounce and unique cannot be combined (debounce already keeps one job per key)"
+    const invalid = checkDebounce(options.debounce as DebounceOptions<never>)
+    if (invalid !== undefined) return invalid
+  }
   return options.retry === undefined ? undefined : checkPolicy(options.retry)
 }
 
@@ -130,6 +168,10 @@ export const make = <const Name extends string, P, A, E, R>(
     priority: options.priority,
     retry: options.retry,
     timeout: options.timeout === undefined ? undefined : Duration.fromInputUnsafe(options.timeout),
+    unique: uniqueSpec(options.unique as UniqueOptions<never> | undefined),
+    limit: limitSpec(options.limit as LimitOptions<never> | undefined),
+    rate: rateSpec(options.rate as RateOptions<never> | undefined),
+    debounce: debounceSpec(options.debounce as DebounceOptions<never> | undefined),
     handler,
     enqueue: (payload, enqueueOptions) => JobClient.use((client) => client.enqueue(job, payload, enqueueOptions)),
     enqueueMany: (payloads, enqueueOptions) =>

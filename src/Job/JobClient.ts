@@ -5,22 +5,33 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Exit, Layer, Option, Schema, Tracer } from "effect"
+import { Context, Duration, Effect, Exit, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
-import { isPassingFailure, retryTransient } from "../Database.ts"
+import { isPassingFailure, retryTransient, toDatabaseError } from "../Database.ts"
 import * as Input from "../Input.ts"
 import { jsonMismatch } from "../internal/jsonSafe.ts"
 import { type FairTag, fairFields, resolveFairShare } from "../Queue/FairShare.ts"
 import { type LocalSlot, Notifier } from "../Queue/Notifier.ts"
-import { InvalidMessage, InvalidQueueName, type QueueError } from "../Queue/QueueError.ts"
+import { InvalidMessage, InvalidQueueName, PayloadTooLarge, type QueueError } from "../Queue/QueueError.ts"
 import * as QueueName from "../Queue/QueueName.ts"
 import type { BatchEntry, CreateOptions, SendOptions } from "../Queue/QueueStore.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { CurrentBatch } from "./BatchMembership.ts"
+import { limitFields } from "./ConcurrencyLimit.ts"
+import { DEBOUNCE_KEY_FIELD, debounceKeyOf, makeDebouncer } from "./Debounce.ts"
 import type { AnyJob, Job } from "./Job.ts"
-import { type EnqueueError, type InvalidFairShare, InvalidPayload } from "./JobError.ts"
+import {
+  ConcurrencyLimitExceeded,
+  type EnqueueError,
+  InvalidDebounceKey,
+  type InvalidFairShare,
+  InvalidPayload,
+  InvalidUniqueKey
+} from "./JobError.ts"
 import { type JobRef, jobRef } from "./JobRef.ts"
+import { rateFields } from "./RateLimit.ts"
+import { duplicateError, keyOf, makeUniqueKeys, specFor, UNIQUE_KEY_FIELD, type UniqueSpec } from "./Uniqueness.ts"
 
 /** The envelope stored as a job message. */
 export const Envelope = Schema.Struct({ job: Schema.String, payload: Schema.Unknown })
@@ -30,12 +41,18 @@ export type Envelope = typeof Envelope.Type
 export type TaggedEnvelope = Envelope & {
   readonly pgbus_fair_key?: string
   readonly pgbus_fair_weight?: number
+  readonly pgbus_unique_key?: string
+  readonly pgbus_limit_key?: string
+  readonly pgbus_limit_to?: number
+  readonly pgbus_rate_key?: string
+  readonly pgbus_rate_limit?: number
+  readonly pgbus_rate_period_ms?: number
 }
 
 /** A job's name for spans, whatever was given as the job. */
 const jobName = (job: unknown): string => (Input.isPlainObject(job) ? String(job.name) : String(job))
 
-const ENQUEUE_OPTIONS = ["delay", "at", "headers", "queue", "priority"] as const
+const ENQUEUE_OPTIONS = ["delay", "at", "headers", "queue", "priority", "uniqueKey"] as const
 
 /**
  * Checks a job and the options of an enqueue before anything is written (a queue created
@@ -88,6 +105,8 @@ export interface EnqueueOptions {
   readonly queue?: string | undefined
   /** Another priority than the job's own. */
   readonly priority?: number | undefined
+  /** The uniqueness key (instead of the job's `unique.key`); a job without `unique` is then unique with the defaults. */
+  readonly uniqueKey?: string | undefined
 }
 
 /** The queue a job goes to before any priority sub-queue: the enqueue's, its own, or the default. */
@@ -198,6 +217,8 @@ export class JobClient extends Context.Service<
       const sql = yield* SqlClient.SqlClient
       const notifier = yield* Notifier
       const known = new Set<string>()
+      const uniqueKeys = makeUniqueKeys(sql, config.schema, store)
+      const debouncer = makeDebouncer(sql, config.schema, store)
 
       // A queue created inside the caller's transaction exists only once it commits, so it is
       // remembered after commit (afterCommit runs at once outside a transaction).
@@ -253,6 +274,146 @@ export class JobClient extends Context.Service<
         return Effect.succeed(out)
       }
 
+      // Unique jobs: the keys are taken and the messages sent in one statement (UniqueKeySql).
+      // Keys repeated inside one call resolve to their first position; a holder that ended
+      // between the conflict and its look-up is tried again (three rounds at most).
+      const sendUnique = <P>(
+        job: Job<string, P, unknown, unknown, unknown>,
+        spec: UniqueSpec,
+        queue: string,
+        given: ReadonlyArray<P>,
+        envelopes: ReadonlyArray<TaggedEnvelope>,
+        headers: Readonly<Record<string, unknown>>,
+        options: EnqueueOptions | undefined
+      ) =>
+        Effect.gen(function* () {
+          if ((yield* CurrentBatch) !== undefined) {
+            return yield* new InvalidUniqueKey({ job: job.name, reason: "a unique job cannot join a batch" })
+          }
+          const keys = yield* Effect.forEach(given, (p) => keyOf(job.name, spec, p, options?.uniqueKey))
+          const first = new Map<string, number>()
+          keys.forEach((k, i) => {
+            if (!first.has(k)) first.set(k, i)
+          })
+          const texts = new Map<string, string>()
+          for (const [key, i] of first) {
+            const text = JSON.stringify({ ...envelopes[i], [UNIQUE_KEY_FIELD]: key })
+            if (text.length * 3 > config.maxPayloadSize && Buffer.byteLength(text, "utf8") > config.maxPayloadSize) {
+              const size = Buffer.byteLength(text, "utf8")
+              return yield* new PayloadTooLarge({ queue, size, limit: config.maxPayloadSize })
+            }
+            texts.set(key, text)
+          }
+          const schedule = yield* scheduleOf(queue, options)
+          const headersText = Object.keys(headers).length > 0 ? JSON.stringify(headers) : null
+          yield* ensureQueue(queue)
+          const outcome = new Map<string, { ref: JobRef; sent: boolean }>()
+          let pending = [...first.keys()]
+          for (let round = 0; round < 3 && pending.length > 0; round++) {
+            const results = yield* uniqueKeys.send({
+              job: job.name,
+              queue,
+              physical: QueueName.physicalOf(config.queuePrefix, queue),
+              keys: pending,
+              messages: pending.map((k) => texts.get(k)!),
+              headers: headersText,
+              delayMs: schedule.delayMs,
+              at: schedule.at,
+              forMs: spec.forMs
+            })
+            const next: Array<string> = []
+            results.forEach((r, i) => {
+              const key = pending[i]!
+              if (r._tag === "Sent") outcome.set(key, { ref: r.ref, sent: true })
+              else if (r.holder !== undefined) outcome.set(key, { ref: r.holder, sent: false })
+              else next.push(key)
+            })
+            pending = next
+          }
+          const refs: Array<JobRef> = []
+          for (let i = 0; i < keys.length; i++) {
+            const key = keys[i]!
+            const got = outcome.get(key)
+            const duplicate = got === undefined || !got.sent || first.get(key) !== i
+            if (duplicate && spec.onConflict === "reject") return yield* duplicateError(job.name, key, got?.ref)
+            if (got === undefined) return yield* duplicateError(job.name, key, undefined)
+            if (duplicate && spec.onConflict === "log") {
+              yield* Effect.logWarning(`pgbus: duplicate job ${job.name} not enqueued; held by ${got.ref.id}`).pipe(
+                Effect.annotateLogs({ job: job.name, unique_key: key })
+              )
+            }
+            refs.push(got.ref)
+          }
+          return refs as ReadonlyArray<JobRef>
+        })
+
+      // Debounce: the message is due `period` from now and becomes its key's last (DebounceSql).
+      const sendDebounced = <P>(
+        job: Job<string, P, unknown, unknown, unknown>,
+        queue: string,
+        payload: P,
+        message: TaggedEnvelope,
+        headers: Readonly<Record<string, unknown>>,
+        options: EnqueueOptions | undefined
+      ) =>
+        Effect.gen(function* () {
+          const spec = job.debounce!
+          if (options?.delay !== undefined || options?.at !== undefined) {
+            return yield* new InvalidDebounceKey({
+              job: job.name,
+              reason: "debounce decides when it runs: no delay or at"
+            })
+          }
+          if ((yield* CurrentBatch) !== undefined) {
+            return yield* new InvalidDebounceKey({ job: job.name, reason: "a debounced job cannot join a batch" })
+          }
+          const key = yield* debounceKeyOf(job.name, spec, payload)
+          const text = JSON.stringify({ ...message, [DEBOUNCE_KEY_FIELD]: key })
+          if (text.length * 3 > config.maxPayloadSize && Buffer.byteLength(text, "utf8") > config.maxPayloadSize) {
+            return yield* new PayloadTooLarge({
+              queue,
+              size: Buffer.byteLength(text, "utf8"),
+              limit: config.maxPayloadSize
+            })
+          }
+          yield* ensureQueue(queue)
+          const msgId = yield* debouncer.send({
+            job: job.name,
+            key,
+            queue,
+            physical: QueueName.physicalOf(config.queuePrefix, queue),
+            message: text,
+            headers: Object.keys(headers).length > 0 ? JSON.stringify(headers) : null,
+            spec
+          })
+          return jobRef(queue, msgId)
+        })
+
+      /** The schedule of a unique send, checked as the queue store checks a send's. */
+      const scheduleOf = (queue: string, options: EnqueueOptions | undefined) => {
+        if (options?.delay !== undefined && options.at !== undefined) {
+          return Effect.fail(new InvalidMessage({ queue, reason: "give either delay or at, not both" }))
+        }
+        if (options?.at !== undefined) {
+          return options.at instanceof Date && !Number.isNaN(options.at.getTime())
+            ? Effect.succeed({ delayMs: 0, at: options.at as Date | null })
+            : Effect.fail(new InvalidMessage({ queue, reason: "at must be a valid Date" }))
+        }
+        if (options?.delay === undefined) return Effect.succeed({ delayMs: 0, at: null as Date | null })
+        const d = Duration.fromInput(options.delay)
+        return Option.isNone(d) || !Duration.isFinite(d.value) || Duration.isNegative(d.value)
+          ? Effect.fail(new InvalidMessage({ queue, reason: "delay must be a finite, non-negative duration" }))
+          : Effect.succeed({ delayMs: Duration.toMillis(d.value), at: null as Date | null })
+      }
+
+      /** The concurrency and rate fields of a limited or rate-limited job's message. */
+      const controlFields = <P>(job: Job<string, P, unknown, unknown, unknown>, payload: P) =>
+        Effect.gen(function* () {
+          const limit = job.limit === undefined ? {} : yield* limitFields(job.name, job.limit, payload)
+          const rate = job.rate === undefined ? {} : yield* rateFields(job.name, job.rate, payload)
+          return { ...limit, ...rate }
+        })
+
       const enqueueMany = <P>(
         job: Job<string, P, unknown, unknown, unknown>,
         payloads: Iterable<P>,
@@ -263,6 +424,16 @@ export class JobClient extends Context.Service<
           if (refused !== undefined) return yield* refused
           if (payloads === null || typeof payloads !== "object" || !(Symbol.iterator in payloads)) {
             return yield* new InvalidPayload({ job: job.name, issue: "the payloads must be an iterable (an array)" })
+          }
+          if (job.debounce !== undefined || (job.limit !== undefined && job.limit.onConflict !== "block")) {
+            // one at a time, in order, in one transaction: each key's last payload wins (debounce),
+            // each is checked against the jobs before it (a limit's discard / raise)
+            const all = Array.isArray(payloads) ? (payloads as ReadonlyArray<P>) : Array.from(payloads)
+            return yield* sql
+              .withTransaction(Effect.forEach(all, (p) => enqueue(job, p, options)))
+              .pipe(
+                Effect.catchTag("SqlError", (error) => Effect.fail(toDatabaseError(`enqueue jobs ${job.name}`)(error)))
+              )
           }
           const queue = physicalQueueOf(config, job, options)
           // read once: an iterable may be a one-shot generator
@@ -279,11 +450,45 @@ export class JobClient extends Context.Service<
               : yield* Effect.forEach(given, (p) =>
                   jobFairShare(config, job, p, logicalQueueOf(config, job, options), options?.headers)
                 )
+          const limits =
+            job.limit === undefined && job.rate === undefined
+              ? undefined
+              : yield* Effect.forEach(given, (p) => controlFields(job, p))
+          const spec = specFor(job.unique, options?.uniqueKey)
+          if (spec !== undefined && spec.strategy === "untilExecuted") {
+            const envelopes = encoded.map(
+              (payload, i): TaggedEnvelope => ({
+                job: job.name,
+                payload,
+                ...fairFields(tags?.[i]),
+                ...limits?.[i]
+              })
+            )
+            // one call, one outcome: a rejected duplicate takes back the jobs sent before it
+            return yield* sql
+              .withTransaction(sendUnique(job, spec, queue, given, envelopes, headers, options))
+              .pipe(
+                Effect.catchTag("SqlError", (error) => Effect.fail(toDatabaseError(`enqueue jobs ${job.name}`)(error)))
+              )
+          }
+          // whileExecuting: each key rides in its message and is taken by each run
+          const runKeys =
+            spec === undefined
+              ? undefined
+              : yield* Effect.forEach(given, (p) => keyOf(job.name, spec, p, options?.uniqueKey))
           const entries: Array<BatchEntry> = encoded.map((payload, i) => ({
             message:
-              tags === undefined
-                ? ({ job: job.name, payload } satisfies Envelope)
-                : ({ job: job.name, payload, ...fairFields(tags[i]) } satisfies TaggedEnvelope),
+              runKeys !== undefined || limits !== undefined
+                ? ({
+                    job: job.name,
+                    payload,
+                    ...fairFields(tags?.[i]),
+                    ...limits?.[i],
+                    ...(runKeys === undefined ? {} : { [UNIQUE_KEY_FIELD]: runKeys[i]! })
+                  } satisfies TaggedEnvelope)
+                : tags === undefined
+                  ? ({ job: job.name, payload } satisfies Envelope)
+                  : ({ job: job.name, payload, ...fairFields(tags[i]) } satisfies TaggedEnvelope),
             ...(hasHeaders ? { headers } : {}),
             ...(options?.delay !== undefined ? { delay: options.delay } : {}),
             ...(options?.at !== undefined ? { at: options.at } : {})
@@ -301,9 +506,11 @@ export class JobClient extends Context.Service<
       // its queue is idle (its queues drained, a slot free), is inserted claimed for that worker
       // and handed over after the commit: no NOTIFY, no read. Not inside a caller's transaction
       // (its commit is not ours to wait for) nor for fair-share queues (the worker offers none).
-      const reserveLocal = (job: string, queue: string, options: EnqueueOptions | undefined) =>
+      const reserveLocal = (job: string, queue: string, options: EnqueueOptions | undefined, limited: boolean) =>
         Effect.gen(function* () {
           if (!config.localDispatch || options?.delay !== undefined || options?.at !== undefined) return undefined
+          // a limited job is claimed only by the limited claim, which counts its key's runs
+          if (limited) return undefined
           if (Option.isSome(yield* Effect.serviceOption(sql.transactionService))) return undefined
           return notifier.reserveLocal(QueueName.physicalOf(config.queuePrefix, queue), {
             inOrder: true,
@@ -348,10 +555,53 @@ export class JobClient extends Context.Service<
           const trace = yield* traceHeaders
           const headers = { ...options?.headers, ...trace }
           yield* ensureQueue(queue)
+          const limit =
+            job.limit === undefined && job.rate === undefined ? undefined : yield* controlFields(job, payload)
           const message: TaggedEnvelope =
-            tag === undefined
+            tag === undefined && limit === undefined
               ? { job: job.name, payload: encoded }
-              : { job: job.name, payload: encoded, ...fairFields(tag) }
+              : { job: job.name, payload: encoded, ...fairFields(tag), ...limit }
+          const send = Effect.gen(function* () {
+            if (job.debounce !== undefined) return yield* sendDebounced(job, queue, payload, message, headers, options)
+            const spec = specFor(job.unique, options?.uniqueKey)
+            if (spec !== undefined) {
+              if (spec.strategy === "untilExecuted") {
+                return (yield* sendUnique(job, spec, queue, [payload], [message], headers, options))[0]!
+              }
+              // whileExecuting: the key rides in the message and is taken by each run
+              const key = yield* keyOf(job.name, spec, payload, options?.uniqueKey)
+              return yield* sendPlain(job.name, queue, { ...message, [UNIQUE_KEY_FIELD]: key }, headers, options)
+            }
+            return yield* sendPlain(job.name, queue, message, headers, options)
+          })
+          const limitKey = message.pgbus_limit_key
+          if (job.limit === undefined || job.limit.onConflict === "block" || limitKey === undefined) return yield* send
+          // discard / raise: the key's unfinished jobs are counted and the send made under the
+          // queue's limits lock (the claims' lock), so two enqueues cannot both take the last place
+          const { to, onConflict } = job.limit
+          return yield* store.withLimitLock(
+            queue,
+            Effect.gen(function* () {
+              const found = (yield* store.limitCounts(queue, [limitKey])).get(limitKey)
+              if (found === undefined || found.n < to) return yield* send
+              if (onConflict === "raise") {
+                return yield* new ConcurrencyLimitExceeded({ job: job.name, key: limitKey, limit: to })
+              }
+              return jobRef(queue, found.first)
+            })
+          )
+        }).pipe(
+          Effect.withSpan("pgbus.job.enqueue", { attributes: { job: jobName(job) } }, { captureStackTrace: false })
+        )
+
+      const sendPlain = (
+        jobName: string,
+        queue: string,
+        message: TaggedEnvelope,
+        headers: Readonly<Record<string, unknown>>,
+        options: EnqueueOptions | undefined
+      ) =>
+        Effect.gen(function* () {
           const sendOptions = {
             ...(Object.keys(headers).length > 0 ? { headers } : {}),
             ...(options?.delay !== undefined ? { delay: options.delay } : {}),
@@ -359,12 +609,15 @@ export class JobClient extends Context.Service<
           }
           const batch = yield* CurrentBatch
           if (batch !== undefined) return jobRef(queue, (yield* batch.send(queue, [{ ...sendOptions, message }]))[0]!)
-          const slot = yield* reserveLocal(job.name, queue, options)
+          const slot = yield* reserveLocal(
+            jobName,
+            queue,
+            options,
+            message.pgbus_limit_key !== undefined || message.pgbus_rate_key !== undefined
+          )
           if (slot === undefined) return jobRef(queue, yield* store.send(queue, message, sendOptions))
           return jobRef(queue, yield* sendLocal(queue, message, sendOptions.headers, slot))
-        }).pipe(
-          Effect.withSpan("pgbus.job.enqueue", { attributes: { job: jobName(job) } }, { captureStackTrace: false })
-        )
+        })
 
       return JobClient.of({
         enqueue: enqueue as JobClient["Service"]["enqueue"],

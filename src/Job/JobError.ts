@@ -111,8 +111,98 @@ export class BatchNotFound extends Schema.TaggedError<BatchNotFound>()("BatchNot
   }
 }
 
+/**
+ * A job with this uniqueness key already exists (the `reject` policy). `holder` is the holding
+ * job's id (`<queue>:<msgId>`), empty when it ended between the conflict and the look-up.
+ * Nothing was written.
+ *
+ * @category errors
+ */
+export class DuplicateJob extends Schema.TaggedError<DuplicateJob>()("DuplicateJob", {
+  job: Schema.String,
+  key: Schema.String,
+  holder: Schema.String
+}) {
+  override get message(): string {
+    return `job ${this.job} with key ${JSON.stringify(this.key.slice(0, 80))} already exists${this.holder === "" ? "" : ` (${this.holder})`}`
+  }
+}
+
+/**
+ * A uniqueness key could not be made: the job's key function threw or returned something other
+ * than a non-empty string of at most 255 characters, no key was given, or the enqueue is inside
+ * `batch.enqueue`. Nothing was written.
+ *
+ * @category errors
+ */
+export class InvalidUniqueKey extends Schema.TaggedError<InvalidUniqueKey>()("InvalidUniqueKey", {
+  job: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid uniqueness key for job ${this.job}: ${this.reason}`
+  }
+}
+
+/**
+ * A concurrency or rate limit's key could not be made: the job's key function threw or returned
+ * something other than a non-empty string of at most 255 characters. Nothing was written.
+ *
+ * @category errors
+ */
+export class InvalidLimitKey extends Schema.TaggedError<InvalidLimitKey>()("InvalidLimitKey", {
+  job: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid concurrency key for job ${this.job}: ${this.reason}`
+  }
+}
+
+/**
+ * A debounced job's key could not be made (its key function threw or gave a bad key), or the
+ * enqueue asked for what debounce decides (a delay, a time, a batch). Nothing was written.
+ *
+ * @category errors
+ */
+export class InvalidDebounceKey extends Schema.TaggedError<InvalidDebounceKey>()("InvalidDebounceKey", {
+  job: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid debounce for job ${this.job}: ${this.reason}`
+  }
+}
+
+/**
+ * A job's concurrency key already has as many unfinished jobs as its limit allows
+ * (`limit.onConflict: "raise"`). Nothing was written.
+ *
+ * @category errors
+ */
+export class ConcurrencyLimitExceeded extends Schema.TaggedError<ConcurrencyLimitExceeded>()(
+  "ConcurrencyLimitExceeded",
+  { job: Schema.String, key: Schema.String, limit: Schema.Number }
+) {
+  override get message(): string {
+    return `job ${this.job}: key ${JSON.stringify(this.key.slice(0, 80))} already has ${this.limit} unfinished job(s)`
+  }
+}
+
 /** Why a job could not join a batch. */
 export type BatchJoinError = AlreadyFinished | BatchNotFound
 
-/** Errors of an enqueue (a batch's only inside `batch.enqueue`; `InvalidFairShare` only with a `fairShare` resolver). */
-export type EnqueueError = InvalidPayload | InvalidFairShare | QueueError | BatchJoinError
+/**
+ * Errors of an enqueue (a batch's only inside `batch.enqueue`; `InvalidFairShare` only with a
+ * `fairShare` resolver; `DuplicateJob` and `InvalidUniqueKey` only for a unique job, `InvalidLimitKey` for a limited one).
+ */
+export type EnqueueError =
+  | InvalidPayload
+  | InvalidFairShare
+  | QueueError
+  | BatchJoinError
+  | DuplicateJob
+  | InvalidUniqueKey
+  | InvalidLimitKey
+  | InvalidDebounceKey
+  | ConcurrencyLimitExceeded

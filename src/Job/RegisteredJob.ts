@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Exit, Schema } from "effect"
+import { Context, Duration, Effect, Exit, Schema } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
 import type { DeadLetterSource, Message } from "../Queue/Message.ts"
 import { type AnyJob, type JobContext, validateDefinition } from "./Job.ts"
@@ -89,7 +89,44 @@ export const registerJobs = (
         queue: job.queue,
         priority: job.priority,
         retry: job.retry,
-        timeout: job.timeout
+        timeout: job.timeout,
+        ...(job.unique === undefined
+          ? {}
+          : {
+              unique: {
+                key: job.unique.key as ((payload: unknown) => string) | undefined,
+                strategy: job.unique.strategy,
+                onConflict: job.unique.onConflict,
+                ...(job.unique.forMs === undefined ? {} : { for: Duration.millis(job.unique.forMs) })
+              }
+            }),
+        ...(job.limit === undefined
+          ? {}
+          : {
+              limit: {
+                to: job.limit.to,
+                key: job.limit.key as ((payload: unknown) => string) | undefined,
+                onConflict: job.limit.onConflict
+              }
+            }),
+        ...(job.rate === undefined
+          ? {}
+          : {
+              rate: {
+                limit: job.rate.limit,
+                period: Duration.millis(job.rate.periodMs),
+                key: job.rate.key as ((payload: unknown) => string) | undefined
+              }
+            }),
+        ...(job.debounce === undefined
+          ? {}
+          : {
+              debounce: {
+                key: job.debounce.key as ((payload: unknown) => string) | undefined,
+                period: Duration.millis(job.debounce.periodMs),
+                ...(job.debounce.maxWaitMs === undefined ? {} : { maxWait: Duration.millis(job.debounce.maxWaitMs) })
+              }
+            })
       })
       if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })
       const decodePayload = Schema.decodeUnknownEffect(job.payload)

@@ -57,6 +57,22 @@ export const gauges = {
     "pgbus_table_last_vacuum_age_seconds",
     "seconds since each table was last vacuumed (-1: never since the statistics were reset)"
   ),
+  concurrencyBlocked: gauge(
+    "pgbus_concurrency_blocked_executions",
+    "jobs parked behind a concurrency key at its limit, waiting for a slot"
+  ),
+  concurrencyOldest: gauge(
+    "pgbus_concurrency_blocked_oldest_age_seconds",
+    "how long the longest-waiting parked job has waited"
+  ),
+  concurrencySlots: gauge(
+    "pgbus_concurrency_slots_held",
+    "concurrency slots held (limited jobs running) across all keys"
+  ),
+  rateTokens: gauge(
+    "pgbus_rate_tokens_left",
+    "tokens the rate buckets of each queue held after their last claim (summed over the queue's keys)"
+  ),
   oldestTransaction: gauge(
     "pgbus_oldest_transaction_age_seconds",
     "seconds the oldest open transaction on the database has run (it pins the MVCC horizon)"
@@ -102,7 +118,8 @@ export const makeSampler = Effect.gen(function* () {
     processes: labelled(gauges.processes),
     deadTuples: labelled(gauges.deadTuples),
     bloat: labelled(gauges.bloatRatio),
-    vacuum: labelled(gauges.lastVacuumAge)
+    vacuum: labelled(gauges.lastVacuumAge),
+    tokens: labelled(gauges.rateTokens)
   }
   const sample = Effect.gen(function* () {
     const queues = yield* ops.queues
@@ -147,6 +164,15 @@ export const makeSampler = Effect.gen(function* () {
       gauges.poolUtilization,
       capacity === 0 ? 0 : healthy.reduce((n, p) => n + p.busy, 0) / capacity
     )
+
+    // no per-key labels: keys are per record (an unbounded series); the keys are on `locks`
+    const locks = yield* ops.locks
+    yield* Metric.update(gauges.concurrencyBlocked, locks.concurrency.parked)
+    yield* Metric.update(gauges.concurrencyOldest, (locks.concurrency.oldestParkedMs ?? 0) / 1000)
+    yield* Metric.update(gauges.concurrencySlots, locks.concurrency.slotsHeld)
+    const tokens = new Map<string, number>()
+    for (const b of locks.rates) tokens.set(b.queue, (tokens.get(b.queue) ?? 0) + b.tokens)
+    yield* set.tokens([...tokens].map(([queue, n]) => [{ queue }, n] as const))
 
     const database = yield* ops.database
     yield* Metric.update(gauges.poolAvailable, database.connections.idle)

@@ -19,9 +19,11 @@ import { makeBus } from "./Bus.ts"
 import { makeCluster } from "./Cluster.ts"
 import { makeDeadLetters } from "./DeadLetters.ts"
 import { type Deps, statementsOf } from "./Deps.ts"
+import { makeLocks } from "./Locks.ts"
 import type { Overview } from "./Model.ts"
 import type { OperationsError } from "./OperationsError.ts"
 import { makeQueues } from "./Queues.ts"
+import { makeRates } from "./Rates.ts"
 import { makeStats } from "./Stats.ts"
 import { makeWorkflows } from "./Workflows.ts"
 
@@ -36,6 +38,8 @@ const build = (deps: Deps) => {
   const workflows = makeWorkflows(deps)
   const bus = makeBus(deps, queues, cluster)
   const stats = makeStats(deps)
+  const rates = makeRates(deps)
+  const locks = makeLocks(deps)
 
   /** The home page: the verdict, and one number per area. */
   const overview: Effect.Effect<Overview, OperationsError> = Effect.gen(function* () {
@@ -102,7 +106,11 @@ const build = (deps: Deps) => {
     batch: bus.batch,
     jobStats: stats.jobStats,
     retryJob: queues.retryJob,
-    discardJob: queues.discardJob
+    discardJob: queues.discardJob,
+    jobRates: rates.jobRates,
+    setJobRate: rates.setJobRate,
+    locks: locks.locks,
+    releaseUniqueKey: locks.releaseUniqueKey
   }
 }
 

@@ -28,6 +28,23 @@ export interface QueueFiguresRow {
   readonly archived: bigint
 }
 
+/** A concurrency key of a queue, for operators. */
+export interface LimitKeyRow {
+  readonly key: string
+  readonly running: bigint
+  readonly waiting: bigint
+  readonly limit_to: bigint
+  readonly oldest_wait_ms: number | null
+}
+
+/** A rate bucket as the last claim left it. */
+export interface RateBucketRow {
+  readonly queue: string
+  readonly key: string
+  readonly tokens: number
+  readonly refilled_at: Date
+}
+
 /** A listed message with its state. */
 export interface JobRow {
   readonly msg_id: bigint
@@ -146,7 +163,29 @@ export const makeQueueQuerySql = (sql: SqlClient.SqlClient, schema: string) => {
         headers -> 'pgbus_dead_letter' ->> 'error_class' AS error_class, count(*) AS n
       FROM ${messages(physical)} GROUP BY 1 ORDER BY 2 DESC`
 
+  // Concurrency keys of a queue (jobs with `pgbus_limit_key`): running (claimed, lease live),
+  // waiting (visible), the limit and the oldest wait. A scan of the queue: for operators.
+  const queueLimitKeys = (physical: string, now: Date | null) =>
+    sql<LimitKeyRow>`SELECT message ->> 'pgbus_limit_key' AS key,
+        count(*) FILTER (WHERE claimed_by IS NOT NULL AND vt > ${NOW(now)}) AS running,
+        count(*) FILTER (WHERE vt <= ${NOW(now)}) AS waiting,
+        max(CASE WHEN jsonb_typeof(message -> 'pgbus_limit_to') = 'number'
+                 THEN greatest(floor((message ->> 'pgbus_limit_to')::numeric), 1)::int8 ELSE 1 END) AS limit_to,
+        (extract(epoch FROM ${NOW(now)} - min(enqueued_at) FILTER (WHERE vt <= ${NOW(now)})) * 1000)::float8
+          AS oldest_wait_ms
+      FROM ${messages(physical)}
+      WHERE message ? 'pgbus_limit_key'
+      GROUP BY 1`
+
+  // The rate buckets (owned with the claim by QueueSql.ts; read here for operators), their
+  // tokens as the last claim left them.
+  const rateBucketList = () =>
+    sql<RateBucketRow>`SELECT queue, key, tokens, refilled_at FROM ${sql(`${schema}.rate_buckets`)}
+      ORDER BY queue, key LIMIT 1000`
+
   return {
+    queueLimitKeys,
+    rateBucketList,
     queueFigures,
     jobsList,
     jobGet,

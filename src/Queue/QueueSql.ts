@@ -74,6 +74,16 @@ export interface IndexStateRow {
   readonly building: boolean
 }
 
+/** A job's rate set at run time. */
+export interface RateOverrideRow {
+  readonly job: string
+  readonly rate_limit: number
+  readonly period_ms: number
+  readonly actor: string
+  readonly reason: string | null
+  readonly updated_at: Date
+}
+
 /** A queue of the registry. */
 export interface QueueRow {
   readonly name: string
@@ -127,6 +137,10 @@ const FAIR_KEY_EXPR = "COALESCE(message ->> 'pgbus_fair_key', '')"
 // A message's weight, clamped to 1..1,000,000; anything but a JSON number (written by hand) is 1.
 const FAIR_WEIGHT_EXPR = `CASE WHEN jsonb_typeof(message -> 'pgbus_fair_weight') = 'number'
   THEN least(greatest(floor((message ->> 'pgbus_fair_weight')::numeric), 1), 1000000)::float8 ELSE 1 END`
+
+// A limited message's limit (`t` is its row): at least 1; anything but a JSON number is 1.
+const LIMIT_TO_EXPR = `CASE WHEN jsonb_typeof(t.message -> 'pgbus_limit_to') = 'number'
+  THEN greatest(floor((t.message ->> 'pgbus_limit_to')::numeric), 1)::int8 ELSE 1 END`
 
 /**
  * Builds the statements for one schema. Each function returns an Effect running one
@@ -344,6 +358,35 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     return { ctes, notifyRef, claimed: sql`NULL::int8 AS claimed_msg_id` }
   }
 
+  /**
+   * Like `messageSendCtes`, for a statement that draws the ids first (`messageNextId`) so that
+   * another table's row can name its message in the same statement (a uniqueness key): `rows`
+   * yields `msg_id`, `vt`, `message` and `headers`; the CTE `<name>` returns the `msg_id`s sent.
+   */
+  const messageSendWithIdsCtes = (physical: string, name: string, rows: Statement.Fragment, now: Date | null) => {
+    const ctes = sql`${sql(name)} AS (
+        INSERT INTO ${messages(physical)} (msg_id, enqueued_at, vt, message, headers) OVERRIDING SYSTEM VALUE
+        SELECT src.msg_id, ${NOW(sql, now)}, greatest(src.vt, ${NOW(sql, now)}), src.message, src.headers
+        FROM (${rows}) AS src
+        RETURNING msg_id)${
+          notifyChannel === ""
+            ? sql``
+            : sql`, ${sql(`${name}_notify`)} AS (
+        SELECT pg_notify(${notifyChannel}, ${physical}) FROM (SELECT 1 FROM ${sql(name)} LIMIT 1) AS any_sent)`
+        }`
+    const notifyRef = notifyChannel === "" ? sql`0` : sql`(SELECT count(*) FROM ${sql(`${name}_notify`)})`
+    return { ctes, notifyRef }
+  }
+
+  /** The next message id of a queue (its identity sequence), for `messageSendWithIdsCtes`. */
+  const messageNextId = (physical: string) =>
+    sql`nextval(pg_get_serial_sequence(${`"${schema}"."q_${physical}"`}, 'msg_id'))`
+
+  /** Which of `ids` are still in the queue (not archived, deleted or dead-lettered). */
+  const messageIdsPresent = (physical: string, ids: ReadonlyArray<bigint>) =>
+    sql<{ readonly msg_id: bigint }>`SELECT msg_id FROM ${messages(physical)}
+      WHERE msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[])`
+
   const receipts = (r: ReceiptParams) =>
     sql`unnest(${typedArray(r.ids, PgTypes.OID.int8)}::int8[], ${typedArray(r.readCounts, PgTypes.OID.int4)}::int4[]) AS r(msg_id, read_ct)`
 
@@ -382,6 +425,168 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
       WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
         (SELECT count(*) FROM c) > ${limit} AS more`
+
+  // The claim of a queue whose jobs carry flow controls. Concurrency limits (`pgbus_limit_key`,
+  // at most `pgbus_limit_to` running at once): the messages running now (claimed, their lease
+  // `vt` not lapsed) are counted per key, keys at their limit are passed over (their jobs stay
+  // visible, parked), and the oldest of the rest are taken, each key up to its free slots. Rate
+  // limits (`pgbus_rate_key`, `pgbus_rate_limit` per `pgbus_rate_period_ms`, or the job's row of
+  // `rate_overrides`): each key's bucket of the queue is refilled to now and the claim takes at
+  // most its whole tokens, then stores what is left, in this one statement. It must run after
+  // `queueLockLimits` in the same transaction: the count is then of committed claims only, and
+  // no other claim of the queue runs meanwhile (counting in the claim's own snapshot alone would
+  // let two concurrent claims both take the last slot or token). The last row is a summary
+  // (`msg_id` null): `more`, admissible messages were left behind (parked ones are not news: the
+  // end of a run wakes the readers); `wait_ms`, when the next token of a key that had to leave
+  // messages behind comes.
+  const messageReadLimited = (
+    physical: string,
+    limit: number,
+    visibilityMs: number,
+    claimedBy: string | null,
+    now: Date | null,
+    // the worker's successes, archived first in this statement; they no longer hold a slot
+    r: ReceiptParams = { ids: [], readCounts: [] }
+  ) => {
+    const q = messages(physical)
+    const done = sql`${typedArray(r.ids, PgTypes.OID.int8)}::int8[]`
+    const buckets = sql(`${schema}.rate_buckets`)
+    const overrides = sql(`${schema}.rate_overrides`)
+    // the bucket's clock: this statement's start, after the lock was taken (the transaction's
+    // `now()` is from before a wait for it); a bucket never goes back in time
+    const at = sql`coalesce(${now}::timestamptz, statement_timestamp())`
+    return sql<
+      MessageRow & { readonly more: boolean | null; readonly wait_ms: number | null; readonly archived: bigint | null }
+    >`WITH d AS (
+        DELETE FROM ${q} q USING ${receipts(r)}
+        WHERE ${receiptMatch(r)}
+        RETURNING q.*),
+      a AS (
+        INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
+        SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
+        RETURNING msg_id),
+      running AS (
+        SELECT message ->> 'pgbus_limit_key' AS k, count(*) AS n
+        FROM ${q}
+        WHERE vt > ${NOW(sql, now)} AND claimed_by IS NOT NULL AND message ? 'pgbus_limit_key'
+          AND msg_id <> ALL(ARRAY(SELECT msg_id FROM d))
+        GROUP BY 1),
+      cand AS (
+        SELECT t.msg_id, t.message ->> 'job' AS job, t.message ->> 'pgbus_limit_key' AS k,
+          ${sql.literal(LIMIT_TO_EXPR)} AS lim, t.message ->> 'pgbus_rate_key' AS rk,
+          CASE WHEN jsonb_typeof(t.message -> 'pgbus_rate_limit') = 'number'
+               THEN greatest((t.message ->> 'pgbus_rate_limit')::float8, 1) ELSE 1 END AS rlim,
+          CASE WHEN jsonb_typeof(t.message -> 'pgbus_rate_period_ms') = 'number'
+               THEN greatest((t.message ->> 'pgbus_rate_period_ms')::float8, 1) ELSE 1000 END AS rper
+        FROM ${q} t
+        WHERE t.vt <= ${NOW(sql, now)} AND t.msg_id <> ALL(${done})
+          AND NOT EXISTS (
+            SELECT 1 FROM running
+            WHERE running.k = t.message ->> 'pgbus_limit_key' AND running.n >= ${sql.literal(LIMIT_TO_EXPR)})
+        ORDER BY t.msg_id
+        LIMIT ${limit * 2 + 64}),
+      conc AS (
+        SELECT r.* FROM (
+          SELECT cand.*, row_number() OVER (PARTITION BY cand.k ORDER BY cand.msg_id) AS rn FROM cand) r
+        LEFT JOIN running ON running.k = r.k
+        WHERE r.k IS NULL OR coalesce(running.n, 0) + r.rn <= r.lim),
+      rates AS (
+        SELECT DISTINCT ON (conc.rk) conc.rk, coalesce(o.rate_limit, conc.rlim) AS rl,
+          coalesce(o.period_ms, conc.rper) AS rp
+        FROM conc LEFT JOIN ${overrides} o ON o.job = conc.job
+        WHERE conc.rk IS NOT NULL
+        ORDER BY conc.rk, conc.msg_id),
+      avail AS (
+        SELECT rates.rk, rates.rl, rates.rp,
+          least(rates.rl, coalesce(b.tokens + greatest(extract(epoch FROM ${at} - b.refilled_at) * 1000, 0)
+            * rates.rl / rates.rp, rates.rl)) AS tokens,
+          greatest(b.refilled_at, ${at}) AS refilled_at
+        FROM rates LEFT JOIN ${buckets} b ON b.queue = ${physical} AND b.key = rates.rk),
+      ok AS (
+        SELECT r.msg_id, r.rk FROM (
+          SELECT conc.msg_id, conc.rk, row_number() OVER (PARTITION BY conc.rk ORDER BY conc.msg_id) AS rr FROM conc) r
+        LEFT JOIN avail a ON a.rk = r.rk
+        WHERE r.rk IS NULL OR r.rr <= floor(a.tokens)
+        ORDER BY r.msg_id
+        LIMIT ${limit + 1}),
+      c AS (
+        SELECT msg_id FROM ${q}
+        WHERE msg_id = ANY(ARRAY(SELECT msg_id FROM ok)) AND vt <= ${NOW(sql, now)}
+        ORDER BY msg_id
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED),
+      u AS (
+        UPDATE ${q} q
+        SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
+            read_ct = q.read_ct + 1,
+            claimed_by = ${claimedBy}
+        WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM c))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
+          q.message ->> 'pgbus_rate_key' AS rk),
+      spent AS (
+        SELECT a.rk, a.rl, a.rp, a.refilled_at, a.tokens - (SELECT count(*) FROM u WHERE u.rk = a.rk) AS left_tokens,
+          (SELECT count(*) FROM conc WHERE conc.rk = a.rk) > (SELECT count(*) FROM u WHERE u.rk = a.rk) AS behind
+        FROM avail a),
+      b AS (
+        INSERT INTO ${buckets} AS bk (queue, key, tokens, refilled_at)
+        SELECT ${physical}, spent.rk, spent.left_tokens, spent.refilled_at FROM spent
+        ON CONFLICT (queue, key) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
+        RETURNING 1)
+      SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::bool AS more,
+        NULL::float8 AS wait_ms, NULL::int8 AS archived FROM u
+      UNION ALL
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM ok) > ${limit},
+        (SELECT min((1 - spent.left_tokens) * spent.rp / spent.rl) FROM spent
+         WHERE spent.behind AND spent.left_tokens < 1), (SELECT count(*) FROM a)`
+  }
+
+  /** A job's rate changed at run time (see `messageReadLimited`). */
+  const rateOverrideSet = (
+    job: string,
+    limit: number,
+    periodMs: number,
+    actor: string,
+    reason: string | null,
+    now: Date | null
+  ) =>
+    sql<RateOverrideRow>`INSERT INTO ${sql(`${schema}.rate_overrides`)} AS o (job, rate_limit, period_ms, actor, reason, updated_at)
+      VALUES (${job}, ${limit}, ${PgTypes.float8(periodMs)}, ${actor}, ${reason}, ${NOW(sql, now)})
+      ON CONFLICT (job) DO UPDATE SET rate_limit = excluded.rate_limit, period_ms = excluded.period_ms,
+        actor = excluded.actor, reason = excluded.reason, updated_at = excluded.updated_at
+      RETURNING job, rate_limit, period_ms, actor, reason, updated_at`
+
+  /** Back to the definition's rate. */
+  const rateOverrideClear = (job: string) =>
+    sql<RateOverrideRow>`DELETE FROM ${sql(`${schema}.rate_overrides`)} WHERE job = ${job}
+      RETURNING job, rate_limit, period_ms, actor, reason, updated_at`
+
+  const rateOverrideList = () =>
+    sql<RateOverrideRow>`SELECT job, rate_limit, period_ms, actor, reason, updated_at
+      FROM ${sql(`${schema}.rate_overrides`)} ORDER BY job`
+
+  /**
+   * The unfinished messages of concurrency keys in a queue (running, waiting, retrying or
+   * scheduled) and the oldest's id: the enqueue-time check of `onConflict: discard | raise`,
+   * run under `queueLockLimits`. A scan of the queue.
+   */
+  const messageLimitCounts = (physical: string, keys: ReadonlyArray<string>) =>
+    sql<{
+      readonly key: string
+      readonly n: bigint
+      readonly first: bigint
+    }>`SELECT message ->> 'pgbus_limit_key' AS key,
+        count(*) AS n, min(msg_id) AS first
+      FROM ${messages(physical)}
+      WHERE message ->> 'pgbus_limit_key' = ANY(${typedArray(keys, PgTypes.OID.text)}::text[])
+      GROUP BY 1`
+
+  /** Serialises the limited claims of one queue across processes (xact-scoped; see messageReadLimited). */
+  const queueLockLimits = (physical: string) =>
+    sql`SELECT pg_advisory_xact_lock(hashtext(${`${schema}.limits:${physical}`}))`
+
+  /** Wakes a queue's readers (the end of a limited run frees a slot for a parked job). */
+  const queueWake = (physical: string) =>
+    notifyChannel === "" ? sql`SELECT 1` : sql`SELECT pg_notify(${notifyChannel}, ${physical})`
 
   // Archives a worker's finished messages and claims the next ones in one statement (one round
   // trip where a flush and a read took two). The claim skips every row the receipts name: a
@@ -709,7 +914,17 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     messageSendBatch,
     messageSendBatchUniform,
     messageSendCtes,
+    messageSendWithIdsCtes,
+    messageNextId,
+    messageIdsPresent,
     messageRead,
+    messageReadLimited,
+    queueLockLimits,
+    queueWake,
+    messageLimitCounts,
+    rateOverrideSet,
+    rateOverrideClear,
+    rateOverrideList,
     messageArchiveAndRead,
     messageReadFair,
     messageArchiveReceipts,

@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { Clock, Context, Duration, Effect, Layer, Option, Schema } from "effect"
-import { SqlClient } from "effect/sql"
+import { SqlClient, type Statement } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig } from "../Config.ts"
 import { serverError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
@@ -26,6 +26,7 @@ import {
   type Receipt
 } from "./Message.ts"
 import { Notifier, pollDelay } from "./Notifier.ts"
+import { makeQueueControls, type RateOverride } from "./QueueControls.ts"
 import { InvalidMessage, PayloadTooLarge, type QueueError, QueueNotFound } from "./QueueError.ts"
 import { makeQueueFeed, type QueueFeed } from "./QueueFeed.ts"
 import * as QueueName from "./QueueName.ts"
@@ -38,6 +39,8 @@ import {
   makeQueueSql,
   type ReceiptParams
 } from "./QueueSql.ts"
+
+export type { RateOverride } from "./QueueControls.ts"
 
 /** When a sent message becomes visible: after `delay`, or at `at`. */
 export interface SendOptions {
@@ -65,6 +68,17 @@ export interface ReadOptions {
    * even reads of one message alternate between keys (see `FairShare.ts`).
    */
   readonly fair?: boolean | FairCursor | undefined
+  /**
+   * Honour the concurrency limits that messages carry (`pgbus_limit_key`, `pgbus_limit_to`):
+   * a key's messages are claimed only while fewer than its limit run. Takes precedence over
+   * `fair` (the limited claim is oldest first).
+   */
+  readonly limited?: boolean | undefined
+  /**
+   * With `limited`: told, after a claim that left messages behind for want of rate tokens, how
+   * long until the next token (the caller claims again then: no NOTIFY announces a token).
+   */
+  readonly onRateWait?: ((ms: number) => void) | undefined
 }
 
 /** How a queue is created. */
@@ -245,6 +259,32 @@ export class QueueStore extends Context.Service<
       { readonly archived: number; readonly messages: ReadonlyArray<Message>; readonly more: boolean },
       QueueError
     >
+    /**
+     * Sets a job's rate at run time (every limited claim from then on), or clears it (`undefined`:
+     * back to the definition's); who and why are kept on the row. Returns the row set or cleared.
+     */
+    readonly setRate: (
+      job: string,
+      rate: { readonly limit: number; readonly periodMs: number } | undefined,
+      change: { readonly actor: string; readonly reason?: string | undefined }
+    ) => Effect.Effect<RateOverride | undefined, QueueError>
+    /** The rates set at run time. */
+    readonly rateOverrides: Effect.Effect<ReadonlyArray<RateOverride>, QueueError>
+    /**
+     * Runs `effect` in a transaction (a savepoint inside the caller's) holding the queue's limits
+     * lock, the one limited claims take.
+     */
+    readonly withLimitLock: <A, E, R>(
+      queue: string,
+      effect: Effect.Effect<A, E, R>
+    ) => Effect.Effect<A, E | QueueError, R>
+    /** The unfinished messages of each concurrency key in a queue, and the oldest's id. */
+    readonly limitCounts: (
+      queue: string,
+      keys: ReadonlyArray<string>
+    ) => Effect.Effect<ReadonlyMap<string, { readonly n: number; readonly first: bigint }>, QueueError>
+    /** Wakes the readers of a queue, as a send does (a freed concurrency slot). */
+    readonly wake: (queue: string) => Effect.Effect<void, QueueError>
     /** Like `read`, but waits up to `maxWait` for a message (woken by NOTIFY, else polling). */
     readonly readWithPoll: (queue: string, options: PollOptions) => Effect.Effect<ReadonlyArray<Message>, QueueError>
     /** Moves messages to the archive; returns how many moved. */
@@ -326,6 +366,21 @@ export class QueueStore extends Context.Service<
      * decode it with `claimedMessage`.
      */
     readonly messageCtes: MessageCtes
+    /**
+     * CTEs that send messages with ids drawn beforehand by `nextMsgId` (so that another table's
+     * row in the same statement can name its message): `rows` yields `msg_id`, `vt`, `message`
+     * (jsonb) and `headers` (jsonb); the CTE `name` returns the ids sent. The queue must exist.
+     */
+    readonly messageCtesWithIds: (
+      physical: string,
+      name: string,
+      rows: Statement.Fragment,
+      now: Date | null
+    ) => { readonly ctes: Statement.Fragment; readonly notifyRef: Statement.Fragment }
+    /** An expression drawing the next message id of a queue (by its physical name). */
+    readonly nextMsgId: (physical: string) => Statement.Fragment
+    /** Which of `ids` are still in the queue (not archived, deleted or dead-lettered). */
+    readonly present: (queue: string, ids: ReadonlyArray<bigint>) => Effect.Effect<ReadonlySet<bigint>, QueueError>
     /** The message a `messageCtes` claim inserted, from its `claimed` columns (undefined: none was sent). */
     readonly claimedMessage: (queue: string, row: ClaimedMessageRow) => Message | undefined
     /** Validates a queue name (no SQL). */
@@ -625,6 +680,18 @@ export class QueueStore extends Context.Service<
       const read = (queue: string, options?: ReadOptions) =>
         Effect.gen(function* () {
           const { name, limit, vtMs, now } = yield* readParams(queue, options)
+          if (options?.limited === true) {
+            const claimed = yield* readLimited(
+              queue,
+              name.physical,
+              limit,
+              vtMs,
+              options.claimedBy ?? null,
+              now,
+              options.onRateWait
+            )
+            return claimed.messages
+          }
           const fair = options?.fair
           if (fair !== undefined && fair !== false) {
             return yield* readFair(queue, name.physical, limit, vtMs, options?.claimedBy ?? null, fair, now)
@@ -638,6 +705,21 @@ export class QueueStore extends Context.Service<
       const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) =>
         Effect.gen(function* () {
           const fair = options?.fair
+          if (options?.limited === true) {
+            // the limited claim archives the successes in its own statement (their slots free)
+            const p = yield* readParams(queue, options)
+            const claimed = yield* readLimited(
+              queue,
+              p.name.physical,
+              p.limit,
+              p.vtMs,
+              options.claimedBy ?? null,
+              p.now,
+              options.onRateWait,
+              splitTargets(receipts).receipts
+            )
+            return { ...claimed, more: claimed.messages.length >= p.limit }
+          }
           if (fair !== undefined && fair !== false) {
             const archived = receipts.length === 0 ? 0 : yield* archive(queue, receipts)
             const messages = yield* read(queue, options)
@@ -692,6 +774,15 @@ export class QueueStore extends Context.Service<
           cursor.advance(ordered.map(claimOf), rows.length < limit)
           return ordered.map((row) => toMessage(queue, row)) as ReadonlyArray<Message>
         })
+
+      // flow controls: the limited claim, run-time rates, wake-ups, presence (QueueControls.ts)
+      const { readLimited, setRate, rateOverrides, wake, present, withLimitLock, limitCounts } = makeQueueControls({
+        sql,
+        statements,
+        validateName,
+        fail,
+        toMessage
+      })
 
       const readWithPoll = (queue: string, options: PollOptions) =>
         Effect.gen(function* () {
@@ -986,6 +1077,11 @@ export class QueueStore extends Context.Service<
         sendBatch,
         read,
         archiveAndRead,
+        wake,
+        withLimitLock,
+        limitCounts,
+        setRate,
+        rateOverrides,
         readWithPoll,
         archive,
         delete: remove,
@@ -1006,6 +1102,9 @@ export class QueueStore extends Context.Service<
         metrics,
         cleanupArchive,
         messageCtes: statements.messageSendCtes,
+        messageCtesWithIds: statements.messageSendWithIdsCtes,
+        nextMsgId: statements.messageNextId,
+        present,
         claimedMessage,
         validateName: (queue) => validateName(queue),
         feed: makeQueueFeed({

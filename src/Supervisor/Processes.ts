@@ -9,6 +9,7 @@ import { Context, Duration, Effect, Layer, Metric } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
 import { type DatabaseError, statementNow, toDatabaseError } from "../Database.ts"
+import { makeUniqueKeys } from "../Job/Uniqueness.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { type BeatFigures, makeProcessSql, type ProcessRow } from "./ProcessSql.ts"
@@ -33,6 +34,8 @@ export interface ProcessInfo {
 export interface ReapReport {
   readonly deadProcesses: ReadonlyArray<string>
   readonly released: ReadonlyArray<{ readonly queue: string; readonly released: number }>
+  /** `whileExecuting` uniqueness keys held by runs of the dead processes, released. */
+  readonly uniqueKeysReleased?: number | undefined
 }
 
 /** Messages made visible again because the process holding them died. */
@@ -64,6 +67,7 @@ export class Processes extends Context.Service<
       const sql = yield* SqlClient.SqlClient
       const store = yield* QueueStore
       const statements = makeProcessSql(sql, config.schema)
+      const uniqueKeys = makeUniqueKeys(sql, config.schema, store)
       const thresholdMs = Duration.toMillis(config.staleProcessThreshold)
 
       const register = (info: ProcessInfo) =>
@@ -101,13 +105,14 @@ export class Processes extends Context.Service<
         if (stale.length === 0) return { deadProcesses: [], released: [] } satisfies ReapReport
         const ids = stale.map((p) => p.id)
         const released = yield* store.releaseClaimsOf(ids)
+        const uniqueKeysReleased = yield* uniqueKeys.releaseHeldBy(ids)
         yield* statements.processDelete(ids).pipe(Effect.mapError(toDatabaseError("delete stale processes")))
         const total = released.reduce((n, r) => n + r.released, 0)
         if (total > 0) yield* Metric.update(recoveredMessages, total)
         yield* Effect.logWarning(
           `pgbus: ${ids.length} process(es) stopped beating (${stale.map((p) => `${p.host}:${p.pid}`).join(", ")}); released ${total} claimed message(s)`
         )
-        return { deadProcesses: ids, released } satisfies ReapReport
+        return { deadProcesses: ids, released, uniqueKeysReleased } satisfies ReapReport
       })
 
       return Processes.of({

@@ -16,9 +16,11 @@ import { retryTransient } from "../Database.ts"
 import { consumerCapsules } from "../EventBus/Consumer.ts"
 import { Outbox } from "../EventBus/Outbox.ts"
 import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
+import { makeDebouncer } from "../Job/Debounce.ts"
 import { JobClient, servedQueues } from "../Job/JobClient.ts"
 import * as JobStats from "../Job/JobStats.ts"
 import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
+import { makeUniqueKeys } from "../Job/Uniqueness.ts"
 import { checkSchemaVersion, requireMigrated } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
@@ -47,6 +49,9 @@ export interface SupervisorOptions {
 
 /** Archive retention runs at most this often. */
 const ARCHIVE_CLEANUP_EVERY = Duration.hours(1)
+
+/** The uniqueness reaper (keys whose message is gone) runs this often. */
+const UNIQUE_KEY_REAP_EVERY = Duration.minutes(1)
 
 /** Longest the dispatcher's first round waits at boot for the workers' first claims. */
 const FIRST_CLAIMS_WAIT = Duration.seconds(1)
@@ -78,6 +83,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const outbox = yield* Outbox
     const queueStates = yield* QueueStates
     const jobStatsSql = makeJobStatsSql(yield* SqlClient.SqlClient, config.schema)
+    const uniqueKeys = makeUniqueKeys(yield* SqlClient.SqlClient, config.schema, store)
+    const debouncer = makeDebouncer(yield* SqlClient.SqlClient, config.schema, store)
     const readiness = yield* Ref.make<Readiness>("BOOTING")
     const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher"]
     const allCapsules = options.capsules
@@ -252,6 +259,19 @@ export const runWith = (options: SupervisorOptions = {}) =>
       yield* Effect.forkScoped(
         afterFirstClaims(
           repeatMaintenance(
+            "uniqueness key reaper",
+            Effect.flatMap(uniqueKeys.reap, (r) =>
+              r.released === 0
+                ? Effect.void
+                : Effect.logInfo(`pgbus: released ${r.released} uniqueness key(s) whose job is gone`)
+            ),
+            UNIQUE_KEY_REAP_EVERY
+          )
+        )
+      )
+      yield* Effect.forkScoped(
+        afterFirstClaims(
+          repeatMaintenance(
             "processed-events retention",
             Effect.flatMap(processedEvents.purge, (n) =>
               n === 0
@@ -321,7 +341,9 @@ export const runWith = (options: SupervisorOptions = {}) =>
                   recordBatchOutcomes: batches.recordOutcomes,
                   onFirstClaim: firstClaimOf(i),
                   paused,
-                  recordStats: jobStats.record
+                  recordStats: jobStats.record,
+                  uniqueKeys,
+                  debouncer
                 },
                 stats[i]!
               )

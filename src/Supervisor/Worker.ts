@@ -13,12 +13,14 @@ import type { PgBusConfigShape } from "../Config.ts"
 import { isPassingFailure, retryTransient } from "../Database.ts"
 import * as OutageBackoff from "../internal/OutageBackoff.ts"
 import type { MemberOutcome } from "../Job/BatchMembership.ts"
-import { archivableByClaim, makeCompleter, type Outcome } from "../Job/Completer.ts"
+import { archivableByClaim, makeCompleter, type Outcome, runDebounced, runExclusive } from "../Job/Completer.ts"
+import { type Debouncer, debounceKeyOfMessage } from "../Job/Debounce.ts"
 import { execute, jobOf } from "../Job/Executor.ts"
-import { servedQueues } from "../Job/JobClient.ts"
+import { logicalQueueOf, servedQueues } from "../Job/JobClient.ts"
 import { recordJobUnsafe } from "../Job/JobMetrics.ts"
 import type { JobStatsRecorder } from "../Job/JobStats.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
+import { keyOfMessage, type UniqueKeys } from "../Job/Uniqueness.ts"
 import { FairCursor } from "../Queue/FairShare.ts"
 import { type Message, type Receipt, receiptOf } from "../Queue/Message.ts"
 import type { Notifier } from "../Queue/Notifier.ts"
@@ -61,6 +63,10 @@ export interface WorkerDeps {
   readonly paused?: PausedQueues | undefined
   /** Counts every delivery that ended into the process's job statistics (synchronous, never fails). */
   readonly recordStats?: JobStatsRecorder["record"] | undefined
+  /** Unique jobs' keys: taken by `whileExecuting` runs, released when their jobs end. */
+  readonly uniqueKeys?: UniqueKeys | undefined
+  /** Debounced jobs' windows: a first delivery runs only if it is still its key's last. */
+  readonly debouncer?: Debouncer | undefined
 }
 
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
@@ -141,12 +147,33 @@ export const makeStats = (capsule: Capsule): WorkerStats => ({
  */
 export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats) =>
   Effect.gen(function* () {
-    const { config, store, notifier, registry, processId, recordBatchOutcomes, paused, recordStats } = deps
+    const {
+      config,
+      store,
+      notifier,
+      registry,
+      processId,
+      recordBatchOutcomes,
+      paused,
+      recordStats,
+      uniqueKeys,
+      debouncer
+    } = deps
     let onFirstClaim = deps.onFirstClaim
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
+    // a queue of a job with a concurrency limit is claimed by the limited claim (oldest first)
+    const limited = new Set<string>()
+    for (const { job } of registry.jobs.values()) {
+      if (job.limit !== undefined || job.rate !== undefined) limited.add(logicalQueueOf(config, job))
+    }
     const reads = capsule.queues.flatMap((q) => {
-      const fair = readsFairly(config, registry, q)
-      return servedQueues(config, q).map((queue) => ({ queue, cursor: fair ? new FairCursor() : undefined }))
+      const isLimited = limited.has(q)
+      const fair = !isLimited && readsFairly(config, registry, q)
+      return servedQueues(config, q).map((queue) => ({
+        queue,
+        cursor: fair ? new FairCursor() : undefined,
+        limited: isLimited
+      }))
     })
     const queues = reads.map((r) => r.queue)
     const physical = queues.map((q) => QueueName.physicalOf(config.queuePrefix, q))
@@ -159,6 +186,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     const metricsContext = yield* Effect.context<never>()
 
     const wakeups = yield* notifier.subscribe(physical)
+    const workerScope = yield* Effect.scope
     const work = yield* Queue.unbounded<Message>()
     /** Every message this worker holds a claim on: buffered, running, or succeeded but not yet archived. */
     const inFlight = new Set<Message>()
@@ -193,7 +221,18 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
 
     const forget = (m: Message) => inFlight.delete(m)
     // what becomes of each delivery (retries, dead letters, batch members' ends) is the completer's
-    const completer = makeCompleter({ store, registry, recordBatchOutcomes })
+    const completer = makeCompleter({ store, registry, recordBatchOutcomes, uniqueKeys })
+    // a debounced job's first delivery runs only if it is its key's last; a whileExecuting job's
+    // run holds its key (plain messages pay two field lookups)
+    const executeOne = (m: Message) => {
+      const run = execute(registry, defaultPolicy, m)
+      const unique = uniqueKeys !== undefined && keyOfMessage(m) !== undefined
+      const debounced = debouncer !== undefined && debounceKeyOfMessage(m) !== undefined
+      if (!unique && !debounced) return run
+      const policy = jobOf(registry, m).registered?.policy ?? defaultPolicy
+      const guarded = unique ? runExclusive(uniqueKeys!, registry, m, processId, policy, run) : run
+      return debounced ? runDebounced(debouncer!, registry, m, policy, guarded) : guarded
+    }
 
     // Archives completed messages in one statement per queue. What fails to archive stays in
     // flight (heartbeated) and goes back on the list for the next flush. Returns false then.
@@ -269,7 +308,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         stats.running++
         running.add(m)
         const startedAt = clock.currentTimeMillisUnsafe()
-        return execute(registry, defaultPolicy, m).pipe(
+        return executeOne(m).pipe(
           Effect.onInterrupt(() => applyOutcome(m, { _tag: "Abandoned" })),
           Effect.flatMap((outcome) => {
             recordOutcome(m, outcome, startedAt)
@@ -356,12 +395,19 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     }
 
     // Archives the given successes with the read (one statement); on failure they go back on the list.
-    const archiveAndRead = (queue: string, done: ReadonlyArray<Message>, limit: number, mark: string) =>
+    const archiveAndRead = (
+      queue: string,
+      done: ReadonlyArray<Message>,
+      limit: number,
+      mark: string,
+      limited: boolean
+    ) =>
       store
         .archiveAndRead(queue, done.map(receiptOf), {
           limit,
           visibilityTimeout: config.visibilityTimeout,
-          claimedBy: mark
+          claimedBy: mark,
+          ...(limited ? { limited, onRateWait } : {})
         })
         .pipe(
           Effect.tapError(() =>
@@ -396,20 +442,55 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       )
 
     /** Claims up to `limit` of a queue (archiving successes on the way when allowed); `more`: it left some. */
-    const readOne = (queue: string, cursor: FairCursor | undefined, limit: number, withArchive: boolean) => {
-      const done = withArchive && cursor === undefined && completed.length > 0 ? takeCompleted(queue) : []
+    // A rate-limited claim that left jobs behind says when the next token comes: no NOTIFY will
+    // announce it, so the worker wakes itself then (one pending wake-up, the earliest).
+    let rateWait: number | undefined
+    let rateWakeAt = Number.POSITIVE_INFINITY
+    const onRateWait = (ms: number) => {
+      rateWait = rateWait === undefined ? ms : Math.min(rateWait, ms)
+    }
+    const scheduleRateWake = Effect.suspend(() => {
+      const ms = rateWait
+      rateWait = undefined
+      if (ms === undefined) return Effect.void
+      const at = clock.currentTimeMillisUnsafe() + ms
+      if (at >= rateWakeAt) return Effect.void
+      rateWakeAt = at
+      return Effect.forkIn(
+        Effect.sleep(Duration.millis(ms)).pipe(
+          Effect.andThen(
+            Effect.sync(() => {
+              if (rateWakeAt === at) rateWakeAt = Number.POSITIVE_INFINITY
+              wakeups.wake()
+            })
+          )
+        ),
+        workerScope
+      ).pipe(Effect.asVoid)
+    })
+
+    const readOne = (
+      queue: string,
+      cursor: FairCursor | undefined,
+      limited: boolean,
+      limit: number,
+      withArchive: boolean
+    ) => {
+      // a limited claim archives first too (then claims in its own transaction: the archived
+      // jobs' slots are free for it, so no wake-up is needed for the jobs it archives)
+      const plain = cursor === undefined
+      const done = withArchive && plain && completed.length > 0 ? takeCompleted(queue) : []
       const mark = `${processId}#${++claims}`
-      const claimed =
-        cursor === undefined
-          ? archiveAndRead(queue, done, limit, mark)
-          : store
-              .read(queue, {
-                limit,
-                visibilityTimeout: config.visibilityTimeout,
-                claimedBy: mark,
-                fair: cursor
-              })
-              .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
+      const claimed = plain
+        ? archiveAndRead(queue, done, limit, mark, limited)
+        : store
+            .read(queue, {
+              limit,
+              visibilityTimeout: config.visibilityTimeout,
+              claimedBy: mark,
+              fair: cursor
+            })
+            .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
       return Effect.tapError(claimed, (error) =>
         isPassingFailure(error) ? releaseLostClaim(queue, mark) : Effect.void
       )
@@ -427,7 +508,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         let claimed = 0
         let more = false
         const read = new Set<string>()
-        for (const { queue, cursor } of reads) {
+        for (const { queue, cursor, limited } of reads) {
           // full before the last queues: those may have more
           if (want <= 0) {
             more = true
@@ -435,7 +516,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           }
           if (isPaused(queue)) continue
           if (cursor === undefined) read.add(queue)
-          const got = yield* readOne(queue, cursor, want, withArchive)
+          const got = yield* readOne(queue, cursor, limited, want, withArchive)
           for (const m of got.messages) inFlight.add(m)
           stats.buffered += got.messages.length
           yield* Queue.offerAll(work, got.messages)
@@ -443,6 +524,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           claimed += got.messages.length
           if (got.more) more = true
         }
+        yield* scheduleRateWake
         // every queue read was drained: only a notification (or the poll) is news
         queuesMayHaveMore = more
         lastRead = read

@@ -81,7 +81,17 @@ const LIBRARIES: ReadonlyArray<Library> = ["ours", "graphile", "pgboss"]
 const W1_RAS = [...new Set([0, ...TUNED_RA, REPORTED_RA])]
 const ALL_CASES: ReadonlyArray<Case> = [
   ...LIBRARIES.map((library): Case => ({ key: `enq ${library}`, library, workload: "enq", variant: "default" })),
+  { key: "enq ours unique", library: "ours", workload: "enq", variant: "unique" },
   ...W1_RAS.map((ra): Case => ({ key: `w1 ours ra${ra}`, library: "ours", workload: "w1", variant: `ra${ra}` })),
+  // flow controls at the reported read-ahead: beside the plain W1 of the same run
+  ...["limited", "rated", "fair1000"].map(
+    (control): Case => ({
+      key: `w1 ours ra${REPORTED_RA} ${control}`,
+      library: "ours",
+      workload: "w1",
+      variant: `ra${REPORTED_RA}-${control}`
+    })
+  ),
   { key: "w1 graphile batched", library: "graphile", workload: "w1", variant: "batched" },
   { key: "w1 pgboss b100", library: "pgboss", workload: "w1", variant: "b100" },
   { key: `w2 ours ra${W2_RA}`, library: "ours", workload: "w2", variant: `ra${W2_RA}` },
@@ -198,6 +208,17 @@ const libraryLabel = (library: Library): string =>
 
 const variantLabel = (c: Case): string => {
   if (c.library !== "ours") return c.variant
+  const control = /^ra\d+-(limited|rated|fair1000)$/.exec(c.variant)?.[1]
+  if (control !== undefined) {
+    const ra = Number(c.variant.slice(2, c.variant.indexOf("-")))
+    return `read-ahead ${ra}, ${
+      control === "limited"
+        ? "**concurrency limit** `limit: { to: 1000 }` (above the capsule's)"
+        : control === "rated"
+          ? "**rate limit** 10,000,000/s (above W1's)"
+          : "**fair share** over 1,000 keys"
+    }`
+  }
   const nolocal = c.variant.endsWith("-nolocal")
   const ra = Number(c.variant.slice(2, nolocal ? -"-nolocal".length : undefined))
   if (c.workload === "w2")
@@ -300,7 +321,7 @@ const main = async () => {
   p("|---|---|---|---|---|---|")
   for (const { c, rs } of rowsOf("enq")) {
     p(
-      `| ${libraryLabel(c.library)} | ${runsCell(rs, RUNS)} | ${cell(rs, "sequentialPerSec")} | ${cell(rs, "sequentialMeanMs")} | ` +
+      `| ${libraryLabel(c.library)}${c.variant === "unique" ? ", **uniqueness key**" : ""} | ${runsCell(rs, RUNS)} | ${cell(rs, "sequentialPerSec")} | ${cell(rs, "sequentialMeanMs")} | ` +
         `${cell(rs, "concurrent10PerSec")} | ${cell(rs, "seqPgCpuS")} / ${cell(rs, "concPgCpuS")} |`
     )
   }

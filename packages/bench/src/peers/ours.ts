@@ -34,12 +34,15 @@ import {
 const args = parseArgs()
 guard()
 const DB = databaseName("ours")
-const variantMatch = /^ra(\d+)(-nolocal)?$/.exec(args.variant)
+const variantMatch = /^ra(\d+)(-nolocal|-limited|-rated|-fair1000)?$/.exec(args.variant)
 const readAhead = variantMatch ? Number(variantMatch[1]) : 0
 // `-nolocal`: local dispatch off, so every W2 job goes through NOTIFY, read and claim, as a job
-// enqueued by a process without a worker of its queue does
-const localDispatch = variantMatch?.[2] === undefined
-const variant = `ra${readAhead}${localDispatch ? "" : "-nolocal"}`
+// enqueued by a process without a worker of its queue does. Flow controls (W1): `-limited` a
+// concurrency limit above the capsule's concurrency, `-rated` a rate above W1's, `-fair1000`
+// fair share over 1,000 keys. `unique` (enq): each insert with a uniqueness key.
+const localDispatch = variantMatch?.[2] !== "-nolocal"
+const control = variantMatch?.[2] === "-nolocal" ? undefined : variantMatch?.[2]
+const variant = args.workload === "enq" ? args.variant : `ra${readAhead}${variantMatch?.[2] ?? ""}`
 
 let handled = 0
 const rec = makeLatencyRecorder()
@@ -50,6 +53,23 @@ const W1 = Job.make("W1", { payload: Schema.Struct({ i: Schema.Number }), queue:
     handled++
   })
 )
+const I = Schema.Struct({ i: Schema.Number })
+const SingleUnique = Job.make(
+  "SingleUnique",
+  { payload: I, queue: "single", unique: { key: ({ i }) => `k${i}` } },
+  () => Effect.void
+)
+const count = () =>
+  Effect.sync(() => {
+    handled++
+  })
+/** W1 as run: the plain job, or one with a flow control. */
+const W1Run =
+  control === "-limited"
+    ? Job.make("W1", { payload: I, queue: "bench", limit: { to: 1000 } }, count)
+    : control === "-rated"
+      ? Job.make("W1", { payload: I, queue: "bench", rate: { limit: 10_000_000, period: "1 second" } }, count)
+      : W1
 const W2 = Job.make(
   "W2",
   { payload: Schema.Struct({ t: Schema.Number, i: Schema.Number, w: Schema.Boolean }), queue: "bench" },
@@ -106,7 +126,15 @@ const runtime = ManagedRuntime.make(
   Layer.mergeAll(
     quiet,
     tracing,
-    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX, localDispatch })).pipe(Layer.provide([quiet, tracing]))
+    PgBus.layerFrom(
+      benchConfig(DB, {
+        poolSize: POOL_MAX,
+        localDispatch,
+        ...(control === "-fair1000"
+          ? { fairShare: (job) => String(((job.payload as { i?: number }).i ?? 0) % 1000) }
+          : {})
+      })
+    ).pipe(Layer.provide([quiet, tracing]))
   )
 )
 const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
@@ -118,7 +146,7 @@ const startWorkers = (): (() => Promise<void>) => {
     Supervisor.runWith({
       capsules: [{ name: "bench", queues: ["bench"], concurrency: CONCURRENCY, readAhead }]
     }).pipe(
-      Effect.provide(Registry.layer([W1, W2])),
+      Effect.provide(Registry.layer([W1Run, W2])),
       Effect.provideService(References.MinimumLogLevel, "Warn"),
       withTracer
     )
@@ -135,17 +163,18 @@ try {
   await runP(PgBus.migrate)
   if (args.workload === "enq") {
     await ensureQueue("single")
-    const r = await enqueueSingle((i) => runP(Single.enqueue({ i })))
+    const unique = args.variant === "unique"
+    const r = await enqueueSingle((i) => runP(unique ? SingleUnique.enqueue({ i }) : Single.enqueue({ i })))
     emit({
       ...base,
-      variant: "single-insert",
+      variant: unique ? "single-insert-unique" : "single-insert",
       config: { api: "Job.enqueue(payload) via ManagedRuntime.runPromise", poolMax: POOL_MAX },
       result: r
     })
   } else if (args.workload === "w1") {
     await ensureQueue("bench")
     const payloads = Array.from({ length: W1_JOBS }, (_, i) => ({ i }))
-    const enq = await measure(() => runP(W1.enqueueMany(payloads)))
+    const enq = await measure(() => runP(W1Run.enqueueMany(payloads)))
     let stop: () => Promise<void> = async () => {}
     const proc = await timeProcessing({
       total: W1_JOBS,
