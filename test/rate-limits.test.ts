@@ -124,9 +124,10 @@ layer(testLayer, { excludeTestServices: true })("rate limits", (it) => {
       yield* eventually(
         "the rest ran",
         Effect.sync(() => starts.length === 100),
-        "5 seconds"
+        "10 seconds"
       )
-      assert.isBelow(Math.max(...starts) - changedAt, 1_500)
+      // at the old rate the other 95 would take about 47 s: a few seconds leave room for a loaded machine
+      assert.isBelow(Math.max(...starts) - changedAt, 4_000)
       // back to the definition's: the row is gone
       yield* ops.setJobRate("RateChanged", undefined, { actor: "test:ops" })
       const store = yield* QueueStore
