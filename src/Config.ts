@@ -258,6 +258,11 @@ export const keys = {
     doc: "Interval between dispatcher maintenance ticks.",
     section: "workers"
   }),
+  leaderCheckInterval: key(Kinds.duration(PositiveDuration), {
+    default: "1 second",
+    doc: "How often a supervisor checks (or tries to take) the lock of each maintenance role it runs; a standby takes over within about this long after the leader's session ends.",
+    section: "workers"
+  }),
   processHeartbeatInterval: key(Kinds.duration(PositiveDuration), {
     default: "2 seconds",
     doc: "Interval between a supervisor's beats into the processes table (also the beat of idempotency claims).",

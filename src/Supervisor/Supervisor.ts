@@ -29,6 +29,7 @@ import { VERSION } from "../version.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
+import { type Candidacy, campaign, describeLeaders } from "./Leader.ts"
 import { Processes } from "./Processes.ts"
 import { makeStats, readsFairly, runWorker, type WorkerStats } from "./Worker.ts"
 
@@ -209,79 +210,81 @@ export const runWith = (options: SupervisorOptions = {}) =>
       )
     )
 
+    // The dispatcher's maintenance runs on the one process that leads the role (see Leader.ts);
+    // its sweeps stay safe if two leaders overlap for a moment (guarded transitions, SKIP LOCKED).
+    const maintenance: ReadonlyArray<Effect.Effect<void>> = [
+      afterFirstClaims(
+        repeatMaintenance(
+          "workflow sweep",
+          Effect.flatMap(sweep.runOnce, (r) =>
+            r.stalled + r.resent + r.timedOut + r.deleted === 0
+              ? Effect.void
+              : Effect.logInfo(
+                  `pgbus: workflow sweep: ${r.stalled} stalled, ${r.resent} re-sent, ${r.timedOut} timed out, ${r.deleted} deleted`
+                )
+          ),
+          config.workflowSweepInterval
+        )
+      ),
+      afterFirstClaims(
+        repeatMaintenance(
+          "batch sweep",
+          Effect.flatMap(batchSweep.runOnce, (r) =>
+            r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
+              ? Effect.void
+              : Effect.logInfo(
+                  `pgbus: batch sweep: ${r.recovered} member end(s) recovered, ${r.uncounted} member(s) with no message un-counted, ${r.unstuck} stalled, ${r.finished} finished, ${r.callbacksSent} callback set(s) sent, ${r.deleted} deleted`
+                )
+          ),
+          config.batchSweepInterval
+        )
+      ),
+      afterFirstClaims(repeatMaintenance("reaping stale processes", reapStale, config.dispatchInterval)),
+      afterFirstClaims(
+        repeatMaintenance(
+          "processed-events retention",
+          Effect.flatMap(processedEvents.purge, (n) =>
+            n === 0
+              ? Effect.void
+              : Effect.logInfo(`pgbus: idempotency retention deleted ${n} processed-event record(s)`)
+          ),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      ),
+      afterFirstClaims(
+        repeatMaintenance(
+          "job statistics retention",
+          jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      ),
+      afterFirstClaims(
+        repeatMaintenance(
+          "archive retention",
+          Effect.flatMap(store.cleanupArchive(), (report) =>
+            report.length === 0
+              ? Effect.void
+              : Effect.logInfo(
+                  `pgbus: archive retention deleted ${report.map((r) => `${r.deleted} from ${r.queue}`).join(", ")}`
+                )
+          ),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      )
+    ]
     if (roles.includes("dispatcher")) {
-      yield* Effect.forkScoped(
-        afterFirstClaims(
-          repeatMaintenance(
-            "workflow sweep",
-            Effect.flatMap(sweep.runOnce, (r) =>
-              r.stalled + r.resent + r.timedOut + r.deleted === 0
-                ? Effect.void
-                : Effect.logInfo(
-                    `pgbus: workflow sweep: ${r.stalled} stalled, ${r.resent} re-sent, ${r.timedOut} timed out, ${r.deleted} deleted`
-                  )
-            ),
-            config.workflowSweepInterval
-          )
-        )
-      )
-      yield* Effect.forkScoped(
-        afterFirstClaims(
-          repeatMaintenance(
-            "batch sweep",
-            Effect.flatMap(batchSweep.runOnce, (r) =>
-              r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
-                ? Effect.void
-                : Effect.logInfo(
-                    `pgbus: batch sweep: ${r.recovered} member end(s) recovered, ${r.uncounted} member(s) with no message un-counted, ${r.unstuck} stalled, ${r.finished} finished, ${r.callbacksSent} callback set(s) sent, ${r.deleted} deleted`
-                  )
-            ),
-            config.batchSweepInterval
-          )
-        )
-      )
-      yield* Effect.forkScoped(
-        afterFirstClaims(repeatMaintenance("reaping stale processes", reapStale, config.dispatchInterval))
-      )
-      yield* Effect.forkScoped(
-        afterFirstClaims(
-          repeatMaintenance(
-            "processed-events retention",
-            Effect.flatMap(processedEvents.purge, (n) =>
-              n === 0
-                ? Effect.void
-                : Effect.logInfo(`pgbus: idempotency retention deleted ${n} processed-event record(s)`)
-            ),
-            ARCHIVE_CLEANUP_EVERY
-          )
-        )
-      )
-      // the outbox poller (returns at once unless outboxEnabled); pollers on several processes
-      // never relay one entry twice (SKIP LOCKED)
+      // the outbox poller (returns at once unless outboxEnabled) runs on every dispatcher:
+      // pollers on several processes never relay one entry twice (SKIP LOCKED)
       yield* Effect.forkScoped(afterFirstClaims(outbox.pollerRole))
-      yield* Effect.forkScoped(
-        afterFirstClaims(
-          repeatMaintenance(
-            "job statistics retention",
-            jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null),
-            ARCHIVE_CLEANUP_EVERY
-          )
-        )
-      )
-      yield* Effect.forkScoped(
-        afterFirstClaims(
-          repeatMaintenance(
-            "archive retention",
-            Effect.flatMap(store.cleanupArchive(), (report) =>
-              report.length === 0
-                ? Effect.void
-                : Effect.logInfo(
-                    `pgbus: archive retention deleted ${report.map((r) => `${r.deleted} from ${r.queue}`).join(", ")}`
-                  )
-            ),
-            ARCHIVE_CLEANUP_EVERY
-          )
-        )
+    }
+    const candidacies: Array<Candidacy> = roles.includes("dispatcher")
+      ? [{ role: "dispatcher", work: Effect.all(maintenance, { concurrency: "unbounded", discard: true }) }]
+      : []
+    if (candidacies.length > 0) {
+      const leadership = yield* campaign(processId, candidacies)
+      yield* Effect.timeoutOption(leadership.firstRound, Duration.seconds(5))
+      yield* Effect.logInfo(
+        `[pgbus] boot: leaders ${yield* describeLeaders(processes.leaders, processId, candidacies)}`
       )
     }
 

@@ -1,0 +1,145 @@
+/**
+ * One leader per maintenance role. Every supervisor that runs a role campaigns for it with a
+ * session advisory lock (`pg_try_advisory_lock`) on a connection of its own, checked every
+ * `leaderCheckInterval`: the holder runs the role's work, the others stand by. PostgreSQL
+ * releases the lock the moment the holder's session ends (process killed, connection lost), so
+ * a standby takes over at its next check. A leader that cannot reach its connection stops its
+ * work at once (it can no longer prove it holds the lock); the work is written to be safe if
+ * two leaders overlap for a moment (guarded transitions, SKIP LOCKED, unique ledgers).
+ *
+ * @since 0.1.0
+ */
+import { Cause, Deferred, Duration, Effect, Fiber, Ref, type Scope } from "effect"
+import { PgBusConfig } from "../Config.ts"
+import { dedicatedClient, statementNow } from "../Database.ts"
+import { type LeaderRow, makeProcessSql } from "./ProcessSql.ts"
+
+/** The maintenance roles that have one leader across the cluster. */
+export type LeaderRole = "dispatcher" | "scheduler"
+
+/** Each role's second lock key (the first is `hashtext(schema)`). */
+export const LOCK_IDS: Readonly<Record<LeaderRole, number>> = { dispatcher: 1, scheduler: 2 }
+
+/** A role to campaign for and the work its leader runs (interrupted when leadership ends). */
+export interface Candidacy {
+  readonly role: LeaderRole
+  readonly work: Effect.Effect<void>
+}
+
+/** What a campaign tells the rest of the process. */
+export interface Campaign {
+  /** The roles this process leads now. */
+  readonly leading: Effect.Effect<ReadonlySet<LeaderRole>>
+  /** Resolves after the first round of checks (won, lost or failed). */
+  readonly firstRound: Effect.Effect<void>
+}
+
+const messageOf = (u: unknown): string => (u instanceof Error ? u.message : String(u))
+
+/** A lock check that takes longer than this counts as a lost connection. */
+const checkTimeout = (every: Duration.Duration) => Duration.max(Duration.seconds(5), Duration.times(every, 3))
+
+/**
+ * Campaigns for `candidacies` until the scope closes, on one dedicated connection: starts each
+ * role's work when this process takes its lock, interrupts it when the lock is lost.
+ */
+export const campaign = (
+  processId: string,
+  candidacies: ReadonlyArray<Candidacy>
+): Effect.Effect<Campaign, never, PgBusConfig | Scope.Scope> =>
+  Effect.gen(function* () {
+    const config = yield* PgBusConfig
+    const every = config.leaderCheckInterval
+    const scope = yield* Effect.scope
+    const led = new Map<LeaderRole, { readonly backend: number; readonly fiber: Fiber.Fiber<void> }>()
+    const leading = yield* Ref.make<ReadonlySet<LeaderRole>>(new Set())
+    const firstRound = yield* Deferred.make<void>()
+    const publish = Ref.set(leading, new Set(led.keys()))
+
+    const stop = (role: LeaderRole, why: string) =>
+      Effect.gen(function* () {
+        const held = led.get(role)
+        if (held === undefined) return
+        led.delete(role)
+        yield* publish
+        yield* Fiber.interrupt(held.fiber)
+        yield* Effect.logWarning(`[pgbus] no longer leads ${role}: ${why}`)
+      })
+
+    const session = Effect.gen(function* () {
+      const client = yield* dedicatedClient("effect-pgbus leader")
+      const statements = makeProcessSql(client, config.schema)
+      const round = Effect.forEach(
+        candidacies,
+        ({ role, work }) =>
+          Effect.gen(function* () {
+            const lockId = LOCK_IDS[role]
+            const [row] = yield* statements.leaderTryLock(lockId)
+            const held = led.get(role)
+            if (row === undefined || !row.locked) {
+              if (held !== undefined) yield* stop(role, "its lock is held by another session")
+              return
+            }
+            if (held !== undefined && held.backend === row.backend_pid) return
+            // the same process on a new session: another may have led in between
+            if (held !== undefined) yield* stop(role, "its session was replaced")
+            yield* statements.leaderRecord(role, lockId, processId, row.backend_pid, yield* statementNow)
+            const fiber = yield* Effect.forkIn(work, scope)
+            led.set(role, { backend: row.backend_pid, fiber })
+            yield* publish
+            yield* Effect.logInfo(`[pgbus] leads ${role}`)
+          }),
+        { discard: true }
+      ).pipe(
+        Effect.timeoutOrElse({
+          duration: checkTimeout(every),
+          orElse: () => Effect.fail(new Error("the leader's lock check did not answer"))
+        }),
+        Effect.ensuring(Deferred.succeed(firstRound, undefined))
+      )
+      return yield* Effect.andThen(round, Effect.sleep(every)).pipe(Effect.forever)
+    }).pipe(Effect.scoped)
+
+    // A failed session ends every leadership of this process (its locks go with the session),
+    // then a new one campaigns again after a pause.
+    yield* session.pipe(
+      Effect.catchCause((cause) =>
+        Effect.gen(function* () {
+          yield* Deferred.succeed(firstRound, undefined)
+          const why = `its connection failed (${messageOf(Cause.squash(cause))})`
+          for (const role of [...led.keys()]) yield* stop(role, why)
+          if (led.size === 0) yield* Effect.logDebug(`pgbus: leader campaign: ${Cause.pretty(cause)}`)
+          yield* Effect.sleep(every)
+        })
+      ),
+      Effect.forever,
+      Effect.forkIn(scope)
+    )
+    return { leading: Ref.get(leading), firstRound: Deferred.await(firstRound) }
+  })
+
+/** The boot line's words for who leads each role: `this process`, `host:pid`, or `none yet`. */
+export const describeLeaders = (
+  leaders: Effect.Effect<ReadonlyArray<LeaderRow>, unknown>,
+  processId: string,
+  candidacies: ReadonlyArray<Candidacy>
+): Effect.Effect<string> =>
+  leaders.pipe(
+    Effect.map((rows) =>
+      candidacies
+        .map(({ role }) => {
+          const row = rows.find((r) => r.role === role && r.live)
+          const who =
+            row === undefined
+              ? "none yet"
+              : row.process_id === processId
+                ? "this process"
+                : row.host === null
+                  ? `process ${row.process_id.slice(0, 8)}`
+                  : `${row.host}:${row.pid}`
+          return `${role}=${who}`
+        })
+        .join(" ")
+    ),
+    Effect.catch(() => Effect.succeed("(could not be read)"))
+  )
