@@ -1,5 +1,5 @@
 /**
- * Every SQL statement on the processes table.
+ * Every SQL statement on the processes and maintenance_leaders tables.
  *
  * @since 0.1.0
  */

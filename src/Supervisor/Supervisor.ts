@@ -24,6 +24,8 @@ import { checkSchemaVersion } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
+import type { RecurringTask } from "../Recurring/Recurring.ts"
+import { RecurringScheduler } from "../Recurring/Scheduler.ts"
 import { Registry } from "../Registry.ts"
 import { VERSION } from "../version.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
@@ -34,7 +36,7 @@ import { Processes } from "./Processes.ts"
 import { makeStats, readsFairly, runWorker, type WorkerStats } from "./Worker.ts"
 
 /** The roles a supervisor can run. */
-export type Role = "workers" | "dispatcher"
+export type Role = "workers" | "dispatcher" | "scheduler"
 
 /** How a supervisor runs: which roles, which capsules. Defaults come from the config. */
 export interface SupervisorOptions {
@@ -61,6 +63,38 @@ const repeatMaintenance = <A, E>(name: string, task: Effect.Effect<A, E>, every:
   )
 
 /**
+ * The scheduler leader's work: sync the tasks, then fire due slots every tick and apply the
+ * ledger's retention hourly; a failed start is tried again after a tick.
+ */
+const runScheduler = (
+  scheduler: RecurringScheduler["Service"],
+  tasks: ReadonlyArray<RecurringTask>,
+  every: Duration.Duration
+): Effect.Effect<void> =>
+  Effect.flatMap(scheduler.session(tasks), (session) =>
+    Effect.all(
+      [
+        repeatMaintenance("recurring scheduler", session.runOnce, every),
+        repeatMaintenance(
+          "recurring ledger retention",
+          Effect.flatMap(scheduler.purge, (n) =>
+            n === 0 ? Effect.void : Effect.logInfo(`pgbus: recurring ledger retention deleted ${n} fire(s)`)
+          ),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      ],
+      { concurrency: "unbounded", discard: true }
+    )
+  ).pipe(
+    Effect.catchCause((cause) =>
+      Effect.logWarning("pgbus: the recurring scheduler could not start", Cause.pretty(cause)).pipe(
+        Effect.andThen(Effect.sleep(every))
+      )
+    ),
+    Effect.forever
+  )
+
+/**
  * Runs the supervisor until interrupted, then drains. Provide `Registry.layer([...jobs])` and
  * `PgBus.layer()`; run it with `Supervisor.runMain` so a drained shutdown exits 0.
  */
@@ -78,9 +112,10 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const processedEvents = yield* ProcessedEvents
     const outbox = yield* Outbox
     const queueStates = yield* QueueStates
+    const scheduler = yield* RecurringScheduler
     const jobStatsSql = makeJobStatsSql(yield* SqlClient.SqlClient, config.schema)
     const readiness = yield* Ref.make<Readiness>("BOOTING")
-    const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher"]
+    const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher", "scheduler"]
     const allCapsules = options.capsules
       ? yield* Effect.forEach(options.capsules, validateCapsule)
       : yield* parseWorkers(config.workers)
@@ -280,6 +315,15 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const candidacies: Array<Candidacy> = roles.includes("dispatcher")
       ? [{ role: "dispatcher", work: Effect.all(maintenance, { concurrency: "unbounded", discard: true }) }]
       : []
+    // Only a process with tasks campaigns for the scheduler: the leader's code is the list that
+    // fires (its sync removes the others), so one without tasks must not take it.
+    const recurring = registry.recurring ?? []
+    if (roles.includes("scheduler") && config.recurringEnabled && recurring.length > 0) {
+      candidacies.push({
+        role: "scheduler",
+        work: runScheduler(scheduler, recurring, config.recurringScheduleInterval)
+      })
+    }
     if (candidacies.length > 0) {
       const leadership = yield* campaign(processId, candidacies)
       yield* Effect.timeoutOption(leadership.firstRound, Duration.seconds(5))
