@@ -1,9 +1,10 @@
 /** One leader per maintenance role across supervisor processes: election, SIGKILL, takeover. */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { SqlClient } from "effect/sql"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import { bundledFixture, type Child, spawnSupervisor } from "./support/child.ts"
-import { eventually } from "./support/jobs.ts"
+import { eventually, startSupervisor } from "./support/jobs.ts"
 import { onFreshDatabase } from "./support/TestDatabase.ts"
 
 /** The process ids that lead the dispatcher now, by pid, read from the processes list. */
@@ -82,5 +83,38 @@ describe("maintenance leader", () => {
         })
       ),
     90_000
+  )
+
+  it.live(
+    "a leader whose connection is killed stops leading; within 5 s one process leads again on a new session",
+    () =>
+      onFreshDatabase({ leaderCheckInterval: "300 millis" }, () =>
+        Effect.gen(function* () {
+          const processes = yield* Processes
+          const sql = yield* SqlClient.SqlClient
+          const live = Effect.map(processes.leaders, (rows) => rows.filter((r) => r.role === "dispatcher" && r.live))
+          yield* startSupervisor([], { roles: ["dispatcher"] })
+          yield* startSupervisor([], { roles: ["dispatcher"] })
+          yield* eventually(
+            "two processes, one leader",
+            Effect.map(
+              Effect.all([processes.list, live]),
+              ([rows, leaders]) => rows.length === 2 && leaders.length === 1
+            ),
+            "20 seconds"
+          )
+          const [before] = yield* live
+          const killedAt = Date.now()
+          yield* sql`SELECT pg_terminate_backend(${before!.backend_pid})`
+          yield* eventually(
+            "a leader on another session",
+            Effect.map(live, (rows) => rows.length === 1 && rows[0]!.backend_pid !== before!.backend_pid),
+            "10 seconds"
+          )
+          assert.isBelow(Date.now() - killedAt, 5000)
+          const rows = yield* processes.list
+          assert.strictEqual(rows.filter((r) => r.leads.includes("dispatcher")).length, 1, "one leader")
+        }).pipe(Effect.orDie, Effect.scoped)
+      )
   )
 })

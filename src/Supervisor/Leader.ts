@@ -1,6 +1,8 @@
 /**
  * One leader per maintenance role. Every supervisor that runs a role campaigns for it with a
- * session advisory lock (`pg_try_advisory_lock`) on a connection of its own, checked every
+ * session advisory lock (`pg_try_advisory_lock`) on a connection of its own (a client of one
+ * connection beside the pool: a connection reserved from the pool would hold the pool's shutdown
+ * up for as long as the supervisor runs), checked every
  * `leaderCheckInterval`: the holder runs the role's work, the others stand by. PostgreSQL
  * releases the lock the moment the holder's session ends (process killed, connection lost), so
  * a standby takes over at its next check. A leader that cannot reach its connection stops its
@@ -9,6 +11,7 @@
  *
  * @since 0.1.0
  */
+import os from "node:os"
 import { Cause, Deferred, Duration, Effect, Fiber, Ref, type Scope } from "effect"
 import { PgBusConfig } from "../Config.ts"
 import { dedicatedClient, statementNow } from "../Database.ts"
@@ -67,6 +70,7 @@ export const campaign = (
       })
 
     const session = Effect.gen(function* () {
+      // a dead connection is replaced by the client on a new session: the backend pid tells
       const client = yield* dedicatedClient("effect-pgbus leader")
       const statements = makeProcessSql(client, config.schema)
       const round = Effect.forEach(
@@ -83,7 +87,11 @@ export const campaign = (
             if (held !== undefined && held.backend === row.backend_pid) return
             // the same process on a new session: another may have led in between
             if (held !== undefined) yield* stop(role, "its session was replaced")
-            yield* statements.leaderRecord(role, lockId, processId, row.backend_pid, yield* statementNow)
+            yield* statements.leaderRecord(
+              { role, lockId, processId },
+              { host: os.hostname(), pid: process.pid, backendPid: row.backend_pid },
+              yield* statementNow
+            )
             const fiber = yield* Effect.forkIn(work, scope)
             led.set(role, { backend: row.backend_pid, fiber })
             yield* publish
@@ -130,13 +138,7 @@ export const describeLeaders = (
         .map(({ role }) => {
           const row = rows.find((r) => r.role === role && r.live)
           const who =
-            row === undefined
-              ? "none yet"
-              : row.process_id === processId
-                ? "this process"
-                : row.host === null
-                  ? `process ${row.process_id.slice(0, 8)}`
-                  : `${row.host}:${row.pid}`
+            row === undefined ? "none yet" : row.process_id === processId ? "this process" : `${row.host}:${row.pid}`
           return `${role}=${who}`
         })
         .join(" ")

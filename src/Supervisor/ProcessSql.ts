@@ -32,8 +32,10 @@ export interface ProcessRow {
 export interface LeaderRow {
   readonly role: string
   readonly process_id: string
-  readonly host: string | null
-  readonly pid: number | null
+  /** The backend of the leader's own connection. */
+  readonly backend_pid: number
+  readonly host: string
+  readonly pid: number
   readonly acquired_at: Date
   readonly live: boolean
 }
@@ -103,16 +105,20 @@ export const makeProcessSql = (sql: SqlClient.SqlClient, schema: string) => {
         ELSE pg_try_advisory_lock(${schemaKey}, ${lockId}) END AS locked`
 
   /** Records the holder of a role's lock (run by the new leader right after it took the lock). */
-  const leaderRecord = (role: string, lockId: number, processId: string, backendPid: number, now: Date | null) =>
-    sql`INSERT INTO ${leaders} (role, lock_id, process_id, backend_pid, acquired_at)
-      VALUES (${role}, ${lockId}, ${processId}, ${backendPid}, ${NOW(now)})
+  const leaderRecord = (
+    leader: { readonly role: string; readonly lockId: number; readonly processId: string },
+    who: { readonly host: string; readonly pid: number; readonly backendPid: number },
+    now: Date | null
+  ) =>
+    sql`INSERT INTO ${leaders} (role, lock_id, process_id, host, pid, backend_pid, acquired_at)
+      VALUES (${leader.role}, ${leader.lockId}, ${leader.processId}, ${who.host}, ${who.pid}, ${who.backendPid}, ${NOW(now)})
       ON CONFLICT (role) DO UPDATE SET lock_id = excluded.lock_id, process_id = excluded.process_id,
-        backend_pid = excluded.backend_pid, acquired_at = excluded.acquired_at`
+        host = excluded.host, pid = excluded.pid, backend_pid = excluded.backend_pid, acquired_at = excluded.acquired_at`
 
-  /** Every recorded leader, with its process when registered and whether it leads now. */
+  /** Every recorded leader and whether it leads now (never the processes table: it may be locked). */
   const leaderList = () =>
-    sql<LeaderRow>`SELECT l.role, l.process_id, p.host, p.pid, l.acquired_at, ${liveLeader} AS live
-      FROM ${leaders} l LEFT JOIN ${processes} p ON p.id = l.process_id ORDER BY l.role`
+    sql<LeaderRow>`SELECT l.role, l.process_id, l.backend_pid, l.host, l.pid, l.acquired_at, ${liveLeader} AS live
+      FROM ${leaders} l ORDER BY l.role`
 
   return {
     processRegister,

@@ -153,6 +153,23 @@ export const runWith = (options: SupervisorOptions = {}) =>
 
     yield* checkSchemaVersion()
 
+    // The campaigns for the maintenance roles start now, so that their connection is open by
+    // the time the dispatcher's work (defined below, once registered) is ready to run.
+    const dispatcherWork = yield* Deferred.make<Effect.Effect<void>>()
+    const candidacies: Array<Candidacy> = roles.includes("dispatcher")
+      ? [{ role: "dispatcher", work: Effect.flatten(Deferred.await(dispatcherWork)) }]
+      : []
+    // Only a process with tasks campaigns for the scheduler: the leader's code is the list that
+    // fires (its sync removes the others), so one without tasks must not take it.
+    const recurring = registry.recurring ?? []
+    if (roles.includes("scheduler") && config.recurringEnabled && recurring.length > 0) {
+      candidacies.push({
+        role: "scheduler",
+        work: runScheduler(scheduler, recurring, config.recurringScheduleInterval)
+      })
+    }
+    const leadership = candidacies.length > 0 ? yield* campaign(processId, candidacies) : undefined
+
     // Boot banner: what actually booted, never the password.
     const banner = [
       `boot: effect-pgbus ${VERSION} pid=${process.pid} host=${os.hostname()}`,
@@ -312,20 +329,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
       // pollers on several processes never relay one entry twice (SKIP LOCKED)
       yield* Effect.forkScoped(afterFirstClaims(outbox.pollerRole))
     }
-    const candidacies: Array<Candidacy> = roles.includes("dispatcher")
-      ? [{ role: "dispatcher", work: Effect.all(maintenance, { concurrency: "unbounded", discard: true }) }]
-      : []
-    // Only a process with tasks campaigns for the scheduler: the leader's code is the list that
-    // fires (its sync removes the others), so one without tasks must not take it.
-    const recurring = registry.recurring ?? []
-    if (roles.includes("scheduler") && config.recurringEnabled && recurring.length > 0) {
-      candidacies.push({
-        role: "scheduler",
-        work: runScheduler(scheduler, recurring, config.recurringScheduleInterval)
-      })
-    }
-    if (candidacies.length > 0) {
-      const leadership = yield* campaign(processId, candidacies)
+    yield* Deferred.succeed(dispatcherWork, Effect.all(maintenance, { concurrency: "unbounded", discard: true }))
+    if (leadership !== undefined) {
       yield* Effect.timeoutOption(leadership.firstRound, Duration.seconds(5))
       yield* Effect.logInfo(
         `[pgbus] boot: leaders ${yield* describeLeaders(processes.leaders, processId, candidacies)}`

@@ -54,7 +54,7 @@ export const MIGRATION_FILES: ReadonlyArray<{ readonly file: string; readonly te
   },
   {
     file: "0014_maintenance_leaders.sql",
-    text: "-- One leader per maintenance role (the dispatcher's sweeps, the recurring scheduler): each\n-- supervisor competes with a session advisory lock on a connection of its own\n-- (pg_try_advisory_lock(hashtext(schema), lock_id)); the winner writes this row. The lock, not the\n-- row, is the truth: a row whose backend no longer holds the lock (pg_locks) names a past leader.\nCREATE TABLE {{schema}}.maintenance_leaders (\n  role text PRIMARY KEY,\n  lock_id integer NOT NULL,\n  process_id text NOT NULL,\n  backend_pid integer NOT NULL,\n  acquired_at timestamptz NOT NULL\n);\n"
+    text: "-- One leader per maintenance role (the dispatcher's sweeps, the recurring scheduler): each\n-- supervisor competes with a session advisory lock on a connection it reserves for that\n-- (pg_try_advisory_lock(hashtext(schema), lock_id)); the winner writes this row. The lock, not the\n-- row, is the truth: a row whose backend no longer holds the lock (pg_locks) names a past leader.\nCREATE TABLE {{schema}}.maintenance_leaders (\n  role text PRIMARY KEY,\n  lock_id integer NOT NULL,\n  process_id text NOT NULL,\n  -- the leader's host and pid, so that who leads is read without the processes table\n  host text NOT NULL,\n  pid integer NOT NULL,\n  backend_pid integer NOT NULL,\n  acquired_at timestamptz NOT NULL\n);\n"
   },
   {
     file: "0015_recurring.sql",
