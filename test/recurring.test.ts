@@ -289,6 +289,61 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("recurring tasks", (i
     )
   })
 
+  describe("failures", () => {
+    it.effect(
+      "a task whose enqueue fails does not hold up the others; its slot fires at the next tick, still on time",
+      () =>
+        at(
+          "2026-09-01T09:59:30Z",
+          Effect.gen(function* () {
+            const scheduler = yield* RecurringScheduler
+            const store = yield* QueueStore
+            const broken = unique("broken")
+            const healthy = unique("healthy")
+            const queue = unique("fragile")
+            const tasks = [
+              Recurring.make(broken, {
+                schedule: "every minute",
+                job: Report,
+                payload: { n: 1 },
+                queue,
+                catchUp: "none"
+              }),
+              Recurring.make(healthy, { schedule: "every minute", job: Report, payload: { n: 2 } })
+            ]
+            const session = yield* scheduler.session(tasks)
+            yield* session.runOnce
+            yield* setTime("2026-09-01T10:00:01Z")
+            assert.strictEqual((yield* session.runOnce).fired.length, 2)
+            // the queue goes away under the scheduler (its cache still thinks it exists)
+            assert.isTrue(yield* store.drop(queue))
+            yield* setTime("2026-09-01T10:01:01Z")
+            const tick = yield* session.runOnce
+            assert.deepStrictEqual(
+              tick.failed.map((f) => f.task),
+              [broken]
+            )
+            assert.deepStrictEqual(
+              tick.fired.map((f) => f.task),
+              [healthy]
+            )
+            assert.deepStrictEqual(
+              yield* slotsOf(broken),
+              ["2026-09-01T10:00:00.000Z"],
+              "the failed fire wrote nothing"
+            )
+            // back: its 10:01 slot still counts as on time (catch-up none would drop a missed one)
+            yield* store.create(queue)
+            yield* setTime("2026-09-01T10:01:30Z")
+            const retried = yield* session.runOnce
+            assert.deepStrictEqual(firedSlots(retried), ["2026-09-01T10:01:00.000Z"])
+            assert.deepStrictEqual(retried.failed, [])
+            assert.deepStrictEqual(yield* slotsOf(broken), ["2026-09-01T10:00:00.000Z", "2026-09-01T10:01:00.000Z"])
+          })
+        )
+    )
+  })
+
   describe("run-now", () => {
     it.effect("enqueues the task's job now, recorded as manual; the schedule is unchanged; an unknown key fails", () =>
       at(

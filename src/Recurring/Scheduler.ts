@@ -11,7 +11,6 @@ import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
 import { type DatabaseError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
-import type { EnqueueError } from "../Job/JobError.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type { RecurringTask } from "./Recurring.ts"
@@ -40,6 +39,8 @@ export interface TickReport {
   readonly fired: ReadonlyArray<Fire>
   /** Slots another scheduler had fired already. */
   readonly alreadyFired: number
+  /** Tasks whose fire failed this tick (their due slots are tried again at the next). */
+  readonly failed: ReadonlyArray<{ readonly task: string; readonly reason: string }>
 }
 
 /** What a sync wrote. */
@@ -68,7 +69,7 @@ export interface TaskSummary {
 
 /** A scheduling session: its ticks remember the previous one (slots after it are on time). */
 export interface SchedulerSession {
-  readonly runOnce: Effect.Effect<TickReport, DatabaseError | EnqueueError>
+  readonly runOnce: Effect.Effect<TickReport, DatabaseError>
 }
 
 /**
@@ -154,8 +155,9 @@ export class RecurringScheduler extends Context.Service<
       const session = (tasks: ReadonlyArray<RecurringTask>) =>
         Effect.gen(function* () {
           yield* sync(tasks)
-          // the previous successful tick's time: slots after it came due while this ran
-          let since: Date | undefined
+          // each task's previous successful tick: slots after it came due while this ran (a
+          // task whose fire failed keeps its own, so its slots stay on time for the next tick)
+          const sinceOf = new Map<string, Date>()
           const runOnce = Effect.gen(function* () {
             const bound = yield* statementNow
             const [clock] = yield* statements
@@ -166,6 +168,7 @@ export class RecurringScheduler extends Context.Service<
               .taskStarts(tasks.map((t) => t.key))
               .pipe(Effect.mapError(toDatabaseError("read recurring tasks")))
             const fired: Array<Fire> = []
+            const failed: Array<{ readonly task: string; readonly reason: string }> = []
             let alreadyFired = 0
             for (const task of tasks) {
               const start = starts.find((s) => s.key === task.key)
@@ -176,25 +179,36 @@ export class RecurringScheduler extends Context.Service<
                   : start.active_since
               const slots = dueSlots(task.schedule.parsed, {
                 after,
-                since,
+                since: sinceOf.get(task.key),
                 now,
                 catchUp: task.catchUp,
                 limit: task.catchUpLimit
               })
-              for (const slot of slots) {
-                const done = yield* fire(task, slot, bound)
-                if (done === undefined) alreadyFired++
-                else {
-                  fired.push(done)
-                  yield* Metric.update(Metric.withAttributes(recurringEnqueued, { task: task.key }), 1)
-                  yield* Effect.logInfo(
-                    `pgbus.recurring.enqueue: ${task.key} (${task.schedule.schedule}) slot ${slot.toISOString()} -> ${task.job.name} ${done.queue}:${done.msgId}`
-                  )
-                }
-              }
+              const outcome = yield* Effect.result(
+                Effect.forEach(slots, (slot) =>
+                  Effect.flatMap(fire(task, slot, bound), (done) => {
+                    if (done === undefined) {
+                      alreadyFired++
+                      return Effect.void
+                    }
+                    fired.push(done)
+                    return Metric.update(Metric.withAttributes(recurringEnqueued, { task: task.key }), 1).pipe(
+                      Effect.andThen(
+                        Effect.logInfo(
+                          `pgbus.recurring.enqueue: ${task.key} (${task.schedule.schedule}) slot ${slot.toISOString()} -> ${task.job.name} ${done.queue}:${done.msgId}`
+                        )
+                      )
+                    )
+                  })
+                )
+              )
+              // one task's failure (a database error, a refused enqueue) does not hold up the others
+              if (Result.isFailure(outcome)) {
+                failed.push({ task: task.key, reason: outcome.failure.message })
+                yield* Effect.logWarning(`pgbus: recurring task ${task.key} could not fire: ${outcome.failure.message}`)
+              } else sinceOf.set(task.key, now)
             }
-            since = now
-            return { fired, alreadyFired } satisfies TickReport
+            return { fired, alreadyFired, failed } satisfies TickReport
           })
           return { runOnce } satisfies SchedulerSession
         })

@@ -116,7 +116,7 @@ export const campaign = (
           yield* Deferred.succeed(firstRound, undefined)
           const why = `its connection failed (${messageOf(Cause.squash(cause))})`
           for (const role of [...led.keys()]) yield* stop(role, why)
-          if (led.size === 0) yield* Effect.logDebug(`pgbus: leader campaign: ${Cause.pretty(cause)}`)
+          yield* Effect.logDebug(`pgbus: leader campaign: ${Cause.pretty(cause)}`)
           yield* Effect.sleep(every)
         })
       ),
