@@ -3,6 +3,9 @@
  * edge cases (DST gap and repeat, end of month), catch-up after a stopped cluster, a changed or
  * removed task, two schedulers at once, run-now, and bad input (typed errors, nothing written).
  */
+import { mkdtemp, rm, writeFile } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Exit, Layer, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
@@ -114,6 +117,59 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("recurring tasks", (i
         const rows = yield* sql`SELECT key FROM pgbus.recurring_tasks WHERE key = 'dup'`
         assert.strictEqual(rows.length, 0)
       })
+    )
+  })
+
+  describe("tasks from a file", () => {
+    it.effect(
+      "a JSON file's tasks name their jobs; an unknown job, a bad payload or schedule, a missing file: typed errors",
+      () =>
+        Effect.gen(function* () {
+          const dir = yield* Effect.promise(() => mkdtemp(join(tmpdir(), "pgbus-recurring-")))
+          const file = join(dir, "recurring.json")
+          yield* Effect.promise(() =>
+            writeFile(
+              file,
+              JSON.stringify({
+                "nightly-report": {
+                  schedule: "every day at 2am",
+                  timezone: "Europe/Berlin",
+                  job: "Report",
+                  payload: { n: 3 }
+                },
+                "hourly-report": {
+                  schedule: "@hourly",
+                  job: "Report",
+                  payload: { n: 1 },
+                  catchUp: "none",
+                  description: "d"
+                }
+              })
+            )
+          )
+          const tasks = yield* Recurring.fromFile(file, [Report])
+          assert.deepStrictEqual(
+            tasks.map((t) => [t.key, t.schedule.cron, t.schedule.timeZone, t.job.name, t.payload, t.catchUp]),
+            [
+              ["nightly-report", "0 2 * * *", "Europe/Berlin", "Report", { n: 3 }, "one"],
+              ["hourly-report", "0 * * * *", "UTC", "Report", { n: 1 }, "none"]
+            ]
+          )
+          const refused = (record: unknown) => Effect.flip(Recurring.fromRecord(record, [Report]))
+          const unknownJob = yield* refused({ a: { schedule: "@daily", job: "Nope" } })
+          assert.instanceOf(unknownJob, InvalidRecurringTask)
+          assert.include(unknownJob.reason, "job Nope is not among the jobs given (Report)")
+          assert.include(
+            (yield* refused({ b: { schedule: "@daily", job: "Report", payload: { n: "x" } } })).reason,
+            "Schema"
+          )
+          const badSchedule = yield* refused({ c: { schedule: "every blue moon", job: "Report", payload: { n: 1 } } })
+          assert.strictEqual(badSchedule.task, "c")
+          assert.include((yield* refused({ d: { job: "Report" } })).task, "(file)")
+          const missing = yield* Effect.flip(Recurring.fromFile(join(dir, "missing.json"), [Report]))
+          assert.include(missing.reason, "ENOENT")
+          yield* Effect.promise(() => rm(dir, { recursive: true, force: true }))
+        })
     )
   })
 

@@ -6,8 +6,9 @@
  *
  * @since 0.1.0
  */
-import { Exit, Result, Schema } from "effect"
-import type { Job } from "../Job/Job.ts"
+import { readFile } from "node:fs/promises"
+import { Effect, Exit, Result, Schema } from "effect"
+import type { AnyJob, Job } from "../Job/Job.ts"
 import * as QueueName from "../Queue/QueueName.ts"
 import { InvalidRecurringTask } from "./RecurringError.ts"
 import { type CatchUp, type ParsedSchedule, parseSchedule } from "./Schedule.ts"
@@ -116,3 +117,67 @@ export const make = <P>(key: string, options: RecurringOptions<P>): RecurringTas
   if (Result.isFailure(task)) throw task.failure
   return task.success
 }
+
+/** One task as a file declares it: the job by name (one of those given), the rest as in code. */
+const FileTask = Schema.Struct({
+  schedule: Schema.String,
+  job: Schema.String,
+  payload: Schema.optionalKey(Schema.Unknown),
+  queue: Schema.optionalKey(Schema.String),
+  description: Schema.optionalKey(Schema.String),
+  timezone: Schema.optionalKey(Schema.String),
+  catchUp: Schema.optionalKey(Schema.Literals(["one", "none", "all"])),
+  catchUpLimit: Schema.optionalKey(Schema.Number)
+})
+const FileTasks = Schema.Record(Schema.String, FileTask)
+
+/**
+ * Tasks declared as data (`{ key: { schedule, job: "JobName", payload, queue?, ... } }`, e.g. a
+ * parsed JSON file), their jobs found by name among `jobs`; the payload is decoded with the job's
+ * Schema. Fails with `InvalidRecurringTask` naming the first bad task; nothing is written.
+ */
+export const fromRecord = (
+  record: unknown,
+  jobs: ReadonlyArray<AnyJob>
+): Effect.Effect<ReadonlyArray<RecurringTask>, InvalidRecurringTask> =>
+  Effect.gen(function* () {
+    const tasks = yield* Schema.decodeUnknownEffect(FileTasks)(record).pipe(
+      Effect.mapError((error) => new InvalidRecurringTask({ task: "(file)", reason: error.message }))
+    )
+    const out: Array<RecurringTask> = []
+    for (const [key, declared] of Object.entries(tasks)) {
+      const job = jobs.find((j) => j.name === declared.job) as
+        | Job<string, unknown, unknown, unknown, unknown>
+        | undefined
+      if (job === undefined) {
+        return yield* new InvalidRecurringTask({
+          task: key,
+          reason: `job ${declared.job} is not among the jobs given (${jobs.map((j) => j.name).join(", ") || "none"})`
+        })
+      }
+      const payload = yield* Schema.decodeUnknownEffect(job.payload)(declared.payload ?? {}).pipe(
+        Effect.mapError(
+          () => new InvalidRecurringTask({ task: key, reason: `the payload does not fit job ${job.name}'s Schema` })
+        )
+      )
+      const { job: _name, payload: _payload, ...rest } = declared
+      const task = check(key, { ...rest, job, payload })
+      if (Result.isFailure(task)) return yield* task.failure
+      out.push(task.success)
+    }
+    return out
+  })
+
+/** Tasks from a JSON file (see `fromRecord`); a file that cannot be read or parsed fails the same way. */
+export const fromFile = (
+  path: string,
+  jobs: ReadonlyArray<AnyJob>
+): Effect.Effect<ReadonlyArray<RecurringTask>, InvalidRecurringTask> =>
+  Effect.tryPromise({
+    try: () => readFile(path, "utf8").then((text) => JSON.parse(text) as unknown),
+    catch: (error) =>
+      new InvalidRecurringTask({
+        task: `(file ${path})`,
+        reason: error instanceof Error ? error.message : String(error)
+      })
+  }).pipe(Effect.flatMap((record) => fromRecord(record, jobs)))
