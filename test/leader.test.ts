@@ -64,7 +64,10 @@ describe("maintenance leader", () => {
           assert.isBelow(tookOverIn, 5000, `a standby led ${tookOverIn} ms after the kill`)
           const [next] = yield* dispatcherLeaders
           const nextChild = children.find((c) => c.process.pid === next!.pid)!
-          assert.include(nextChild.output(), "[pgbus] leads dispatcher")
+          yield* eventually(
+            "the new leader logged it",
+            Effect.sync(() => nextChild.output().includes("[pgbus] leads dispatcher"))
+          )
 
           // the dead leader is reaped by the new leader alone (reaping is the leader's sweep)
           yield* eventually(

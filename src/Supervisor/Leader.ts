@@ -12,7 +12,7 @@
  * @since 0.1.0
  */
 import os from "node:os"
-import { Cause, Deferred, Duration, Effect, Fiber, Ref, type Scope } from "effect"
+import { Cause, Deferred, Duration, Effect, type Scope } from "effect"
 import { PgBusConfig } from "../Config.ts"
 import { dedicatedClient, statementNow } from "../Database.ts"
 import { type LeaderRow, makeProcessSql } from "./ProcessSql.ts"
@@ -23,18 +23,17 @@ export type LeaderRole = "dispatcher" | "scheduler"
 /** Each role's second lock key (the first is `hashtext(schema)`). */
 export const LOCK_IDS: Readonly<Record<LeaderRole, number>> = { dispatcher: 1, scheduler: 2 }
 
-/** A role to campaign for and the work its leader runs (interrupted when leadership ends). */
-export interface Candidacy {
-  readonly role: LeaderRole
-  readonly work: Effect.Effect<void>
-}
-
 /** What a campaign tells the rest of the process. */
 export interface Campaign {
   /** The roles this process leads now. */
   readonly leading: Effect.Effect<ReadonlySet<LeaderRole>>
   /** Resolves after the first round of checks (won, lost or failed). */
   readonly firstRound: Effect.Effect<void>
+  /**
+   * Runs `work` whenever this process leads `role`: started when it takes the lock, interrupted
+   * when it loses it, started again when it takes it again. Never returns (unless `work` fails).
+   */
+  readonly whileLeading: <A, E, R>(role: LeaderRole, work: Effect.Effect<A, E, R>) => Effect.Effect<never, E, R>
 }
 
 const messageOf = (u: unknown): string => (u instanceof Error ? u.message : String(u))
@@ -42,30 +41,56 @@ const messageOf = (u: unknown): string => (u instanceof Error ? u.message : Stri
 /** A lock check that takes longer than this counts as a lost connection. */
 const checkTimeout = (every: Duration.Duration) => Duration.max(Duration.seconds(5), Duration.times(every, 3))
 
+/** Whether this process leads a role, and a signal for the next change. */
+interface RoleState {
+  readonly leading: boolean
+  readonly changed: Deferred.Deferred<void>
+}
+
 /**
- * Campaigns for `candidacies` until the scope closes, on one dedicated connection: starts each
- * role's work when this process takes its lock, interrupts it when the lock is lost.
+ * Campaigns for `roles` until the scope closes, on one dedicated connection (none for no role).
+ * `whileLeading` runs a role's work only while this process holds the role's lock.
  */
 export const campaign = (
   processId: string,
-  candidacies: ReadonlyArray<Candidacy>
+  roles: ReadonlyArray<LeaderRole>
 ): Effect.Effect<Campaign, never, PgBusConfig | Scope.Scope> =>
   Effect.gen(function* () {
     const config = yield* PgBusConfig
     const every = config.leaderCheckInterval
-    const scope = yield* Effect.scope
-    const led = new Map<LeaderRole, { readonly backend: number; readonly fiber: Fiber.Fiber<void> }>()
-    const leading = yield* Ref.make<ReadonlySet<LeaderRole>>(new Set())
+    const states = new Map<LeaderRole, RoleState>()
+    for (const role of roles) states.set(role, { leading: false, changed: yield* Deferred.make<void>() })
+    // the backend (session) each led role was taken on
+    const led = new Map<LeaderRole, number>()
     const firstRound = yield* Deferred.make<void>()
-    const publish = Ref.set(leading, new Set(led.keys()))
+
+    const setLeading = (role: LeaderRole, leading: boolean) =>
+      Effect.gen(function* () {
+        const state = states.get(role)
+        if (state === undefined || state.leading === leading) return
+        states.set(role, { leading, changed: yield* Deferred.make<void>() })
+        yield* Deferred.succeed(state.changed, undefined)
+      })
+
+    const awaitLeading = (role: LeaderRole, leading: boolean): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        const state = states.get(role)
+        if (state === undefined) return Effect.never
+        return state.leading === leading
+          ? Effect.void
+          : Effect.andThen(Deferred.await(state.changed), awaitLeading(role, leading))
+      })
+
+    const whileLeading = <A, E, R>(role: LeaderRole, work: Effect.Effect<A, E, R>): Effect.Effect<never, E, R> =>
+      Effect.andThen(
+        awaitLeading(role, true),
+        Effect.raceFirst(Effect.andThen(work, Effect.never), awaitLeading(role, false))
+      ).pipe(Effect.forever)
 
     const stop = (role: LeaderRole, why: string) =>
       Effect.gen(function* () {
-        const held = led.get(role)
-        if (held === undefined) return
-        led.delete(role)
-        yield* publish
-        yield* Fiber.interrupt(held.fiber)
+        if (!led.delete(role)) return
+        yield* setLeading(role, false)
         yield* Effect.logWarning(`[pgbus] no longer leads ${role}: ${why}`)
       })
 
@@ -74,8 +99,8 @@ export const campaign = (
       const client = yield* dedicatedClient("effect-pgbus leader")
       const statements = makeProcessSql(client, config.schema)
       const round = Effect.forEach(
-        candidacies,
-        ({ role, work }) =>
+        roles,
+        (role) =>
           Effect.gen(function* () {
             const lockId = LOCK_IDS[role]
             const [row] = yield* statements.leaderTryLock(lockId)
@@ -84,7 +109,7 @@ export const campaign = (
               if (held !== undefined) yield* stop(role, "its lock is held by another session")
               return
             }
-            if (held !== undefined && held.backend === row.backend_pid) return
+            if (held === row.backend_pid) return
             // the same process on a new session: another may have led in between
             if (held !== undefined) yield* stop(role, "its session was replaced")
             yield* statements.leaderRecord(
@@ -92,9 +117,8 @@ export const campaign = (
               { host: os.hostname(), pid: process.pid, backendPid: row.backend_pid },
               yield* statementNow
             )
-            const fiber = yield* Effect.forkIn(work, scope)
-            led.set(role, { backend: row.backend_pid, fiber })
-            yield* publish
+            led.set(role, row.backend_pid)
+            yield* setLeading(role, true)
             yield* Effect.logInfo(`[pgbus] leads ${role}`)
           }),
         { discard: true }
@@ -108,34 +132,41 @@ export const campaign = (
       return yield* Effect.andThen(round, Effect.sleep(every)).pipe(Effect.forever)
     }).pipe(Effect.scoped)
 
-    // A failed session ends every leadership of this process (its locks go with the session),
-    // then a new one campaigns again after a pause.
-    yield* session.pipe(
-      Effect.catchCause((cause) =>
-        Effect.gen(function* () {
-          yield* Deferred.succeed(firstRound, undefined)
-          const why = `its connection failed (${messageOf(Cause.squash(cause))})`
-          for (const role of [...led.keys()]) yield* stop(role, why)
-          yield* Effect.logDebug(`pgbus: leader campaign: ${Cause.pretty(cause)}`)
-          yield* Effect.sleep(every)
-        })
-      ),
-      Effect.forever,
-      Effect.forkIn(scope)
-    )
-    return { leading: Ref.get(leading), firstRound: Deferred.await(firstRound) }
+    if (roles.length === 0) yield* Deferred.succeed(firstRound, undefined)
+    else {
+      // A failed session ends every leadership of this process (its locks go with the
+      // session), then a new one campaigns again after a pause.
+      yield* session.pipe(
+        Effect.catchCause((cause) =>
+          Effect.gen(function* () {
+            yield* Deferred.succeed(firstRound, undefined)
+            const why = `its connection failed (${messageOf(Cause.squash(cause))})`
+            for (const role of [...led.keys()]) yield* stop(role, why)
+            yield* Effect.logDebug(`pgbus: leader campaign: ${Cause.pretty(cause)}`)
+            yield* Effect.sleep(every)
+          })
+        ),
+        Effect.forever,
+        Effect.forkScoped
+      )
+    }
+    return {
+      leading: Effect.sync(() => new Set([...states].flatMap(([role, state]) => (state.leading ? [role] : [])))),
+      firstRound: Deferred.await(firstRound),
+      whileLeading
+    } satisfies Campaign
   })
 
 /** The boot line's words for who leads each role: `this process`, `host:pid`, or `none yet`. */
 export const describeLeaders = (
   leaders: Effect.Effect<ReadonlyArray<LeaderRow>, unknown>,
   processId: string,
-  candidacies: ReadonlyArray<Candidacy>
+  roles: ReadonlyArray<LeaderRole>
 ): Effect.Effect<string> =>
   leaders.pipe(
     Effect.map((rows) =>
-      candidacies
-        .map(({ role }) => {
+      roles
+        .map((role) => {
           const row = rows.find((r) => r.role === role && r.live)
           const who =
             row === undefined ? "none yet" : row.process_id === processId ? "this process" : `${row.host}:${row.pid}`

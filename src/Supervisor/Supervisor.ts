@@ -31,7 +31,7 @@ import { VERSION } from "../version.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
-import { type Candidacy, campaign, describeLeaders } from "./Leader.ts"
+import { campaign, describeLeaders, type LeaderRole } from "./Leader.ts"
 import { Processes } from "./Processes.ts"
 import { makeStats, readsFairly, runWorker, type WorkerStats } from "./Worker.ts"
 
@@ -148,27 +148,33 @@ export const runWith = (options: SupervisorOptions = {}) =>
         return claimedOnce.size >= capsules.length ? Deferred.succeed(firstClaims, undefined) : Effect.void
       })
     if (!runsWorkers || capsules.length === 0) yield* Deferred.succeed(firstClaims, undefined)
+    // (the dispatcher's loops: they run while this process leads the role, see Leader.ts)
     const afterFirstClaims = <A, E>(loop: Effect.Effect<A, E>) =>
-      Effect.andThen(Effect.timeoutOption(Deferred.await(firstClaims), FIRST_CLAIMS_WAIT), loop)
+      Effect.suspend(() =>
+        leadership.whileLeading(
+          "dispatcher",
+          Effect.andThen(Effect.timeoutOption(Deferred.await(firstClaims), FIRST_CLAIMS_WAIT), loop)
+        )
+      )
 
     yield* checkSchemaVersion()
 
-    // The campaigns for the maintenance roles start now, so that their connection is open by
-    // the time the dispatcher's work (defined below, once registered) is ready to run.
-    const dispatcherWork = yield* Deferred.make<Effect.Effect<void>>()
-    const candidacies: Array<Candidacy> = roles.includes("dispatcher")
-      ? [{ role: "dispatcher", work: Effect.flatten(Deferred.await(dispatcherWork)) }]
-      : []
-    // Only a process with tasks campaigns for the scheduler: the leader's code is the list that
-    // fires (its sync removes the others), so one without tasks must not take it.
+    // The campaigns for the maintenance roles start now, so that their connection is open by the
+    // time the dispatcher's loops start. Every dispatcher loop runs through afterFirstClaims, so
+    // only while this process leads the role; the scheduler only on a process with tasks (the
+    // leader's code is the list that fires, its sync removes the others).
     const recurring = registry.recurring ?? []
-    if (roles.includes("scheduler") && config.recurringEnabled && recurring.length > 0) {
-      candidacies.push({
-        role: "scheduler",
-        work: runScheduler(scheduler, recurring, config.recurringScheduleInterval)
-      })
+    const runsScheduler = roles.includes("scheduler") && config.recurringEnabled && recurring.length > 0
+    const leaderRoles: ReadonlyArray<LeaderRole> = [
+      ...(roles.includes("dispatcher") ? (["dispatcher"] as const) : []),
+      ...(runsScheduler ? (["scheduler"] as const) : [])
+    ]
+    const leadership = yield* campaign(processId, leaderRoles)
+    if (runsScheduler) {
+      yield* Effect.forkScoped(
+        leadership.whileLeading("scheduler", runScheduler(scheduler, recurring, config.recurringScheduleInterval))
+      )
     }
-    const leadership = candidacies.length > 0 ? yield* campaign(processId, candidacies) : undefined
 
     // Boot banner: what actually booted, never the password.
     const banner = [
@@ -262,78 +268,86 @@ export const runWith = (options: SupervisorOptions = {}) =>
       )
     )
 
-    // The dispatcher's maintenance runs on the one process that leads the role (see Leader.ts);
-    // its sweeps stay safe if two leaders overlap for a moment (guarded transitions, SKIP LOCKED).
-    const maintenance: ReadonlyArray<Effect.Effect<void>> = [
-      afterFirstClaims(
-        repeatMaintenance(
-          "workflow sweep",
-          Effect.flatMap(sweep.runOnce, (r) =>
-            r.stalled + r.resent + r.timedOut + r.deleted === 0
-              ? Effect.void
-              : Effect.logInfo(
-                  `pgbus: workflow sweep: ${r.stalled} stalled, ${r.resent} re-sent, ${r.timedOut} timed out, ${r.deleted} deleted`
-                )
-          ),
-          config.workflowSweepInterval
-        )
-      ),
-      afterFirstClaims(
-        repeatMaintenance(
-          "batch sweep",
-          Effect.flatMap(batchSweep.runOnce, (r) =>
-            r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
-              ? Effect.void
-              : Effect.logInfo(
-                  `pgbus: batch sweep: ${r.recovered} member end(s) recovered, ${r.uncounted} member(s) with no message un-counted, ${r.unstuck} stalled, ${r.finished} finished, ${r.callbacksSent} callback set(s) sent, ${r.deleted} deleted`
-                )
-          ),
-          config.batchSweepInterval
-        )
-      ),
-      afterFirstClaims(repeatMaintenance("reaping stale processes", reapStale, config.dispatchInterval)),
-      afterFirstClaims(
-        repeatMaintenance(
-          "processed-events retention",
-          Effect.flatMap(processedEvents.purge, (n) =>
-            n === 0
-              ? Effect.void
-              : Effect.logInfo(`pgbus: idempotency retention deleted ${n} processed-event record(s)`)
-          ),
-          ARCHIVE_CLEANUP_EVERY
-        )
-      ),
-      afterFirstClaims(
-        repeatMaintenance(
-          "job statistics retention",
-          jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null),
-          ARCHIVE_CLEANUP_EVERY
-        )
-      ),
-      afterFirstClaims(
-        repeatMaintenance(
-          "archive retention",
-          Effect.flatMap(store.cleanupArchive(), (report) =>
-            report.length === 0
-              ? Effect.void
-              : Effect.logInfo(
-                  `pgbus: archive retention deleted ${report.map((r) => `${r.deleted} from ${r.queue}`).join(", ")}`
-                )
-          ),
-          ARCHIVE_CLEANUP_EVERY
+    if (roles.includes("dispatcher")) {
+      yield* Effect.forkScoped(
+        afterFirstClaims(
+          repeatMaintenance(
+            "workflow sweep",
+            Effect.flatMap(sweep.runOnce, (r) =>
+              r.stalled + r.resent + r.timedOut + r.deleted === 0
+                ? Effect.void
+                : Effect.logInfo(
+                    `pgbus: workflow sweep: ${r.stalled} stalled, ${r.resent} re-sent, ${r.timedOut} timed out, ${r.deleted} deleted`
+                  )
+            ),
+            config.workflowSweepInterval
+          )
         )
       )
-    ]
-    if (roles.includes("dispatcher")) {
-      // the outbox poller (returns at once unless outboxEnabled) runs on every dispatcher:
-      // pollers on several processes never relay one entry twice (SKIP LOCKED)
+      yield* Effect.forkScoped(
+        afterFirstClaims(
+          repeatMaintenance(
+            "batch sweep",
+            Effect.flatMap(batchSweep.runOnce, (r) =>
+              r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
+                ? Effect.void
+                : Effect.logInfo(
+                    `pgbus: batch sweep: ${r.recovered} member end(s) recovered, ${r.uncounted} member(s) with no message un-counted, ${r.unstuck} stalled, ${r.finished} finished, ${r.callbacksSent} callback set(s) sent, ${r.deleted} deleted`
+                  )
+            ),
+            config.batchSweepInterval
+          )
+        )
+      )
+      yield* Effect.forkScoped(
+        afterFirstClaims(repeatMaintenance("reaping stale processes", reapStale, config.dispatchInterval))
+      )
+      yield* Effect.forkScoped(
+        afterFirstClaims(
+          repeatMaintenance(
+            "processed-events retention",
+            Effect.flatMap(processedEvents.purge, (n) =>
+              n === 0
+                ? Effect.void
+                : Effect.logInfo(`pgbus: idempotency retention deleted ${n} processed-event record(s)`)
+            ),
+            ARCHIVE_CLEANUP_EVERY
+          )
+        )
+      )
+      // the outbox poller (returns at once unless outboxEnabled); pollers on several processes
+      // never relay one entry twice (SKIP LOCKED)
       yield* Effect.forkScoped(afterFirstClaims(outbox.pollerRole))
+      yield* Effect.forkScoped(
+        afterFirstClaims(
+          repeatMaintenance(
+            "job statistics retention",
+            jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null),
+            ARCHIVE_CLEANUP_EVERY
+          )
+        )
+      )
+      yield* Effect.forkScoped(
+        afterFirstClaims(
+          repeatMaintenance(
+            "archive retention",
+            Effect.flatMap(store.cleanupArchive(), (report) =>
+              report.length === 0
+                ? Effect.void
+                : Effect.logInfo(
+                    `pgbus: archive retention deleted ${report.map((r) => `${r.deleted} from ${r.queue}`).join(", ")}`
+                  )
+            ),
+            ARCHIVE_CLEANUP_EVERY
+          )
+        )
+      )
     }
-    yield* Deferred.succeed(dispatcherWork, Effect.all(maintenance, { concurrency: "unbounded", discard: true }))
-    if (leadership !== undefined) {
-      yield* Effect.timeoutOption(leadership.firstRound, Duration.seconds(5))
+
+    yield* Effect.timeoutOption(leadership.firstRound, Duration.seconds(5))
+    if (leaderRoles.length > 0) {
       yield* Effect.logInfo(
-        `[pgbus] boot: leaders ${yield* describeLeaders(processes.leaders, processId, candidacies)}`
+        `[pgbus] boot: leaders ${yield* describeLeaders(processes.leaders, processId, leaderRoles)}`
       )
     }
 
