@@ -20,6 +20,7 @@ const layers = [
   ["Workflow"],
   ["EventBus"],
   ["Streams"], // SSE streams: broadcasts ride on the queue store and the notifier
+  ["Recurring"], // recurring tasks: jobs enqueued on a schedule, once per slot (a ledger)
   ["Registry"], // what a process runs: each feature registers its own jobs
   ["Supervisor"],
   ["PgBus"], // the one Layer an app provides

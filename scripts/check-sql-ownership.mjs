@@ -8,7 +8,7 @@ const owners = new Set([
   "src/Queue/QueueFeedSql.ts", // q_<queue>, a_<queue> read as feeds (streams)
   "src/Batch/BatchSql.ts", // batches, batch_executions
   "src/Migrations.ts", // the schema, schema_migrations
-  "src/Supervisor/ProcessSql.ts", // processes
+  "src/Supervisor/ProcessSql.ts", // processes, maintenance_leaders
   "src/Queue/QueueStateSql.ts", // queue_states
   "src/Workflow/QuerySql.ts", // workflow tables, read-only queries for operators
   "src/Queue/QueueQuerySql.ts", // q_<queue>, a_<queue>: read-only queries for operators
@@ -31,6 +31,7 @@ const owners = new Set([
   "src/Job/UniqueKeySql.ts", // job_unique_keys
   "src/Job/DebounceSql.ts", // job_debounce
   "src/Streams/StreamsSql.ts", // stream_trims, stream_presence
+  "src/Recurring/RecurringSql.ts", // recurring_tasks, recurring_executions
   "src/Embedded/EmbeddedSql.ts" // the embedded server's databases (pg_database)
 ])
 

@@ -90,6 +90,7 @@ export const SECTIONS = {
   workflows: "Workflows",
   events: "Event bus and outbox",
   batches: "Batches",
+  recurring: "Recurring tasks",
   operations: "Operations (health, MCP)"
 } as const
 
@@ -277,6 +278,11 @@ export const keys = {
     doc: "Interval between dispatcher maintenance ticks.",
     section: "workers"
   }),
+  leaderCheckInterval: key(Kinds.duration(PositiveDuration), {
+    default: "1 second",
+    doc: "How often a supervisor checks (or tries to take) the lock of each maintenance role it runs; a standby takes over within about this long after the leader's session ends.",
+    section: "workers"
+  }),
   processHeartbeatInterval: key(Kinds.duration(PositiveDuration), {
     default: "2 seconds",
     doc: "Interval between a supervisor's beats into the processes table (also the beat of idempotency claims).",
@@ -368,6 +374,21 @@ export const keys = {
     doc: "The bus's own database, when it is not the app's (outbox entries are written to the app's).",
     defaultDoc: "none (the app's database)",
     section: "events"
+  }),
+  recurringEnabled: key(Kinds.boolean, {
+    default: true,
+    doc: "Run the recurring-task scheduler on supervisors with the scheduler role (one of them leads and fires).",
+    section: "recurring"
+  }),
+  recurringScheduleInterval: key(Kinds.duration(PositiveDuration), {
+    default: "1 second",
+    doc: "Interval between the scheduler leader's ticks (each fires the slots that came due).",
+    section: "recurring"
+  }),
+  recurringExecutionRetention: key(Kinds.duration(PositiveDuration), {
+    default: "7 days",
+    doc: "How long the ledger keeps a fire (a task's latest scheduled fire is always kept).",
+    section: "recurring"
   }),
   batchSweepInterval: key(Kinds.duration(PositiveDuration), {
     default: "5 minutes",

@@ -5,7 +5,8 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Cause, Clock, Context, Duration, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Layer, Option, Redacted, Schedule, Schema, type Scope } from "effect"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import type { SqlClient } from "effect/sql"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { PgBusConfig, type PgBusConfigShape } from "./Config.ts"
@@ -201,6 +202,28 @@ export const layer: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, Databas
             })
         ),
         Effect.flatMap((options) => PgClient.make(options).pipe(Effect.mapError(toDatabaseError("connect"))))
+      )
+    )
+  )
+
+/**
+ * A client on one connection of its own, outside the pool (a dead connection is replaced by a
+ * new session): for session state such as advisory locks, which must not be lent to others.
+ */
+export const dedicatedClient = (
+  applicationName: string
+): Effect.Effect<PgClient.PgClient, DatabaseError, PgBusConfig | Scope.Scope> =>
+  Effect.flatMap(PgBusConfig, (config) =>
+    clientOptions(config, applicationName).pipe(
+      Effect.mapError(
+        (error) =>
+          new DatabaseError({ operation: "connect", reason: "ConnectionSetup", detail: error.detail, retryable: false })
+      ),
+      Effect.flatMap((options) =>
+        PgClient.make({ ...options, maxConnections: 1 }).pipe(
+          Effect.mapError(toDatabaseError("connect")),
+          Effect.provide(Reactivity.layer)
+        )
       )
     )
   )

@@ -16,6 +16,7 @@ import * as Migrations from "./Migrations.ts"
 import { Notifier } from "./Queue/Notifier.ts"
 import { QueueStates } from "./Queue/QueueStates.ts"
 import { QueueStore } from "./Queue/QueueStore.ts"
+import { RecurringScheduler } from "./Recurring/Scheduler.ts"
 import { Processes } from "./Supervisor/Processes.ts"
 import type { WorkflowClient } from "./Workflow/Client.ts"
 import * as WorkflowEngine from "./Workflow/Engine.ts"
@@ -30,6 +31,7 @@ export type PgBus =
   | QueueStates
   | JobClient
   | Processes
+  | RecurringScheduler
   | WorkflowClient
   | WorkflowEngine.WorkflowRunner
   | WorkflowEngine.WorkflowSweep
@@ -64,7 +66,8 @@ export const layerFrom = <E>(
   const notifier = Notifier.layer.pipe(Layer.provideMerge(database))
   const queues = Layer.mergeAll(QueueStore.layer, QueueStates.layer).pipe(Layer.provideMerge(notifier))
   const onQueues = Layer.mergeAll(JobClient.layer, Processes.layer)
-  const batches = Batch.layer.pipe(Layer.provideMerge(onQueues))
+  const recurring = RecurringScheduler.layer.pipe(Layer.provideMerge(onQueues))
+  const batches = Batch.layer.pipe(Layer.provideMerge(recurring))
   const workflows = WorkflowEngine.layer.pipe(Layer.provideMerge(batches))
   const events = EventBusLayer.layer.pipe(Layer.provideMerge(workflows))
   return events.pipe(Layer.provideMerge(queues), Layer.provideMerge(config))

@@ -16,14 +16,19 @@ import { type AnySubscriber, isSubscriber } from "./EventBus/Subscription.ts"
 import type { AnyJob } from "./Job/Job.ts"
 import { InvalidJobDefinition } from "./Job/JobError.ts"
 import { cachedProvide, type JobRegistry, type RegisteredJob, registerJobs } from "./Job/RegisteredJob.ts"
+import { isRecurring, type RecurringTask } from "./Recurring/Recurring.ts"
+import { InvalidRecurringTask } from "./Recurring/RecurringError.ts"
 import { type RegisteredWorkflow, WorkflowRunner } from "./Workflow/Engine.ts"
 import { registerWorkflows } from "./Workflow/Registration.ts"
 import type { WorkflowRuntime } from "./Workflow/Runtime.ts"
 import { type AnyWorkflow, isWorkflow } from "./Workflow/Workflow.ts"
 import type { InvalidWorkflowDefinition } from "./Workflow/WorkflowError.ts"
 
-/** The services a list of jobs, workflows and subscribers needs. */
-export type JobsRequirements<Jobs extends ReadonlyArray<AnyJob | AnyWorkflow | AnySubscriber>> = {
+/** What `Registry.layer` takes: jobs, workflows, event subscribers and recurring tasks. */
+export type Registrable = AnyJob | AnyWorkflow | AnySubscriber | RecurringTask
+
+/** The services a list of jobs, workflows and subscribers needs (recurring tasks need none). */
+export type JobsRequirements<Jobs extends ReadonlyArray<Registrable>> = {
   readonly [K in keyof Jobs]: Jobs[K] extends {
     readonly handler: (...args: never) => Effect.Effect<unknown, unknown, infer R>
   }
@@ -61,17 +66,20 @@ export class Registry extends Context.Service<
     readonly workflows: ReadonlyMap<string, RegisteredWorkflow>
     /** Registered event subscribers and their consumer queues. */
     readonly events?: RegisteredEvents | undefined
+    /** Recurring tasks, fired by the scheduler's leader. */
+    readonly recurring?: ReadonlyArray<RecurringTask> | undefined
   }
 >()("effect-pgbus/Registry") {
   /**
-   * A registry of jobs. Fails with `InvalidJobDefinition` for two jobs with one name or a bad
-   * definition. Its requirements are the union of the handlers' requirements.
+   * A registry of jobs, workflows, subscribers and recurring tasks. Fails with
+   * `InvalidJobDefinition` for two jobs with one name or a bad definition, `InvalidRecurringTask`
+   * for two tasks with one key. Its requirements are the union of the handlers' requirements.
    */
-  static readonly layer = <const Jobs extends ReadonlyArray<AnyJob | AnyWorkflow | AnySubscriber>>(
+  static readonly layer = <const Jobs extends ReadonlyArray<Registrable>>(
     definitions: Jobs
   ): Layer.Layer<
     Registry,
-    InvalidJobDefinition | InvalidWorkflowDefinition | RegisterError,
+    InvalidJobDefinition | InvalidWorkflowDefinition | RegisterError | InvalidRecurringTask,
     JobsRequirements<Jobs> | PgBusConfig | WorkflowRunner
   > =>
     Layer.effect(
@@ -83,8 +91,17 @@ export class Registry extends Context.Service<
         const jobs: Array<AnyJob> = []
         const workflowDefinitions: Array<AnyWorkflow> = []
         const subscribers: Array<AnySubscriber> = []
+        const recurring: Array<RecurringTask> = []
         for (const definition of definitions) {
-          if (isSubscriber(definition)) subscribers.push(definition)
+          if (isRecurring(definition)) {
+            if (recurring.some((t) => t.key === definition.key)) {
+              return yield* new InvalidRecurringTask({
+                task: definition.key,
+                reason: "two recurring tasks have this key"
+              })
+            }
+            recurring.push(definition)
+          } else if (isSubscriber(definition)) subscribers.push(definition)
           else if (isWorkflow(definition)) workflowDefinitions.push(definition)
           else jobs.push(definition)
         }
@@ -110,7 +127,7 @@ export class Registry extends Context.Service<
         for (const job of jobs) use(job.queue ?? config.defaultQueue, `job ${job.name}`)
         for (const w of workflows.workflows.values())
           use(w.workflow.queue ?? config.workflowQueue, `workflow ${w.workflow.name}`)
-        return Registry.of({ jobs: byName, queues, queueUsers, workflows: workflows.workflows, events })
+        return Registry.of({ jobs: byName, queues, queueUsers, workflows: workflows.workflows, events, recurring })
       })
     )
 }

@@ -26,6 +26,7 @@ import * as DeadLetters from "./DeadLetters.ts"
 import { fields, filterSensitive, json, table } from "./Format.ts"
 import { makeLockCommands } from "./LockCommands.ts"
 import { jsonFlag, makeOperateCommands } from "./Operate.ts"
+import { makeRecurringCommands } from "./RecurringCommands.ts"
 import { makeWorkflowCommands } from "./WorkflowCommands.ts"
 
 /**
@@ -295,6 +296,10 @@ const start = Command.make(
       Flag.withDescription("Only the dispatcher (maintenance)"),
       Flag.withDefault(false)
     ),
+    schedulerOnly: Flag.Boolean("scheduler-only").pipe(
+      Flag.withDescription("Only the recurring-task scheduler"),
+      Flag.withDefault(false)
+    ),
     migrate: Flag.Boolean("migrate").pipe(Flag.withDescription("Apply migrations first"), Flag.withDefault(false)),
     doctor: Flag.Boolean("doctor").pipe(
       Flag.withDescription("Run pgbus doctor first (process liveness skipped) and refuse to boot on a failed check"),
@@ -303,20 +308,28 @@ const start = Command.make(
   },
   (flags) =>
     Effect.gen(function* () {
-      if (flags.workersOnly && flags.dispatcherOnly) {
-        return yield* new UsageError({ reason: "--workers-only and --dispatcher-only are mutually exclusive" })
-      }
-      if (flags.dispatcherOnly && Option.isSome(flags.capsule)) {
-        return yield* new UsageError({ reason: "--capsule selects workers; it cannot go with --dispatcher-only" })
+      const only = [
+        flags.workersOnly && "--workers-only",
+        flags.dispatcherOnly && "--dispatcher-only",
+        flags.schedulerOnly && "--scheduler-only"
+      ].filter((f) => f !== false)
+      if (only.length > 1) return yield* new UsageError({ reason: `${only.join(" and ")} are mutually exclusive` })
+      if ((flags.dispatcherOnly || flags.schedulerOnly) && Option.isSome(flags.capsule)) {
+        return yield* new UsageError({ reason: `--capsule selects workers; it cannot go with ${only[0]}` })
       }
       const roles: ReadonlyArray<Supervisor.Role> = flags.workersOnly
         ? ["workers"]
         : flags.dispatcherOnly
           ? ["dispatcher"]
-          : ["workers", "dispatcher"]
+          : flags.schedulerOnly
+            ? ["scheduler"]
+            : ["workers", "dispatcher", "scheduler"]
       const fromEnv = yield* Config.option(Config.String("PGBUS_APP")).pipe(Effect.orElseSucceed(() => Option.none()))
       const module = Option.orElse(flags.app, () => fromEnv)
       const registry: AppRegistry = Option.isSome(module) ? yield* loadRegistry(module.value) : Registry.layer([])
+      if (Option.isNone(module) && flags.schedulerOnly) {
+        yield* Console.error("pgbus: no --app (or PGBUS_APP): no recurring tasks are registered, so nothing will fire")
+      }
       if (Option.isNone(module) && roles.includes("workers")) {
         yield* Console.error(
           "pgbus: no --app (or PGBUS_APP): no jobs are registered, so messages on the capsules' queues will fail as UnknownJob"
@@ -347,7 +360,9 @@ const start = Command.make(
       )
     })
 ).pipe(
-  Command.withDescription("Run the supervisor (workers and dispatcher) until SIGTERM/SIGINT, then drain and exit 0")
+  Command.withDescription(
+    "Run the supervisor (workers, dispatcher, recurring scheduler) until SIGTERM/SIGINT, then drain and exit 0"
+  )
 )
 
 // ---------------------------------------------------------------------------------------------
@@ -368,6 +383,7 @@ export const pgbus = base.pipe(
     bus.queues,
     dlq,
     makeWorkflowCommands(withBus),
+    makeRecurringCommands(withBus),
     bus.events,
     bus.outbox,
     bus.batches,

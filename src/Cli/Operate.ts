@@ -32,6 +32,7 @@ export const renderProcesses = (processes: ReadonlyArray<ProcessSummary>): strin
     p.id.slice(0, 8),
     `${p.host}:${p.pid}`,
     p.roles.join(","),
+    p.leads.length === 0 ? "-" : p.leads.join(","),
     `${p.busy}/${p.capacity}`,
     p.jobsPerSecond.toFixed(1),
     age(p.lastBeatAgeMs),
@@ -40,7 +41,9 @@ export const renderProcesses = (processes: ReadonlyArray<ProcessSummary>): strin
   const capsules = processes.flatMap((p) =>
     p.capsules.map((c) => `  ${p.id.slice(0, 8)} capsule ${c.name}: ${c.queues.join(", ")} × ${c.concurrency}`)
   )
-  return [table(["PROCESS", "HOST", "ROLES", "BUSY", "JOBS/S", "BEAT", "STATUS"], rows), ...capsules].join("\n")
+  return [table(["PROCESS", "HOST", "ROLES", "LEADS", "BUSY", "JOBS/S", "BEAT", "STATUS"], rows), ...capsules].join(
+    "\n"
+  )
 }
 
 const MARK = { ok: "[ ok ]", warn: "[warn]", fail: "[FAIL]", skipped: "[skip]" } as const

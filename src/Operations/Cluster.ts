@@ -76,6 +76,7 @@ export const makeCluster = (deps: Deps, queues: ReturnType<typeof makeQueues>) =
       pid: row.pid,
       host: row.host,
       roles: row.roles,
+      leads: row.leads ?? [],
       capsules: capsulesOf(row),
       busy: row.busy,
       capacity: row.capacity,

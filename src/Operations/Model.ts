@@ -145,6 +145,8 @@ export const ProcessSummary = Schema.Struct({
   pid: Schema.Number,
   host: Schema.String,
   roles: Schema.Array(Schema.String),
+  /** The maintenance roles it leads now (dispatcher, scheduler): its session holds their locks. */
+  leads: Schema.Array(Schema.String),
   capsules: Schema.Array(
     Schema.Struct({ name: Schema.String, queues: Schema.Array(Schema.String), concurrency: Schema.Number })
   ),

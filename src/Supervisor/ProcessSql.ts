@@ -1,5 +1,5 @@
 /**
- * Every SQL statement on the processes table.
+ * Every SQL statement on the processes and maintenance_leaders tables.
  *
  * @since 0.1.0
  */
@@ -24,6 +24,20 @@ export interface ProcessRow {
   readonly failed: bigint
   /** Jobs finished per second over the last beat interval. */
   readonly jobs_per_second: number
+  /** The maintenance roles it leads now (its lock held, per pg_locks). */
+  readonly leads: ReadonlyArray<string>
+}
+
+/** A maintenance role's leader as recorded, and whether its backend still holds the lock. */
+export interface LeaderRow {
+  readonly role: string
+  readonly process_id: string
+  /** The backend of the leader's own connection. */
+  readonly backend_pid: number
+  readonly host: string
+  readonly pid: number
+  readonly acquired_at: Date
+  readonly live: boolean
 }
 
 /** What a beat writes. */
@@ -63,15 +77,57 @@ export const makeProcessSql = (sql: SqlClient.SqlClient, schema: string) => {
   // down: no process is judged until it has been up for a whole threshold (by when the live
   // ones have beaten), whoever reaps, a process that booted after the restart included.
   const processListStale = (thresholdMs: number, now: Date | null) =>
-    sql<ProcessRow>`SELECT * FROM ${processes}
+    sql<Omit<ProcessRow, "leads">>`SELECT * FROM ${processes}
       WHERE last_beat_at < ${NOW(now)} - ${thresholdMs}::float8 * interval '1 millisecond'
         AND pg_postmaster_start_time() < now() - ${thresholdMs}::float8 * interval '1 millisecond'`
 
-  const processList = () => sql<ProcessRow>`SELECT * FROM ${processes} ORDER BY started_at`
+  // A leader row counts only while its backend holds the role's session lock: pg_locks shows a
+  // two-key advisory lock as (classid, objid) = (key1, key2) with objsubid 2.
+  const leaders = sql(`${schema}.maintenance_leaders`)
+  const schemaKey = sql`hashtext(${schema})`
+  const heldBy = (backendPid: unknown, lockId: unknown) =>
+    sql`EXISTS (SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
+        AND k.pid = ${backendPid} AND k.classid = (${schemaKey}::int8 & 4294967295)::oid AND k.objid = ${lockId}::int8::oid)`
+  const liveLeader = sql`${heldBy(sql`l.backend_pid`, sql`l.lock_id`)}`
 
-  // One dispatcher at a time does maintenance; the lock lives until the transaction ends.
-  const maintenanceLock = (key: string) =>
-    sql<{ readonly locked: boolean }>`SELECT pg_try_advisory_xact_lock(hashtext(${`${schema}:${key}`})) AS locked`
+  const processList = () =>
+    sql<ProcessRow>`SELECT p.*, coalesce((SELECT array_agg(l.role ORDER BY l.role) FROM ${leaders} l
+        WHERE l.process_id = p.id AND ${liveLeader}), '{}'::text[]) AS leads
+      FROM ${processes} p ORDER BY p.started_at`
 
-  return { processRegister, processBeat, processDelete, processListStale, processList, maintenanceLock }
+  /**
+   * On the leader's own connection: whether it holds the role's session lock, taking it when
+   * free. Taken once per session (not stacked): a held lock is only checked.
+   */
+  const leaderTryLock = (lockId: number) =>
+    sql<{ readonly locked: boolean; readonly backend_pid: number }>`SELECT pg_backend_pid() AS backend_pid,
+      CASE WHEN ${heldBy(sql`pg_backend_pid()`, lockId)} THEN true
+        ELSE pg_try_advisory_lock(${schemaKey}, ${lockId}) END AS locked`
+
+  /** Records the holder of a role's lock (run by the new leader right after it took the lock). */
+  const leaderRecord = (
+    leader: { readonly role: string; readonly lockId: number; readonly processId: string },
+    who: { readonly host: string; readonly pid: number; readonly backendPid: number },
+    now: Date | null
+  ) =>
+    sql`INSERT INTO ${leaders} (role, lock_id, process_id, host, pid, backend_pid, acquired_at)
+      VALUES (${leader.role}, ${leader.lockId}, ${leader.processId}, ${who.host}, ${who.pid}, ${who.backendPid}, ${NOW(now)})
+      ON CONFLICT (role) DO UPDATE SET lock_id = excluded.lock_id, process_id = excluded.process_id,
+        host = excluded.host, pid = excluded.pid, backend_pid = excluded.backend_pid, acquired_at = excluded.acquired_at`
+
+  /** Every recorded leader and whether it leads now (never the processes table: it may be locked). */
+  const leaderList = () =>
+    sql<LeaderRow>`SELECT l.role, l.process_id, l.backend_pid, l.host, l.pid, l.acquired_at, ${liveLeader} AS live
+      FROM ${leaders} l ORDER BY l.role`
+
+  return {
+    processRegister,
+    processBeat,
+    processDelete,
+    processListStale,
+    processList,
+    leaderTryLock,
+    leaderRecord,
+    leaderList
+  }
 }

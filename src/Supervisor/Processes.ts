@@ -12,7 +12,7 @@ import { type DatabaseError, statementNow, toDatabaseError } from "../Database.t
 import { makeUniqueKeys } from "../Job/Uniqueness.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
-import { type BeatFigures, makeProcessSql, type ProcessRow } from "./ProcessSql.ts"
+import { type BeatFigures, type LeaderRow, makeProcessSql, type ProcessRow } from "./ProcessSql.ts"
 
 /** What a process registers. */
 export interface ProcessInfo {
@@ -56,6 +56,8 @@ export class Processes extends Context.Service<
     readonly beat: (id: string, figures: BeatFigures) => Effect.Effect<boolean, DatabaseError>
     readonly unregister: (id: string) => Effect.Effect<void, DatabaseError>
     readonly list: Effect.Effect<ReadonlyArray<ProcessRow>, DatabaseError>
+    /** The recorded leader of each maintenance role, and whether it still holds the role's lock. */
+    readonly leaders: Effect.Effect<ReadonlyArray<LeaderRow>, DatabaseError>
     /** Finds processes silent past the threshold, releases their claims, deletes them. */
     readonly reapStale: Effect.Effect<ReapReport, DatabaseError | QueueError>
   }
@@ -120,6 +122,7 @@ export class Processes extends Context.Service<
         beat,
         unregister,
         list: statements.processList().pipe(Effect.mapError(toDatabaseError("list processes"))),
+        leaders: statements.leaderList().pipe(Effect.mapError(toDatabaseError("list maintenance leaders"))),
         reapStale
       })
     })

@@ -25,17 +25,20 @@ import { checkSchemaVersion, requireMigrated } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
+import type { RecurringTask } from "../Recurring/Recurring.ts"
+import { RecurringScheduler } from "../Recurring/Scheduler.ts"
 import { Registry } from "../Registry.ts"
 import { VERSION } from "../version.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
+import { campaign, describeLeaders, type LeaderRole } from "./Leader.ts"
 import { Processes } from "./Processes.ts"
 import { serveUnserved, unservedQueues } from "./Unserved.ts"
 import { makeStats, readsFairly, runWorker, type WorkerStats } from "./Worker.ts"
 
 /** The roles a supervisor can run. */
-export type Role = "workers" | "dispatcher"
+export type Role = "workers" | "dispatcher" | "scheduler"
 
 /** How a supervisor runs: which roles, which capsules. Defaults come from the config. */
 export interface SupervisorOptions {
@@ -65,6 +68,38 @@ const repeatMaintenance = <A, E>(name: string, task: Effect.Effect<A, E>, every:
   )
 
 /**
+ * The scheduler leader's work: sync the tasks, then fire due slots every tick and apply the
+ * ledger's retention hourly; a failed start is tried again after a tick.
+ */
+const runScheduler = (
+  scheduler: RecurringScheduler["Service"],
+  tasks: ReadonlyArray<RecurringTask>,
+  every: Duration.Duration
+): Effect.Effect<void> =>
+  Effect.flatMap(scheduler.session(tasks), (session) =>
+    Effect.all(
+      [
+        repeatMaintenance("recurring scheduler", session.runOnce, every),
+        repeatMaintenance(
+          "recurring ledger retention",
+          Effect.flatMap(scheduler.purge, (n) =>
+            n === 0 ? Effect.void : Effect.logInfo(`pgbus: recurring ledger retention deleted ${n} fire(s)`)
+          ),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      ],
+      { concurrency: "unbounded", discard: true }
+    )
+  ).pipe(
+    Effect.catchCause((cause) =>
+      Effect.logWarning("pgbus: the recurring scheduler could not start", Cause.pretty(cause)).pipe(
+        Effect.andThen(Effect.sleep(every))
+      )
+    ),
+    Effect.forever
+  )
+
+/**
  * Runs the supervisor until interrupted, then drains. Provide `Registry.layer([...jobs])` and
  * `PgBus.layer()`; run it with `Supervisor.runMain` so a drained shutdown exits 0.
  */
@@ -82,11 +117,12 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const processedEvents = yield* ProcessedEvents
     const outbox = yield* Outbox
     const queueStates = yield* QueueStates
+    const scheduler = yield* RecurringScheduler
     const jobStatsSql = makeJobStatsSql(yield* SqlClient.SqlClient, config.schema)
     const uniqueKeys = makeUniqueKeys(yield* SqlClient.SqlClient, config.schema, store)
     const debouncer = makeDebouncer(yield* SqlClient.SqlClient, config.schema, store)
     const readiness = yield* Ref.make<Readiness>("BOOTING")
-    const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher"]
+    const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher", "scheduler"]
     const allCapsules = options.capsules
       ? yield* Effect.forEach(options.capsules, validateCapsule)
       : yield* parseWorkers(config.workers)
@@ -124,11 +160,34 @@ export const runWith = (options: SupervisorOptions = {}) =>
         return claimedOnce.size >= capsules.length ? Deferred.succeed(firstClaims, undefined) : Effect.void
       })
     if (!runsWorkers || capsules.length === 0) yield* Deferred.succeed(firstClaims, undefined)
+    // (the dispatcher's loops: they run while this process leads the role, see Leader.ts)
     const afterFirstClaims = <A, E>(loop: Effect.Effect<A, E>) =>
-      Effect.andThen(Effect.timeoutOption(Deferred.await(firstClaims), FIRST_CLAIMS_WAIT), loop)
+      Effect.suspend(() =>
+        leadership.whileLeading(
+          "dispatcher",
+          Effect.andThen(Effect.timeoutOption(Deferred.await(firstClaims), FIRST_CLAIMS_WAIT), loop)
+        )
+      )
 
     yield* checkSchemaVersion()
     yield* requireMigrated
+
+    // The campaigns for the maintenance roles start now, so that their connection is open by the
+    // time the dispatcher's loops start. Every dispatcher loop runs through afterFirstClaims, so
+    // only while this process leads the role; the scheduler only on a process with tasks (the
+    // leader's code is the list that fires, its sync removes the others).
+    const recurring = registry.recurring ?? []
+    const runsScheduler = roles.includes("scheduler") && config.recurringEnabled && recurring.length > 0
+    const leaderRoles: ReadonlyArray<LeaderRole> = [
+      ...(roles.includes("dispatcher") ? (["dispatcher"] as const) : []),
+      ...(runsScheduler ? (["scheduler"] as const) : [])
+    ]
+    const leadership = yield* campaign(processId, leaderRoles)
+    if (runsScheduler) {
+      yield* Effect.forkScoped(
+        leadership.whileLeading("scheduler", runScheduler(scheduler, recurring, config.recurringScheduleInterval))
+      )
+    }
 
     // Boot banner: what actually booted, never the password.
     const banner = [
@@ -308,6 +367,13 @@ export const runWith = (options: SupervisorOptions = {}) =>
             ARCHIVE_CLEANUP_EVERY
           )
         )
+      )
+    }
+
+    yield* Effect.timeoutOption(leadership.firstRound, Duration.seconds(5))
+    if (leaderRoles.length > 0) {
+      yield* Effect.logInfo(
+        `[pgbus] boot: leaders ${yield* describeLeaders(processes.leaders, processId, leaderRoles)}`
       )
     }
 

@@ -26,7 +26,7 @@ export const processes: PageModule = {
 ${table(
   ["process", "status", "capsules", n("busy"), n("jobs/s"), n("succeeded"), n("failed"), "last beat", "up", "version"],
   list.map((p) => [
-    html`<code title="${p.id}">${p.host}:${p.pid}</code><br><small class="muted">${p.roles.join(", ")}</small>`,
+    html`<code title="${p.id}">${p.host}:${p.pid}</code><br><small class="muted">${p.roles.join(", ")}${p.leads.length > 0 ? ` · leads ${p.leads.join(", ")}` : ""}</small>`,
     html`${badge(p.status)}<br><small>${p.statusText}</small>`,
     p.capsules.length === 0
       ? "—"

@@ -1,0 +1,36 @@
+/**
+ * The errors of recurring tasks.
+ *
+ * @since 0.1.0
+ */
+import { Schema } from "effect"
+
+/**
+ * A recurring task's definition is wrong: a bad key, a schedule that is neither cron nor a known
+ * phrase (or never fires), an unknown time zone, a payload its job's Schema refuses, a bad
+ * catch-up, or two tasks with one key. Raised where the task is defined; nothing is written.
+ *
+ * @category errors
+ */
+export class InvalidRecurringTask extends Schema.TaggedError<InvalidRecurringTask>()("InvalidRecurringTask", {
+  task: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `recurring task ${this.task}: ${this.reason}`
+  }
+}
+
+/**
+ * No recurring task has this key in the database (the scheduler's leader has not synced it, or
+ * it was removed from the code).
+ *
+ * @category errors
+ */
+export class UnknownRecurringTask extends Schema.TaggedError<UnknownRecurringTask>()("UnknownRecurringTask", {
+  task: Schema.String
+}) {
+  override get message(): string {
+    return `no recurring task ${this.task}`
+  }
+}

@@ -1,0 +1,277 @@
+/**
+ * The recurring scheduler: syncs the code's tasks to the database and fires their due slots.
+ * The supervisor runs it on the one process that leads the scheduler role; a fire is a ledger
+ * row unique on (task, slot) and the job's message, in one transaction, so two schedulers at
+ * once (a leader change, a deploy) still fire a slot once.
+ *
+ * @since 0.1.0
+ */
+import { Context, Cron, Duration, Effect, Layer, Metric, Result } from "effect"
+import { SqlClient } from "effect/sql"
+import { PgBusConfig } from "../Config.ts"
+import { type DatabaseError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
+import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
+import type { QueueError } from "../Queue/QueueError.ts"
+import { QueueStore } from "../Queue/QueueStore.ts"
+import type { RecurringTask } from "./Recurring.ts"
+import { UnknownRecurringTask } from "./RecurringError.ts"
+import { makeRecurringSql, type TaskRow } from "./RecurringSql.ts"
+import { type CatchUp, dueSlots } from "./Schedule.ts"
+
+/** The header a recurring job's message carries: which task and which slot. */
+export const RECURRING_HEADER = "pgbus_recurring"
+
+/** Jobs enqueued by recurring tasks (scheduled and run-now), by task. */
+export const recurringEnqueued = Metric.counter("pgbus_recurring_enqueued", {
+  description: "jobs enqueued by recurring tasks, by task"
+})
+
+/** One fire: the task, its slot, where its job went. */
+export interface Fire {
+  readonly task: string
+  readonly runAt: Date
+  readonly queue: string
+  readonly msgId: bigint
+}
+
+/** What one tick did. */
+export interface TickReport {
+  readonly fired: ReadonlyArray<Fire>
+  /** Slots another scheduler had fired already. */
+  readonly alreadyFired: number
+  /** Tasks whose fire failed this tick (their due slots are tried again at the next). */
+  readonly failed: ReadonlyArray<{ readonly task: string; readonly reason: string }>
+}
+
+/** What a sync wrote. */
+export interface SyncReport {
+  readonly synced: ReadonlyArray<string>
+  /** Definitions deleted because the code no longer has them. */
+  readonly removed: ReadonlyArray<string>
+}
+
+/** A task as `pgbus recurring list` shows it. */
+export interface TaskSummary {
+  readonly key: string
+  readonly schedule: string
+  readonly cron: string
+  readonly timeZone: string
+  readonly job: string
+  readonly queue: string
+  readonly description: string | null
+  readonly catchUp: CatchUp
+  readonly activeSince: Date
+  readonly lastRunAt: Date | null
+  /** The next slot after now; null when the stored cron cannot be read. */
+  readonly nextRunAt: Date | null
+  readonly fires: number
+}
+
+/** A scheduling session: its ticks remember the previous one (slots after it are on time). */
+export interface SchedulerSession {
+  readonly runOnce: Effect.Effect<TickReport, DatabaseError>
+}
+
+/**
+ * The recurring scheduler service.
+ *
+ * @category services
+ */
+export class RecurringScheduler extends Context.Service<
+  RecurringScheduler,
+  {
+    /** Writes the tasks' definitions (a changed schedule is active from now) and deletes the others. */
+    readonly sync: (tasks: ReadonlyArray<RecurringTask>) => Effect.Effect<SyncReport, DatabaseError>
+    /** Syncs, then gives a session whose `runOnce` fires the due slots (its first tick applies catch-up). */
+    readonly session: (tasks: ReadonlyArray<RecurringTask>) => Effect.Effect<SchedulerSession, DatabaseError>
+    /** Enqueues a task's job now from its stored definition (a manual fire, recorded in the ledger). */
+    readonly runNow: (key: string) => Effect.Effect<Fire, UnknownRecurringTask | DatabaseError | QueueError>
+    /** Every stored task with its last and next fire. */
+    readonly list: Effect.Effect<ReadonlyArray<TaskSummary>, DatabaseError>
+    /** Deletes ledger rows past the retention (each task's latest scheduled fire stays). */
+    readonly purge: Effect.Effect<number, DatabaseError>
+  }
+>()("effect-pgbus/RecurringScheduler") {
+  static readonly layer: Layer.Layer<
+    RecurringScheduler,
+    never,
+    PgBusConfig | SqlClient.SqlClient | JobClient | QueueStore
+  > = Layer.effect(
+    RecurringScheduler,
+    Effect.gen(function* () {
+      const config = yield* PgBusConfig
+      const sql = yield* SqlClient.SqlClient
+      const client = yield* JobClient
+      const store = yield* QueueStore
+      const statements = makeRecurringSql(sql, config.schema)
+      const queueOf = (task: RecurringTask) => physicalQueueOf(config, task.job, { queue: task.queue })
+
+      const sync = (tasks: ReadonlyArray<RecurringTask>) =>
+        Effect.gen(function* () {
+          const now = yield* statementNow
+          for (const task of tasks) {
+            yield* statements.taskUpsert(
+              {
+                key: task.key,
+                schedule: task.schedule.schedule,
+                cron: task.schedule.cron,
+                timeZone: task.schedule.timeZone,
+                job: task.job.name,
+                queue: queueOf(task),
+                payload: task.encodedPayload,
+                description: task.description ?? null,
+                catchUp: task.catchUp,
+                catchUpLimit: task.catchUpLimit
+              },
+              now
+            )
+          }
+          const removed = yield* statements.taskDeleteOthers(tasks.map((t) => t.key))
+          return { synced: tasks.map((t) => t.key), removed: removed.map((r) => r.key) } satisfies SyncReport
+        }).pipe((effect) => withTransaction(sql, effect), Effect.mapError(toDatabaseError("sync recurring tasks")))
+
+      // The ledger row first: a second scheduler's insert of the same slot waits on it and
+      // then finds it, so only one enqueue commits.
+      const fire = (task: RecurringTask, runAt: Date, now: Date | null) =>
+        withTransaction(
+          sql,
+          Effect.gen(function* () {
+            const queue = queueOf(task)
+            const [row] = yield* statements
+              .executionInsert(task.key, runAt, false, queue, now)
+              .pipe(Effect.mapError(toDatabaseError("record a recurring fire")))
+            if (row === undefined) return undefined
+            const ref = yield* client.enqueue(task.job, task.payload, {
+              queue: task.queue,
+              headers: { [RECURRING_HEADER]: { task: task.key, run_at: runAt.toISOString() } }
+            })
+            yield* statements
+              .executionSetMessage(task.key, runAt, ref.msgId)
+              .pipe(Effect.mapError(toDatabaseError("record a recurring fire")))
+            return { task: task.key, runAt, queue: ref.queue, msgId: ref.msgId } satisfies Fire
+          })
+        ).pipe(Effect.mapError((e) => (e._tag === "SqlError" ? toDatabaseError("fire a recurring task")(e) : e)))
+
+      const session = (tasks: ReadonlyArray<RecurringTask>) =>
+        Effect.gen(function* () {
+          yield* sync(tasks)
+          // each task's previous successful tick: slots after it came due while this ran (a
+          // task whose fire failed keeps its own, so its slots stay on time for the next tick)
+          const sinceOf = new Map<string, Date>()
+          const runOnce = Effect.gen(function* () {
+            const bound = yield* statementNow
+            const [clock] = yield* statements
+              .recurringNow(bound)
+              .pipe(Effect.mapError(toDatabaseError("read the clock")))
+            const now = clock!.now
+            const starts = yield* statements
+              .taskStarts(tasks.map((t) => t.key))
+              .pipe(Effect.mapError(toDatabaseError("read recurring tasks")))
+            const fired: Array<Fire> = []
+            const failed: Array<{ readonly task: string; readonly reason: string }> = []
+            let alreadyFired = 0
+            for (const task of tasks) {
+              const start = starts.find((s) => s.key === task.key)
+              if (start === undefined) continue
+              const after =
+                start.last_run_at !== null && start.last_run_at > start.active_since
+                  ? start.last_run_at
+                  : start.active_since
+              const slots = dueSlots(task.schedule.parsed, {
+                after,
+                since: sinceOf.get(task.key),
+                now,
+                catchUp: task.catchUp,
+                limit: task.catchUpLimit
+              })
+              const outcome = yield* Effect.result(
+                Effect.forEach(slots, (slot) =>
+                  Effect.flatMap(fire(task, slot, bound), (done) => {
+                    if (done === undefined) {
+                      alreadyFired++
+                      return Effect.void
+                    }
+                    fired.push(done)
+                    return Metric.update(Metric.withAttributes(recurringEnqueued, { task: task.key }), 1).pipe(
+                      Effect.andThen(
+                        Effect.logInfo(
+                          `pgbus.recurring.enqueue: ${task.key} (${task.schedule.schedule}) slot ${slot.toISOString()} -> ${task.job.name} ${done.queue}:${done.msgId}`
+                        )
+                      )
+                    )
+                  })
+                )
+              )
+              // one task's failure (a database error, a refused enqueue) does not hold up the others
+              if (Result.isFailure(outcome)) {
+                failed.push({ task: task.key, reason: outcome.failure.message })
+                yield* Effect.logWarning(`pgbus: recurring task ${task.key} could not fire: ${outcome.failure.message}`)
+              } else sinceOf.set(task.key, now)
+            }
+            return { fired, alreadyFired, failed } satisfies TickReport
+          })
+          return { runOnce } satisfies SchedulerSession
+        })
+
+      const runNow = (key: string) =>
+        withTransaction(
+          sql,
+          Effect.gen(function* () {
+            const now = yield* statementNow
+            const [task] = yield* statements
+              .taskFind(key)
+              .pipe(Effect.mapError(toDatabaseError("find a recurring task")))
+            if (task === undefined) return yield* new UnknownRecurringTask({ task: key })
+            const [row] = yield* statements
+              .executionInsert(key, null, true, task.queue, now)
+              .pipe(Effect.mapError(toDatabaseError("record a recurring fire")))
+            if (row === undefined) return yield* Effect.die(new Error("two run-now fires at one instant"))
+            yield* client.ensureQueue(task.queue)
+            const msgId = yield* store.send(
+              task.queue,
+              { job: task.job, payload: task.payload },
+              { headers: { [RECURRING_HEADER]: { task: key, run_at: row.run_at.toISOString(), manual: true } } }
+            )
+            yield* statements
+              .executionSetMessage(key, row.run_at, msgId)
+              .pipe(Effect.mapError(toDatabaseError("record a recurring fire")))
+            yield* Metric.update(Metric.withAttributes(recurringEnqueued, { task: key }), 1)
+            return { task: key, runAt: row.run_at, queue: task.queue, msgId } satisfies Fire
+          })
+        ).pipe(Effect.mapError((e) => (e._tag === "SqlError" ? toDatabaseError("run a recurring task now")(e) : e)))
+
+      const summaryOf = (row: TaskRow & { readonly last_run_at: Date | null; readonly fires: bigint }, now: Date) => {
+        const cron = Cron.parse(row.cron, row.time_zone)
+        return {
+          key: row.key,
+          schedule: row.schedule,
+          cron: row.cron,
+          timeZone: row.time_zone,
+          job: row.job,
+          queue: row.queue,
+          description: row.description,
+          catchUp: row.catch_up as CatchUp,
+          activeSince: row.active_since,
+          lastRunAt: row.last_run_at,
+          nextRunAt: Result.isSuccess(cron) ? Cron.next(cron.success, now) : null,
+          fires: Number(row.fires)
+        } satisfies TaskSummary
+      }
+
+      const list = Effect.gen(function* () {
+        const [clock] = yield* statements.recurringNow(yield* statementNow)
+        const rows = yield* statements.taskList()
+        return rows.map((r) => summaryOf(r, clock!.now))
+      }).pipe(Effect.mapError(toDatabaseError("list recurring tasks")))
+
+      const purge = Effect.flatMap(statementNow, (now) =>
+        statements.executionsDeleteOld(Duration.toMillis(config.recurringExecutionRetention), now)
+      ).pipe(
+        Effect.map((rows) => rows.length),
+        Effect.mapError(toDatabaseError("recurring ledger retention"))
+      )
+
+      return RecurringScheduler.of({ sync, session, runNow, list, purge })
+    })
+  )
+}

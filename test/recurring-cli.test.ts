@@ -1,0 +1,130 @@
+/** `pgbus recurring list | run-now` and `pgbus start --scheduler-only`, in-process against a fresh database. */
+import { NodeServices } from "@effect/platform-node"
+import { assert, layer } from "@effect/vitest"
+import { Context, Effect, Fiber, Layer, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import * as Cli from "../src/Cli/Cli.ts"
+import { PgBusConfig } from "../src/Config.ts"
+import * as Job from "../src/Job/Job.ts"
+import * as PgBus from "../src/PgBus.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import * as Recurring from "../src/Recurring/Recurring.ts"
+import { RecurringScheduler } from "../src/Recurring/Scheduler.ts"
+import { Processes } from "../src/Supervisor/Processes.ts"
+import { eventually } from "./support/jobs.ts"
+import { urlFor } from "./support/server.ts"
+import { freshDatabase } from "./support/TestDatabase.ts"
+
+class TestDb extends Context.Service<TestDb, { readonly url: string }>()("test/recurring-cli/TestDb") {}
+
+const testLayer = Layer.unwrap(
+  Effect.map(freshDatabase, (name) =>
+    Layer.mergeAll(
+      PgBus.layerFrom(PgBusConfig.layerWithoutEnvironment({ databaseUrl: urlFor(name) })),
+      Layer.succeed(TestDb, { url: urlFor(name) }),
+      NodeServices.layer
+    )
+  )
+).pipe(Layer.orDie)
+
+const pgbus = (...args: ReadonlyArray<string>) =>
+  Effect.gen(function* () {
+    const { url } = yield* TestDb
+    return yield* Cli.capture([...args, "--database-url", url])
+  })
+
+const Nightly = Job.make(
+  "Nightly",
+  { payload: Schema.Struct({ full: Schema.Boolean }), queue: "nightly" },
+  () => Effect.void
+)
+
+layer(testLayer, { excludeTestServices: true, timeout: "60 seconds" })("pgbus recurring", (it) => {
+  it.effect(
+    "list shows the synced tasks with their schedule, zone, last and next run; run-now enqueues; errors exit 1",
+    () =>
+      Effect.gen(function* () {
+        const empty = yield* pgbus("recurring", "list")
+        assert.strictEqual(empty.exitCode, 0)
+        assert.include(empty.stdout, "no recurring task")
+
+        const task = Recurring.make("nightly-report", {
+          schedule: "every day at 2am",
+          timezone: "Europe/Berlin",
+          job: Nightly,
+          payload: { full: true },
+          description: "the nightly report"
+        })
+        yield* (yield* RecurringScheduler).sync([task])
+        const listed = yield* pgbus("recurring", "list")
+        assert.strictEqual(listed.exitCode, 0, listed.stderr)
+        const row = listed.stdout.split("\n").find((l) => l.startsWith("nightly-report"))
+        assert.isDefined(row)
+        assert.include(row!, "every day at 2am (0 2 * * *)")
+        assert.include(row!, "Europe/Berlin")
+        assert.include(row!, "Nightly")
+        assert.include(listed.stdout, "nightly-report: the nightly report")
+        const json = JSON.parse((yield* pgbus("recurring", "list", "--json")).stdout) as ReadonlyArray<{
+          readonly key: string
+          readonly nextRunAt: string
+          readonly lastRunAt: string | null
+        }>
+        assert.strictEqual(json[0]!.key, "nightly-report")
+        assert.isNull(json[0]!.lastRunAt)
+        // 02:00 in Berlin is 00:00 or 01:00 UTC
+        assert.match(json[0]!.nextRunAt, /T0[01]:00:00\.000Z$/)
+
+        const ran = yield* pgbus("recurring", "run-now", "nightly-report")
+        assert.strictEqual(ran.exitCode, 0, ran.stderr)
+        assert.include(ran.stdout, "enqueued nightly-report now as nightly:")
+        const messages = yield* (yield* QueueStore).browse("nightly")
+        assert.deepStrictEqual(
+          messages.map((m) => m.message),
+          [{ job: "Nightly", payload: { full: true } }]
+        )
+        const after = JSON.parse((yield* pgbus("recurring", "list", "--json")).stdout) as ReadonlyArray<{
+          readonly lastRunAt: string | null
+          readonly fires: number
+        }>
+        assert.isNotNull(after[0]!.lastRunAt)
+        assert.strictEqual(after[0]!.fires, 1)
+
+        const unknown = yield* pgbus("recurring", "run-now", "no-such-task")
+        assert.strictEqual(unknown.exitCode, 1)
+        assert.include(unknown.stderr, "no recurring task no-such-task")
+        assert.strictEqual((yield* (yield* QueueStore).browse("nightly")).length, 1, "nothing more enqueued")
+      })
+  )
+
+  it.effect("start --scheduler-only runs only the scheduler: it leads, fires the app's task, runs no worker", () =>
+    Effect.gen(function* () {
+      const conflict = yield* pgbus("start", "--scheduler-only", "--dispatcher-only")
+      assert.strictEqual(conflict.exitCode, 1)
+      assert.include(conflict.stderr, "mutually exclusive")
+      const capsule = yield* pgbus("start", "--scheduler-only", "--capsule", "x")
+      assert.strictEqual(capsule.exitCode, 1)
+      assert.include(capsule.stderr, "--capsule selects workers")
+
+      const fiber = yield* Effect.forkChild(
+        pgbus("start", "--scheduler-only", "--app", "test/fixtures/recurring-app.ts")
+      )
+      const sql = yield* SqlClient.SqlClient
+      yield* eventually(
+        "two fires of cli-tick",
+        Effect.map(
+          sql<{ readonly n: bigint }>`SELECT count(*) AS n FROM pgbus.recurring_executions WHERE task_key = 'cli-tick'`,
+          ([r]) => Number(r!.n) >= 2
+        ),
+        "30 seconds"
+      )
+      const processes = yield* (yield* Processes).list
+      assert.strictEqual(processes.length, 1)
+      assert.deepStrictEqual(processes[0]!.roles, ["scheduler"])
+      assert.deepStrictEqual(processes[0]!.leads, ["scheduler"])
+      assert.strictEqual(processes[0]!.capacity, 0)
+      const status = yield* pgbus("status")
+      assert.match(status.stdout, /scheduler\s+scheduler/, status.stdout)
+      yield* Fiber.interrupt(fiber)
+    })
+  )
+})
