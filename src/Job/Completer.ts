@@ -17,14 +17,23 @@ import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "./BatchMembersh
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
 import { backoffDelayMs, isExhausted, isLastAttempt, type ResolvedRetryPolicy } from "./Retry.ts"
 
+/** Header of an archived job message holding its result (its output encoded with the job's `success` Schema). */
+export const RESULT_HEADER = "pgbus_result"
+
+/** Header of an archived job message that was discarded: the failure that discarded it. */
+export const DISCARDED_HEADER = "pgbus_discarded"
+
 /**
  * What becomes of a delivered message.
  *
  * @category models
  */
 export type Outcome =
-  /** The handler succeeded: archive the message. */
-  | { readonly _tag: "Succeeded" }
+  /**
+   * The handler succeeded: archive the message (with `result`, the output encoded with the
+   * job's `success` Schema, when it declares one).
+   */
+  | { readonly _tag: "Succeeded"; readonly result?: unknown }
   /** The attempt failed: record it and deliver again after `delayMs`. */
   | { readonly _tag: "Retry"; readonly delayMs: number; readonly failure: Failure }
   /**
@@ -97,11 +106,12 @@ export interface CompleterDeps {
  * @category models
  */
 export interface Completer {
-  /** Applies a retry, a dead letter or an abandon; never fails (a write that fails is logged, the message left to its visibility). */
-  readonly complete: (
-    message: Message,
-    outcome: Exclude<Outcome, { readonly _tag: "Succeeded" }>
-  ) => Effect.Effect<void>
+  /**
+   * Applies a retry, a dead letter, an abandon, or a success that keeps a result (archived at
+   * once, with it, waking its awaiters); never fails (a write that fails is logged, the message
+   * left to its visibility).
+   */
+  readonly complete: (message: Message, outcome: Outcome) => Effect.Effect<void>
   /** Ends the batch members among successes just archived. */
   readonly archived: (messages: ReadonlyArray<Message>) => Effect.Effect<void>
 }
@@ -124,9 +134,36 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
     )
   }
 
+  // Awaiters of a job that keeps results wake on its outcome: the archive with the result
+  // notifies in its statement, a dead letter in one of its own.
+  const keepsResult = (m: Message) => jobOf(registry, m).registered?.encodeResult !== undefined
+  const notifyOutcome = (m: Message) =>
+    keepsResult(m)
+      ? store.outcomes
+          .notify(m.queue, m.msgId)
+          .pipe(Effect.catch((error) => Effect.logWarning("pgbus: waking a job's awaiters failed", error)))
+      : Effect.void
+
   const complete: Completer["complete"] = (m, outcome) => {
     const receipt = receiptOf(m)
     switch (outcome._tag) {
+      case "Succeeded":
+        return retryTransient(
+          store.outcomes.archiveWith(
+            m.queue,
+            receipt,
+            outcome.result === undefined ? {} : { [RESULT_HEADER]: outcome.result }
+          )
+        ).pipe(
+          Effect.flatMap((archived) =>
+            archived
+              ? endBatchMembers([m], "completed")
+              : Effect.logWarning("pgbus: a succeeded job had been delivered again before its archive").pipe(
+                  Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId) })
+                )
+          ),
+          Effect.catch((error) => Effect.logError("pgbus: archiving a job with its result failed", error))
+        )
       case "Retry":
         // the outcome is known: a lost connection must not turn the backoff into a visibility timeout
         return retryTransient(
@@ -154,6 +191,7 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
             ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId) }))
           ),
           Effect.tap((moved) => endBatchMembers(moved._tag === "Some" ? [m] : [], "failed")),
+          Effect.tap((moved) => (moved._tag === "Some" ? notifyOutcome(m) : Effect.void)),
           Effect.asVoid,
           Effect.catch((error) => Effect.logError("pgbus: dead-lettering failed", error))
         )

@@ -46,7 +46,10 @@ export const execute = (
             enqueuedAt: message.enqueuedAt,
             headers: message.headers
           }
-          const handler = registered.run(decoded, context).pipe(Effect.provideService(JobContext, context))
+          const ran = registered.run(decoded, context).pipe(Effect.provideService(JobContext, context))
+          // the output is encoded inside the attempt: one that cannot be kept fails it
+          const encodeResult = registered.encodeResult
+          const handler = encodeResult === undefined ? ran : Effect.flatMap(ran, (output) => encodeResult(output))
           const timeout = registered.job.timeout
           return timeout === undefined
             ? handler
@@ -77,7 +80,9 @@ export const execute = (
     Effect.flatMap((exit) =>
       // the random draw only spreads a retry's delay
       Exit.isSuccess(exit)
-        ? succeeded
+        ? registered?.encodeResult === undefined
+          ? succeeded
+          : Effect.succeed<Outcome>({ _tag: "Succeeded", result: exit.value })
         : Effect.map(Random.next, (random) => decide(exit, message.readCt, policy, random))
     )
   )

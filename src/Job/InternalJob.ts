@@ -28,6 +28,7 @@ export const internalJob = <P>(
       ...({} as AnyJob),
       name,
       payload: payload as never,
+      success: undefined,
       queue,
       priority: undefined,
       retry: undefined,

@@ -6,8 +6,8 @@
  */
 import { Context, Duration, type Effect, type Schema } from "effect"
 import * as QueueName from "../Queue/QueueName.ts"
-import { type EnqueueOptions, JobClient } from "./JobClient.ts"
-import { type EnqueueError, InvalidJobDefinition } from "./JobError.ts"
+import { type AwaitOptions, type EnqueueOptions, JobClient } from "./JobClient.ts"
+import { type EnqueueError, InvalidJobDefinition, type ResultError } from "./JobError.ts"
 import type { JobRef } from "./JobRef.ts"
 import { checkPolicy, type RetryPolicy } from "./Retry.ts"
 
@@ -32,9 +32,14 @@ export class JobContext extends Context.Service<
 >()("effect-pgbus/JobContext") {}
 
 /** The options of `Job.make`. */
-export interface JobOptions<P> {
+export interface JobOptions<P, A = unknown> {
   /** Schema of the payload: it is encoded at enqueue and decoded before the handler runs. */
   readonly payload: Schema.ConstraintCodec<P, unknown>
+  /**
+   * Schema of the handler's output: given, the output is encoded and kept with the archived
+   * message (at most `maxPayloadSize`), for `awaitResult`.
+   */
+  readonly success?: Schema.ConstraintCodec<A, unknown> | undefined
   /** Queue (default: the config's `defaultQueue`). */
   readonly queue?: string | undefined
   /** Priority sub-queue, 0 highest (used when the config sets `priorityLevels`). */
@@ -56,6 +61,7 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly [TypeId]: typeof TypeId
   readonly name: Name
   readonly payload: Schema.ConstraintCodec<P, unknown>
+  readonly success: Schema.ConstraintCodec<A, unknown> | undefined
   readonly queue: string | undefined
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
@@ -68,6 +74,11 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
     payloads: Iterable<P>,
     options?: EnqueueOptions
   ) => Effect.Effect<ReadonlyArray<JobRef>, EnqueueError, JobClient>
+  /**
+   * Waits for a job's outcome: its output (decoded with `success`), or `JobDeadLettered`,
+   * `JobDiscarded`, `JobResultTimeout`, `JobResultUnavailable`. Woken by NOTIFY.
+   */
+  readonly awaitResult: (ref: JobRef, options?: AwaitOptions) => Effect.Effect<A, ResultError, JobClient>
 }
 
 /** Any job, for registries and lists. */
@@ -75,6 +86,7 @@ export interface AnyJob {
   readonly [TypeId]: typeof TypeId
   readonly name: string
   readonly payload: Schema.ConstraintCodec<unknown, unknown>
+  readonly success: Schema.ConstraintCodec<unknown, unknown> | undefined
   readonly queue: string | undefined
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
@@ -106,7 +118,7 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
     const d = Duration.fromInput(options.timeout)
     if (d._tag === "None" || !Duration.isPositive(d.value)) return "timeout must be a positive duration"
   }
-  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout"])
+  const allowed = new Set(["payload", "success", "queue", "priority", "retry", "timeout"])
   for (const key of Object.keys(options)) if (!allowed.has(key)) return `unknown option ${key}`
   return options.retry === undefined ? undefined : checkPolicy(options.retry)
 }
@@ -117,7 +129,7 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
  */
 export const make = <const Name extends string, P, A, E, R>(
   name: Name,
-  options: JobOptions<P>,
+  options: JobOptions<P, A>,
   handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
 ): Job<Name, P, A, E, R> => {
   const invalid = validateDefinition(name, options as JobOptions<unknown>)
@@ -126,6 +138,7 @@ export const make = <const Name extends string, P, A, E, R>(
     [TypeId]: TypeId,
     name,
     payload: options.payload,
+    success: options.success,
     queue: options.queue,
     priority: options.priority,
     retry: options.retry,
@@ -133,7 +146,8 @@ export const make = <const Name extends string, P, A, E, R>(
     handler,
     enqueue: (payload, enqueueOptions) => JobClient.use((client) => client.enqueue(job, payload, enqueueOptions)),
     enqueueMany: (payloads, enqueueOptions) =>
-      JobClient.use((client) => client.enqueueMany(job, payloads, enqueueOptions))
+      JobClient.use((client) => client.enqueueMany(job, payloads, enqueueOptions)),
+    awaitResult: (ref, awaitOptions) => JobClient.use((client) => client.result(job, ref, awaitOptions))
   }
   return job
 }

@@ -17,8 +17,11 @@ import type { BatchEntry, CreateOptions, SendOptions } from "../Queue/QueueStore
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { CurrentBatch } from "./BatchMembership.ts"
 import type { AnyJob, Job } from "./Job.ts"
-import { type EnqueueError, type InvalidFairShare, InvalidPayload } from "./JobError.ts"
+import { type EnqueueError, type InvalidFairShare, InvalidPayload, type ResultError } from "./JobError.ts"
 import { type JobRef, jobRef } from "./JobRef.ts"
+import { type AwaitOptions, makeResultAwaiter } from "./JobResult.ts"
+
+export type { AwaitOptions } from "./JobResult.ts"
 
 /** The envelope stored as a job message. */
 export const Envelope = Schema.Struct({ job: Schema.String, payload: Schema.Unknown })
@@ -141,6 +144,16 @@ export class JobClient extends Context.Service<
      * index when `fairIndex` says so (default: when the config's `fairShare` is set).
      */
     readonly ensureQueue: (queue: string, options?: CreateOptions) => Effect.Effect<void, QueueError>
+    /**
+     * Waits for a job's outcome: its output decoded with the job's `success` Schema, or
+     * `JobDeadLettered`, `JobDiscarded`, `JobResultTimeout` (with `timeout`),
+     * `JobResultUnavailable`. Woken by the NOTIFY its outcome sends, from any process.
+     */
+    readonly result: <P, A>(
+      job: Job<string, P, A, unknown, unknown>,
+      ref: JobRef,
+      options?: AwaitOptions
+    ) => Effect.Effect<A, ResultError>
   }
 >()("effect-pgbus/JobClient") {
   /** The job client on the queue store. */
@@ -152,6 +165,12 @@ export class JobClient extends Context.Service<
       const sql = yield* SqlClient.SqlClient
       const notifier = yield* Notifier
       const known = new Set<string>()
+      const results = makeResultAwaiter({
+        store,
+        notifier,
+        scope: yield* Effect.scope,
+        pollingInterval: config.pollingInterval
+      })
 
       // A queue created inside the caller's transaction exists only once it commits, so it is
       // remembered after commit (afterCommit runs at once outside a transaction).
@@ -292,7 +311,8 @@ export class JobClient extends Context.Service<
       return JobClient.of({
         enqueue: enqueue as JobClient["Service"]["enqueue"],
         enqueueMany: enqueueMany as JobClient["Service"]["enqueueMany"],
-        ensureQueue
+        ensureQueue,
+        result: (job, ref, options) => results.awaitResult(job as AnyJob, ref, options)
       })
     })
   )

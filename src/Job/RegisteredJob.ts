@@ -9,7 +9,7 @@ import { Context, Effect, Exit, Schema } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
 import type { DeadLetterSource, Message } from "../Queue/Message.ts"
 import { type AnyJob, type JobContext, validateDefinition } from "./Job.ts"
-import { InvalidJobDefinition, PayloadDecodeError } from "./JobError.ts"
+import { InvalidJobDefinition, InvalidResult, PayloadDecodeError } from "./JobError.ts"
 import { type ResolvedRetryPolicy, resolvePolicy } from "./Retry.ts"
 
 /** A job ready to run in this process. */
@@ -22,6 +22,8 @@ export interface RegisteredJob {
   readonly run: (payload: unknown, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>
   /** Provides the services the handler needs (the registry's, merged once per executor context). */
   readonly provide: <A, E>(effect: Effect.Effect<A, E>) => Effect.Effect<A, E>
+  /** Encodes the handler's output with the job's `success` Schema (absent: no result is kept). */
+  readonly encodeResult?: ((output: unknown) => Effect.Effect<unknown, InvalidResult>) | undefined
   /** Who a dead letter's block names as its mover (default `worker`; event deliveries: `consumer`). */
   readonly deadLetterSource?: DeadLetterSource | undefined
 }
@@ -69,6 +71,35 @@ export const cachedProvide = (services: Context.Context<never>) => {
 }
 
 /**
+ * The encoder of a job's output: its `success` Schema's encoded form, refused when it is not
+ * JSON or over `limit` bytes (the result rides in the archived message's headers).
+ */
+export const resultEncoder = (
+  job: string,
+  schema: Schema.ConstraintCodec<unknown, unknown>,
+  limit: number
+): ((output: unknown) => Effect.Effect<unknown, InvalidResult>) => {
+  const encode = Schema.encodeUnknownEffect(schema)
+  return (output) =>
+    encode(output).pipe(
+      Effect.mapError((error) => new InvalidResult({ job, issue: error.message })),
+      Effect.flatMap((encoded) => {
+        let text: string | undefined
+        try {
+          text = JSON.stringify(encoded)
+        } catch {
+          text = undefined
+        }
+        if (text === undefined) return Effect.fail(new InvalidResult({ job, issue: "the encoded output is not JSON" }))
+        const size = Buffer.byteLength(text, "utf8")
+        return size > limit
+          ? Effect.fail(new InvalidResult({ job, issue: `the encoded output is ${size} bytes, over ${limit}` }))
+          : Effect.succeed(encoded)
+      })
+    )
+}
+
+/**
  * Registers user jobs: checks each definition and builds its decoder and retry policy; their
  * handlers' services come from `provide`. Fails with `InvalidJobDefinition` for two jobs with
  * one name or a bad definition.
@@ -86,6 +117,7 @@ export const registerJobs = (
       }
       const invalid = validateDefinition(job.name, {
         payload: job.payload,
+        success: job.success,
         queue: job.queue,
         priority: job.priority,
         retry: job.retry,
@@ -109,7 +141,10 @@ export const registerJobs = (
         },
         // the requirements are met by `provide`, which wraps the delivery
         run: job.handler as RegisteredJob["run"],
-        provide
+        provide,
+        ...(job.success === undefined
+          ? {}
+          : { encodeResult: resultEncoder(job.name, job.success, config.maxPayloadSize) })
       })
     }
     return byName

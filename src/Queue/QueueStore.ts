@@ -28,6 +28,7 @@ import { Notifier, pollDelay } from "./Notifier.ts"
 import { InvalidMessage, PayloadTooLarge, type QueueError, QueueNotFound } from "./QueueError.ts"
 import { makeQueueFeed, type QueueFeed } from "./QueueFeed.ts"
 import * as QueueName from "./QueueName.ts"
+import { makeQueueOutcomes, type QueueOutcomes } from "./QueueOutcomes.ts"
 import {
   type ClaimedMessageRow,
   type EncodedMessage,
@@ -331,6 +332,8 @@ export class QueueStore extends Context.Service<
     readonly validateName: (queue: string) => Effect.Effect<QueueName.QueueName, QueueError>
     /** A queue read as a feed (by id past a cursor, or by key), without claims: what streams read. */
     readonly feed: QueueFeed
+    /** A job's outcome beyond a plain archive: archived with a result or mark, snoozed, found. */
+    readonly outcomes: QueueOutcomes
   }
 >()("effect-pgbus/QueueStore") {
   /** The queue store, on the configured schema. */
@@ -978,6 +981,14 @@ export class QueueStore extends Context.Service<
           validateName,
           fail,
           lockQueue: statements.queueLockTransaction
+        }),
+        outcomes: makeQueueOutcomes({
+          sql,
+          schema: config.schema,
+          notifyChannel: notifier.channel,
+          validateName,
+          deadLetterOf: QueueName.deadLetterOf,
+          fail
         })
       })
     })

@@ -229,6 +229,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       switch (outcome._tag) {
         case "Succeeded":
           stats.succeeded++
+          // a result is archived at once, with it, by the completer (its awaiters wake)
+          if (outcome.result !== undefined) break
           completed.push(m)
           flushSignal.openUnsafe()
           return Effect.void
