@@ -9,11 +9,12 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Exit, Fiber } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { retryTransient } from "../Database.ts"
-import { type Failure, type Message, receiptOf } from "../Queue/Message.ts"
+import { encodeFailure, type Failure, type Message, receiptOf } from "../Queue/Message.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
 import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "./BatchMembership.ts"
+import { JobSnoozed } from "./JobError.ts"
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
 import { backoffDelayMs, isExhausted, isLastAttempt, type ResolvedRetryPolicy } from "./Retry.ts"
 
@@ -43,6 +44,10 @@ export type Outcome =
   | { readonly _tag: "DeadLetter"; readonly failure: Failure | undefined; readonly maxRetries: number }
   /** The run was interrupted (shutdown past the drain timeout): give the message back. */
   | { readonly _tag: "Abandoned" }
+  /** A typed error the job's `discardOn` names: archive the message with a `discarded` mark, no retry, no DLQ. */
+  | { readonly _tag: "Discarded"; readonly failure: Failure }
+  /** The handler snoozed (`Job.snooze`): back in the queue after `delayMs`, the attempt not counted. */
+  | { readonly _tag: "Snoozed"; readonly delayMs: number }
 
 /** A failure as recorded: class (a typed error's `_tag`, else its name), message, stack. */
 export const failureOf = (cause: Cause.Cause<unknown>, attempt: number): Failure => {
@@ -64,10 +69,16 @@ const safeString = (u: unknown): string => {
   }
 }
 
+const tagOf = (error: unknown): string | undefined => {
+  const tag = typeof error === "object" && error !== null ? (error as { readonly _tag?: unknown })._tag : undefined
+  return typeof tag === "string" ? tag : undefined
+}
+
 /**
  * Decides a delivery's outcome from the run's exit: success archives, interruption gives the
  * message back, a failure retries with backoff until the last allowed attempt, then
- * dead-letters. Pure: `random` in [0, 1) spreads the delay.
+ * dead-letters. A typed error named by the job's `discardOn` discards it, by `deadLetterOn`
+ * dead-letters it at once; `Job.snooze` snoozes it. Pure: `random` in [0, 1) spreads the delay.
  */
 export const decide = (
   exit: Exit.Exit<unknown, unknown>,
@@ -77,7 +88,16 @@ export const decide = (
 ): Outcome => {
   if (Exit.isSuccess(exit)) return { _tag: "Succeeded" }
   if (Cause.hasInterruptsOnly(exit.cause)) return { _tag: "Abandoned" }
+  // per-error rules see typed failures only (a defect is always retried)
+  const error = Cause.findErrorOption(exit.cause)
+  if (Option.isSome(error) && error.value instanceof JobSnoozed)
+    return { _tag: "Snoozed", delayMs: error.value.delayMs }
   const failure = failureOf(exit.cause, attempt)
+  const tag = Option.isSome(error) ? tagOf(error.value) : undefined
+  if (tag !== undefined && policy.discardOn?.has(tag)) return { _tag: "Discarded", failure }
+  if (tag !== undefined && policy.deadLetterOn?.has(tag)) {
+    return { _tag: "DeadLetter", failure, maxRetries: policy.maxRetries }
+  }
   if (isLastAttempt(policy, attempt)) return { _tag: "DeadLetter", failure, maxRetries: policy.maxRetries }
   return { _tag: "Retry", delayMs: backoffDelayMs(policy, attempt, random), failure }
 }
@@ -194,6 +214,30 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
           Effect.tap((moved) => (moved._tag === "Some" ? notifyOutcome(m) : Effect.void)),
           Effect.asVoid,
           Effect.catch((error) => Effect.logError("pgbus: dead-lettering failed", error))
+        )
+      case "Discarded":
+        return retryTransient(
+          store.outcomes.archiveWith(m.queue, receipt, { [DISCARDED_HEADER]: encodeFailure(outcome.failure) })
+        ).pipe(
+          Effect.tap((archived) =>
+            Effect.logWarning(
+              `pgbus: job discarded (attempt ${m.readCt}): ${outcome.failure.errorClass}: ${outcome.failure.message}`
+            ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId), claim_lost: !archived }))
+          ),
+          // a discarded member did not succeed: its batch counts it as failed
+          Effect.tap((archived) => endBatchMembers(archived ? [m] : [], "failed")),
+          Effect.asVoid,
+          Effect.catch((error) => Effect.logError("pgbus: discarding a job failed", error))
+        )
+      case "Snoozed":
+        return retryTransient(store.outcomes.snooze(m.queue, receipt, outcome.delayMs)).pipe(
+          Effect.tap((kept) =>
+            Effect.logDebug(`pgbus: job snoozed for ${outcome.delayMs} ms`).pipe(
+              Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId), claim_lost: !kept })
+            )
+          ),
+          Effect.asVoid,
+          Effect.catch((error) => Effect.logError("pgbus: snoozing a job failed", error))
         )
       case "Abandoned":
         return store.release(m.queue, [receipt]).pipe(

@@ -33,6 +33,8 @@ export const internalJob = <P>(
       priority: undefined,
       retry: undefined,
       timeout: undefined,
+      discardOn: undefined,
+      deadLetterOn: undefined,
       handler: (() => Effect.void) as never
     },
     policy: resolvePolicy(config, undefined),

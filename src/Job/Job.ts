@@ -4,10 +4,10 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, type Effect, type Schema } from "effect"
+import { Context, Duration, Effect, type Schema } from "effect"
 import * as QueueName from "../Queue/QueueName.ts"
 import { type AwaitOptions, type EnqueueOptions, JobClient } from "./JobClient.ts"
-import { type EnqueueError, InvalidJobDefinition, type ResultError } from "./JobError.ts"
+import { type EnqueueError, InvalidJobDefinition, JobSnoozed, type ResultError } from "./JobError.ts"
 import type { JobRef } from "./JobRef.ts"
 import { checkPolicy, type RetryPolicy } from "./Retry.ts"
 
@@ -48,6 +48,13 @@ export interface JobOptions<P, A = unknown> {
   readonly retry?: RetryPolicy | undefined
   /** Longest run of one attempt; a longer one fails with `JobTimeout`. */
   readonly timeout?: Duration.Input | undefined
+  /**
+   * Typed errors (by `_tag`) that end the job without a retry or a dead letter: the message is
+   * archived with a `discarded` mark (the failure), and awaiters get `JobDiscarded`.
+   */
+  readonly discardOn?: ReadonlyArray<string> | undefined
+  /** Typed errors (by `_tag`) that are not retried: the first one dead-letters the job. */
+  readonly deadLetterOn?: ReadonlyArray<string> | undefined
 }
 
 const TypeId = "~effect-pgbus/Job"
@@ -66,6 +73,8 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
   readonly timeout: Duration.Duration | undefined
+  readonly discardOn: ReadonlyArray<string> | undefined
+  readonly deadLetterOn: ReadonlyArray<string> | undefined
   readonly handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
   /** Enqueues one job (joins the caller's transaction); returns where it is. */
   readonly enqueue: (payload: P, options?: EnqueueOptions) => Effect.Effect<JobRef, EnqueueError, JobClient>
@@ -91,6 +100,8 @@ export interface AnyJob {
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
   readonly timeout: Duration.Duration | undefined
+  readonly discardOn: ReadonlyArray<string> | undefined
+  readonly deadLetterOn: ReadonlyArray<string> | undefined
   readonly handler: (payload: never, context: JobContext["Service"]) => Effect.Effect<unknown, unknown, unknown>
 }
 
@@ -118,10 +129,41 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
     const d = Duration.fromInput(options.timeout)
     if (d._tag === "None" || !Duration.isPositive(d.value)) return "timeout must be a positive duration"
   }
-  const allowed = new Set(["payload", "success", "queue", "priority", "retry", "timeout"])
+  const allowed = new Set(["payload", "success", "queue", "priority", "retry", "timeout", "discardOn", "deadLetterOn"])
   for (const key of Object.keys(options)) if (!allowed.has(key)) return `unknown option ${key}`
+  const tags = checkErrorTags(options.discardOn, options.deadLetterOn)
+  if (tags !== undefined) return tags
   return options.retry === undefined ? undefined : checkPolicy(options.retry)
 }
+
+const checkErrorTags = (
+  discardOn: ReadonlyArray<string> | undefined,
+  deadLetterOn: ReadonlyArray<string> | undefined
+): string | undefined => {
+  for (const [name, tags] of [
+    ["discardOn", discardOn],
+    ["deadLetterOn", deadLetterOn]
+  ] as const) {
+    if (tags === undefined) continue
+    if (!Array.isArray(tags) || tags.some((t) => typeof t !== "string" || t === "")) {
+      return `${name} must be a list of error tags (non-empty strings)`
+    }
+  }
+  const both = discardOn?.find((t) => deadLetterOn?.includes(t))
+  return both === undefined ? undefined : `${both} is in both discardOn and deadLetterOn`
+}
+
+/**
+ * Ends the running attempt and puts the job back in its queue after `delay`, without counting
+ * the attempt (the next delivery has the same attempt number). Use it inside a handler:
+ * `yield* Job.snooze("5 minutes")`.
+ */
+export const snooze = (delay: Duration.Input): Effect.Effect<never, JobSnoozed> =>
+  Effect.suspend(() => {
+    const d = Duration.fromInput(delay)
+    const ms = d._tag === "Some" && Duration.isFinite(d.value) ? Math.max(0, Duration.toMillis(d.value)) : 0
+    return Effect.fail(new JobSnoozed({ delayMs: ms }))
+  })
 
 /**
  * Defines a job. Throws `InvalidJobDefinition` at definition time for a bad name or option: a
@@ -143,6 +185,8 @@ export const make = <const Name extends string, P, A, E, R>(
     priority: options.priority,
     retry: options.retry,
     timeout: options.timeout === undefined ? undefined : Duration.fromInputUnsafe(options.timeout),
+    discardOn: options.discardOn,
+    deadLetterOn: options.deadLetterOn,
     handler,
     enqueue: (payload, enqueueOptions) => JobClient.use((client) => client.enqueue(job, payload, enqueueOptions)),
     enqueueMany: (payloads, enqueueOptions) =>

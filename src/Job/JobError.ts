@@ -202,3 +202,17 @@ export class JobResultUnavailable extends Schema.TaggedError<JobResultUnavailabl
 
 /** Why awaiting a job's result failed. */
 export type ResultError = JobDeadLettered | JobDiscarded | JobResultTimeout | JobResultUnavailable | QueueError
+
+/**
+ * A handler asked to run again later (`Job.snooze`): the message goes back to its queue for
+ * `delayMs` without counting the delivery as an attempt. Not a failure: nothing is recorded.
+ *
+ * @category errors
+ */
+export class JobSnoozed extends Schema.TaggedError<JobSnoozed>()("JobSnoozed", {
+  delayMs: Schema.Number
+}) {
+  override get message(): string {
+    return `snoozed for ${this.delayMs} ms`
+  }
+}

@@ -10,7 +10,7 @@ import type { PgBusConfigShape } from "../Config.ts"
 import type { DeadLetterSource, Message } from "../Queue/Message.ts"
 import { type AnyJob, type JobContext, validateDefinition } from "./Job.ts"
 import { InvalidJobDefinition, InvalidResult, PayloadDecodeError } from "./JobError.ts"
-import { type ResolvedRetryPolicy, resolvePolicy } from "./Retry.ts"
+import { type ResolvedRetryPolicy, resolvePolicy, withErrorRules } from "./Retry.ts"
 
 /** A job ready to run in this process. */
 export interface RegisteredJob {
@@ -121,14 +121,16 @@ export const registerJobs = (
         queue: job.queue,
         priority: job.priority,
         retry: job.retry,
-        timeout: job.timeout
+        timeout: job.timeout,
+        discardOn: job.discardOn,
+        deadLetterOn: job.deadLetterOn
       })
       if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })
       const decodePayload = Schema.decodeUnknownEffect(job.payload)
       const decodeSync = Schema.decodeUnknownExit(job.payload)
       byName.set(job.name, {
         job,
-        policy: resolvePolicy(config, job.retry),
+        policy: withErrorRules(resolvePolicy(config, job.retry), job),
         decode: (payload) => {
           // synchronously when it succeeds (an Exit is an Effect); a failure or an
           // asynchronous schema takes the Effect path, which reports it as before

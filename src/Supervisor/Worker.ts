@@ -243,6 +243,9 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         case "Abandoned":
           stats.abandoned++
           break
+        case "Discarded":
+        case "Snoozed":
+          break
       }
       return Effect.ensuring(
         completer.complete(m, outcome),
@@ -252,14 +255,24 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
 
     /** Counts and times a delivery that ended (an abandoned one did not). */
     const recordOutcome = (m: Message, outcome: Outcome, startedAt: number) => {
-      if (outcome._tag === "Abandoned") return
-      const status = outcome._tag === "Succeeded" ? "completed" : outcome._tag === "Retry" ? "retried" : "dead_lettered"
+      // an abandoned or snoozed delivery did not end; a discarded one is in the metrics only (job_stats has no column for it)
+      if (outcome._tag === "Abandoned" || outcome._tag === "Snoozed") return
+      const status =
+        outcome._tag === "Succeeded"
+          ? "completed"
+          : outcome._tag === "Retry"
+            ? "retried"
+            : outcome._tag === "Discarded"
+              ? "discarded"
+              : "dead_lettered"
       const now = clock.currentTimeMillisUnsafe()
       const ms = now - startedAt
       const name = jobOf(registry, m).name
       recordJobUnsafe(metricsContext, m.queue, name, status, ms)
       // pickup latency of a first delivery: enqueued -> started (a scheduled job's delay included)
-      recordStats?.(m.queue, name, status, ms, m.readCt === 1 ? startedAt - m.enqueuedAt.getTime() : undefined, now)
+      if (status !== "discarded") {
+        recordStats?.(m.queue, name, status, ms, m.readCt === 1 ? startedAt - m.enqueuedAt.getTime() : undefined, now)
+      }
     }
 
     const runOne = (m: Message) =>
