@@ -11,6 +11,7 @@ import { JobContext } from "./Job.ts"
 import { linkedSpan } from "./JobClient.ts"
 import { JobTimeout, PayloadDecodeError, UnknownJob } from "./JobError.ts"
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
+import { CurrentAttributes, contextOf } from "./RequestContext.ts"
 import type { ResolvedRetryPolicy } from "./Retry.ts"
 
 export { decide, failureOf, type Outcome } from "./Completer.ts"
@@ -46,7 +47,13 @@ export const execute = (
             enqueuedAt: message.enqueuedAt,
             headers: message.headers
           }
-          const ran = registered.run(decoded, context).pipe(Effect.provideService(JobContext, context))
+          // the request context captured at enqueue (kept in the headers across retries and the DLQ)
+          const attributes = contextOf(message.headers)
+          const withContext = registered.run(decoded, context).pipe(Effect.provideService(JobContext, context))
+          const ran =
+            attributes === undefined
+              ? withContext
+              : withContext.pipe(Effect.provideService(CurrentAttributes, attributes))
           // the output is encoded inside the attempt: one that cannot be kept fails it
           const encodeResult = registered.encodeResult
           const handler = encodeResult === undefined ? ran : Effect.flatMap(ran, (output) => encodeResult(output))

@@ -20,6 +20,7 @@ import type { AnyJob, Job } from "./Job.ts"
 import { type EnqueueError, type InvalidFairShare, InvalidPayload, type ResultError } from "./JobError.ts"
 import { type JobRef, jobRef } from "./JobRef.ts"
 import { type AwaitOptions, makeResultAwaiter } from "./JobResult.ts"
+import { CONTEXT_HEADER, CurrentAttributes } from "./RequestContext.ts"
 
 export type { AwaitOptions } from "./JobResult.ts"
 
@@ -96,6 +97,11 @@ const traceHeaders: Effect.Effect<Record<string, string>> = Effect.map(Effect.op
     onNone: () => ({}),
     onSome: (s) => ({ [TRACEPARENT]: `00-${s.traceId}-${s.spanId}-${s.sampled ? "01" : "00"}` })
   })
+)
+
+// The request context travels in a header of its own (none when it is empty).
+const contextHeaders: Effect.Effect<Record<string, unknown>> = Effect.map(CurrentAttributes, (attributes) =>
+  Object.keys(attributes).length === 0 ? {} : { [CONTEXT_HEADER]: attributes }
 )
 
 // The last header read and its span: the jobs of one enqueueMany share one traceparent.
@@ -218,7 +224,7 @@ export class JobClient extends Context.Service<
           const encoded = yield* encodeAll(job, given)
           if (encoded.length === 0) return [] as ReadonlyArray<JobRef>
           const trace = yield* traceHeaders
-          const headers = { ...options?.headers, ...trace }
+          const headers = { ...options?.headers, ...trace, ...(yield* contextHeaders) }
           const hasHeaders = Object.keys(headers).length > 0
           // resolved before anything is sent: one bad answer fails the whole call
           const tags =
@@ -290,7 +296,7 @@ export class JobClient extends Context.Service<
               ? undefined
               : yield* jobFairShare(config, job, payload, logicalQueueOf(config, job, options), options?.headers)
           const trace = yield* traceHeaders
-          const headers = { ...options?.headers, ...trace }
+          const headers = { ...options?.headers, ...trace, ...(yield* contextHeaders) }
           yield* ensureQueue(queue)
           const message: TaggedEnvelope =
             tag === undefined
