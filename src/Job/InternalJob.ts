@@ -35,6 +35,7 @@ export const internalJob = <P>(
       timeout: undefined,
       discardOn: undefined,
       deadLetterOn: undefined,
+      orderKey: undefined,
       handler: (() => Effect.void) as never
     },
     policy: resolvePolicy(config, undefined),

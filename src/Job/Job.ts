@@ -55,6 +55,12 @@ export interface JobOptions<P, A = unknown> {
   readonly discardOn?: ReadonlyArray<string> | undefined
   /** Typed errors (by `_tag`) that are not retried: the first one dead-letters the job. */
   readonly deadLetterOn?: ReadonlyArray<string> | undefined
+  /**
+   * Per-key FIFO: the ordering key of a job (e.g. its account id). Jobs of one key run one at a
+   * time in enqueue order; other keys run in parallel. `undefined`: the job is unordered. An
+   * enqueue's `orderKey` option overrides it.
+   */
+  readonly orderKey?: ((payload: P) => string | undefined) | undefined
 }
 
 const TypeId = "~effect-pgbus/Job"
@@ -75,6 +81,7 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly timeout: Duration.Duration | undefined
   readonly discardOn: ReadonlyArray<string> | undefined
   readonly deadLetterOn: ReadonlyArray<string> | undefined
+  readonly orderKey: ((payload: P) => string | undefined) | undefined
   readonly handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
   /** Enqueues one job (joins the caller's transaction); returns where it is. */
   readonly enqueue: (payload: P, options?: EnqueueOptions) => Effect.Effect<JobRef, EnqueueError, JobClient>
@@ -102,6 +109,7 @@ export interface AnyJob {
   readonly timeout: Duration.Duration | undefined
   readonly discardOn: ReadonlyArray<string> | undefined
   readonly deadLetterOn: ReadonlyArray<string> | undefined
+  readonly orderKey: ((payload: never) => string | undefined) | undefined
   readonly handler: (payload: never, context: JobContext["Service"]) => Effect.Effect<unknown, unknown, unknown>
 }
 
@@ -129,10 +137,23 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
     const d = Duration.fromInput(options.timeout)
     if (d._tag === "None" || !Duration.isPositive(d.value)) return "timeout must be a positive duration"
   }
-  const allowed = new Set(["payload", "success", "queue", "priority", "retry", "timeout", "discardOn", "deadLetterOn"])
+  const allowed = new Set([
+    "payload",
+    "success",
+    "queue",
+    "priority",
+    "retry",
+    "timeout",
+    "discardOn",
+    "deadLetterOn",
+    "orderKey"
+  ])
   for (const key of Object.keys(options)) if (!allowed.has(key)) return `unknown option ${key}`
   const tags = checkErrorTags(options.discardOn, options.deadLetterOn)
   if (tags !== undefined) return tags
+  if (options.orderKey !== undefined && typeof options.orderKey !== "function") {
+    return "orderKey must be a function of the payload"
+  }
   return options.retry === undefined ? undefined : checkPolicy(options.retry)
 }
 
@@ -187,6 +208,7 @@ export const make = <const Name extends string, P, A, E, R>(
     timeout: options.timeout === undefined ? undefined : Duration.fromInputUnsafe(options.timeout),
     discardOn: options.discardOn,
     deadLetterOn: options.deadLetterOn,
+    orderKey: options.orderKey,
     handler,
     enqueue: (payload, enqueueOptions) => JobClient.use((client) => client.enqueue(job, payload, enqueueOptions)),
     enqueueMany: (payloads, enqueueOptions) =>

@@ -32,7 +32,12 @@ export type Envelope = typeof Envelope.Type
 export type TaggedEnvelope = Envelope & {
   readonly pgbus_fair_key?: string
   readonly pgbus_fair_weight?: number
+  readonly pgbus_order_key?: string
 }
+
+/** An envelope with its ordering key beside it (unchanged without one). */
+const withOrderKey = (envelope: TaggedEnvelope, key: string | undefined): TaggedEnvelope =>
+  key === undefined ? envelope : { ...envelope, [ORDER_KEY_FIELD]: key }
 
 /** W3C trace context header carrying the enqueuer's span. */
 export const TRACEPARENT = "traceparent"
@@ -46,6 +51,43 @@ export interface EnqueueOptions {
   readonly queue?: string | undefined
   /** Another priority than the job's own. */
   readonly priority?: number | undefined
+  /** The ordering key, instead of the one the job's `orderKey` gives (the job must be ordered). */
+  readonly orderKey?: string | undefined
+}
+
+/** Field of a job message holding its ordering key (beside the envelope, as the fair-share key). */
+export const ORDER_KEY_FIELD = "pgbus_order_key"
+
+/**
+ * The ordering key of a job: the enqueue's, else its `orderKey`'s answer. Fails with
+ * `InvalidPayload` for a key that is not a non-empty string of at most 255 characters, a
+ * resolver that throws, or a key given for a job that is not ordered (its queue's workers would
+ * not read it in order).
+ */
+export const jobOrderKey = <P>(
+  job: Pick<Job<string, P, unknown, unknown, unknown>, "name" | "orderKey">,
+  payload: P,
+  options: Pick<EnqueueOptions, "orderKey"> | undefined
+): Effect.Effect<string | undefined, InvalidPayload> => {
+  const invalid = (issue: string) => Effect.fail(new InvalidPayload({ job: job.name, issue }))
+  if (job.orderKey === undefined) {
+    return options?.orderKey === undefined
+      ? Effect.succeed(undefined)
+      : invalid("orderKey is given, but the job is not ordered (define it with orderKey)")
+  }
+  let key: unknown = options?.orderKey
+  if (key === undefined) {
+    try {
+      key = job.orderKey(payload)
+    } catch (error) {
+      return invalid(`its orderKey threw: ${String(error)}`)
+    }
+  }
+  if (key === undefined) return Effect.succeed(undefined)
+  if (typeof key !== "string" || key.length === 0 || key.length > 255) {
+    return invalid("an ordering key must be a non-empty string of at most 255 characters")
+  }
+  return Effect.succeed(key)
 }
 
 /** The queue a job goes to before any priority sub-queue: the enqueue's, its own, or the default. */
@@ -233,16 +275,22 @@ export class JobClient extends Context.Service<
               : yield* Effect.forEach(given, (p) =>
                   jobFairShare(config, job, p, logicalQueueOf(config, job, options), options?.headers)
                 )
+          const orderKeys =
+            job.orderKey === undefined && options?.orderKey === undefined
+              ? undefined
+              : yield* Effect.forEach(given, (p) => jobOrderKey(job, p, options))
           const entries: Array<BatchEntry> = encoded.map((payload, i) => ({
-            message:
+            message: withOrderKey(
               tags === undefined
                 ? ({ job: job.name, payload } satisfies Envelope)
                 : ({ job: job.name, payload, ...fairFields(tags[i]) } satisfies TaggedEnvelope),
+              orderKeys?.[i]
+            ),
             ...(hasHeaders ? { headers } : {}),
             ...(options?.delay !== undefined ? { delay: options.delay } : {}),
             ...(options?.at !== undefined ? { at: options.at } : {})
           }))
-          yield* ensureQueue(queue)
+          yield* ensureQueue(queue, job.orderKey === undefined ? undefined : { ...jobsFair, orderIndex: true })
           // inside batch.enqueue the jobs join that batch (its guard runs before the send)
           const batch = yield* CurrentBatch
           const ids = yield* batch === undefined ? store.sendBatch(queue, entries) : batch.send(queue, entries)
@@ -297,11 +345,14 @@ export class JobClient extends Context.Service<
               : yield* jobFairShare(config, job, payload, logicalQueueOf(config, job, options), options?.headers)
           const trace = yield* traceHeaders
           const headers = { ...options?.headers, ...trace, ...(yield* contextHeaders) }
-          yield* ensureQueue(queue)
-          const message: TaggedEnvelope =
+          yield* ensureQueue(queue, job.orderKey === undefined ? undefined : { ...jobsFair, orderIndex: true })
+          const orderKey = yield* jobOrderKey(job, payload, options)
+          const message = withOrderKey(
             tag === undefined
               ? { job: job.name, payload: encoded }
-              : { job: job.name, payload: encoded, ...fairFields(tag) }
+              : { job: job.name, payload: encoded, ...fairFields(tag) },
+            orderKey
+          )
           const sendOptions = {
             ...(Object.keys(headers).length > 0 ? { headers } : {}),
             ...(options?.delay !== undefined ? { delay: options.delay } : {}),
@@ -309,7 +360,8 @@ export class JobClient extends Context.Service<
           }
           const batch = yield* CurrentBatch
           if (batch !== undefined) return jobRef(queue, (yield* batch.send(queue, [{ ...sendOptions, message }]))[0]!)
-          const slot = yield* reserveLocal(job.name, queue, options)
+          // an ordered job waits for its key's turn: never handed over locally
+          const slot = orderKey === undefined ? yield* reserveLocal(job.name, queue, options) : undefined
           if (slot === undefined) return jobRef(queue, yield* store.send(queue, message, sendOptions))
           return jobRef(queue, yield* sendLocal(queue, message, sendOptions.headers, slot))
         }).pipe(Effect.withSpan("pgbus.job.enqueue", { attributes: { job: job.name } }, { captureStackTrace: false }))

@@ -123,7 +123,8 @@ export const registerJobs = (
         retry: job.retry,
         timeout: job.timeout,
         discardOn: job.discardOn,
-        deadLetterOn: job.deadLetterOn
+        deadLetterOn: job.deadLetterOn,
+        orderKey: job.orderKey as ((payload: unknown) => string | undefined) | undefined
       })
       if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })
       const decodePayload = Schema.decodeUnknownEffect(job.payload)

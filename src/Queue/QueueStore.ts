@@ -28,6 +28,7 @@ import { Notifier, pollDelay } from "./Notifier.ts"
 import { InvalidMessage, PayloadTooLarge, type QueueError, QueueNotFound } from "./QueueError.ts"
 import { makeQueueFeed, type QueueFeed } from "./QueueFeed.ts"
 import * as QueueName from "./QueueName.ts"
+import { makeQueueOrderSql } from "./QueueOrderSql.ts"
 import { makeQueueOutcomes, type QueueOutcomes } from "./QueueOutcomes.ts"
 import {
   type ClaimedMessageRow,
@@ -65,12 +66,19 @@ export interface ReadOptions {
    * even reads of one message alternate between keys (see `FairShare.ts`).
    */
   readonly fair?: boolean | FairCursor | undefined
+  /**
+   * Per-key FIFO: a message with an ordering key (`pgbus_order_key`) is claimed only as the
+   * oldest of its key in the queue (see `QueueOrderSql.ts`). Not with `fair`, which wins.
+   */
+  readonly ordered?: boolean | undefined
 }
 
 /** How a queue is created. */
 export interface CreateOptions {
   /** Also build the fair read's index (`q_<queue>_fair_idx`) when the queue is new. */
   readonly fairIndex?: boolean | undefined
+  /** Also build the ordered read's index (`q_<queue>_order_idx`) when the queue is new. */
+  readonly orderIndex?: boolean | undefined
 }
 
 /**
@@ -209,6 +217,8 @@ export class QueueStore extends Context.Service<
      * outside any transaction; reports an INVALID index rather than touching it.
      */
     readonly ensureFairIndex: (queue: string) => Effect.Effect<FairIndexStatus, QueueError>
+    /** Builds a queue's order index (per-key FIFO) CONCURRENTLY if it is missing; outside any transaction. */
+    readonly ensureOrderIndex: (queue: string) => Effect.Effect<"ready" | "built" | "invalid", QueueError>
     /** Drops a queue with its archive and its dead-letter queue; false if it did not exist. */
     readonly drop: (queue: string) => Effect.Effect<boolean, QueueError>
     /** The registered queues (dead-letter queues included). */
@@ -344,6 +354,7 @@ export class QueueStore extends Context.Service<
       const sql = yield* SqlClient.SqlClient
       const notifier = yield* Notifier
       const statements = makeQueueSql(sql, config.schema, notifier.channel)
+      const orderStatements = makeQueueOrderSql(sql, config.schema)
       const prefix = config.queuePrefix
       const defaultVisibilityMs = Duration.toMillis(config.visibilityTimeout)
 
@@ -471,6 +482,9 @@ export class QueueStore extends Context.Service<
               if (options?.fairIndex === true && fresh.length > 0 && !QueueName.isDeadLetter(name)) {
                 yield* statements.queueCreateFairIndex(name.physical)
               }
+              if (options?.orderIndex === true && fresh.length > 0 && !QueueName.isDeadLetter(name)) {
+                yield* orderStatements.queueCreateOrderIndex(name.physical)
+              }
               if (!QueueName.isDeadLetter(name)) {
                 yield* makeTables(dead.physical)
                 yield* statements.queueRegister(dead.physical, name.physical)
@@ -505,6 +519,24 @@ export class QueueStore extends Context.Service<
           if (after === undefined || after.valid) return { _tag: "built" } satisfies FairIndexStatus
           return classify(after)
         }).pipe(Effect.withSpan("QueueStore.ensureFairIndex", { attributes: { queue } }))
+
+      const ensureOrderIndex = (queue: string) =>
+        Effect.gen(function* () {
+          const name = yield* validateName(queue)
+          const [found] = yield* orderStatements
+            .queueOrderIndexExists(name.physical)
+            .pipe(Effect.mapError(fail("inspect the order index of", queue)))
+          if (found !== undefined) return found.valid ? "ready" : "invalid"
+          yield* orderStatements.queueCreateOrderIndexConcurrently(name.physical).pipe(
+            // another session built it meanwhile
+            Effect.catchIf(
+              (error) => serverError(error).code === "42P07" || serverError(error).code === "23505",
+              () => Effect.void
+            ),
+            Effect.mapError(fail("build the order index of", queue))
+          )
+          return "built"
+        }).pipe(Effect.withSpan("QueueStore.ensureOrderIndex", { attributes: { queue } }))
 
       const drop = (queue: string) =>
         Effect.gen(function* () {
@@ -608,16 +640,20 @@ export class QueueStore extends Context.Service<
           if (fair !== undefined && fair !== false) {
             return yield* readFair(queue, name.physical, limit, vtMs, options?.claimedBy ?? null, fair, now)
           }
-          const rows = yield* statements
-            .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
-            .pipe(Effect.mapError(fail("read from", queue)))
+          const rows = yield* (
+            options?.ordered === true
+              ? orderStatements.messageReadOrdered(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
+              : statements.messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
+          ).pipe(Effect.mapError(fail("read from", queue)))
           return rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
         }).pipe(hotSpan("QueueStore.read", { queue }))
 
       const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) =>
         Effect.gen(function* () {
           const fair = options?.fair
-          if (fair !== undefined && fair !== false) {
+          // fair and ordered reads archive first, then claim: an ordered claim must see its key's
+          // head gone to hand the key on
+          if ((fair !== undefined && fair !== false) || options?.ordered === true) {
             const archived = receipts.length === 0 ? 0 : yield* archive(queue, receipts)
             const messages = yield* read(queue, options)
             return { archived, messages, more: messages.length >= (options?.limit ?? 1) }
@@ -945,6 +981,7 @@ export class QueueStore extends Context.Service<
       return QueueStore.of({
         create,
         ensureFairIndex,
+        ensureOrderIndex,
         drop,
         list,
         send,

@@ -14,7 +14,7 @@ import { isPassingFailure, retryTransient } from "../Database.ts"
 import type { MemberOutcome } from "../Job/BatchMembership.ts"
 import { archivableByClaim, makeCompleter, type Outcome } from "../Job/Completer.ts"
 import { execute, jobOf } from "../Job/Executor.ts"
-import { servedQueues } from "../Job/JobClient.ts"
+import { logicalQueueOf, servedQueues } from "../Job/JobClient.ts"
 import { recordJobUnsafe } from "../Job/JobMetrics.ts"
 import type { JobStatsRecorder } from "../Job/JobStats.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
@@ -95,6 +95,45 @@ export const readsFairly = (
     : config.fairShare !== undefined
 
 /**
+ * Whether workers read a queue in order (per-key FIFO): a registered job on it has an
+ * `orderKey`. Fair share wins on a queue read fairly.
+ */
+export const readsInOrder = (
+  config: PgBusConfigShape,
+  registry: Pick<Registry["Service"], "jobs">,
+  queue: string
+): boolean => {
+  for (const { job } of registry.jobs.values()) {
+    if (job.orderKey !== undefined && logicalQueueOf(config, job) === queue) return true
+  }
+  return false
+}
+
+/** Builds the order index of queues read in order (CONCURRENTLY: writes go on), one at a time. */
+const ensureOrderIndexes = (store: QueueStore["Service"], queues: ReadonlyArray<string>) =>
+  Effect.forEach(
+    queues,
+    (queue) =>
+      store.ensureOrderIndex(queue).pipe(
+        Effect.flatMap((status) =>
+          status === "built"
+            ? Effect.logInfo(`pgbus: built the order index of queue ${queue}`)
+            : status === "invalid"
+              ? Effect.logError(
+                  `pgbus: the order index of queue ${queue} is INVALID (an interrupted build); ordered reads of it scan the table. Drop it (DROP INDEX CONCURRENTLY) and restart a worker to build it again`
+                )
+              : Effect.void
+        ),
+        Effect.catch((error) =>
+          Effect.logWarning(`pgbus: could not build the order index of queue ${queue}`, error).pipe(
+            Effect.annotateLogs({ queue })
+          )
+        )
+      ),
+    { discard: true }
+  )
+
+/**
  * Builds the fair index of queues served fairly that lack it (CONCURRENTLY: writes go on), one
  * at a time. An INVALID index (an interrupted build) is left alone: the log says how to drop it.
  */
@@ -145,9 +184,16 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
     const reads = capsule.queues.flatMap((q) => {
       const fair = readsFairly(config, registry, q)
-      return servedQueues(config, q).map((queue) => ({ queue, cursor: fair ? new FairCursor() : undefined }))
+      const ordered = !fair && readsInOrder(config, registry, q)
+      return servedQueues(config, q).map((queue) => ({
+        queue,
+        cursor: fair ? new FairCursor() : undefined,
+        ordered
+      }))
     })
     const queues = reads.map((r) => r.queue)
+    /** Queues read in order: a key's next job becomes claimable when its head leaves, so that wakes the reader. */
+    const orderedQueues = new Set(reads.flatMap((r) => (r.ordered ? [r.queue] : [])))
     const physical = queues.map((q) => QueueName.physicalOf(config.queuePrefix, q))
     const readAhead = capsule.readAhead ?? config.readAhead
     const prefetchLimit = capsule.prefetchLimit ?? config.prefetchLimit
@@ -217,6 +263,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
             }
             for (const m of messages) forget(m)
             yield* completer.archived(messages)
+            if (orderedQueues.has(queue)) wakeups.wake()
           }
           return ok
         })
@@ -249,7 +296,11 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       }
       return Effect.ensuring(
         completer.complete(m, outcome),
-        Effect.sync(() => forget(m))
+        Effect.sync(() => {
+          forget(m)
+          // a head that left its queue (archived, dead-lettered, discarded) hands its key on
+          if (orderedQueues.has(m.queue)) wakeups.wake()
+        })
       )
     }
 
@@ -366,12 +417,19 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     }
 
     // Archives the given successes with the read (one statement); on failure they go back on the list.
-    const archiveAndRead = (queue: string, done: ReadonlyArray<Message>, limit: number, mark: string) =>
+    const archiveAndRead = (
+      queue: string,
+      done: ReadonlyArray<Message>,
+      limit: number,
+      mark: string,
+      ordered: boolean
+    ) =>
       store
         .archiveAndRead(queue, done.map(receiptOf), {
           limit,
           visibilityTimeout: config.visibilityTimeout,
-          claimedBy: mark
+          claimedBy: mark,
+          ...(ordered ? { ordered } : {})
         })
         .pipe(
           Effect.tapError(() =>
@@ -406,12 +464,18 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       )
 
     /** Claims up to `limit` of a queue (archiving successes on the way when allowed); `more`: it left some. */
-    const readOne = (queue: string, cursor: FairCursor | undefined, limit: number, withArchive: boolean) => {
+    const readOne = (
+      queue: string,
+      cursor: FairCursor | undefined,
+      limit: number,
+      withArchive: boolean,
+      ordered: boolean
+    ) => {
       const done = withArchive && cursor === undefined && completed.length > 0 ? takeCompleted(queue) : []
       const mark = `${processId}#${++claims}`
       const claimed =
         cursor === undefined
-          ? archiveAndRead(queue, done, limit, mark)
+          ? archiveAndRead(queue, done, limit, mark, ordered)
           : store
               .read(queue, {
                 limit,
@@ -428,7 +492,9 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     /** The queues the last claim read without fairness: the next claim likely reads them again. */
     let lastRead = new Set<string>()
     /** Whether the next claim is expected to archive a success (else the flusher does, at once). */
-    const takenByNextClaim = (m: Message) => archivableByClaim(m) && lastRead.has(m.queue)
+    // not on an ordered queue: its key's next job waits for this archive, so it is flushed at once
+    const takenByNextClaim = (m: Message) =>
+      archivableByClaim(m) && lastRead.has(m.queue) && !orderedQueues.has(m.queue)
 
     const claimWith = (withArchive: boolean) =>
       Effect.gen(function* () {
@@ -437,7 +503,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         let claimed = 0
         let more = false
         const read = new Set<string>()
-        for (const { queue, cursor } of reads) {
+        for (const { queue, cursor, ordered } of reads) {
           // full before the last queues: those may have more
           if (want <= 0) {
             more = true
@@ -445,7 +511,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           }
           if (isPaused(queue)) continue
           if (cursor === undefined) read.add(queue)
-          const got = yield* readOne(queue, cursor, want, withArchive)
+          const got = yield* readOne(queue, cursor, want, withArchive, ordered)
           for (const m of got.messages) inFlight.add(m)
           stats.buffered += got.messages.length
           yield* Queue.offerAll(work, got.messages)
@@ -585,6 +651,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
 
     const fairQueues = reads.flatMap((r) => (r.cursor === undefined ? [] : [r.queue]))
     if (fairQueues.length > 0) yield* Effect.forkScoped(ensureFairIndexes(store, fairQueues))
+    if (orderedQueues.size > 0) yield* Effect.forkScoped(ensureOrderIndexes(store, [...orderedQueues]))
 
     const executors = yield* FiberSet.make()
     for (let i = 0; i < capsule.concurrency; i++) yield* FiberSet.run(executors, executor)

@@ -19,10 +19,12 @@ import {
   enqueueSingle,
   finishRun,
   guard,
+  latencySummary,
   makeLatencyRecorder,
   measure,
   POOL_MAX,
   parseArgs,
+  pgCpuSeconds,
   resetDatabase,
   round2,
   runLatency,
@@ -32,14 +34,18 @@ import {
 } from "./common.ts"
 
 const args = parseArgs()
+const AWAIT_JOBS = Number(process.env.BENCH_AWAIT_JOBS ?? 500)
 guard()
 const DB = databaseName("ours")
-const variantMatch = /^ra(\d+)(-nolocal)?$/.exec(args.variant)
+const variantMatch = /^ra(\d+)(-nolocal)?(-keys)?$/.exec(args.variant)
 const readAhead = variantMatch ? Number(variantMatch[1]) : 0
 // `-nolocal`: local dispatch off, so every W2 job goes through NOTIFY, read and claim, as a job
 // enqueued by a process without a worker of its queue does
 const localDispatch = variantMatch?.[2] === undefined
-const variant = `ra${readAhead}${localDispatch ? "" : "-nolocal"}`
+// `-keys`: W1 on an ordered queue, every job carrying one of ORDER_KEYS ordering keys
+const keyed = variantMatch?.[3] !== undefined
+const ORDER_KEYS = 1000
+const variant = `ra${readAhead}${localDispatch ? "" : "-nolocal"}${keyed ? "-keys" : ""}`
 
 let handled = 0
 const rec = makeLatencyRecorder()
@@ -49,6 +55,20 @@ const W1 = Job.make("W1", { payload: Schema.Struct({ i: Schema.Number }), queue:
   Effect.sync(() => {
     handled++
   })
+)
+const W1Keyed = Job.make(
+  "W1",
+  { payload: Schema.Struct({ i: Schema.Number }), queue: "bench", orderKey: (p) => `k${p.i % ORDER_KEYS}` },
+  () =>
+    Effect.sync(() => {
+      handled++
+    })
+)
+// the await-result latency: a no-op job that keeps a result, awaited by the enqueuer
+const Echo = Job.make(
+  "Echo",
+  { payload: Schema.Struct({ i: Schema.Number }), success: Schema.Struct({ i: Schema.Number }), queue: "bench" },
+  (p) => Effect.succeed(p)
 )
 const W2 = Job.make(
   "W2",
@@ -118,7 +138,7 @@ const startWorkers = (): (() => Promise<void>) => {
     Supervisor.runWith({
       capsules: [{ name: "bench", queues: ["bench"], concurrency: CONCURRENCY, readAhead }]
     }).pipe(
-      Effect.provide(Registry.layer([W1, W2])),
+      Effect.provide(Registry.layer(keyed ? [W1Keyed, W2, Echo] : [W1, W2, Echo])),
       Effect.provideService(References.MinimumLogLevel, "Warn"),
       withTracer
     )
@@ -145,7 +165,7 @@ try {
   } else if (args.workload === "w1") {
     await ensureQueue("bench")
     const payloads = Array.from({ length: W1_JOBS }, (_, i) => ({ i }))
-    const enq = await measure(() => runP(W1.enqueueMany(payloads)))
+    const enq = await measure(() => runP((keyed ? W1Keyed : W1).enqueueMany(payloads)))
     let stop: () => Promise<void> = async () => {}
     const proc = await timeProcessing({
       total: W1_JOBS,
@@ -167,7 +187,8 @@ try {
         capsule: { concurrency: CONCURRENCY, readAhead },
         poolMax: POOL_MAX,
         archiveOnSuccess: true,
-        insert: `Job.enqueueMany(${W1_JOBS} payloads) in one call`
+        insert: `Job.enqueueMany(${W1_JOBS} payloads) in one call`,
+        ...(keyed ? { orderKeys: ORDER_KEYS } : {})
       },
       result: {
         enqueueBulkPerSec: Math.round((W1_JOBS / enq.m.wallMs) * 1000),
@@ -191,6 +212,28 @@ try {
       ...base,
       config: { capsule: { concurrency: CONCURRENCY, readAhead }, listenNotify: true, poolMax: POOL_MAX },
       result: r
+    })
+  } else if (args.workload === "await") {
+    // enqueue a no-op job that keeps a result, then await it (woken by NOTIFY): one at a time
+    await ensureQueue("bench")
+    const stop = startWorkers()
+    await sleep(500)
+    const once = (i: number) =>
+      runP(Effect.flatMap(Echo.enqueue({ i }), (ref) => Echo.awaitResult(ref, { timeout: "10 seconds" })))
+    for (let i = 0; i < 20; i++) await once(i)
+    const samples: Array<number> = []
+    const pg0 = pgCpuSeconds()
+    for (let i = 0; i < AWAIT_JOBS; i++) {
+      const t0 = performance.now()
+      await once(i)
+      samples.push(performance.now() - t0)
+    }
+    const pgCpuS = round2(pgCpuSeconds() - pg0)
+    await stop()
+    emit({
+      ...base,
+      config: { capsule: { concurrency: CONCURRENCY, readAhead }, localDispatch, jobs: AWAIT_JOBS },
+      result: { received: samples.length, latencyMs: latencySummary(samples), pgCpuS }
     })
   } else {
     console.error(`unknown workload ${args.workload}`)
