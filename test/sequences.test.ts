@@ -1,6 +1,7 @@
 import { assert, describe, expect, it, layer } from "@effect/vitest"
-import { Effect, Random, Schema } from "effect"
+import { Effect, Layer, Random, Schema } from "effect"
 import * as Job from "../src/Job/Job.ts"
+import { Operations } from "../src/Operations/Operations.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
@@ -187,5 +188,64 @@ layer(
         assert.strictEqual(unordered._tag, "InvalidPayload")
         assert.strictEqual((yield* store.metrics(queue)).depth, 3, "the refused enqueues wrote nothing")
       })
+  )
+})
+
+layer(
+  Operations.layer.pipe(
+    Layer.provideMerge(
+      TestDatabase.layer({ pollingInterval: "50 millis", retryBackoff: "50 millis", retryBackoffMax: "100 millis" })
+    )
+  ),
+  { excludeTestServices: true }
+)("per-key FIFO, onDeadLetter: block", (it) => {
+  it.effect("a dead-lettered head keeps its key blocked, listed by the operations service, until released", () =>
+    Effect.gen(function* () {
+      const queue = unique("seqblock")
+      const ran: Array<string> = []
+      const Work = Job.make(
+        "SeqBlock",
+        { payload: Step, queue, orderKey: (s) => s.key, onDeadLetter: "block", retry: { maxRetries: 1 } },
+        (step) =>
+          step.key === "a" && step.seq === 0
+            ? Effect.fail(new Error("the head of a fails"))
+            : Effect.sync(() => ran.push(`${step.key}/${step.seq}`))
+      )
+      yield* Work.enqueueMany([
+        { key: "a", seq: 0 },
+        { key: "b", seq: 0 },
+        { key: "a", seq: 1 },
+        { key: "b", seq: 1 }
+      ])
+      yield* startSupervisor([Work], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+      const store = yield* QueueStore
+      yield* eventually(
+        "a's head dead-lettered",
+        Effect.map(store.browse(`${queue}_dlq`), (rows) => rows.length === 1)
+      )
+      yield* eventually(
+        "b finished",
+        Effect.sync(() => ran.includes("b/1"))
+      )
+      const ops = yield* Operations
+      const blocked = yield* ops.blockedKeys(queue)
+      assert.deepStrictEqual(
+        blocked.map((b) => b.key),
+        ["a"]
+      )
+      const [dead] = yield* store.browse(`${queue}_dlq`)
+      assert.strictEqual(blocked[0]!.deadLetterId, String(dead!.msgId))
+      yield* Effect.sleep("300 millis")
+      assert.notInclude(ran, "a/1", "a's next job waits while the key is blocked")
+      const released = yield* ops.releaseKey(queue, "a", { actor: "test" })
+      assert.isTrue(released.released)
+      yield* eventually(
+        "a moved on",
+        Effect.sync(() => ran.includes("a/1"))
+      )
+      assert.lengthOf(yield* ops.blockedKeys(queue), 0)
+      const again = yield* ops.releaseKey(queue, "a", { actor: "test" }).pipe(Effect.flip)
+      assert.strictEqual(again._tag, "NotFound")
+    }).pipe(Effect.scoped)
   )
 })

@@ -69,6 +69,15 @@ const safeString = (u: unknown): string => {
   }
 }
 
+/** The ordering key a message carries (`pgbus_order_key`), if any. */
+const orderKeyOf = (m: Message): string | undefined => {
+  const key =
+    typeof m.message === "object" && m.message !== null
+      ? (m.message as { readonly pgbus_order_key?: unknown }).pgbus_order_key
+      : undefined
+  return typeof key === "string" ? key : undefined
+}
+
 const tagOf = (error: unknown): string | undefined => {
   const tag = typeof error === "object" && error !== null ? (error as { readonly _tag?: unknown })._tag : undefined
   return typeof tag === "string" ? tag : undefined
@@ -197,13 +206,19 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
           Effect.asVoid,
           Effect.catch((error) => Effect.logError("pgbus: recording a failure failed", error))
         )
-      case "DeadLetter":
+      case "DeadLetter": {
+        const registered = jobOf(registry, m).registered
+        const options = {
+          source: registered?.deadLetterSource ?? "worker",
+          maxRetries: outcome.maxRetries,
+          ...(outcome.failure ? { failure: outcome.failure } : {})
+        } as const
+        // an ordered job that blocks its key: the dead letter and the key's blocker in one transaction
+        const key = registered?.job.onDeadLetter === "block" ? orderKeyOf(m) : undefined
         return retryTransient(
-          store.moveToDeadLetter(m.queue, receipt, {
-            source: jobOf(registry, m).registered?.deadLetterSource ?? "worker",
-            maxRetries: outcome.maxRetries,
-            ...(outcome.failure ? { failure: outcome.failure } : {})
-          })
+          key === undefined
+            ? store.moveToDeadLetter(m.queue, receipt, options)
+            : store.outcomes.deadLetterBlocking(m.queue, receipt, key, options)
         ).pipe(
           Effect.tap(() =>
             Effect.logError(
@@ -215,6 +230,7 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes }: Complete
           Effect.asVoid,
           Effect.catch((error) => Effect.logError("pgbus: dead-lettering failed", error))
         )
+      }
       case "Discarded":
         return retryTransient(
           store.outcomes.archiveWith(m.queue, receipt, { [DISCARDED_HEADER]: encodeFailure(outcome.failure) })

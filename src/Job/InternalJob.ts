@@ -36,6 +36,7 @@ export const internalJob = <P>(
       discardOn: undefined,
       deadLetterOn: undefined,
       orderKey: undefined,
+      onDeadLetter: undefined,
       handler: (() => Effect.void) as never
     },
     policy: resolvePolicy(config, undefined),

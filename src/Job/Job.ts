@@ -61,6 +61,12 @@ export interface JobOptions<P, A = unknown> {
    * enqueue's `orderKey` option overrides it.
    */
   readonly orderKey?: ((payload: P) => string | undefined) | undefined
+  /**
+   * With `orderKey`: what a key does when its head is dead-lettered: `continue` (default) runs
+   * its next job; `block` keeps the key blocked until an operator releases it
+   * (`Operations.releaseKey`), so no later job of the key overtakes the dead one.
+   */
+  readonly onDeadLetter?: "continue" | "block" | undefined
 }
 
 const TypeId = "~effect-pgbus/Job"
@@ -82,6 +88,7 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly discardOn: ReadonlyArray<string> | undefined
   readonly deadLetterOn: ReadonlyArray<string> | undefined
   readonly orderKey: ((payload: P) => string | undefined) | undefined
+  readonly onDeadLetter: "continue" | "block" | undefined
   readonly handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
   /** Enqueues one job (joins the caller's transaction); returns where it is. */
   readonly enqueue: (payload: P, options?: EnqueueOptions) => Effect.Effect<JobRef, EnqueueError, JobClient>
@@ -110,6 +117,7 @@ export interface AnyJob {
   readonly discardOn: ReadonlyArray<string> | undefined
   readonly deadLetterOn: ReadonlyArray<string> | undefined
   readonly orderKey: ((payload: never) => string | undefined) | undefined
+  readonly onDeadLetter: "continue" | "block" | undefined
   readonly handler: (payload: never, context: JobContext["Service"]) => Effect.Effect<unknown, unknown, unknown>
 }
 
@@ -146,13 +154,20 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
     "timeout",
     "discardOn",
     "deadLetterOn",
-    "orderKey"
+    "orderKey",
+    "onDeadLetter"
   ])
   for (const key of Object.keys(options)) if (!allowed.has(key)) return `unknown option ${key}`
   const tags = checkErrorTags(options.discardOn, options.deadLetterOn)
   if (tags !== undefined) return tags
   if (options.orderKey !== undefined && typeof options.orderKey !== "function") {
     return "orderKey must be a function of the payload"
+  }
+  if (options.onDeadLetter !== undefined) {
+    if (options.onDeadLetter !== "continue" && options.onDeadLetter !== "block") {
+      return 'onDeadLetter must be "continue" or "block"'
+    }
+    if (options.orderKey === undefined) return "onDeadLetter applies to ordered jobs only (give orderKey)"
   }
   return options.retry === undefined ? undefined : checkPolicy(options.retry)
 }
@@ -209,6 +224,7 @@ export const make = <const Name extends string, P, A, E, R>(
     discardOn: options.discardOn,
     deadLetterOn: options.deadLetterOn,
     orderKey: options.orderKey,
+    onDeadLetter: options.onDeadLetter,
     handler,
     enqueue: (payload, enqueueOptions) => JobClient.use((client) => client.enqueue(job, payload, enqueueOptions)),
     enqueueMany: (payloads, enqueueOptions) =>

@@ -124,7 +124,8 @@ export const registerJobs = (
         timeout: job.timeout,
         discardOn: job.discardOn,
         deadLetterOn: job.deadLetterOn,
-        orderKey: job.orderKey as ((payload: unknown) => string | undefined) | undefined
+        orderKey: job.orderKey as ((payload: unknown) => string | undefined) | undefined,
+        onDeadLetter: job.onDeadLetter
       })
       if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })
       const decodePayload = Schema.decodeUnknownEffect(job.payload)

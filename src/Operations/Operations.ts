@@ -102,7 +102,9 @@ const build = (deps: Deps) => {
     batch: bus.batch,
     jobStats: stats.jobStats,
     retryJob: queues.retryJob,
-    discardJob: queues.discardJob
+    discardJob: queues.discardJob,
+    blockedKeys: queues.blockedKeys,
+    releaseKey: queues.releaseKey
   }
 }
 

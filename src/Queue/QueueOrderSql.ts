@@ -1,7 +1,7 @@
 /**
  * Statements of ordered queues (per-key FIFO): a message carrying an ordering key
  * (`pgbus_order_key` beside the envelope) is claimable only as the head of its key, the oldest
- * message of that key still in the queue, visible or not. So a key's messages run one at a
+ * message of that key still in the queue, visible or not (found by a skip scan of the keys). So a key's messages run one at a
  * time in enqueue order, a head waiting for its retry holds its key (and only its key), and a
  * head that leaves the queue (archived, dead-lettered) hands the key to the next. Messages
  * without a key are claimed as usual. Reached through `QueueStore.read({ ordered: true })`.
@@ -42,36 +42,50 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
     sql`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${sql(orderIndexName(physical))}
         ON ${messages(physical)} (${key}, msg_id)`
 
-  // PGMQ's read (oldest visible first, rows locked by another reader skipped, vt moved on),
-  // where a keyed message is a candidate only when no older message of its key is in the queue:
-  // an older one still running, waiting for its retry, or scheduled later holds the key. The
-  // probe sees rows other readers hold locked, so two readers never claim two of one key. One
-  // row more than the limit is locked (not claimed): `more` says whether the read left any.
+  // The heads of keys are found by a skip scan of the order index (one probe per key present),
+  // so the cost follows the number of keys, not the backlog:
+  // a scan in id order testing each row would walk a whole backlog whenever fewer heads than
+  // the limit are visible. A head is claimable when it is visible; an older message of its key
+  // still in the queue (running, retrying, scheduled) is its head instead, so the key waits.
+  // Unkeyed messages come from the same index (its NULL keys, by id). The candidates, oldest
+  // first, are locked as PGMQ's read locks (rows other readers hold are skipped, and a head
+  // claimed meanwhile fails the re-checked `vt`), so two readers never claim two of one key.
+  // `more`: the read left candidates behind.
   const messageReadOrdered = (
     physical: string,
     limit: number,
     visibilityMs: number,
     claimedBy: string | null,
     now: Date | null
-  ) =>
-    sql<MessageRow & { readonly more: boolean }>`WITH c AS (
-        SELECT q.msg_id FROM ${messages(physical)} q
-        WHERE q.vt <= ${NOW(sql, now)}
-          AND NOT EXISTS (
-            SELECT 1 FROM ${messages(physical)} p
-            WHERE ${sql.literal("(p.message ->> 'pgbus_order_key')")} = ${sql.literal("(q.message ->> 'pgbus_order_key')")}
-              AND p.msg_id < q.msg_id)
-        ORDER BY q.msg_id
-        LIMIT ${limit + 1}
-        FOR UPDATE OF q SKIP LOCKED),
-      t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
-      UPDATE ${messages(physical)} q
+  ) => {
+    const q = messages(physical)
+    // in (key, msg_id) order, the first entry past a key is the next key's head: one probe a key
+    return sql<MessageRow & { readonly more: boolean }>`WITH RECURSIVE keys(k, id, vt) AS (
+        (SELECT ${key}, msg_id, vt FROM ${q} WHERE ${key} IS NOT NULL ORDER BY ${key}, msg_id LIMIT 1)
+        UNION ALL
+        SELECT n.k, n.id, n.vt FROM keys
+        CROSS JOIN LATERAL (
+          SELECT ${key} AS k, msg_id AS id, vt FROM ${q} WHERE ${key} > keys.k ORDER BY ${key}, msg_id LIMIT 1) n),
+      heads AS (SELECT id AS msg_id FROM keys WHERE vt <= ${NOW(sql, now)}),
+      cand AS (
+        (SELECT msg_id FROM heads ORDER BY msg_id LIMIT ${limit + 1})
+        UNION ALL
+        (SELECT msg_id FROM ${q} WHERE ${key} IS NULL AND vt <= ${NOW(sql, now)} ORDER BY msg_id LIMIT ${limit + 1})),
+      c AS (
+        SELECT m.msg_id FROM (SELECT msg_id FROM cand ORDER BY msg_id LIMIT ${limit + 1}) x
+        JOIN ${q} m ON m.msg_id = x.msg_id
+        WHERE m.vt <= ${NOW(sql, now)}
+        ORDER BY m.msg_id
+        FOR UPDATE OF m SKIP LOCKED),
+      picked AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
+      UPDATE ${q} q
       SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
           read_ct = q.read_ct + 1,
           claimed_by = ${claimedBy}
-      WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))
+      WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM picked))
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
         (SELECT count(*) FROM c) > ${limit} AS more`
+  }
 
   return { queueCreateOrderIndex, queueOrderIndexExists, queueCreateOrderIndexConcurrently, messageReadOrdered }
 }

@@ -67,7 +67,8 @@ export const makeQueueOutcomeSql = (sql: SqlClient.SqlClient, schema: string, no
            headers -> 'pgbus_result' AS result, headers -> 'pgbus_discarded' AS discarded, NULL::jsonb AS dead
          FROM ${archive(physical)} WHERE msg_id = ${msgId})
         UNION ALL
-        (SELECT 2, 'queued', false, NULL::jsonb, NULL::jsonb, NULL::jsonb FROM ${messages(physical)} WHERE msg_id = ${msgId})
+        (SELECT 2, 'queued', false, NULL::jsonb, NULL::jsonb, NULL::jsonb FROM ${messages(physical)}
+         WHERE msg_id = ${msgId} AND NOT (jsonb_typeof(headers) = 'object' AND headers ? 'pgbus_blocked'))
         UNION ALL
         (SELECT 3, 'dead', false, NULL::jsonb, NULL::jsonb, headers -> 'pgbus_dead_letter'
          FROM ${messages(deadLetterPhysical)}
@@ -75,8 +76,55 @@ export const makeQueueOutcomeSql = (sql: SqlClient.SqlClient, schema: string, no
          LIMIT 1)) u
       ORDER BY o LIMIT 1`
 
+  // Keeps an ordering key blocked after its head was dead-lettered: a row under the head's own
+  // id (so it stays the oldest of its key), never visible, naming the dead letter. Deleting it
+  // releases the key.
+  const messageInsertKeyBlocker = (
+    physical: string,
+    msgId: bigint,
+    key: string,
+    deadLetterId: bigint | null,
+    now: Date | null
+  ) =>
+    sql<{
+      readonly msg_id: bigint
+    }>`INSERT INTO ${messages(physical)} (msg_id, read_ct, enqueued_at, vt, message, headers)
+      OVERRIDING SYSTEM VALUE
+      VALUES (${msgId}, 0, ${NOW(sql, now)}, 'infinity',
+        jsonb_build_object('job', 'pgbus.order_blocked', 'pgbus_order_key', ${key}::text),
+        jsonb_build_object('pgbus_blocked', jsonb_build_object('dead_letter_id', ${deadLetterId}::int8)))
+      ON CONFLICT (msg_id) DO NOTHING
+      RETURNING msg_id`
+
+  const messageBlockersList = (physical: string) =>
+    sql<{
+      readonly msg_id: bigint
+      readonly key: string
+      readonly dead_letter_id: string | null
+      readonly enqueued_at: Date
+    }>`
+      SELECT msg_id, message ->> 'pgbus_order_key' AS key, headers -> 'pgbus_blocked' ->> 'dead_letter_id' AS dead_letter_id,
+        enqueued_at
+      FROM ${messages(physical)}
+      WHERE vt = 'infinity' AND jsonb_typeof(headers) = 'object' AND headers ? 'pgbus_blocked'
+      ORDER BY msg_id`
+
+  const messageBlockersDelete = (physical: string, key: string) =>
+    sql<{ readonly msg_id: bigint }>`DELETE FROM ${messages(physical)}
+      WHERE ${sql.literal("(message ->> 'pgbus_order_key')")} = ${key}
+        AND vt = 'infinity' AND jsonb_typeof(headers) = 'object' AND headers ? 'pgbus_blocked'
+      RETURNING msg_id`
+
   const outcomeNotify = (payload: string) =>
     notifyChannel === "" ? sql`SELECT 1` : sql`SELECT pg_notify(${notifyChannel}, ${payload})::text AS notified`
 
-  return { messageArchiveWithHeaders, messageSnooze, messageOutcomeFind, outcomeNotify }
+  return {
+    messageArchiveWithHeaders,
+    messageSnooze,
+    messageOutcomeFind,
+    messageInsertKeyBlocker,
+    messageBlockersList,
+    messageBlockersDelete,
+    outcomeNotify
+  }
 }

@@ -8,11 +8,12 @@
 import { Effect, Option } from "effect"
 import type { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
-import { statementNow } from "../Database.ts"
+import { statementNow, withTransaction } from "../Database.ts"
 import type { Receipt } from "./Message.ts"
 import { InvalidMessage, type QueueError } from "./QueueError.ts"
 import type * as QueueName from "./QueueName.ts"
 import { makeQueueOutcomeSql } from "./QueueOutcomeSql.ts"
+import type { DeadLetterOptions } from "./QueueStore.ts"
 
 /** Prefix of the NOTIFY payload sent when a message's outcome is written (`<prefix><physical>:<msg id>`). */
 export const OUTCOME_PREFIX = "pgbus_outcome:"
@@ -57,6 +58,40 @@ export interface QueueOutcomes {
   readonly find: (queue: string, msgId: bigint) => Effect.Effect<StoredOutcome, QueueError>
   /** Wakes the awaiters of a message's outcome (a dead letter, written by the dead-letter move). */
   readonly notify: (queue: string, msgId: bigint) => Effect.Effect<void, QueueError>
+  /**
+   * Keeps an ordering key blocked after its head (`msgId`) was dead-lettered (`onDeadLetter:
+   * "block"`): a never-visible row under the head's id. False when the id was taken meanwhile.
+   */
+  readonly blockKey: (
+    queue: string,
+    msgId: bigint,
+    key: string,
+    deadLetterId: bigint | undefined
+  ) => Effect.Effect<boolean, QueueError>
+  /** The blocked ordering keys of a queue, oldest first, with the dead letter that blocked each. */
+  readonly blockedKeys: (queue: string) => Effect.Effect<ReadonlyArray<BlockedKey>, QueueError>
+  /**
+   * Dead-letters an ordered key's head and keeps its key blocked, in one transaction; the dead
+   * letter's id (none when the claim was lost).
+   */
+  readonly deadLetterBlocking: (
+    queue: string,
+    receipt: Receipt,
+    key: string,
+    options: DeadLetterOptions
+  ) => Effect.Effect<Option.Option<bigint>, QueueError>
+  /** Releases a blocked ordering key (its next job becomes the head); false when it was not blocked. */
+  readonly releaseKey: (queue: string, key: string) => Effect.Effect<boolean, QueueError>
+}
+
+/** An ordering key kept blocked after its head was dead-lettered. */
+export interface BlockedKey {
+  readonly key: string
+  /** The id of the blocking head (its place in the queue). */
+  readonly msgId: bigint
+  /** The dead letter's id in the queue's DLQ, when known. */
+  readonly deadLetterId: bigint | undefined
+  readonly blockedAt: Date
 }
 
 /** What the outcome operations need of the queue store. */
@@ -67,6 +102,11 @@ export interface QueueOutcomesDeps {
   readonly validateName: (queue: string) => Effect.Effect<QueueName.QueueName, QueueError>
   readonly deadLetterOf: (name: QueueName.QueueName) => QueueName.QueueName
   readonly fail: (operation: string, queue: string) => (error: SqlError) => QueueError
+  readonly moveToDeadLetter: (
+    queue: string,
+    target: Receipt,
+    options: DeadLetterOptions
+  ) => Effect.Effect<Option.Option<bigint>, QueueError>
 }
 
 /** Makes the outcome operations. */
@@ -137,5 +177,48 @@ export const makeQueueOutcomes = (deps: QueueOutcomesDeps): QueueOutcomes => {
         .pipe(Effect.mapError(fail("notify in", queue)))
     })
 
-  return { archiveWith, snooze, find, notify }
+  const blockKey: QueueOutcomes["blockKey"] = (queue, msgId, key, deadLetterId) =>
+    Effect.gen(function* () {
+      const name = yield* validateName(queue)
+      const now = yield* statementNow
+      const rows = yield* statements
+        .messageInsertKeyBlocker(name.physical, msgId, key, deadLetterId ?? null, now)
+        .pipe(Effect.mapError(fail("block a key in", queue)))
+      return rows.length > 0
+    })
+
+  const blockedKeys: QueueOutcomes["blockedKeys"] = (queue) =>
+    Effect.gen(function* () {
+      const name = yield* validateName(queue)
+      const rows = yield* statements
+        .messageBlockersList(name.physical)
+        .pipe(Effect.mapError(fail("list blocked keys of", queue)))
+      return rows.map((r) => ({
+        key: r.key,
+        msgId: r.msg_id,
+        deadLetterId: r.dead_letter_id === null ? undefined : BigInt(r.dead_letter_id),
+        blockedAt: r.enqueued_at
+      }))
+    })
+
+  const releaseKey: QueueOutcomes["releaseKey"] = (queue, key) =>
+    Effect.gen(function* () {
+      const name = yield* validateName(queue)
+      const rows = yield* statements
+        .messageBlockersDelete(name.physical, key)
+        .pipe(Effect.mapError(fail("release a key in", queue)))
+      return rows.length > 0
+    })
+
+  const deadLetterBlocking: QueueOutcomes["deadLetterBlocking"] = (queue, receipt, key, options) =>
+    withTransaction(
+      deps.sql,
+      Effect.gen(function* () {
+        const moved = yield* deps.moveToDeadLetter(queue, receipt, options)
+        if (Option.isSome(moved)) yield* blockKey(queue, receipt.msgId, key, moved.value)
+        return moved
+      })
+    ).pipe(Effect.catchTag("SqlError", (error) => Effect.fail(fail("dead-letter in", queue)(error))))
+
+  return { archiveWith, snooze, find, notify, blockKey, blockedKeys, releaseKey, deadLetterBlocking }
 }

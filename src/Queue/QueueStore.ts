@@ -1025,7 +1025,8 @@ export class QueueStore extends Context.Service<
           notifyChannel: notifier.channel,
           validateName,
           deadLetterOf: QueueName.deadLetterOf,
-          fail
+          fail,
+          moveToDeadLetter
         })
       })
     })

@@ -492,9 +492,10 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     /** The queues the last claim read without fairness: the next claim likely reads them again. */
     let lastRead = new Set<string>()
     /** Whether the next claim is expected to archive a success (else the flusher does, at once). */
-    // not on an ordered queue: its key's next job waits for this archive, so it is flushed at once
-    const takenByNextClaim = (m: Message) =>
-      archivableByClaim(m) && lastRead.has(m.queue) && !orderedQueues.has(m.queue)
+    // An ordered queue's successes too: while its last read left more heads, the next claim
+    // comes soon (a claim per success would skip-scan the keys per job); once it is drained the
+    // flusher archives at once and wakes the reader, for the keys' next jobs.
+    const takenByNextClaim = (m: Message) => archivableByClaim(m) && lastRead.has(m.queue)
 
     const claimWith = (withArchive: boolean) =>
       Effect.gen(function* () {
