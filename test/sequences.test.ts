@@ -163,6 +163,26 @@ layer(
     }).pipe(Effect.scoped)
   )
 
+  it.effect("a key with a deep backlog enqueued first does not hold up a key enqueued after it", () =>
+    Effect.gen(function* () {
+      const queue = unique("seqdeep")
+      const log = makeLog()
+      const Work = Job.make("SeqDeep", { payload: Step, queue, orderKey: (s) => s.key }, (step) => log.run(step, 5))
+      // 400 of key a first: the oldest messages are all a's, behind its running head
+      yield* Work.enqueueMany(Array.from({ length: 400 }, (_, seq) => ({ key: "a", seq })))
+      yield* Work.enqueueMany(Array.from({ length: 5 }, (_, seq) => ({ key: "b", seq })))
+      yield* startSupervisor([Work], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+      yield* eventually(
+        "b finished",
+        Effect.sync(() => log.order.get("b")?.length === 5),
+        "30 seconds"
+      )
+      const aDone = log.order.get("a")?.length ?? 0
+      assert.isBelow(aDone, 200, `b finished while a had run ${aDone} of 400`)
+      assert.deepStrictEqual(log.order.get("b"), [0, 1, 2, 3, 4])
+      assert.strictEqual(log.overlap(), 1)
+    }).pipe(Effect.scoped)
+  )
   it.effect(
     "an enqueue's orderKey overrides the job's; a key given to an unordered job, or a bad key, fails the enqueue",
     () =>

@@ -42,15 +42,18 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
     sql`CREATE INDEX CONCURRENTLY IF NOT EXISTS ${sql(orderIndexName(physical))}
         ON ${messages(physical)} (${key}, msg_id)`
 
-  // The heads of keys are found by a skip scan of the order index (one probe per key present),
-  // so the cost follows the number of keys, not the backlog:
-  // a scan in id order testing each row would walk a whole backlog whenever fewer heads than
-  // the limit are visible. A head is claimable when it is visible; an older message of its key
-  // still in the queue (running, retrying, scheduled) is its head instead, so the key waits.
-  // Unkeyed messages come from the same index (its NULL keys, by id). The candidates, oldest
-  // first, are locked as PGMQ's read locks (rows other readers hold are skipped, and a head
-  // claimed meanwhile fails the re-checked `vt`), so two readers never claim two of one key.
-  // `more`: the read left candidates behind.
+  // Two sources of candidates, one statement. First a window of the oldest visible messages
+  // (a few times the limit), each kept when it is unkeyed or the head of its key (one probe of
+  // the order index): with keys interleaved, as usual, it fills the claim at the cost of a
+  // PGMQ read. Only when the window is full and still short of the limit (a backlog of a few
+  // keys, most messages waiting behind their heads), a skip scan of the order index (one probe
+  // per key) adds the heads past the window (and unkeyed messages past it), so a key with a deep backlog never hides the
+  // others (pg-boss's strict FIFO let one key stop them all). The union stops pulling once it
+  // has enough, so the skip scan does not run when the window suffices. A head is claimable
+  // when visible; an older message of its key still in the queue (running, retrying,
+  // scheduled) is its head instead, so the key waits. The candidates are locked as PGMQ's
+  // read locks (rows other readers hold are skipped, a head claimed meanwhile fails the
+  // re-checked `vt`), so two readers never claim two of one key. `more`: candidates were left.
   const messageReadOrdered = (
     physical: string,
     limit: number,
@@ -59,18 +62,30 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
     now: Date | null
   ) => {
     const q = messages(physical)
+    const window = limit * 2 + 64
     // in (key, msg_id) order, the first entry past a key is the next key's head: one probe a key
-    return sql<MessageRow & { readonly more: boolean }>`WITH RECURSIVE keys(k, id, vt) AS (
+    return sql<MessageRow & { readonly more: boolean }>`WITH RECURSIVE win AS (
+        SELECT msg_id, ${key} AS k FROM ${q} WHERE vt <= ${NOW(sql, now)} ORDER BY msg_id LIMIT ${window}),
+      edge AS (SELECT count(*) AS n, max(msg_id) AS last FROM win),
+      keys(k, id, vt) AS (
         (SELECT ${key}, msg_id, vt FROM ${q} WHERE ${key} IS NOT NULL ORDER BY ${key}, msg_id LIMIT 1)
         UNION ALL
         SELECT n.k, n.id, n.vt FROM keys
         CROSS JOIN LATERAL (
           SELECT ${key} AS k, msg_id AS id, vt FROM ${q} WHERE ${key} > keys.k ORDER BY ${key}, msg_id LIMIT 1) n),
-      heads AS (SELECT id AS msg_id FROM keys WHERE vt <= ${NOW(sql, now)}),
       cand AS (
-        (SELECT msg_id FROM heads ORDER BY msg_id LIMIT ${limit + 1})
+        (SELECT w.msg_id FROM win w
+         WHERE w.k IS NULL OR NOT EXISTS (
+           SELECT 1 FROM ${q} p WHERE ${sql.literal("(p.message ->> 'pgbus_order_key')")} = w.k AND p.msg_id < w.msg_id))
         UNION ALL
-        (SELECT msg_id FROM ${q} WHERE ${key} IS NULL AND vt <= ${NOW(sql, now)} ORDER BY msg_id LIMIT ${limit + 1})),
+        (SELECT id FROM keys
+         WHERE (SELECT n FROM edge) >= ${window} AND vt <= ${NOW(sql, now)} AND id > (SELECT last FROM edge))
+        UNION ALL
+        (SELECT msg_id FROM ${q}
+         WHERE (SELECT n FROM edge) >= ${window} AND ${key} IS NULL AND vt <= ${NOW(sql, now)}
+           AND msg_id > (SELECT last FROM edge)
+         ORDER BY msg_id LIMIT ${limit + 1})
+        LIMIT ${limit + 1}),
       c AS (
         SELECT m.msg_id FROM (SELECT msg_id FROM cand ORDER BY msg_id LIMIT ${limit + 1}) x
         JOIN ${q} m ON m.msg_id = x.msg_id
