@@ -80,6 +80,7 @@ const KNOWN_IMPORTS: ReadonlyArray<readonly [module: string, names: ReadonlyArra
       "Outbox",
       "PgBus",
       "QueueStore",
+      "Recurring",
       "Registry",
       "StreamEvent",
       "Streams",

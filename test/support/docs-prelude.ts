@@ -40,6 +40,9 @@ declare global {
   const program: Effect.Effect<void>
   const run: RunHandle
   const jobs: ReadonlyArray<AJob<"Cleanup", {}>>
+  // the jobs docs/recurring.md defined in its first block
+  const Cleanup: AJob<"Cleanup", { readonly batchSize: number }>
+  const DailyReport: AJob<"DailyReport", {}>
 
   // the app's services
   const Stock: { readonly reserve: (orderId: string) => Effect.Effect<void> }
@@ -58,7 +61,11 @@ declare global {
     }) => Effect.Effect<{ readonly id: string }>
     readonly markShipped: (orderId: string) => Effect.Effect<void>
     readonly isShipped: (orderId: string) => Effect.Effect<boolean>
+    readonly import: (orderId: string) => Effect.Effect<void>
   }
+  const Crm: { readonly sync: (accountId: string) => Effect.Effect<void> }
+  const Partner: { readonly call: (accountId: string) => Effect.Effect<void> }
+  const Search: { readonly reindex: (docId: string, rev: number) => Effect.Effect<void> }
   const Accounts: {
     readonly isClosed: (userId: string) => Effect.Effect<boolean>
     readonly activate: (userId: string, chargeId: string) => Effect.Effect<void>
