@@ -76,6 +76,11 @@ describe("maintenance leader", () => {
             "15 seconds"
           )
           const survivors = children.filter((c) => c !== leaderChild)
+          // the row goes before the reaper's log line reaches this process
+          yield* eventually(
+            "the reaper logged it",
+            Effect.sync(() => survivors.some((c) => c.output().includes("stopped beating")))
+          )
           const reapers = survivors.filter((c) => c.output().includes("stopped beating"))
           assert.deepStrictEqual(reapers, [nextChild], "only the new leader reaped")
           assert.notInclude(
