@@ -105,6 +105,16 @@ export class Registry extends Context.Service<
           else if (isWorkflow(definition)) workflowDefinitions.push(definition)
           else jobs.push(definition)
         }
+        for (const task of recurring) {
+          // a task's job is run by the registry's handler: a job given only inside a task would be
+          // enqueued by the scheduler and then fail as UnknownJob on every fire
+          if (!jobs.some((job) => job === task.job || job.name === task.job.name)) {
+            return yield* new InvalidRecurringTask({
+              task: task.key,
+              reason: `its job ${task.job.name} is not registered: list ${task.job.name} beside the task in Registry.layer`
+            })
+          }
+        }
         const workflows = yield* registerWorkflows(config, runner, workflowDefinitions, services)
         const byName = yield* registerJobs(config, jobs, cachedProvide(services))
         yield* reserve(byName, workflows.jobs, "workflows")
@@ -119,7 +129,8 @@ export class Registry extends Context.Service<
           ...new Set([
             ...jobs.map((job) => job.queue ?? config.defaultQueue),
             ...[...workflows.workflows.values()].map((w) => w.workflow.queue ?? config.workflowQueue),
-            ...events.consumers.map((c) => c.queue)
+            ...events.consumers.map((c) => c.queue),
+            ...recurring.flatMap((task) => (task.queue === undefined ? [] : [task.queue]))
           ])
         ]
         const queueUsers = new Map<string, Array<string>>()
@@ -127,6 +138,7 @@ export class Registry extends Context.Service<
         for (const job of jobs) use(job.queue ?? config.defaultQueue, `job ${job.name}`)
         for (const w of workflows.workflows.values())
           use(w.workflow.queue ?? config.workflowQueue, `workflow ${w.workflow.name}`)
+        for (const task of recurring) if (task.queue !== undefined) use(task.queue, `recurring task ${task.key}`)
         return Registry.of({ jobs: byName, queues, queueUsers, workflows: workflows.workflows, events, recurring })
       })
     )

@@ -7,7 +7,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect, Exit, Layer, Result, Schema } from "effect"
+import { Context, Effect, Exit, Layer, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { TestClock } from "effect/testing"
 import { layerEffectClock } from "../src/Database.ts"
@@ -116,6 +116,21 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("recurring tasks", (i
         const sql = yield* SqlClient.SqlClient
         const rows = yield* sql`SELECT key FROM pgbus.recurring_tasks WHERE key = 'dup'`
         assert.strictEqual(rows.length, 0)
+        // a task whose job is not registered would fail as UnknownJob at every fire: refused at build
+        const orphan = Recurring.make("orphan", { schedule: "@daily", job: Report, payload: { n: 1 } })
+        const orphaned = yield* Effect.exit(Layer.build(Registry.layer([orphan])).pipe(Effect.scoped))
+        assert.isTrue(Exit.isFailure(orphaned))
+        assert.include(String(Exit.isFailure(orphaned) ? orphaned.cause : ""), "its job Report is not registered")
+        const orphanRows = yield* sql`SELECT key FROM pgbus.recurring_tasks WHERE key = 'orphan'`
+        assert.strictEqual(orphanRows.length, 0)
+        // a task's own queue is a queue of the registry, so the supervisor serves it
+        const urgent = Recurring.make("urgent", { schedule: "@daily", job: Report, payload: { n: 1 }, queue: "urgent" })
+        const registry = yield* Layer.build(Registry.layer([Report, urgent])).pipe(
+          Effect.map(Context.get(Registry)),
+          Effect.scoped
+        )
+        assert.includeMembers([...registry.queues], ["reports", "urgent"])
+        assert.deepStrictEqual(registry.queueUsers?.get("urgent"), ["recurring task urgent"])
       })
     )
   })
