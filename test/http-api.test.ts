@@ -1,6 +1,7 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Layer, Schema } from "effect"
 import * as Http from "../src/Http/Http.ts"
+import * as Job from "../src/Job/Job.ts"
 import type { Failure } from "../src/Queue/Message.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Registry } from "../src/Registry.ts"
@@ -220,6 +221,57 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
     })
 
     describe("writes", () => {
+      it.effect("flow controls: locks and rates read, a key released, a rate set and reset, all audited", () =>
+        Effect.gen(function* () {
+          const queue = unique("flowq")
+          const Rated = Job.make(
+            unique("HttpRated"),
+            { payload: Payload, queue, rate: { limit: 5, period: "1 second" } },
+            () => Effect.void
+          )
+          const Once = Job.make(
+            unique("HttpOnce"),
+            { payload: Payload, queue, unique: { key: ({ id }) => `order-${id}` } },
+            () => Effect.void
+          )
+          const call = yield* withApi(hooked).pipe(Effect.provide(Registry.layer([Rated, Once])))
+          const held = yield* Once.enqueue({ id: 42 })
+
+          const locks = yield* call("GET", `${api}/locks`, undefined, reader)
+          assert.strictEqual(locks.status, 200, locks.text)
+          const key = locks.json.unique.keys.find((k: { job: string }) => k.job === Once.name)
+          assert.deepStrictEqual([key?.key, key?.strategy, key?.holder], ["order-42", "untilExecuted", held.id])
+          assert.strictEqual((yield* call("GET", `${api}/locks`, undefined, { ...reader, "x-tenant": "acme" })).status, 403)
+
+          const release = { job: Once.name, key: "order-42", reason: "stuck holder" }
+          const asReader = yield* call("POST", `${api}/locks/unique/release`, release, reader)
+          assert.strictEqual(asReader.status, 403)
+          const released = yield* call("POST", `${api}/locks/unique/release`, release, writer)
+          assert.strictEqual(released.status, 200, released.text)
+          assert.strictEqual(released.json.holder, held.id)
+          const again = yield* call("POST", `${api}/locks/unique/release`, release, writer)
+          assert.strictEqual(again.status, 404, "the key is gone")
+          yield* Once.enqueue({ id: 42 }) // the key can be taken again
+
+          const rates = yield* call("GET", `${api}/rates`, undefined, reader)
+          const defined = rates.json.find((r: { job: string }) => r.job === Rated.name)
+          assert.deepStrictEqual([defined?.defined, defined?.override], [{ limit: 5, periodMs: 1000 }, null])
+          const rate = `${api}/rates/${Rated.name}`
+          const badPeriod = yield* call("PUT", rate, { limit: 10, period: "soon" }, writer)
+          assert.deepStrictEqual([badPeriod.status, badPeriod.json.error], [400, "validation"])
+          const badLimit = yield* call("PUT", rate, { limit: 0, period: "1 second" }, writer)
+          assert.strictEqual(badLimit.status, 400)
+          assert.strictEqual((yield* call("PUT", rate, { limit: 10, period: "1 second" }, reader)).status, 403)
+          const set = yield* call("PUT", rate, { limit: 50, period: "2 seconds", reason: "partner raised it" }, writer)
+          assert.strictEqual(set.status, 200, set.text)
+          assert.deepStrictEqual(set.json.effective, { limit: 50, periodMs: 2000 })
+          assert.deepStrictEqual([set.json.override.actor, set.json.override.reason], ["api:alice", "partner raised it"])
+          const reset = yield* call("POST", `${rate}/reset`, { reason: "back" }, writer)
+          assert.strictEqual(reset.status, 200, reset.text)
+          assert.deepStrictEqual([reset.json.override, reset.json.effective], [null, { limit: 5, periodMs: 1000 }])
+        })
+      )
+
       it.effect("every workflow verb goes through its guard; an illegal one is 409 with the current status", () =>
         Effect.gen(function* () {
           // with the workflow registered in the API's process, signals are checked against its Schemas

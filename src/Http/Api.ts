@@ -310,19 +310,63 @@ const bus = HttpApiGroup.make("bus")
     })
   )
 
+/** A rate as a body: `limit` per `period` (a duration such as "1 minute" or "500 millis"). */
+const RateBody = Schema.Struct({
+  limit: Schema.Int,
+  period: Schema.String,
+  reason: Reason
+})
+
+const flow = HttpApiGroup.make("flow")
+  .add(
+    HttpApiEndpoint.get("locks", "/locks", { success: Model.LocksView, error: ReadErrors }).annotate(
+      OpenApi.Description,
+      "Flow-control locks: uniqueness keys held, concurrency keys against their limits, rate buckets"
+    )
+  )
+  .add(
+    HttpApiEndpoint.post("releaseUniqueKey", "/locks/unique/release", {
+      payload: Schema.Struct({ job: Schema.String, key: Schema.String, reason: Reason }),
+      success: Model.ReleasedKey,
+      error: WriteErrors
+    }).annotate(OpenApi.Description, "Release a uniqueness key whoever holds it (its job, if queued, runs on)")
+  )
+  .add(
+    HttpApiEndpoint.get("rates", "/rates", { success: Schema.Array(Model.JobRateView), error: ReadErrors }).annotate(
+      OpenApi.Description,
+      "Every rate-limited job: its rate as defined, as set at run time, and in force"
+    )
+  )
+  .add(
+    HttpApiEndpoint.put("setRate", "/rates/:job", {
+      params: { job: Schema.String },
+      payload: RateBody,
+      success: Model.JobRateView,
+      error: WriteErrors
+    }).annotate(OpenApi.Description, "Set a job's rate at run time (every process uses it from its next claim)")
+  )
+  .add(
+    HttpApiEndpoint.post("resetRate", "/rates/:job/reset", {
+      params: { job: Schema.String },
+      payload: Schema.Struct({ reason: Reason }),
+      success: Schema.NullOr(Model.JobRateView),
+      error: WriteErrors
+    }).annotate(OpenApi.Description, "Drop a job's run-time rate: back to its definition's (null: it has none)")
+  )
+
 /**
  * The API, unprefixed (`Http.layer` mounts it under its path).
  *
  * @category models
  */
 export const PgBusApi = HttpApi.make("pgbus")
-  .add(health, queues, deadLetters, workflows, bus)
+  .add(health, queues, deadLetters, workflows, bus, flow)
   .middleware(ApiAccess)
   .annotate(OpenApi.Title, "effect-pgbus operations API")
   .annotate(OpenApi.Version, VERSION)
   .annotate(
     OpenApi.Description,
-    "Queues, jobs, dead letters, processes, workflows, events, the outbox and batches. Write routes need the app's authorize hook."
+    "Queues, jobs, dead letters, processes, workflows, events, the outbox, batches and flow-control locks and rates. Write routes need the app's authorize hook."
   )
 
 /** The API mounted under a path (every route prefixed). */

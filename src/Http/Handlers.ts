@@ -5,11 +5,13 @@
  *
  * @since 0.1.0
  */
-import { Effect, Layer } from "effect"
+import { type Duration, Effect, Layer } from "effect"
 import { HttpApiBuilder, type HttpApiGroup } from "effect/http-api"
 import type { Change, View } from "../Operations/Deps.ts"
+import { locksView } from "../Operations/Locks.ts"
 import { Operations } from "../Operations/Operations.ts"
-import type { OperationsError } from "../Operations/OperationsError.ts"
+import { NotFound, type OperationsError } from "../Operations/OperationsError.ts"
+import { jobRateView } from "../Operations/Rates.ts"
 import type { RunFilter } from "../Operations/Workflows.ts"
 import { type RunStatus, RunStatuses } from "../Workflow/States.ts"
 import { type ApiAccess, Caller, type CallerShape, requireClusterWide, requireWrite } from "./Access.ts"
@@ -132,7 +134,8 @@ export const handlers = (
   | HttpApiGroup.Service<"pgbus", "queues">
   | HttpApiGroup.Service<"pgbus", "deadLetters">
   | HttpApiGroup.Service<"pgbus", "workflows">
-  | HttpApiGroup.Service<"pgbus", "bus">,
+  | HttpApiGroup.Service<"pgbus", "bus">
+  | HttpApiGroup.Service<"pgbus", "flow">,
   never,
   Operations | ApiAccess
 > => {
@@ -290,5 +293,43 @@ export const handlers = (
     })
   )
 
-  return Layer.mergeAll(health, queues, deadLetters, workflows, bus)
+  const flow = HttpApiBuilder.group(api, "flow", (h) =>
+    Effect.gen(function* () {
+      const ops = yield* Operations
+      return h
+        .handle("locks", () => clusterWide(() => Effect.map(ops.locks, locksView)))
+        .handle("releaseUniqueKey", ({ payload }) =>
+          write((change) => ops.releaseUniqueKey(payload.job, payload.key, change), { clusterWide: true }, payload.reason)
+        )
+        .handle("rates", () => clusterWide(() => Effect.map(ops.jobRates, (rates) => rates.map(jobRateView))))
+        .handle("setRate", ({ params, payload }) =>
+          write(
+            (change) =>
+              ops
+                .setJobRate(params.job, { limit: payload.limit, period: payload.period as Duration.Input }, change)
+                .pipe(
+                  Effect.flatMap((rate) =>
+                    rate === undefined
+                      ? Effect.fail(new NotFound({ kind: "job", id: params.job }))
+                      : Effect.succeed(jobRateView(rate))
+                  )
+                ),
+            { clusterWide: true },
+            payload.reason
+          )
+        )
+        .handle("resetRate", ({ params, payload }) =>
+          write(
+            (change) =>
+              Effect.map(ops.setJobRate(params.job, undefined, change), (rate) =>
+                rate === undefined ? null : jobRateView(rate)
+              ),
+            { clusterWide: true },
+            payload.reason
+          )
+        )
+    })
+  )
+
+  return Layer.mergeAll(health, queues, deadLetters, workflows, bus, flow)
 }

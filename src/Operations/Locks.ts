@@ -9,6 +9,7 @@ import { Effect } from "effect"
 import { statementNow, toDatabaseError } from "../Database.ts"
 import { makeUniqueKeySql } from "../Job/UniqueKeySql.ts"
 import type { Change, Deps } from "./Deps.ts"
+import type { LocksView } from "./Model.ts"
 import { InvalidRequest, NotFound, type OperationsError } from "./OperationsError.ts"
 import { fromQueueError } from "./Queues.ts"
 
@@ -56,6 +57,25 @@ export interface Locks {
     readonly refilledAt: Date
   }>
 }
+
+/** The locks as the JSON API and MCP answer them (times ISO 8601, absent values null). */
+export const locksView = (l: Locks): LocksView => ({
+  unique: {
+    total: l.unique.total,
+    keys: l.unique.keys.map((k) => ({
+      ...k,
+      runningOn: k.runningOn ?? null,
+      acquiredAt: k.acquiredAt.toISOString(),
+      expiresAt: k.expiresAt?.toISOString() ?? null
+    }))
+  },
+  concurrency: {
+    ...l.concurrency,
+    oldestParkedMs: l.concurrency.oldestParkedMs ?? null,
+    keys: l.concurrency.keys.map((k) => ({ ...k, oldestWaitMs: k.oldestWaitMs ?? null }))
+  },
+  rates: l.rates.map((r) => ({ ...r, refilledAt: r.refilledAt.toISOString() }))
+})
 
 /** Builds the locks operations. */
 export const makeLocks = (deps: Deps) => {

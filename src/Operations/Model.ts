@@ -518,3 +518,72 @@ export const JobStatsView = Schema.Struct({
   queues: Schema.Array(Schema.Struct({ queue: Schema.String, buckets: Schema.Array(JobStatsBucket) }))
 })
 export type JobStatsView = typeof JobStatsView.Type
+
+// ---- flow controls ----
+
+/** A uniqueness key held: by which message, running where, since and until when. */
+export const UniqueKeyView = Schema.Struct({
+  job: Schema.String,
+  key: Schema.String,
+  strategy: Schema.Literals(["untilExecuted", "whileExecuting"]),
+  /** `<queue>:<msg_id>` of the message holding it. */
+  holder: Schema.String,
+  runningOn: NullableString,
+  acquiredAt: Schema.String,
+  expiresAt: NullableString
+})
+
+/** A concurrency key: running against its limit, waiting, the oldest wait. */
+export const ConcurrencyKeyView = Schema.Struct({
+  queue: Schema.String,
+  key: Schema.String,
+  running: Schema.Number,
+  limit: Schema.Number,
+  waiting: Schema.Number,
+  oldestWaitMs: NullableNumber
+})
+
+/** A rate bucket as the last claim left it. */
+export const RateBucketView = Schema.Struct({
+  queue: Schema.String,
+  key: Schema.String,
+  tokens: Schema.Number,
+  refilledAt: Schema.String
+})
+
+/** Every flow-control lock: uniqueness keys, concurrency keys, rate buckets. */
+export const LocksView = Schema.Struct({
+  unique: Schema.Struct({ total: Schema.Number, keys: Schema.Array(UniqueKeyView) }),
+  concurrency: Schema.Struct({
+    parked: Schema.Number,
+    oldestParkedMs: NullableNumber,
+    slotsHeld: Schema.Number,
+    keysAtLimit: Schema.Number,
+    keys: Schema.Array(ConcurrencyKeyView)
+  }),
+  rates: Schema.Array(RateBucketView)
+})
+export type LocksView = typeof LocksView.Type
+
+/** A rate: `limit` per `periodMs`. */
+export const RateView = Schema.Struct({ limit: Schema.Number, periodMs: Schema.Number })
+
+/** A job's rate: its definition's, the one set at run time (who, why, when), the one in force. */
+export const JobRateView = Schema.Struct({
+  job: Schema.String,
+  defined: Schema.NullOr(RateView),
+  override: Schema.NullOr(
+    Schema.Struct({
+      limit: Schema.Number,
+      periodMs: Schema.Number,
+      actor: Schema.String,
+      reason: NullableString,
+      updatedAt: Schema.String
+    })
+  ),
+  effective: Schema.NullOr(RateView)
+})
+export type JobRateView = typeof JobRateView.Type
+
+/** A uniqueness key released by hand, and the message that held it. */
+export const ReleasedKey = Schema.Struct({ job: Schema.String, key: Schema.String, holder: Schema.String })

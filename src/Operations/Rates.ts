@@ -7,6 +7,7 @@
  */
 import { Duration, Effect, Option } from "effect"
 import type { Change, Deps } from "./Deps.ts"
+import type { JobRateView } from "./Model.ts"
 import { InvalidRequest, type OperationsError } from "./OperationsError.ts"
 import { fromQueueError } from "./Queues.ts"
 
@@ -25,6 +26,17 @@ export interface JobRate {
     | undefined
   readonly effective: { readonly limit: number; readonly periodMs: number } | undefined
 }
+
+/** A job's rate as the JSON API and MCP answer it (times ISO 8601, absent values null). */
+export const jobRateView = (r: JobRate): JobRateView => ({
+  job: r.job,
+  defined: r.defined ?? null,
+  override:
+    r.override === undefined
+      ? null
+      : { ...r.override, reason: r.override.reason ?? null, updatedAt: r.override.updatedAt.toISOString() },
+  effective: r.effective ?? null
+})
 
 /** Builds the rates operations. */
 export const makeRates = (deps: Deps) => {
