@@ -241,7 +241,10 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           assert.strictEqual(locks.status, 200, locks.text)
           const key = locks.json.unique.keys.find((k: { job: string }) => k.job === Once.name)
           assert.deepStrictEqual([key?.key, key?.strategy, key?.holder], ["order-42", "untilExecuted", held.id])
-          assert.strictEqual((yield* call("GET", `${api}/locks`, undefined, { ...reader, "x-tenant": "acme" })).status, 403)
+          assert.strictEqual(
+            (yield* call("GET", `${api}/locks`, undefined, { ...reader, "x-tenant": "acme" })).status,
+            403
+          )
 
           const release = { job: Once.name, key: "order-42", reason: "stuck holder" }
           const asReader = yield* call("POST", `${api}/locks/unique/release`, release, reader)
@@ -265,7 +268,10 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           const set = yield* call("PUT", rate, { limit: 50, period: "2 seconds", reason: "partner raised it" }, writer)
           assert.strictEqual(set.status, 200, set.text)
           assert.deepStrictEqual(set.json.effective, { limit: 50, periodMs: 2000 })
-          assert.deepStrictEqual([set.json.override.actor, set.json.override.reason], ["api:alice", "partner raised it"])
+          assert.deepStrictEqual(
+            [set.json.override.actor, set.json.override.reason],
+            ["api:alice", "partner raised it"]
+          )
           const reset = yield* call("POST", `${rate}/reset`, { reason: "back" }, writer)
           assert.strictEqual(reset.status, 200, reset.text)
           assert.deepStrictEqual([reset.json.override, reset.json.effective], [null, { limit: 5, periodMs: 1000 }])

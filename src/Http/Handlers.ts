@@ -299,7 +299,11 @@ export const handlers = (
       return h
         .handle("locks", () => clusterWide(() => Effect.map(ops.locks, locksView)))
         .handle("releaseUniqueKey", ({ payload }) =>
-          write((change) => ops.releaseUniqueKey(payload.job, payload.key, change), { clusterWide: true }, payload.reason)
+          write(
+            (change) => ops.releaseUniqueKey(payload.job, payload.key, change),
+            { clusterWide: true },
+            payload.reason
+          )
         )
         .handle("rates", () => clusterWide(() => Effect.map(ops.jobRates, (rates) => rates.map(jobRateView))))
         .handle("setRate", ({ params, payload }) =>
