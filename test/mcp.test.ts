@@ -3,6 +3,7 @@ import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Redacted, Schema } from "effect"
 import { McpTest } from "effect/ai"
 import { PgBusConfig } from "../src/Config.ts"
+import * as Job from "../src/Job/Job.ts"
 import * as Mcp from "../src/Mcp/Mcp.ts"
 import type { Failure } from "../src/Queue/Message.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
@@ -46,6 +47,8 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           assert.deepStrictEqual(names, [
             "pgbus_dlq",
             "pgbus_health",
+            "pgbus_job_rates",
+            "pgbus_locks",
             "pgbus_processes",
             "pgbus_queues",
             "pgbus_workflow",
@@ -251,6 +254,65 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           )
           assert.deepStrictEqual([cancel.ok, cancel.workflow.status], [true, "cancelled"])
         }).pipe(Effect.scoped)
+      )
+
+      it.effect(
+        "flow tools: locks and rates read; a rate set and reset, a uniqueness key released, as mcp:<client>",
+        () =>
+          Effect.gen(function* () {
+            const Once = Job.make(
+              "McpOnce",
+              { payload: Payload, queue: "mcp_flow", unique: { key: ({ id }) => `k-${id}` } },
+              () => Effect.void
+            )
+            const held = yield* Once.enqueue({ id: 7 })
+            const mcp = yield* client({ mcpWriteTools: true, mcpAllowPayloads: false })
+            const locks = structured(yield* mcp.callTool({ name: "pgbus_locks", arguments: {} }))
+            assert.deepStrictEqual(
+              locks.unique.keys
+                .filter((k: { job: string }) => k.job === "McpOnce")
+                .map((k: { holder: string }) => k.holder),
+              [held.id]
+            )
+            const release = { job: "McpOnce", key: "k-7", reason: "holder is gone" }
+            const released = structured(yield* mcp.callTool({ name: "pgbus_unique_key_release", arguments: release }))
+            assert.isTrue(released.ok, released.reason)
+            assert.include(released.reason, held.id)
+            const again = structured(yield* mcp.callTool({ name: "pgbus_unique_key_release", arguments: release }))
+            assert.deepStrictEqual([again.ok, again.code], [false, "NotFound"])
+
+            const half = structured(
+              yield* mcp.callTool({ name: "pgbus_job_rate_set", arguments: { job: "McpRated", limit: 5, reason: "x" } })
+            )
+            assert.deepStrictEqual([half.ok, half.code], [false, "InvalidRequest"], "a limit without a period")
+            const bad = structured(
+              yield* mcp.callTool({
+                name: "pgbus_job_rate_set",
+                arguments: { job: "McpRated", limit: 5, period: "whenever", reason: "x" }
+              })
+            )
+            assert.deepStrictEqual([bad.ok, bad.code], [false, "InvalidRequest"])
+            const set = structured(
+              yield* mcp.callTool({
+                name: "pgbus_job_rate_set",
+                arguments: { job: "McpRated", limit: 20, period: "1 minute", reason: "partner limit" }
+              })
+            )
+            assert.isTrue(set.ok, set.reason)
+            assert.deepStrictEqual(
+              [set.rate.effective, set.rate.override.actor, set.rate.override.reason],
+              [{ limit: 20, periodMs: 60_000 }, "mcp:claude", "partner limit"]
+            )
+            const rates = structured(yield* mcp.callTool({ name: "pgbus_job_rates", arguments: {} }))
+            assert.isTrue(rates.items.some((r: { job: string }) => r.job === "McpRated"))
+            const reset = structured(
+              yield* mcp.callTool({
+                name: "pgbus_job_rate_set",
+                arguments: { job: "McpRated", reset: true, reason: "done" }
+              })
+            )
+            assert.deepStrictEqual([reset.ok, reset.rate], [true, null], "no definition here: no rate left")
+          }).pipe(Effect.scoped)
       )
     })
   }

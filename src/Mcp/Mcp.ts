@@ -9,14 +9,16 @@
  * @since 0.1.0
  */
 import { NodeStdio } from "@effect/platform-node"
-import { Effect, Layer, Logger } from "effect"
+import { type Duration, Effect, Layer, Logger } from "effect"
 import { McpProtocol, McpServer } from "effect/ai"
 import { McpRequestContext } from "effect/ai/McpSchema"
 import { PgBusConfig } from "../Config.ts"
 import type { View } from "../Operations/Deps.ts"
+import { locksView } from "../Operations/Locks.ts"
 import type { RunSummary } from "../Operations/Model.ts"
 import { type ActVerb, Operations } from "../Operations/Operations.ts"
 import type { OperationsError } from "../Operations/OperationsError.ts"
+import { jobRateView } from "../Operations/Rates.ts"
 import { VERSION } from "../version.ts"
 import { AllTools, ReadTools, type WriteResult } from "./Tools.ts"
 
@@ -83,7 +85,9 @@ const readHandlers = Effect.gen(function* () {
     pgbus_workflow_definitions: (p: { readonly windowMs?: number | undefined }) =>
       Effect.map(ops.workflowDefinitions({ windowMs: p.windowMs }), (items) => ({ items })),
     pgbus_workflow_stats: (p: { readonly workflowClass: string; readonly windowMs?: number | undefined }) =>
-      ops.workflowStats(p.workflowClass, { windowMs: p.windowMs })
+      ops.workflowStats(p.workflowClass, { windowMs: p.windowMs }),
+    pgbus_locks: () => Effect.map(ops.locks, locksView),
+    pgbus_job_rates: () => Effect.map(ops.jobRates, (rates) => ({ items: rates.map(jobRateView) }))
   }
 })
 
@@ -182,6 +186,52 @@ const writeHandlers = Effect.gen(function* () {
             (r): WriteResult => ({
               ok: true,
               reason: `retried ${r.id} to ${r.queue} as message ${r.messageId}`,
+              workflow: null
+            })
+          ),
+          Effect.catch((error) => refused(undefined, error))
+        )
+      }),
+    pgbus_job_rate_set: (p: {
+      readonly job: string
+      readonly limit?: number | undefined
+      readonly period?: string | undefined
+      readonly reset?: boolean | undefined
+      readonly reason: string
+    }) =>
+      Effect.gen(function* () {
+        const actor = yield* actorOf
+        const change = { actor, reason: p.reason.trim() }
+        if (p.reset !== true && (p.limit === undefined || p.period === undefined)) {
+          return { ok: false, reason: "give limit and period, or reset: true", workflow: null, code: "InvalidRequest" }
+        }
+        const rate =
+          p.reset === true || p.limit === undefined || p.period === undefined
+            ? undefined
+            : { limit: p.limit, period: p.period as Duration.Input }
+        return yield* ops.setJobRate(p.job, rate, change).pipe(
+          Effect.map(
+            (r): WriteResult => ({
+              ok: true,
+              reason:
+                rate === undefined
+                  ? `rate of ${p.job} reset to its definition's`
+                  : `rate of ${p.job} set to ${rate.limit} per ${p.period}`,
+              workflow: null,
+              rate: r === undefined ? null : jobRateView(r)
+            })
+          ),
+          Effect.catch((error) => refused(undefined, error))
+        )
+      }),
+    pgbus_unique_key_release: (p: { readonly job: string; readonly key: string; readonly reason: string }) =>
+      Effect.gen(function* () {
+        const actor = yield* actorOf
+        return yield* ops.releaseUniqueKey(p.job, p.key, { actor, reason: p.reason.trim() }).pipe(
+          Effect.map(
+            (r): WriteResult => ({
+              ok: true,
+              reason: `released key ${r.key} of ${r.job} (held by ${r.holder})`,
               workflow: null
             })
           ),

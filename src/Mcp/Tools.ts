@@ -1,7 +1,8 @@
 /**
  * The MCP tools: read tools for health, queues, dead letters, processes, workflows, one
- * workflow, needs attention, workflow definitions and stats (annotated read-only), and the
- * write tools (resume, cancel, skip step, resume at, run now, signal, dead-letter retry), each
+ * workflow, needs attention, workflow definitions and stats, flow-control locks and job rates
+ * (annotated read-only), and the write tools (resume, cancel, skip step, resume at, run now,
+ * signal, dead-letter retry, set a job's rate, release a uniqueness key), each
  * requiring a `reason` (1 to 500 characters after trimming) and the `expectedStatus` the agent
  * read, annotated destructive (cancel also idempotent). There are no bulk tools: one audited
  * call per run.
@@ -111,6 +112,19 @@ export const Stats = read(
   Model.WorkflowStats
 )
 
+export const Locks = read(
+  "pgbus_locks",
+  "Flow-control locks: uniqueness keys held (by which message), concurrency keys against their limits (running, waiting, oldest wait), rate buckets",
+  Tool.EmptyParams,
+  Model.LocksView
+)
+export const JobRates = read(
+  "pgbus_job_rates",
+  "Every rate-limited job: its rate as defined, as set at run time (who, why, when) and in force",
+  Tool.EmptyParams,
+  Items(Model.JobRateView)
+)
+
 /** The read tools. */
 export const ReadTools = Toolkit.make(
   Health,
@@ -121,7 +135,9 @@ export const ReadTools = Toolkit.make(
   WorkflowRun,
   Attention,
   Definitions,
-  Stats
+  Stats,
+  Locks,
+  JobRates
 )
 
 // ---- write tools ----
@@ -142,7 +158,9 @@ export const WriteResult = Schema.Struct({
   /** A refused transition: what refused it, and the status the run is in now. */
   code: Schema.optional(Schema.String),
   status: Schema.optional(Schema.String),
-  allowed: Schema.optional(Schema.Array(Schema.String))
+  allowed: Schema.optional(Schema.Array(Schema.String)),
+  /** A rate tool: the job's rate after (null: it has none). */
+  rate: Schema.optional(Schema.NullOr(Model.JobRateView))
 })
 export type WriteResult = typeof WriteResult.Type
 
@@ -188,8 +206,36 @@ export const DeadLetterRetry = write("pgbus_dlq_retry", "Put one dead letter bac
   reason: Reason
 })
 
+export const SetJobRate = write(
+  "pgbus_job_rate_set",
+  "Set a rate-limited job's rate at run time (limit per period, e.g. 100 per \"1 minute\"), or drop it (reset: true) back to its definition's; every process uses it from its next claim",
+  {
+    job: Schema.String,
+    limit: Schema.optional(Schema.Int),
+    period: Schema.optional(Schema.String.annotate({ description: 'a duration: "1 minute", "500 millis"' })),
+    reset: Schema.optional(Schema.Boolean),
+    reason: Reason
+  },
+  true
+)
+export const ReleaseUniqueKey = write(
+  "pgbus_unique_key_release",
+  "Release a uniqueness key whoever holds it (a holder that will never end); its job, if still queued, runs on",
+  { job: Schema.String, key: Schema.String, reason: Reason }
+)
+
 /** The write tools (present only when `mcpWriteTools` is on). */
-export const WriteTools = Toolkit.make(Resume, Cancel, SkipStep, ResumeAt, RunNow, Signal, DeadLetterRetry)
+export const WriteTools = Toolkit.make(
+  Resume,
+  Cancel,
+  SkipStep,
+  ResumeAt,
+  RunNow,
+  Signal,
+  DeadLetterRetry,
+  SetJobRate,
+  ReleaseUniqueKey
+)
 
 /** Every tool. */
 export const AllTools = Toolkit.merge(ReadTools, WriteTools)
