@@ -81,6 +81,7 @@ layer(envLayer, { excludeTestServices: true, timeout: "120 seconds" })("dashboar
         ["dead-letters", "/dead-letters", "Dead letters"],
         ["dead-letter", `/dead-letters/${seeded.deadLetterIds[0]}`, `Dead letter ${seeded.deadLetterIds[0]}`],
         ["processes", "/processes", "Processes"],
+        ["flow", "/flow", "Flow control"],
         ["events", "/events", "Events and outbox"],
         ["batches", "/batches", "Batches"],
         ["workflows", "/workflows", "Workflows"],
@@ -153,6 +154,32 @@ layer(envLayer, { excludeTestServices: true, timeout: "120 seconds" })("dashboar
         dlq.some((m) => `mailers_dlq:${m.msgId}` === id),
         "gone from the dead-letter queue"
       )
+    })
+  )
+
+  it.effect("setting a job's rate on the Flow control page: the row shows the new rate and who set it", () =>
+    Effect.gen(function* () {
+      const { base, browser } = yield* Env
+      const store = yield* QueueStore
+      yield* store.setRate("BrowserRated", { limit: 10, periodMs: 60_000 }, { actor: "seed", reason: undefined })
+      const { page, errors } = yield* open(browser, "write")
+      yield* Effect.promise(async () => {
+        await page.goto(`${base}/flow`)
+        const row = page.locator("#rates tr", { hasText: "BrowserRated" })
+        assert.include(await row.innerText(), "10 per 1 minute")
+        await row.locator('input[name="limit"]').fill("25")
+        await row.locator('input[name="period"]').fill("30 seconds")
+        await row.locator('input[name="reason"]').first().fill("partner raised it")
+        await row.getByRole("button", { name: "Set", exact: true }).click()
+        await page.waitForURL(`${base}/flow`)
+        assert.include(await page.locator(".flash.ok").innerText(), "Rate of BrowserRated set to 25 per 30 seconds")
+        const after = await page.locator("#rates tr", { hasText: "BrowserRated" }).innerText()
+        assert.include(after, "25 per 30 seconds")
+        assert.include(after, "partner raised it")
+      })
+      const [rate] = (yield* store.rateOverrides).filter((r) => r.job === "BrowserRated")
+      assert.deepStrictEqual([rate?.limit, rate?.periodMs, rate?.actor], [25, 30_000, "dashboard:alice"])
+      assert.deepStrictEqual(errors, [])
     })
   )
 

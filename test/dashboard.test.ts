@@ -214,6 +214,67 @@ layer(Operations.layer.pipe(Layer.provideMerge(TestDatabase.layer({ pollingInter
     })
   )
 
+  it.effect(
+    "flow control: keys, slots and rates shown; a key released and a rate set and reset as dashboard:<actor>",
+    () =>
+      Effect.gen(function* () {
+        const base = yield* serveDashboard(access)
+        const writer = { "x-role": "write" }
+        const Once = Job.make(
+          "DashOnce",
+          { payload: Schema.Struct({ n: Schema.Number }), queue: "dash_flow", unique: { key: ({ n }) => `n-${n}` } },
+          () => Effect.void
+        )
+        const held = yield* Once.enqueue({ n: 1 })
+        const ops = yield* Operations
+        yield* ops.setJobRate("DashRated", { limit: 30, period: "1 minute" }, { actor: "test", reason: undefined })
+
+        const reader = yield* get(`${base}/flow`, { "x-role": "read" })
+        assert.strictEqual(reader.status, 200)
+        assert.include(reader.text, "<code>n-1</code>")
+        assert.include(reader.text, `<code>${held.id}</code>`)
+        assert.include(reader.text, "30 per 1 minute")
+        assert.notInclude(reader.text, 'method="post"', "a reader sees no buttons")
+        assert.strictEqual((yield* get(`${base}/flow`, { "x-role": "read", "x-tenant": "acme" })).status, 403)
+
+        const page = yield* get(`${base}/flow`, writer)
+        const token = tokenIn(page.text)!
+        assert.include(page.text, 'action="/pgbus/flow/unique/release"')
+        const badRate = yield* post(
+          `${base}/flow/rates/DashRated`,
+          { _csrf: token, back: "/pgbus/flow", limit: "0", period: "1 minute" },
+          writer
+        )
+        const flashOf = (r: Response) =>
+          decodeURIComponent(/pgbus_flash=([^;]+)/.exec(r.headers.get("set-cookie") ?? "")?.[1] ?? "")
+        assert.include(flashOf(badRate), "the limit must be a positive integer")
+        const set = yield* post(
+          `${base}/flow/rates/DashRated`,
+          { _csrf: token, back: "/pgbus/flow", limit: "12", period: "10 seconds", reason: "partner" },
+          writer
+        )
+        assert.strictEqual(set.status, 303)
+        const rate = (yield* ops.jobRates).find((r) => r.job === "DashRated")
+        assert.deepStrictEqual(
+          [rate?.effective, rate?.override?.actor, rate?.override?.reason],
+          [{ limit: 12, periodMs: 10_000 }, "dashboard:carol", "partner"]
+        )
+        yield* post(`${base}/flow/rates/DashRated/reset`, { _csrf: token, back: "/pgbus/flow" }, writer)
+        assert.isUndefined(
+          (yield* ops.jobRates).find((r) => r.job === "DashRated"),
+          "no definition: no rate left"
+        )
+
+        const released = yield* post(
+          `${base}/flow/unique/release`,
+          { _csrf: token, back: "/pgbus/flow", job: "DashOnce", key: "n-1", reason: "stuck" },
+          writer
+        )
+        assert.include(flashOf(released), `Released key n-1 of DashOnce (it was held by ${held.id})`)
+        assert.include((yield* get(`${base}/flow`, writer)).text, "no uniqueness key is held")
+      })
+  )
+
   it.effect("purge asks for the queue's name: a wrong name deletes nothing, the right one purges", () =>
     Effect.gen(function* () {
       const base = yield* serveDashboard(access)

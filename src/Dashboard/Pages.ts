@@ -8,6 +8,7 @@ import type { PageModule } from "./Page.ts"
 import { batches } from "./pages/Batches.ts"
 import { deadLetters } from "./pages/DeadLetters.ts"
 import { events } from "./pages/Events.ts"
+import { flow } from "./pages/Flow.ts"
 import { insights } from "./pages/Insights.ts"
 import { overview } from "./pages/Overview.ts"
 import { processes } from "./pages/Processes.ts"
@@ -19,6 +20,7 @@ export const pageModules: ReadonlyArray<PageModule> = [
   overview,
   queues,
   deadLetters,
+  flow,
   processes,
   events,
   batches,

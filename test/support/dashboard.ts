@@ -29,6 +29,17 @@ export const Mail = Job.make("SendMail", { payload: Schema.Struct({ to: Schema.S
   Effect.sleep("5 millis")
 )
 
+/** A unique job (its key shows on the Flow control page); no worker reads its queue. */
+export const ImportOrder = Job.make(
+  "ImportOrder",
+  {
+    payload: Schema.Struct({ orderId: Schema.String }),
+    queue: "imports",
+    unique: { key: ({ orderId }) => `order-${orderId}` }
+  },
+  () => Effect.void
+)
+
 export const Order = Workflow.make(
   "OrderFlow",
   { payload: Schema.Struct({ order: Schema.Number }), signals: { paid: Schema.Struct({ amount: Schema.Number }) } },
@@ -148,6 +159,9 @@ export const seed = Effect.gen(function* () {
   const batch = yield* Batch.make({ description: "Newsletter" })
   yield* batch.enqueue(Effect.all([Mail.enqueue({ to: "a@example.com" }), Mail.enqueue({ to: "b@example.com" })]))
   yield* seedStats
+  // flow control: a uniqueness key held by a queued import, a rate set at run time
+  yield* ImportOrder.enqueue({ orderId: "A-1042" })
+  yield* store.setRate("SyncPartner", { limit: 100, periodMs: 60_000 }, { actor: "cli:ops", reason: "partner quota" })
   return { pausedRuns, waitingRun: waiting.id, deadLetterIds } satisfies Seeded
 })
 
