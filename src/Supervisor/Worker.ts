@@ -333,7 +333,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         case "Snoozed":
           break
       }
-      return Effect.ensuring(
+      const end = Effect.ensuring(
         completer.complete(m, outcome),
         Effect.sync(() => {
           forget(m)
@@ -341,6 +341,12 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           if (orderedQueues.has(m.queue)) wakeups.wake()
         })
       )
+      // A retry, a snooze and a give-back set the row's visibility: under the heartbeat's lock,
+      // so that a heartbeat that still counts the message in flight cannot extend it to a whole
+      // visibility timeout right after (a 1 s backoff became 30 s on a loaded machine).
+      return outcome._tag === "Retry" || outcome._tag === "Snoozed" || outcome._tag === "Abandoned"
+        ? flushLock.withPermit(end)
+        : end
     }
 
     /** Counts and times a delivery that ended (an abandoned one did not). */
