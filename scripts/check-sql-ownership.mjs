@@ -6,6 +6,8 @@ import { join } from "node:path"
 const owners = new Set([
   "src/Queue/QueueSql.ts", // queue registry, q_<queue>, a_<queue>
   "src/Queue/QueueFeedSql.ts", // q_<queue>, a_<queue> read as feeds (streams)
+  "src/Queue/QueueOrderSql.ts", // q_<queue>: ordered (per-key FIFO) claims and their index
+  "src/Queue/QueueOutcomeSql.ts", // q_<queue>, a_<queue>: archive with an outcome, snooze, find an outcome
   "src/Batch/BatchSql.ts", // batches, batch_executions
   "src/Migrations.ts", // the schema, schema_migrations
   "src/Supervisor/ProcessSql.ts", // processes, maintenance_leaders

@@ -23,6 +23,7 @@ import {
 } from "../Job/BatchMembership.ts"
 import { isJob, type Job, JobContext } from "../Job/Job.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
+import { CONTEXT_HEADER, CurrentAttributes } from "../Job/RequestContext.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import * as QueueName from "../Queue/QueueName.ts"
 import { type BatchEntry, type MessagePlace, QueueStore } from "../Queue/QueueStore.ts"
@@ -184,7 +185,13 @@ export class BatchSweep extends Context.Service<
 >()("effect-pgbus/BatchSweep") {}
 
 /** A stored callback: the job's name, its (priority) queue, its delay. */
-const CallbackSpec = Schema.Struct({ job: Schema.String, queue: Schema.String, delay_ms: Schema.Number })
+const CallbackSpec = Schema.Struct({
+  job: Schema.String,
+  queue: Schema.String,
+  delay_ms: Schema.Number,
+  /** The request context where the batch was made, carried to the callback's message. */
+  context: Schema.optionalKey(Schema.Record(Schema.String, Schema.Unknown))
+})
 type CallbackSpec = typeof CallbackSpec.Type
 const decodeSpec = Schema.decodeUnknownOption(CallbackSpec)
 
@@ -284,7 +291,13 @@ const makeServices = Effect.gen(function* () {
             e._tag === "DatabaseError" ? e : new InvalidBatchOptions({ option, reason: e.message })
           )
         )
-      return JSON.stringify({ job: given.job.name, queue: physical, delay_ms: delayMs } satisfies CallbackSpec)
+      const context = yield* CurrentAttributes
+      return JSON.stringify({
+        job: given.job.name,
+        queue: physical,
+        delay_ms: delayMs,
+        ...(Object.keys(context).length > 0 ? { context } : {})
+      } satisfies CallbackSpec)
     })
 
   /** The callbacks a finished batch fires: onFinish, then onSuccess or onFailure. */
@@ -315,7 +328,7 @@ const makeServices = Effect.gen(function* () {
             yield* Effect.logError(`pgbus: batch ${id}: ${callback} is not a stored callback, skipped`)
             continue
           }
-          const { job, queue, delay_ms } = decoded.value
+          const { job, queue, delay_ms, context } = decoded.value
           const payload: Finished = {
             batchId: id,
             callback,
@@ -328,7 +341,14 @@ const makeServices = Effect.gen(function* () {
             finishedAt: (info.finishedAt ?? new Date(0)).toISOString()
           }
           yield* client.ensureQueue(queue)
-          yield* store.send(queue, { job, payload }, delay_ms > 0 ? { delay: Duration.millis(delay_ms) } : undefined)
+          yield* store.send(
+            queue,
+            { job, payload },
+            {
+              ...(delay_ms > 0 ? { delay: Duration.millis(delay_ms) } : {}),
+              ...(context === undefined ? {} : { headers: { [CONTEXT_HEADER]: context } })
+            }
+          )
         }
         return true
       })

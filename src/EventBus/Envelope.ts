@@ -86,16 +86,14 @@ export interface PublishedEvent {
 }
 
 /**
- * Request context that travels with events: a JSON object captured by every publish (and by
- * `Outbox.publishEvent` at write time) into the envelope, and provided again around each
- * handler. Set it with `EventBus.withAttributes({ tenant: "acme" })`.
+ * Request context that travels with events (and jobs): a JSON object captured by every
+ * publish (and by `Outbox.publishEvent` at write time) into the envelope, and provided again
+ * around each handler. Set it with `EventBus.withAttributes({ tenant: "acme" })`, or typed with
+ * `RequestContext.make`. Defined with the jobs' request context (`src/Job/RequestContext.ts`).
  *
  * @category references
  */
-export const CurrentAttributes = Context.Reference<Readonly<Record<string, unknown>>>(
-  "effect-pgbus/EventBus/CurrentAttributes",
-  { defaultValue: () => ({}) }
-)
+export { CurrentAttributes } from "../Job/RequestContext.ts"
 
 /** A fair-share key, or a key with its weight; `undefined` leaves the event unkeyed. */
 export type FairShareKey = ConfigFairShareKey

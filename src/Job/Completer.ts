@@ -9,17 +9,30 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Exit, Fiber, Random } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, Option, Random } from "effect"
 import { retryTransient } from "../Database.ts"
-import { type DeadLetterReason, type Failure, type Message, READ_COUNT_LIMIT, receiptOf } from "../Queue/Message.ts"
+import {
+  type DeadLetterReason,
+  encodeFailure,
+  type Failure,
+  type Message,
+  READ_COUNT_LIMIT,
+  receiptOf
+} from "../Queue/Message.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
 import { BATCH_ID_HEADER, type MemberOutcome, outcomesOf } from "./BatchMembership.ts"
 import { isLimited } from "./ConcurrencyLimit.ts"
 import { type Debouncer, debounceKeyOfMessage } from "./Debounce.ts"
-import { DuplicateJob } from "./JobError.ts"
+import { DuplicateJob, JobSnoozed } from "./JobError.ts"
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
 import { backoffDelayMs, isExhausted, isLastAttempt, type ResolvedRetryPolicy } from "./Retry.ts"
 import { keyOfMessage, type UniqueKeys } from "./Uniqueness.ts"
+
+/** Header of an archived job message holding its result (its output encoded with the job's `success` Schema). */
+export const RESULT_HEADER = "pgbus_result"
+
+/** Header of an archived job message that was discarded: the failure that discarded it. */
+export const DISCARDED_HEADER = "pgbus_discarded"
 
 /**
  * What becomes of a delivered message.
@@ -27,8 +40,11 @@ import { keyOfMessage, type UniqueKeys } from "./Uniqueness.ts"
  * @category models
  */
 export type Outcome =
-  /** The handler succeeded: archive the message. */
-  | { readonly _tag: "Succeeded" }
+  /**
+   * The handler succeeded: archive the message (with `result`, the output encoded with the
+   * job's `success` Schema, when it declares one).
+   */
+  | { readonly _tag: "Succeeded"; readonly result?: unknown }
   /** The attempt failed: record it and deliver again after `delayMs`. */
   | { readonly _tag: "Retry"; readonly delayMs: number; readonly failure: Failure }
   /**
@@ -44,6 +60,10 @@ export type Outcome =
     }
   /** The run was interrupted (shutdown past the drain timeout): give the message back. */
   | { readonly _tag: "Abandoned" }
+  /** A typed error the job's `discardOn` names: archive the message with a `discarded` mark, no retry, no DLQ. */
+  | { readonly _tag: "Discarded"; readonly failure: Failure }
+  /** The handler snoozed (`Job.snooze`): back in the queue after `delayMs`, the attempt not counted. */
+  | { readonly _tag: "Snoozed"; readonly delayMs: number }
 
 /** A failure as recorded: class (a typed error's `_tag`, else its name), message, stack. */
 export const failureOf = (cause: Cause.Cause<unknown>, attempt: number): Failure => {
@@ -65,10 +85,25 @@ const safeString = (u: unknown): string => {
   }
 }
 
+/** The ordering key a message carries (`pgbus_order_key`), if any. */
+const orderKeyOf = (m: Message): string | undefined => {
+  const key =
+    typeof m.message === "object" && m.message !== null
+      ? (m.message as { readonly pgbus_order_key?: unknown }).pgbus_order_key
+      : undefined
+  return typeof key === "string" ? key : undefined
+}
+
+const tagOf = (error: unknown): string | undefined => {
+  const tag = typeof error === "object" && error !== null ? (error as { readonly _tag?: unknown })._tag : undefined
+  return typeof tag === "string" ? tag : undefined
+}
+
 /**
  * Decides a delivery's outcome from the run's exit: success archives, interruption gives the
  * message back, a failure retries with backoff until the last allowed attempt, then
- * dead-letters. Pure: `random` in [0, 1) spreads the delay.
+ * dead-letters. A typed error named by the job's `discardOn` discards it, by `deadLetterOn`
+ * dead-letters it at once; `Job.snooze` snoozes it. Pure: `random` in [0, 1) spreads the delay.
  */
 export const decide = (
   exit: Exit.Exit<unknown, unknown>,
@@ -78,7 +113,16 @@ export const decide = (
 ): Outcome => {
   if (Exit.isSuccess(exit)) return { _tag: "Succeeded" }
   if (Cause.hasInterruptsOnly(exit.cause)) return { _tag: "Abandoned" }
+  // per-error rules see typed failures only (a defect is always retried)
+  const error = Cause.findErrorOption(exit.cause)
+  if (Option.isSome(error) && error.value instanceof JobSnoozed)
+    return { _tag: "Snoozed", delayMs: error.value.delayMs }
   const failure = failureOf(exit.cause, attempt)
+  const tag = Option.isSome(error) ? tagOf(error.value) : undefined
+  if (tag !== undefined && policy.discardOn?.has(tag)) return { _tag: "Discarded", failure }
+  if (tag !== undefined && policy.deadLetterOn?.has(tag)) {
+    return { _tag: "DeadLetter", failure, maxRetries: policy.maxRetries }
+  }
   if (isLastAttempt(policy, attempt)) return { _tag: "DeadLetter", failure, maxRetries: policy.maxRetries }
   return { _tag: "Retry", delayMs: backoffDelayMs(policy, attempt, random), failure }
 }
@@ -201,11 +245,12 @@ export interface CompleterDeps {
  * @category models
  */
 export interface Completer {
-  /** Applies a retry, a dead letter or an abandon; never fails (a write that fails is logged, the message left to its visibility). */
-  readonly complete: (
-    message: Message,
-    outcome: Exclude<Outcome, { readonly _tag: "Succeeded" }>
-  ) => Effect.Effect<void>
+  /**
+   * Applies a retry, a dead letter, an abandon, or a success that keeps a result (archived at
+   * once, with it, waking its awaiters); never fails (a write that fails is logged, the message
+   * left to its visibility).
+   */
+  readonly complete: (message: Message, outcome: Outcome) => Effect.Effect<void>
   /** Ends the batch members among successes just archived. */
   readonly archived: (messages: ReadonlyArray<Message>) => Effect.Effect<void>
 }
@@ -249,12 +294,39 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes, uniqueKeys
     )
   }
 
+  // Awaiters of a job that keeps results wake on its outcome: the archive with the result
+  // notifies in its statement, a dead letter in one of its own.
+  const keepsResult = (m: Message) => jobOf(registry, m).registered?.encodeResult !== undefined
+  const notifyOutcome = (m: Message) =>
+    keepsResult(m)
+      ? store.outcomes
+          .notify(m.queue, m.msgId)
+          .pipe(Effect.catch((error) => Effect.logWarning("pgbus: waking a job's awaiters failed", error)))
+      : Effect.void
+
   const complete: Completer["complete"] = (m, outcome) =>
     Effect.andThen(applyEnd(m, outcome), isLimited(m) ? wakeParked([m]) : Effect.void)
 
   const applyEnd: Completer["complete"] = (m, outcome) => {
     const receipt = receiptOf(m)
     switch (outcome._tag) {
+      case "Succeeded":
+        return retryTransient(
+          store.outcomes.archiveWith(
+            m.queue,
+            receipt,
+            outcome.result === undefined ? {} : { [RESULT_HEADER]: outcome.result }
+          )
+        ).pipe(
+          Effect.flatMap((archived) =>
+            archived
+              ? Effect.andThen(releaseKeys([m]), endBatchMembers([m], "completed"))
+              : Effect.logWarning("pgbus: a succeeded job had been delivered again before its archive").pipe(
+                  Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId) })
+                )
+          ),
+          Effect.catch((error) => Effect.logError("pgbus: archiving a job with its result failed", error))
+        )
       case "Retry":
         // the outcome is known: a lost connection must not turn the backoff into a visibility timeout
         return retryTransient(
@@ -276,14 +348,20 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes, uniqueKeys
           Effect.asVoid,
           Effect.catch((error) => Effect.logError("pgbus: recording a failure failed", error))
         )
-      case "DeadLetter":
+      case "DeadLetter": {
+        const registered = jobOf(registry, m).registered
+        const options = {
+          source: registered?.deadLetterSource ?? "worker",
+          maxRetries: outcome.maxRetries,
+          ...(outcome.reason ? { reason: outcome.reason } : {}),
+          ...(outcome.failure ? { failure: outcome.failure } : {})
+        } as const
+        // an ordered job that blocks its key: the dead letter and the key's blocker in one transaction
+        const key = registered?.job.onDeadLetter === "block" ? orderKeyOf(m) : undefined
         return retryTransient(
-          store.moveToDeadLetter(m.queue, receipt, {
-            source: jobOf(registry, m).registered?.deadLetterSource ?? "worker",
-            maxRetries: outcome.maxRetries,
-            ...(outcome.reason ? { reason: outcome.reason } : {}),
-            ...(outcome.failure ? { failure: outcome.failure } : {})
-          })
+          key === undefined
+            ? store.moveToDeadLetter(m.queue, receipt, options)
+            : store.outcomes.deadLetterBlocking(m.queue, receipt, key, options)
         ).pipe(
           Effect.tap(() =>
             Effect.logError(
@@ -299,8 +377,35 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes, uniqueKeys
           ),
           Effect.tap((moved) => endBatchMembers(moved._tag === "Some" ? [m] : [], "failed")),
           Effect.tap((moved) => releaseKeys(moved._tag === "Some" ? [m] : [])),
+          Effect.tap((moved) => (moved._tag === "Some" ? notifyOutcome(m) : Effect.void)),
           Effect.asVoid,
           Effect.catch((error) => Effect.logError("pgbus: dead-lettering failed", error))
+        )
+      }
+      case "Discarded":
+        return retryTransient(
+          store.outcomes.archiveWith(m.queue, receipt, { [DISCARDED_HEADER]: encodeFailure(outcome.failure) })
+        ).pipe(
+          Effect.tap((archived) =>
+            Effect.logWarning(
+              `pgbus: job discarded (attempt ${m.readCt}): ${outcome.failure.errorClass}: ${outcome.failure.message}`
+            ).pipe(Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId), claim_lost: !archived }))
+          ),
+          // a discarded member did not succeed: its batch counts it as failed
+          Effect.tap((archived) => endBatchMembers(archived ? [m] : [], "failed")),
+          Effect.tap((archived) => releaseKeys(archived ? [m] : [])),
+          Effect.asVoid,
+          Effect.catch((error) => Effect.logError("pgbus: discarding a job failed", error))
+        )
+      case "Snoozed":
+        return retryTransient(store.outcomes.snooze(m.queue, receipt, outcome.delayMs)).pipe(
+          Effect.tap((kept) =>
+            Effect.logDebug(`pgbus: job snoozed for ${outcome.delayMs} ms`).pipe(
+              Effect.annotateLogs({ queue: m.queue, msg_id: String(m.msgId), claim_lost: !kept })
+            )
+          ),
+          Effect.asVoid,
+          Effect.catch((error) => Effect.logError("pgbus: snoozing a job failed", error))
         )
       case "Abandoned":
         return store.release(m.queue, [receipt]).pipe(

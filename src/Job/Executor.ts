@@ -11,6 +11,7 @@ import { JobContext } from "./Job.ts"
 import { linkedSpan } from "./JobClient.ts"
 import { JobTimeout, PayloadDecodeError, UnknownJob } from "./JobError.ts"
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
+import { CurrentAttributes, contextOf } from "./RequestContext.ts"
 import type { ResolvedRetryPolicy } from "./Retry.ts"
 
 export { decide, failureOf, type Outcome } from "./Completer.ts"
@@ -46,18 +47,24 @@ export const execute = (
             enqueuedAt: message.enqueuedAt,
             headers: message.headers
           }
-          // the JobContext and the log annotations (every line the job logs names it) in one
-          // context update: as cheap as providing the JobContext alone (about 1.1 µs a job),
-          // where Effect.annotateLogs on top cost 0.8 µs more
-          const handler = Effect.updateContext(registered.run(decoded, context), (services: Context.Context<never>) =>
-            Context.add(Context.add(services, JobContext, context), References.CurrentLogAnnotations, {
+          // the request context captured at enqueue (kept in the headers across retries and the DLQ)
+          const attributes = contextOf(message.headers)
+          // the JobContext, the request context and the log annotations (every line the job logs
+          // names it) in one context update: as cheap as providing the JobContext alone (about
+          // 1.1 µs a job), where Effect.annotateLogs on top cost 0.8 µs more
+          const ran = Effect.updateContext(registered.run(decoded, context), (services: Context.Context<never>) => {
+            const withJob = Context.add(Context.add(services, JobContext, context), References.CurrentLogAnnotations, {
               ...Context.get(services, References.CurrentLogAnnotations),
               job: name,
               queue: message.queue,
               attempt: message.readCt,
               msg_id: String(message.msgId)
             })
-          )
+            return attributes === undefined ? withJob : Context.add(withJob, CurrentAttributes, attributes)
+          })
+          // the output is encoded inside the attempt: one that cannot be kept fails it
+          const encodeResult = registered.encodeResult
+          const handler = encodeResult === undefined ? ran : Effect.flatMap(ran, (output) => encodeResult(output))
           const timeout = registered.job.timeout
           return timeout === undefined
             ? handler
@@ -88,7 +95,9 @@ export const execute = (
     Effect.flatMap((exit) =>
       // the random draw only spreads a retry's delay
       Exit.isSuccess(exit)
-        ? succeeded
+        ? registered?.encodeResult === undefined
+          ? succeeded
+          : Effect.succeed<Outcome>({ _tag: "Succeeded", result: exit.value })
         : Effect.map(Random.next, (random) => decide(exit, message.readCt, policy, random))
     )
   )

@@ -4,12 +4,12 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, type Effect, type Schema } from "effect"
+import { Context, Duration, Effect, type Schema } from "effect"
 import * as QueueName from "../Queue/QueueName.ts"
 import { checkLimit, type LimitOptions, type LimitSpec, limitSpec } from "./ConcurrencyLimit.ts"
 import { checkDebounce, type DebounceOptions, type DebounceSpec, debounceSpec } from "./Debounce.ts"
-import { type EnqueueOptions, JobClient } from "./JobClient.ts"
-import { type EnqueueError, InvalidJobDefinition } from "./JobError.ts"
+import { type AwaitOptions, type EnqueueOptions, JobClient } from "./JobClient.ts"
+import { type EnqueueError, InvalidJobDefinition, JobSnoozed, type ResultError } from "./JobError.ts"
 import type { JobRef } from "./JobRef.ts"
 import { checkRate, type RateOptions, type RateSpec, rateSpec } from "./RateLimit.ts"
 import { checkPolicy, type RetryPolicy } from "./Retry.ts"
@@ -36,9 +36,14 @@ export class JobContext extends Context.Service<
 >()("effect-pgbus/JobContext") {}
 
 /** The options of `Job.make`. */
-export interface JobOptions<P> {
+export interface JobOptions<P, A = unknown> {
   /** Schema of the payload: it is encoded at enqueue and decoded before the handler runs. */
   readonly payload: Schema.ConstraintCodec<P, unknown>
+  /**
+   * Schema of the handler's output: given, the output is encoded and kept with the archived
+   * message (at most `maxPayloadSize`), for `awaitResult`.
+   */
+  readonly success?: Schema.ConstraintCodec<A, unknown> | undefined
   /** Queue (default: the config's `defaultQueue`). */
   readonly queue?: string | undefined
   /** Priority sub-queue, 0 highest (used when the config sets `priorityLevels`). */
@@ -55,6 +60,25 @@ export interface JobOptions<P> {
   readonly rate?: RateOptions<P> | undefined
   /** Of a burst of enqueues of one key, only the last runs, once the key is quiet (see docs/jobs.md, "Debounce"). */
   readonly debounce?: DebounceOptions<P> | undefined
+  /**
+   * Typed errors (by `_tag`) that end the job without a retry or a dead letter: the message is
+   * archived with a `discarded` mark (the failure), and awaiters get `JobDiscarded`.
+   */
+  readonly discardOn?: ReadonlyArray<string> | undefined
+  /** Typed errors (by `_tag`) that are not retried: the first one dead-letters the job. */
+  readonly deadLetterOn?: ReadonlyArray<string> | undefined
+  /**
+   * Per-key FIFO: the ordering key of a job (e.g. its account id). Jobs of one key run one at a
+   * time in enqueue order; other keys run in parallel. `undefined`: the job is unordered. An
+   * enqueue's `orderKey` option overrides it.
+   */
+  readonly orderKey?: ((payload: P) => string | undefined) | undefined
+  /**
+   * With `orderKey`: what a key does when its head is dead-lettered: `continue` (default) runs
+   * its next job; `block` keeps the key blocked until an operator releases it
+   * (`Operations.releaseKey`), so no later job of the key overtakes the dead one.
+   */
+  readonly onDeadLetter?: "continue" | "block" | undefined
 }
 
 const TypeId = "~effect-pgbus/Job"
@@ -68,6 +92,7 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly [TypeId]: typeof TypeId
   readonly name: Name
   readonly payload: Schema.ConstraintCodec<P, unknown>
+  readonly success: Schema.ConstraintCodec<A, unknown> | undefined
   readonly queue: string | undefined
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
@@ -76,6 +101,10 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly limit: LimitSpec | undefined
   readonly rate: RateSpec | undefined
   readonly debounce: DebounceSpec | undefined
+  readonly discardOn: ReadonlyArray<string> | undefined
+  readonly deadLetterOn: ReadonlyArray<string> | undefined
+  readonly orderKey: ((payload: P) => string | undefined) | undefined
+  readonly onDeadLetter: "continue" | "block" | undefined
   readonly handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
   /** Enqueues one job (joins the caller's transaction); returns where it is. */
   readonly enqueue: (payload: P, options?: EnqueueOptions) => Effect.Effect<JobRef, EnqueueError, JobClient>
@@ -84,6 +113,11 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
     payloads: Iterable<P>,
     options?: EnqueueOptions
   ) => Effect.Effect<ReadonlyArray<JobRef>, EnqueueError, JobClient>
+  /**
+   * Waits for a job's outcome: its output (decoded with `success`), or `JobDeadLettered`,
+   * `JobDiscarded`, `JobResultTimeout`, `JobResultUnavailable`. Woken by NOTIFY.
+   */
+  readonly awaitResult: (ref: JobRef, options?: AwaitOptions) => Effect.Effect<A, ResultError, JobClient>
 }
 
 /** Any job, for registries and lists. */
@@ -91,6 +125,7 @@ export interface AnyJob {
   readonly [TypeId]: typeof TypeId
   readonly name: string
   readonly payload: Schema.ConstraintCodec<unknown, unknown>
+  readonly success: Schema.ConstraintCodec<unknown, unknown> | undefined
   readonly queue: string | undefined
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
@@ -99,6 +134,10 @@ export interface AnyJob {
   readonly limit: LimitSpec | undefined
   readonly rate: RateSpec | undefined
   readonly debounce: DebounceSpec | undefined
+  readonly discardOn: ReadonlyArray<string> | undefined
+  readonly deadLetterOn: ReadonlyArray<string> | undefined
+  readonly orderKey: ((payload: never) => string | undefined) | undefined
+  readonly onDeadLetter: "continue" | "block" | undefined
   readonly handler: (payload: never, context: JobContext["Service"]) => Effect.Effect<unknown, unknown, unknown>
 }
 
@@ -126,8 +165,42 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
     const d = Duration.fromInput(options.timeout)
     if (d._tag === "None" || !Duration.isPositive(d.value)) return "timeout must be a positive duration"
   }
-  const allowed = new Set(["payload", "queue", "priority", "retry", "timeout", "unique", "limit", "rate", "debounce"])
+  const allowed = new Set([
+    "payload",
+    "success",
+    "queue",
+    "priority",
+    "retry",
+    "timeout",
+    "unique",
+    "limit",
+    "rate",
+    "debounce",
+    "discardOn",
+    "deadLetterOn",
+    "orderKey",
+    "onDeadLetter"
+  ])
   for (const key of Object.keys(options)) if (!allowed.has(key)) return `unknown option ${key}`
+  const tags = checkErrorTags(options.discardOn, options.deadLetterOn)
+  if (tags !== undefined) return tags
+  if (options.orderKey !== undefined && typeof options.orderKey !== "function") {
+    return "orderKey must be a function of the payload"
+  }
+  if (options.onDeadLetter !== undefined) {
+    if (options.onDeadLetter !== "continue" && options.onDeadLetter !== "block") {
+      return 'onDeadLetter must be "continue" or "block"'
+    }
+    if (options.orderKey === undefined) return "onDeadLetter applies to ordered jobs only (give orderKey)"
+  }
+  // an ordered queue is read by the ordered claim, a limited or rate-limited one by the limited
+  // claim: one statement cannot do both yet, and a debounced job's superseded deliveries would
+  // hold its key's turn
+  if (options.orderKey !== undefined) {
+    for (const control of ["limit", "rate", "debounce"] as const) {
+      if (options[control] !== undefined) return `orderKey and ${control} cannot be combined (not supported yet)`
+    }
+  }
   if (options.unique !== undefined) {
     const invalid = checkUnique(options.unique as UniqueOptions<never>)
     if (invalid !== undefined) return invalid
@@ -149,13 +222,42 @@ export const validateDefinition = (name: string, options: JobOptions<unknown>): 
   return options.retry === undefined ? undefined : checkPolicy(options.retry)
 }
 
+const checkErrorTags = (
+  discardOn: ReadonlyArray<string> | undefined,
+  deadLetterOn: ReadonlyArray<string> | undefined
+): string | undefined => {
+  for (const [name, tags] of [
+    ["discardOn", discardOn],
+    ["deadLetterOn", deadLetterOn]
+  ] as const) {
+    if (tags === undefined) continue
+    if (!Array.isArray(tags) || tags.some((t) => typeof t !== "string" || t === "")) {
+      return `${name} must be a list of error tags (non-empty strings)`
+    }
+  }
+  const both = discardOn?.find((t) => deadLetterOn?.includes(t))
+  return both === undefined ? undefined : `${both} is in both discardOn and deadLetterOn`
+}
+
+/**
+ * Ends the running attempt and puts the job back in its queue after `delay`, without counting
+ * the attempt (the next delivery has the same attempt number). Use it inside a handler:
+ * `yield* Job.snooze("5 minutes")`.
+ */
+export const snooze = (delay: Duration.Input): Effect.Effect<never, JobSnoozed> =>
+  Effect.suspend(() => {
+    const d = Duration.fromInput(delay)
+    const ms = d._tag === "Some" && Duration.isFinite(d.value) ? Math.max(0, Duration.toMillis(d.value)) : 0
+    return Effect.fail(new JobSnoozed({ delayMs: ms }))
+  })
+
 /**
  * Defines a job. Throws `InvalidJobDefinition` at definition time for a bad name or option: a
  * mistake in code, found when the module loads rather than when the first message arrives.
  */
 export const make = <const Name extends string, P, A, E, R>(
   name: Name,
-  options: JobOptions<P>,
+  options: JobOptions<P, A>,
   handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
 ): Job<Name, P, A, E, R> => {
   const invalid = validateDefinition(name, options as JobOptions<unknown>)
@@ -164,6 +266,7 @@ export const make = <const Name extends string, P, A, E, R>(
     [TypeId]: TypeId,
     name,
     payload: options.payload,
+    success: options.success,
     queue: options.queue,
     priority: options.priority,
     retry: options.retry,
@@ -172,10 +275,15 @@ export const make = <const Name extends string, P, A, E, R>(
     limit: limitSpec(options.limit as LimitOptions<never> | undefined),
     rate: rateSpec(options.rate as RateOptions<never> | undefined),
     debounce: debounceSpec(options.debounce as DebounceOptions<never> | undefined),
+    discardOn: options.discardOn,
+    deadLetterOn: options.deadLetterOn,
+    orderKey: options.orderKey,
+    onDeadLetter: options.onDeadLetter,
     handler,
     enqueue: (payload, enqueueOptions) => JobClient.use((client) => client.enqueue(job, payload, enqueueOptions)),
     enqueueMany: (payloads, enqueueOptions) =>
-      JobClient.use((client) => client.enqueueMany(job, payloads, enqueueOptions))
+      JobClient.use((client) => client.enqueueMany(job, payloads, enqueueOptions)),
+    awaitResult: (ref, awaitOptions) => JobClient.use((client) => client.result(job, ref, awaitOptions))
   }
   return job
 }

@@ -27,11 +27,16 @@ import {
   InvalidDebounceKey,
   type InvalidFairShare,
   InvalidPayload,
-  InvalidUniqueKey
+  InvalidUniqueKey,
+  type ResultError
 } from "./JobError.ts"
 import { type JobRef, jobRef } from "./JobRef.ts"
+import { type AwaitOptions, makeResultAwaiter } from "./JobResult.ts"
 import { rateFields } from "./RateLimit.ts"
+import { CONTEXT_HEADER, CurrentAttributes } from "./RequestContext.ts"
 import { duplicateError, keyOf, makeUniqueKeys, specFor, UNIQUE_KEY_FIELD, type UniqueSpec } from "./Uniqueness.ts"
+
+export type { AwaitOptions } from "./JobResult.ts"
 
 /** The envelope stored as a job message. */
 export const Envelope = Schema.Struct({ job: Schema.String, payload: Schema.Unknown })
@@ -47,12 +52,17 @@ export type TaggedEnvelope = Envelope & {
   readonly pgbus_rate_key?: string
   readonly pgbus_rate_limit?: number
   readonly pgbus_rate_period_ms?: number
+  readonly pgbus_order_key?: string
 }
+
+/** An envelope with its ordering key beside it (unchanged without one). */
+const withOrderKey = (envelope: TaggedEnvelope, key: string | undefined): TaggedEnvelope =>
+  key === undefined ? envelope : { ...envelope, [ORDER_KEY_FIELD]: key }
 
 /** A job's name for spans, whatever was given as the job. */
 const jobName = (job: unknown): string => (Input.isPlainObject(job) ? String(job.name) : String(job))
 
-const ENQUEUE_OPTIONS = ["delay", "at", "headers", "queue", "priority", "uniqueKey"] as const
+const ENQUEUE_OPTIONS = ["delay", "at", "headers", "queue", "priority", "uniqueKey", "orderKey"] as const
 
 /**
  * Checks a job and the options of an enqueue before anything is written (a queue created
@@ -107,6 +117,43 @@ export interface EnqueueOptions {
   readonly priority?: number | undefined
   /** The uniqueness key (instead of the job's `unique.key`); a job without `unique` is then unique with the defaults. */
   readonly uniqueKey?: string | undefined
+  /** The ordering key, instead of the one the job's `orderKey` gives (the job must be ordered). */
+  readonly orderKey?: string | undefined
+}
+
+/** Field of a job message holding its ordering key (beside the envelope, as the fair-share key). */
+export const ORDER_KEY_FIELD = "pgbus_order_key"
+
+/**
+ * The ordering key of a job: the enqueue's, else its `orderKey`'s answer. Fails with
+ * `InvalidPayload` for a key that is not a non-empty string of at most 255 characters, a
+ * resolver that throws, or a key given for a job that is not ordered (its queue's workers would
+ * not read it in order).
+ */
+export const jobOrderKey = <P>(
+  job: Pick<Job<string, P, unknown, unknown, unknown>, "name" | "orderKey">,
+  payload: P,
+  options: Pick<EnqueueOptions, "orderKey"> | undefined
+): Effect.Effect<string | undefined, InvalidPayload> => {
+  const invalid = (issue: string) => Effect.fail(new InvalidPayload({ job: job.name, issue }))
+  if (job.orderKey === undefined) {
+    return options?.orderKey === undefined
+      ? Effect.succeed(undefined)
+      : invalid("orderKey is given, but the job is not ordered (define it with orderKey)")
+  }
+  let key: unknown = options?.orderKey
+  if (key === undefined) {
+    try {
+      key = job.orderKey(payload)
+    } catch (error) {
+      return invalid(`its orderKey threw: ${String(error)}`)
+    }
+  }
+  if (key === undefined) return Effect.succeed(undefined)
+  if (typeof key !== "string" || key.length === 0 || key.length > 255) {
+    return invalid("an ordering key must be a non-empty string of at most 255 characters")
+  }
+  return Effect.succeed(key)
 }
 
 /** The queue a job goes to before any priority sub-queue: the enqueue's, its own, or the default. */
@@ -160,6 +207,11 @@ const traceHeaders: Effect.Effect<Record<string, string>> = Effect.map(Effect.op
   })
 )
 
+// The request context travels in a header of its own (none when it is empty).
+const contextHeaders: Effect.Effect<Record<string, unknown>> = Effect.map(CurrentAttributes, (attributes) =>
+  Object.keys(attributes).length === 0 ? {} : { [CONTEXT_HEADER]: attributes }
+)
+
 // The last header read and its span: the jobs of one enqueueMany share one traceparent.
 let lastTraceparent: string | undefined
 let lastLinked: Tracer.ExternalSpan | undefined
@@ -206,6 +258,16 @@ export class JobClient extends Context.Service<
      * index when `fairIndex` says so (default: when the config's `fairShare` is set).
      */
     readonly ensureQueue: (queue: string, options?: CreateOptions) => Effect.Effect<void, QueueError>
+    /**
+     * Waits for a job's outcome: its output decoded with the job's `success` Schema, or
+     * `JobDeadLettered`, `JobDiscarded`, `JobResultTimeout` (with `timeout`),
+     * `JobResultUnavailable`. Woken by the NOTIFY its outcome sends, from any process.
+     */
+    readonly result: <P, A>(
+      job: Job<string, P, A, unknown, unknown>,
+      ref: JobRef,
+      options?: AwaitOptions
+    ) => Effect.Effect<A, ResultError>
   }
 >()("effect-pgbus/JobClient") {
   /** The job client on the queue store. */
@@ -219,6 +281,12 @@ export class JobClient extends Context.Service<
       const known = new Set<string>()
       const uniqueKeys = makeUniqueKeys(sql, config.schema, store)
       const debouncer = makeDebouncer(sql, config.schema, store)
+      const results = makeResultAwaiter({
+        store,
+        notifier,
+        scope: yield* Effect.scope,
+        pollingInterval: config.pollingInterval
+      })
 
       // A queue created inside the caller's transaction exists only once it commits, so it is
       // remembered after commit (afterCommit runs at once outside a transaction).
@@ -229,6 +297,9 @@ export class JobClient extends Context.Service<
           : store
               .create(queue, options ?? jobsFair)
               .pipe(Effect.andThen(sql.afterCommit(Effect.sync(() => known.add(queue)))))
+      /** An ordered job's queue: created with the order index (the ordered claim probes it). */
+      const ensureJobQueue = (job: Pick<AnyJob, "orderKey">, queue: string) =>
+        ensureQueue(queue, job.orderKey === undefined ? undefined : { ...jobsFair, orderIndex: true })
 
       // the worker decodes what JSON gives back: an encoded payload JSON changes (a Date, a
       // bigint) would fail there, on every attempt, so it fails here
@@ -441,7 +512,7 @@ export class JobClient extends Context.Service<
           const encoded = yield* encodeAll(job, given)
           if (encoded.length === 0) return [] as ReadonlyArray<JobRef>
           const trace = yield* traceHeaders
-          const headers = { ...options?.headers, ...trace }
+          const headers = { ...options?.headers, ...trace, ...(yield* contextHeaders) }
           const hasHeaders = Object.keys(headers).length > 0
           // resolved before anything is sent: one bad answer fails the whole call
           const tags =
@@ -454,15 +525,16 @@ export class JobClient extends Context.Service<
             job.limit === undefined && job.rate === undefined
               ? undefined
               : yield* Effect.forEach(given, (p) => controlFields(job, p))
+          const orderKeys =
+            job.orderKey === undefined && options?.orderKey === undefined
+              ? undefined
+              : yield* Effect.forEach(given, (p) => jobOrderKey(job, p, options))
+          yield* ensureJobQueue(job, queue)
           const spec = specFor(job.unique, options?.uniqueKey)
           if (spec !== undefined && spec.strategy === "untilExecuted") {
             const envelopes = encoded.map(
-              (payload, i): TaggedEnvelope => ({
-                job: job.name,
-                payload,
-                ...fairFields(tags?.[i]),
-                ...limits?.[i]
-              })
+              (payload, i): TaggedEnvelope =>
+                withOrderKey({ job: job.name, payload, ...fairFields(tags?.[i]), ...limits?.[i] }, orderKeys?.[i])
             )
             // one call, one outcome: a rejected duplicate takes back the jobs sent before it
             return yield* sql
@@ -477,7 +549,7 @@ export class JobClient extends Context.Service<
               ? undefined
               : yield* Effect.forEach(given, (p) => keyOf(job.name, spec, p, options?.uniqueKey))
           const entries: Array<BatchEntry> = encoded.map((payload, i) => ({
-            message:
+            message: withOrderKey(
               runKeys !== undefined || limits !== undefined
                 ? ({
                     job: job.name,
@@ -489,11 +561,12 @@ export class JobClient extends Context.Service<
                 : tags === undefined
                   ? ({ job: job.name, payload } satisfies Envelope)
                   : ({ job: job.name, payload, ...fairFields(tags[i]) } satisfies TaggedEnvelope),
+              orderKeys?.[i]
+            ),
             ...(hasHeaders ? { headers } : {}),
             ...(options?.delay !== undefined ? { delay: options.delay } : {}),
             ...(options?.at !== undefined ? { at: options.at } : {})
           }))
-          yield* ensureQueue(queue)
           // inside batch.enqueue the jobs join that batch (its guard runs before the send)
           const batch = yield* CurrentBatch
           const ids = yield* batch === undefined ? store.sendBatch(queue, entries) : batch.send(queue, entries)
@@ -553,14 +626,17 @@ export class JobClient extends Context.Service<
               ? undefined
               : yield* jobFairShare(config, job, payload, logicalQueueOf(config, job, options), options?.headers)
           const trace = yield* traceHeaders
-          const headers = { ...options?.headers, ...trace }
-          yield* ensureQueue(queue)
+          const headers = { ...options?.headers, ...trace, ...(yield* contextHeaders) }
+          yield* ensureJobQueue(job, queue)
           const limit =
             job.limit === undefined && job.rate === undefined ? undefined : yield* controlFields(job, payload)
-          const message: TaggedEnvelope =
+          const orderKey = yield* jobOrderKey(job, payload, options)
+          const message: TaggedEnvelope = withOrderKey(
             tag === undefined && limit === undefined
               ? { job: job.name, payload: encoded }
-              : { job: job.name, payload: encoded, ...fairFields(tag), ...limit }
+              : { job: job.name, payload: encoded, ...fairFields(tag), ...limit },
+            orderKey
+          )
           const send = Effect.gen(function* () {
             if (job.debounce !== undefined) return yield* sendDebounced(job, queue, payload, message, headers, options)
             const spec = specFor(job.unique, options?.uniqueKey)
@@ -609,11 +685,14 @@ export class JobClient extends Context.Service<
           }
           const batch = yield* CurrentBatch
           if (batch !== undefined) return jobRef(queue, (yield* batch.send(queue, [{ ...sendOptions, message }]))[0]!)
+          // a limited job is claimed only by the limited claim, an ordered one waits for its key's turn
           const slot = yield* reserveLocal(
             jobName,
             queue,
             options,
-            message.pgbus_limit_key !== undefined || message.pgbus_rate_key !== undefined
+            message.pgbus_limit_key !== undefined ||
+              message.pgbus_rate_key !== undefined ||
+              message.pgbus_order_key !== undefined
           )
           if (slot === undefined) return jobRef(queue, yield* store.send(queue, message, sendOptions))
           return jobRef(queue, yield* sendLocal(queue, message, sendOptions.headers, slot))
@@ -622,7 +701,8 @@ export class JobClient extends Context.Service<
       return JobClient.of({
         enqueue: enqueue as JobClient["Service"]["enqueue"],
         enqueueMany: enqueueMany as JobClient["Service"]["enqueueMany"],
-        ensureQueue
+        ensureQueue,
+        result: (job, ref, options) => results.awaitResult(job as AnyJob, ref, options)
       })
     })
   )

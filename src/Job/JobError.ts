@@ -206,3 +206,102 @@ export type EnqueueError =
   | InvalidLimitKey
   | InvalidDebounceKey
   | ConcurrencyLimitExceeded
+/**
+ * A job's handler returned a value that its `success` Schema does not encode, or whose encoded
+ * form is over the payload limit (`maxPayloadSize`). Recorded as the failure of the delivery.
+ *
+ * @category errors
+ */
+export class InvalidResult extends Schema.TaggedError<InvalidResult>()("InvalidResult", {
+  job: Schema.String,
+  issue: Schema.String
+}) {
+  override get message(): string {
+    return `the result of job ${this.job} cannot be kept: ${this.issue}`
+  }
+}
+
+/**
+ * The awaited job was dead-lettered: its last failure, as recorded in the dead-letter block.
+ *
+ * @category errors
+ */
+export class JobDeadLettered extends Schema.TaggedError<JobDeadLettered>()("JobDeadLettered", {
+  job: Schema.String,
+  id: Schema.String,
+  attempts: Schema.optional(Schema.Number),
+  errorClass: Schema.optional(Schema.String),
+  errorMessage: Schema.optional(Schema.String)
+}) {
+  override get message(): string {
+    return `job ${this.job} (${this.id}) was dead-lettered${this.errorClass ? `: ${this.errorClass}: ${this.errorMessage ?? ""}` : ""}`
+  }
+}
+
+/**
+ * The awaited job was discarded (a failure its definition's `discardOn` names): archived
+ * with a `discarded` mark, no result, no dead letter.
+ *
+ * @category errors
+ */
+export class JobDiscarded extends Schema.TaggedError<JobDiscarded>()("JobDiscarded", {
+  job: Schema.String,
+  id: Schema.String,
+  errorClass: Schema.optional(Schema.String),
+  errorMessage: Schema.optional(Schema.String)
+}) {
+  override get message(): string {
+    return `job ${this.job} (${this.id}) was discarded${this.errorClass ? `: ${this.errorClass}: ${this.errorMessage ?? ""}` : ""}`
+  }
+}
+
+/**
+ * The awaited job did not finish within the timeout (it may still run later).
+ *
+ * @category errors
+ */
+export class JobResultTimeout extends Schema.TaggedError<JobResultTimeout>()("JobResultTimeout", {
+  job: Schema.String,
+  id: Schema.String,
+  timeoutMs: Schema.Number
+}) {
+  override get message(): string {
+    return `job ${this.job} (${this.id}) did not finish within ${this.timeoutMs} ms`
+  }
+}
+
+/**
+ * No result can be found for the job: `missing` (no such message, or its archive was removed
+ * by the retention, or it was retried out of the dead-letter queue under a new id) or
+ * `not_kept` (it finished, but its definition has no `success` Schema, or its stored result no
+ * longer decodes: see `issue`).
+ *
+ * @category errors
+ */
+export class JobResultUnavailable extends Schema.TaggedError<JobResultUnavailable>()("JobResultUnavailable", {
+  job: Schema.String,
+  id: Schema.String,
+  reason: Schema.Literals(["missing", "not_kept"]),
+  issue: Schema.optional(Schema.String)
+}) {
+  override get message(): string {
+    return `no result for job ${this.job} (${this.id}): ${this.reason}${this.issue ? `: ${this.issue}` : ""}`
+  }
+}
+
+/** Why awaiting a job's result failed. */
+export type ResultError = JobDeadLettered | JobDiscarded | JobResultTimeout | JobResultUnavailable | QueueError
+
+/**
+ * A handler asked to run again later (`Job.snooze`): the message goes back to its queue for
+ * `delayMs` without counting the delivery as an attempt. Not a failure: nothing is recorded.
+ *
+ * @category errors
+ */
+export class JobSnoozed extends Schema.TaggedError<JobSnoozed>()("JobSnoozed", {
+  delayMs: Schema.Number
+}) {
+  override get message(): string {
+    return `snoozed for ${this.delayMs} ms`
+  }
+}

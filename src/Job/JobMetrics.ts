@@ -1,6 +1,6 @@
 /**
  * The job metrics, recorded by the worker for every delivery that ends: counts by queue, job
- * and status (`completed`, `failed`, and of the failures `retried` or `dead_lettered`), and run
+ * and status (`completed`, `failed`, and of the failures `retried`, `dead_lettered` or `discarded`), and run
  * times by queue and job. Names as seed 002 gives them.
  *
  * @since 0.1.0
@@ -9,12 +9,12 @@ import { type Context, Effect, Metric } from "effect"
 import { boundedMemo } from "../internal/memo.ts"
 
 /** What ended a delivery, as the counter's `status` label says it. */
-export type JobStatus = "completed" | "failed" | "retried" | "dead_lettered"
+export type JobStatus = "completed" | "failed" | "retried" | "dead_lettered" | "discarded"
 
 /** Job deliveries by queue, job and status. */
 export const jobCount = Metric.counter("pgbus_queue_job_count", {
   description:
-    "job deliveries that ended, by queue, job and status (completed, failed; failed ones also retried or dead_lettered)"
+    "job deliveries that ended, by queue, job and status (completed, failed; failed ones also retried, dead_lettered or discarded)"
 })
 
 /** Run time of job deliveries, in milliseconds, by queue and job. */
@@ -49,7 +49,7 @@ export const recordJobUnsafe = (
   context: Context.Context<never>,
   queue: string,
   job: string,
-  status: "completed" | "retried" | "dead_lettered",
+  status: "completed" | "retried" | "dead_lettered" | "discarded",
   ms: number
 ): void => {
   if (status !== "completed") counterOf(`${queue}\u0000${job}\u0000failed`).updateUnsafe(1, context)

@@ -9,8 +9,8 @@ import { Context, Duration, Effect, Exit, Schema } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
 import type { DeadLetterSource, Message } from "../Queue/Message.ts"
 import { type AnyJob, type JobContext, validateDefinition } from "./Job.ts"
-import { InvalidJobDefinition, PayloadDecodeError } from "./JobError.ts"
-import { type ResolvedRetryPolicy, resolvePolicy } from "./Retry.ts"
+import { InvalidJobDefinition, InvalidResult, PayloadDecodeError } from "./JobError.ts"
+import { type ResolvedRetryPolicy, resolvePolicy, withErrorRules } from "./Retry.ts"
 
 /** A job ready to run in this process. */
 export interface RegisteredJob {
@@ -22,6 +22,8 @@ export interface RegisteredJob {
   readonly run: (payload: unknown, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>
   /** Provides the services the handler needs (the registry's, merged once per executor context). */
   readonly provide: <A, E>(effect: Effect.Effect<A, E>) => Effect.Effect<A, E>
+  /** Encodes the handler's output with the job's `success` Schema (absent: no result is kept). */
+  readonly encodeResult?: ((output: unknown) => Effect.Effect<unknown, InvalidResult>) | undefined
   /** Who a dead letter's block names as its mover (default `worker`; event deliveries: `consumer`). */
   readonly deadLetterSource?: DeadLetterSource | undefined
 }
@@ -69,6 +71,35 @@ export const cachedProvide = (services: Context.Context<never>) => {
 }
 
 /**
+ * The encoder of a job's output: its `success` Schema's encoded form, refused when it is not
+ * JSON or over `limit` bytes (the result rides in the archived message's headers).
+ */
+export const resultEncoder = (
+  job: string,
+  schema: Schema.ConstraintCodec<unknown, unknown>,
+  limit: number
+): ((output: unknown) => Effect.Effect<unknown, InvalidResult>) => {
+  const encode = Schema.encodeUnknownEffect(schema)
+  return (output) =>
+    encode(output).pipe(
+      Effect.mapError((error) => new InvalidResult({ job, issue: error.message })),
+      Effect.flatMap((encoded) => {
+        let text: string | undefined
+        try {
+          text = JSON.stringify(encoded)
+        } catch {
+          text = undefined
+        }
+        if (text === undefined) return Effect.fail(new InvalidResult({ job, issue: "the encoded output is not JSON" }))
+        const size = Buffer.byteLength(text, "utf8")
+        return size > limit
+          ? Effect.fail(new InvalidResult({ job, issue: `the encoded output is ${size} bytes, over ${limit}` }))
+          : Effect.succeed(encoded)
+      })
+    )
+}
+
+/**
  * Registers user jobs: checks each definition and builds its decoder and retry policy; their
  * handlers' services come from `provide`. Fails with `InvalidJobDefinition` for two jobs with
  * one name or a bad definition.
@@ -86,6 +117,7 @@ export const registerJobs = (
       }
       const invalid = validateDefinition(job.name, {
         payload: job.payload,
+        success: job.success,
         queue: job.queue,
         priority: job.priority,
         retry: job.retry,
@@ -126,14 +158,18 @@ export const registerJobs = (
                 period: Duration.millis(job.debounce.periodMs),
                 ...(job.debounce.maxWaitMs === undefined ? {} : { maxWait: Duration.millis(job.debounce.maxWaitMs) })
               }
-            })
+            }),
+        discardOn: job.discardOn,
+        deadLetterOn: job.deadLetterOn,
+        orderKey: job.orderKey as ((payload: unknown) => string | undefined) | undefined,
+        onDeadLetter: job.onDeadLetter
       })
       if (invalid !== undefined) return yield* new InvalidJobDefinition({ job: job.name, reason: invalid })
       const decodePayload = Schema.decodeUnknownEffect(job.payload)
       const decodeSync = Schema.decodeUnknownExit(job.payload)
       byName.set(job.name, {
         job,
-        policy: resolvePolicy(config, job.retry),
+        policy: withErrorRules(resolvePolicy(config, job.retry), job),
         decode: (payload) => {
           // synchronously when it succeeds (an Exit is an Effect); a failure or an
           // asynchronous schema takes the Effect path, which reports it as before
@@ -146,8 +182,37 @@ export const registerJobs = (
         },
         // the requirements are met by `provide`, which wraps the delivery
         run: job.handler as RegisteredJob["run"],
-        provide
+        provide,
+        ...(job.success === undefined
+          ? {}
+          : { encodeResult: resultEncoder(job.name, job.success, config.maxPayloadSize) })
       })
     }
+    const mixed = orderedWithLimits(config, jobs)
+    if (mixed !== undefined) return yield* new InvalidJobDefinition(mixed)
     return byName
   })
+
+/**
+ * An ordered job and a limited or rate-limited one on the same queue: its workers read it with
+ * one claim statement, which cannot keep both the order and the limits (not supported yet).
+ */
+const orderedWithLimits = (
+  config: PgBusConfigShape,
+  jobs: ReadonlyArray<AnyJob>
+): { readonly job: string; readonly reason: string } | undefined => {
+  const queueOf = (job: AnyJob) => job.queue ?? config.defaultQueue
+  const ordered = new Map<string, string>()
+  for (const job of jobs) if (job.orderKey !== undefined) ordered.set(queueOf(job), job.name)
+  for (const job of jobs) {
+    if (job.limit === undefined && job.rate === undefined) continue
+    const other = ordered.get(queueOf(job))
+    if (other !== undefined) {
+      return {
+        job: job.name,
+        reason: `its queue ${queueOf(job)} also has the ordered job ${other}: a queue cannot be both ordered and limited (put one of them on another queue)`
+      }
+    }
+  }
+  return undefined
+}

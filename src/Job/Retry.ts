@@ -25,7 +25,24 @@ export interface ResolvedRetryPolicy {
   readonly backoffMs: number
   readonly backoffMaxMs: number
   readonly jitter: number
+  /** Typed errors (by `_tag`) that discard the job. */
+  readonly discardOn?: ReadonlySet<string> | undefined
+  /** Typed errors (by `_tag`) that dead-letter the job at once. */
+  readonly deadLetterOn?: ReadonlySet<string> | undefined
 }
+
+/** A policy with a job's per-error rules added (none given: the policy as it is). */
+export const withErrorRules = (
+  policy: ResolvedRetryPolicy,
+  rules: {
+    readonly discardOn?: ReadonlyArray<string> | undefined
+    readonly deadLetterOn?: ReadonlyArray<string> | undefined
+  }
+): ResolvedRetryPolicy => ({
+  ...policy,
+  ...(rules.discardOn?.length ? { discardOn: new Set(rules.discardOn) } : {}),
+  ...(rules.deadLetterOn?.length ? { deadLetterOn: new Set(rules.deadLetterOn) } : {})
+})
 
 /** The config's policy with a job's overrides on top. */
 export const resolvePolicy = (config: PgBusConfigShape, policy: RetryPolicy | undefined): ResolvedRetryPolicy => ({

@@ -110,7 +110,9 @@ const build = (deps: Deps) => {
     jobRates: rates.jobRates,
     setJobRate: rates.setJobRate,
     locks: locks.locks,
-    releaseUniqueKey: locks.releaseUniqueKey
+    releaseUniqueKey: locks.releaseUniqueKey,
+    blockedKeys: queues.blockedKeys,
+    releaseKey: queues.releaseKey
   }
 }
 

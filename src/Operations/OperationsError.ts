@@ -15,7 +15,7 @@ import { DatabaseError } from "../Database.ts"
  * @category errors
  */
 export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", {
-  kind: Schema.Literals(["queue", "job", "dead letter", "run", "batch", "step", "uniqueness key"]),
+  kind: Schema.Literals(["queue", "job", "dead letter", "run", "batch", "step", "uniqueness key", "blocked key"]),
   id: Schema.String
 }) {
   override get message(): string {

@@ -306,5 +306,44 @@ export const makeQueues = (deps: Deps) => {
       return { queue: queueName, id, discarded: true }
     })
 
-  return { queues, queue, pauseQueue, resumeQueue, purgeQueue, jobs, job, retryJob, discardJob, figuresOf, registered }
+  /** The ordering keys of a queue kept blocked after their head was dead-lettered (`onDeadLetter: "block"`). */
+  const blockedKeys = (queueName: string) =>
+    store.outcomes.blockedKeys(queueName).pipe(
+      Effect.map((keys) =>
+        keys.map((k) => ({
+          key: k.key,
+          id: String(k.msgId),
+          deadLetterId: k.deadLetterId === undefined ? null : String(k.deadLetterId),
+          blockedAt: k.blockedAt
+        }))
+      ),
+      Effect.mapError(fromQueueError(queueName))
+    )
+
+  /** Releases a blocked ordering key: its next job becomes the head. NotFound when it is not blocked. */
+  const releaseKey = (queueName: string, key: string, change: Change) =>
+    Effect.gen(function* () {
+      const released = yield* store.outcomes.releaseKey(queueName, key).pipe(Effect.mapError(fromQueueError(queueName)))
+      if (!released) return yield* new NotFound({ kind: "blocked key", id: `${queueName}:${key}` })
+      yield* Effect.logInfo(
+        `pgbus: ordering key ${key} of ${queueName} released by ${change.actor}${change.reason ? ` (${change.reason})` : ""}`
+      )
+      return { queue: queueName, key, released: true }
+    })
+
+  return {
+    queues,
+    queue,
+    pauseQueue,
+    resumeQueue,
+    purgeQueue,
+    jobs,
+    job,
+    retryJob,
+    discardJob,
+    blockedKeys,
+    releaseKey,
+    figuresOf,
+    registered
+  }
 }

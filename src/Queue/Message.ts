@@ -48,6 +48,8 @@ export const DeadLetterBlock = Schema.Struct({
   reason: Schema.String,
   source: Schema.String,
   source_queue: Schema.String,
+  /** The message's id in its source queue (written since 0.2: a job's result lookup finds its dead letter by it). */
+  source_msg_id: Schema.optionalKey(Schema.Number),
   attempts: Schema.Number,
   max_retries: Schema.Number,
   dead_lettered_at: Schema.String,

@@ -797,6 +797,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
                'reason', ${block.reason}::text,
                'source', ${block.source}::text,
                'source_queue', ${physical}::text,
+               'source_msg_id', d.msg_id,
                'attempts', d.read_ct,
                'max_retries', ${block.maxRetries}::int4,
                'dead_lettered_at', to_char(${NOW(sql, now)} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),

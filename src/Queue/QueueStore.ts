@@ -29,7 +29,10 @@ import { Notifier, pollDelay } from "./Notifier.ts"
 import { makeQueueControls, type RateOverride } from "./QueueControls.ts"
 import { InvalidMessage, PayloadTooLarge, type QueueError, QueueNotFound } from "./QueueError.ts"
 import { makeQueueFeed, type QueueFeed } from "./QueueFeed.ts"
+import { type FairIndexStatus, makeQueueIndexes } from "./QueueIndexes.ts"
 import * as QueueName from "./QueueName.ts"
+import { makeQueueOrderSql } from "./QueueOrderSql.ts"
+import { makeQueueOutcomes, type QueueOutcomes } from "./QueueOutcomes.ts"
 import {
   type ClaimedMessageRow,
   type EncodedMessage,
@@ -79,24 +82,19 @@ export interface ReadOptions {
    * long until the next token (the caller claims again then: no NOTIFY announces a token).
    */
   readonly onRateWait?: ((ms: number) => void) | undefined
+  /** Per-key FIFO: claim a message with `pgbus_order_key` only as its key's head (QueueOrderSql.ts); `limited` and `fair` win. */
+  readonly ordered?: boolean | undefined
 }
 
 /** How a queue is created. */
 export interface CreateOptions {
   /** Also build the fair read's index (`q_<queue>_fair_idx`) when the queue is new. */
   readonly fairIndex?: boolean | undefined
+  /** Also build the ordered read's index (`q_<queue>_order_idx`) when the queue is new. */
+  readonly orderIndex?: boolean | undefined
 }
 
-/**
- * What `ensureFairIndex` found or did: the index was there (`ready`), was built now (`built`),
- * is being built by another session (`building`), or is INVALID (a build was interrupted) and
- * must be dropped by hand with `drop` before it is built again.
- */
-export type FairIndexStatus =
-  | { readonly _tag: "ready" }
-  | { readonly _tag: "built" }
-  | { readonly _tag: "building" }
-  | { readonly _tag: "invalid"; readonly drop: string }
+export type { FairIndexStatus } from "./QueueIndexes.ts"
 
 /** A read that waits for messages. */
 export interface PollOptions extends ReadOptions {
@@ -223,6 +221,8 @@ export class QueueStore extends Context.Service<
      * outside any transaction; reports an INVALID index rather than touching it.
      */
     readonly ensureFairIndex: (queue: string) => Effect.Effect<FairIndexStatus, QueueError>
+    /** Builds a queue's order index (per-key FIFO) CONCURRENTLY if it is missing; outside any transaction. */
+    readonly ensureOrderIndex: (queue: string) => Effect.Effect<"ready" | "built" | "invalid", QueueError>
     /** Drops a queue with its archive and its dead-letter queue; false if it did not exist. */
     readonly drop: (queue: string) => Effect.Effect<boolean, QueueError>
     /** The registered queues (dead-letter queues included). */
@@ -387,6 +387,8 @@ export class QueueStore extends Context.Service<
     readonly validateName: (queue: string) => Effect.Effect<QueueName.QueueName, QueueError>
     /** A queue read as a feed (by id past a cursor, or by key), without claims: what streams read. */
     readonly feed: QueueFeed
+    /** A job's outcome beyond a plain archive: archived with a result or mark, snoozed, found. */
+    readonly outcomes: QueueOutcomes
   }
 >()("effect-pgbus/QueueStore") {
   /** The queue store, on the configured schema. */
@@ -397,6 +399,7 @@ export class QueueStore extends Context.Service<
       const sql = yield* SqlClient.SqlClient
       const notifier = yield* Notifier
       const statements = makeQueueSql(sql, config.schema, notifier.channel)
+      const orderStatements = makeQueueOrderSql(sql, config.schema)
       const prefix = config.queuePrefix
       const defaultVisibilityMs = Duration.toMillis(config.visibilityTimeout)
 
@@ -546,6 +549,9 @@ export class QueueStore extends Context.Service<
               if (options?.fairIndex === true && fresh && !QueueName.isDeadLetter(name)) {
                 yield* statements.queueCreateFairIndex(name.physical)
               }
+              if (options?.orderIndex === true && fresh && !QueueName.isDeadLetter(name)) {
+                yield* orderStatements.queueCreateOrderIndex(name.physical)
+              }
               if (!QueueName.isDeadLetter(name)) {
                 yield* makeTables(dead.physical)
                 yield* register(dead.physical, name.physical)
@@ -554,32 +560,12 @@ export class QueueStore extends Context.Service<
           ).pipe(Effect.mapError(fail("create queue", queue)))
         }).pipe(Effect.withSpan("QueueStore.create", { attributes: { queue } }))
 
-      const ensureFairIndex = (queue: string) =>
-        Effect.gen(function* () {
-          const name = yield* validateName(queue)
-          const state = statements
-            .queueFairIndexState(name.physical)
-            .pipe(Effect.mapError(fail("inspect the fair index of", queue)))
-          const classify = (row: { readonly valid: boolean; readonly building: boolean }): FairIndexStatus =>
-            row.valid
-              ? { _tag: "ready" }
-              : row.building
-                ? { _tag: "building" }
-                : { _tag: "invalid", drop: statements.fairIndexDropStatement(name.physical) }
-          const [found] = yield* state
-          if (found !== undefined) return classify(found)
-          yield* statements.queueCreateFairIndexConcurrently(name.physical).pipe(
-            // another session created it between the look and the build: its state says the rest
-            Effect.catchIf(
-              (error) => serverError(error).code === "42P07" || serverError(error).code === "23505",
-              () => Effect.void
-            ),
-            Effect.mapError(fail("build the fair index of", queue))
-          )
-          const [after] = yield* state
-          if (after === undefined || after.valid) return { _tag: "built" } satisfies FairIndexStatus
-          return classify(after)
-        }).pipe(Effect.withSpan("QueueStore.ensureFairIndex", { attributes: { queue } }))
+      const { ensureFairIndex, ensureOrderIndex } = makeQueueIndexes({
+        statements,
+        orderStatements,
+        validateName,
+        fail
+      })
 
       const drop = (queue: string) =>
         Effect.gen(function* () {
@@ -696,9 +682,11 @@ export class QueueStore extends Context.Service<
           if (fair !== undefined && fair !== false) {
             return yield* readFair(queue, name.physical, limit, vtMs, options?.claimedBy ?? null, fair, now)
           }
-          const rows = yield* statements
-            .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
-            .pipe(Effect.mapError(fail("read from", queue)))
+          const rows = yield* (
+            options?.ordered === true
+              ? orderStatements.messageReadOrdered(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
+              : statements.messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
+          ).pipe(Effect.mapError(fail("read from", queue)))
           return rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
         }).pipe(hotSpan("QueueStore.read", { queue }))
 
@@ -720,7 +708,9 @@ export class QueueStore extends Context.Service<
             )
             return { ...claimed, more: claimed.messages.length >= p.limit }
           }
-          if (fair !== undefined && fair !== false) {
+          // fair and ordered reads archive first, then claim: an ordered claim must see its key's
+          // head gone to hand the key on
+          if ((fair !== undefined && fair !== false) || options?.ordered === true) {
             const archived = receipts.length === 0 ? 0 : yield* archive(queue, receipts)
             const messages = yield* read(queue, options)
             return { archived, messages, more: messages.length >= (options?.limit ?? 1) }
@@ -1070,6 +1060,7 @@ export class QueueStore extends Context.Service<
       return QueueStore.of({
         create,
         ensureFairIndex,
+        ensureOrderIndex,
         drop,
         list,
         send,
@@ -1114,6 +1105,15 @@ export class QueueStore extends Context.Service<
           validateName,
           fail,
           lockQueue: statements.queueLockTransaction
+        }),
+        outcomes: makeQueueOutcomes({
+          sql,
+          schema: config.schema,
+          notifyChannel: notifier.channel,
+          validateName,
+          deadLetterOf: QueueName.deadLetterOf,
+          fail,
+          moveToDeadLetter
         })
       })
     })

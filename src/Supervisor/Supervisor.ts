@@ -35,7 +35,7 @@ import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
 import { campaign, describeLeaders, type LeaderRole } from "./Leader.ts"
 import { Processes } from "./Processes.ts"
 import { serveUnserved, unservedQueues } from "./Unserved.ts"
-import { makeStats, readsFairly, runWorker, type WorkerStats } from "./Worker.ts"
+import { makeStats, readsFairly, readsInOrder, runWorker, type WorkerStats } from "./Worker.ts"
 
 /** The roles a supervisor can run. */
 export type Role = "workers" | "dispatcher" | "scheduler"
@@ -208,7 +208,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     // Queues of the capsules and of the registered jobs exist before anyone reads or sends.
     const queues = new Set([...registry.queues, ...capsules.flatMap((c) => c.queues)])
     for (const q of queues) {
-      const options = { fairIndex: readsFairly(config, registry, q) }
+      const options = { fairIndex: readsFairly(config, registry, q), orderIndex: readsInOrder(config, registry, q) }
       for (const physical of servedQueues(config, q)) yield* client.ensureQueue(physical, options)
     }
 

@@ -102,6 +102,45 @@ export const readsFairly = (
     : config.fairShare !== undefined
 
 /**
+ * Whether workers read a queue in order (per-key FIFO): a registered job on it has an
+ * `orderKey`. Fair share wins on a queue read fairly.
+ */
+export const readsInOrder = (
+  config: PgBusConfigShape,
+  registry: Pick<Registry["Service"], "jobs">,
+  queue: string
+): boolean => {
+  for (const { job } of registry.jobs.values()) {
+    if (job.orderKey !== undefined && logicalQueueOf(config, job) === queue) return true
+  }
+  return false
+}
+
+/** Builds the order index of queues read in order (CONCURRENTLY: writes go on), one at a time. */
+const ensureOrderIndexes = (store: QueueStore["Service"], queues: ReadonlyArray<string>) =>
+  Effect.forEach(
+    queues,
+    (queue) =>
+      store.ensureOrderIndex(queue).pipe(
+        Effect.flatMap((status) =>
+          status === "built"
+            ? Effect.logInfo(`pgbus: built the order index of queue ${queue}`)
+            : status === "invalid"
+              ? Effect.logError(
+                  `pgbus: the order index of queue ${queue} is INVALID (an interrupted build); ordered reads of it scan the table. Drop it (DROP INDEX CONCURRENTLY) and restart a worker to build it again`
+                )
+              : Effect.void
+        ),
+        Effect.catch((error) =>
+          Effect.logWarning(`pgbus: could not build the order index of queue ${queue}`, error).pipe(
+            Effect.annotateLogs({ queue })
+          )
+        )
+      ),
+    { discard: true }
+  )
+
+/**
  * Builds the fair index of queues served fairly that lack it (CONCURRENTLY: writes go on), one
  * at a time. An INVALID index (an interrupted build) is left alone: the log says how to drop it.
  */
@@ -167,15 +206,21 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       if (job.limit !== undefined || job.rate !== undefined) limited.add(logicalQueueOf(config, job))
     }
     const reads = capsule.queues.flatMap((q) => {
+      // one claim statement per queue: limits win over order (a queue may not have both, see
+      // orderedLimitConflicts), order wins over fairness
       const isLimited = limited.has(q)
-      const fair = !isLimited && readsFairly(config, registry, q)
+      const ordered = !isLimited && readsInOrder(config, registry, q)
+      const fair = !isLimited && !ordered && readsFairly(config, registry, q)
       return servedQueues(config, q).map((queue) => ({
         queue,
         cursor: fair ? new FairCursor() : undefined,
-        limited: isLimited
+        limited: isLimited,
+        ordered
       }))
     })
     const queues = reads.map((r) => r.queue)
+    /** Queues read in order: a key's next job becomes claimable when its head leaves, so that wakes the reader. */
+    const orderedQueues = new Set(reads.flatMap((r) => (r.ordered ? [r.queue] : [])))
     const physical = queues.map((q) => QueueName.physicalOf(config.queuePrefix, q))
     const readAhead = capsule.readAhead ?? config.readAhead
     const prefetchLimit = capsule.prefetchLimit ?? config.prefetchLimit
@@ -257,6 +302,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
             }
             for (const m of messages) forget(m)
             yield* completer.archived(messages)
+            if (orderedQueues.has(queue)) wakeups.wake()
           }
           return ok
         })
@@ -269,6 +315,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       switch (outcome._tag) {
         case "Succeeded":
           stats.succeeded++
+          // a result is archived at once, with it, by the completer (its awaiters wake)
+          if (outcome.result !== undefined) break
           completed.push(m)
           flushSignal.openUnsafe()
           return Effect.void
@@ -281,23 +329,46 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         case "Abandoned":
           stats.abandoned++
           break
+        case "Discarded":
+        case "Snoozed":
+          break
       }
-      return Effect.ensuring(
+      const end = Effect.ensuring(
         completer.complete(m, outcome),
-        Effect.sync(() => forget(m))
+        Effect.sync(() => {
+          forget(m)
+          // a head that left its queue (archived, dead-lettered, discarded) hands its key on
+          if (orderedQueues.has(m.queue)) wakeups.wake()
+        })
       )
+      // A retry, a snooze and a give-back set the row's visibility: under the heartbeat's lock,
+      // so that a heartbeat that still counts the message in flight cannot extend it to a whole
+      // visibility timeout right after (a 1 s backoff became 30 s on a loaded machine).
+      return outcome._tag === "Retry" || outcome._tag === "Snoozed" || outcome._tag === "Abandoned"
+        ? flushLock.withPermit(end)
+        : end
     }
 
     /** Counts and times a delivery that ended (an abandoned one did not). */
     const recordOutcome = (m: Message, outcome: Outcome, startedAt: number) => {
-      if (outcome._tag === "Abandoned") return
-      const status = outcome._tag === "Succeeded" ? "completed" : outcome._tag === "Retry" ? "retried" : "dead_lettered"
+      // an abandoned or snoozed delivery did not end; a discarded one is in the metrics only (job_stats has no column for it)
+      if (outcome._tag === "Abandoned" || outcome._tag === "Snoozed") return
+      const status =
+        outcome._tag === "Succeeded"
+          ? "completed"
+          : outcome._tag === "Retry"
+            ? "retried"
+            : outcome._tag === "Discarded"
+              ? "discarded"
+              : "dead_lettered"
       const now = clock.currentTimeMillisUnsafe()
       const ms = now - startedAt
       const name = jobOf(registry, m).name
       recordJobUnsafe(metricsContext, m.queue, name, status, ms)
       // pickup latency of a first delivery: enqueued -> started (a scheduled job's delay included)
-      recordStats?.(m.queue, name, status, ms, m.readCt === 1 ? startedAt - m.enqueuedAt.getTime() : undefined, now)
+      if (status !== "discarded") {
+        recordStats?.(m.queue, name, status, ms, m.readCt === 1 ? startedAt - m.enqueuedAt.getTime() : undefined, now)
+      }
     }
 
     // the messages running now, for the drain's log line
@@ -400,14 +471,16 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       done: ReadonlyArray<Message>,
       limit: number,
       mark: string,
-      limited: boolean
+      limited: boolean,
+      ordered: boolean
     ) =>
       store
         .archiveAndRead(queue, done.map(receiptOf), {
           limit,
           visibilityTimeout: config.visibilityTimeout,
           claimedBy: mark,
-          ...(limited ? { limited, onRateWait } : {})
+          ...(limited ? { limited, onRateWait } : {}),
+          ...(ordered ? { ordered } : {})
         })
         .pipe(
           Effect.tapError(() =>
@@ -474,7 +547,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       cursor: FairCursor | undefined,
       limited: boolean,
       limit: number,
-      withArchive: boolean
+      withArchive: boolean,
+      ordered: boolean
     ) => {
       // a limited claim archives first too (then claims in its own transaction: the archived
       // jobs' slots are free for it, so no wake-up is needed for the jobs it archives)
@@ -482,7 +556,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       const done = withArchive && plain && completed.length > 0 ? takeCompleted(queue) : []
       const mark = `${processId}#${++claims}`
       const claimed = plain
-        ? archiveAndRead(queue, done, limit, mark, limited)
+        ? archiveAndRead(queue, done, limit, mark, limited, ordered)
         : store
             .read(queue, {
               limit,
@@ -499,6 +573,9 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     /** The queues the last claim read without fairness: the next claim likely reads them again. */
     let lastRead = new Set<string>()
     /** Whether the next claim is expected to archive a success (else the flusher does, at once). */
+    // An ordered queue's successes too: while its last read left more heads, the next claim
+    // comes soon (a claim per success would skip-scan the keys per job); once it is drained the
+    // flusher archives at once and wakes the reader, for the keys' next jobs.
     const takenByNextClaim = (m: Message) => archivableByClaim(m) && lastRead.has(m.queue)
 
     const claimWith = (withArchive: boolean) =>
@@ -508,7 +585,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         let claimed = 0
         let more = false
         const read = new Set<string>()
-        for (const { queue, cursor, limited } of reads) {
+        for (const { queue, cursor, limited, ordered } of reads) {
           // full before the last queues: those may have more
           if (want <= 0) {
             more = true
@@ -516,7 +593,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           }
           if (isPaused(queue)) continue
           if (cursor === undefined) read.add(queue)
-          const got = yield* readOne(queue, cursor, limited, want, withArchive)
+          const got = yield* readOne(queue, cursor, limited, want, withArchive, ordered)
           for (const m of got.messages) inFlight.add(m)
           stats.buffered += got.messages.length
           yield* Queue.offerAll(work, got.messages)
@@ -660,6 +737,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
 
     const fairQueues = reads.flatMap((r) => (r.cursor === undefined ? [] : [r.queue]))
     if (fairQueues.length > 0) yield* Effect.forkScoped(ensureFairIndexes(store, fairQueues))
+    if (orderedQueues.size > 0) yield* Effect.forkScoped(ensureOrderIndexes(store, [...orderedQueues]))
 
     const executors = yield* FiberSet.make()
     for (let i = 0; i < capsule.concurrency; i++) yield* FiberSet.run(executors, executor)

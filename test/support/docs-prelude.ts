@@ -66,6 +66,11 @@ declare global {
   const Crm: { readonly sync: (accountId: string) => Effect.Effect<void> }
   const Partner: { readonly call: (accountId: string) => Effect.Effect<void> }
   const Search: { readonly reindex: (docId: string, rev: number) => Effect.Effect<void> }
+  const Ledger: {
+    readonly apply: (entry: { readonly accountId: string; readonly amount: number }) => Effect.Effect<void>
+  }
+  const Gateway: { readonly isDown: Effect.Effect<boolean>; readonly charge: (orderId: string) => Effect.Effect<void> }
+  const Pricing: { readonly quote: (sku: string) => Effect.Effect<{ readonly price: number }> }
   const Accounts: {
     readonly isClosed: (userId: string) => Effect.Effect<boolean>
     readonly activate: (userId: string, chargeId: string) => Effect.Effect<void>

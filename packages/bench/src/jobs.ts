@@ -12,14 +12,15 @@
  * BENCH_OURS_READ_AHEAD (tuned read-aheads tried in W1, "190,590"), BENCH_OURS_REPORTED_RA (the
  * configuration reported as ours, 590), BENCH_OURS_W2_READ_AHEAD (0), BENCH_W1_JOBS (20000),
  * BENCH_ENQ_SINGLE_JOBS (2000), BENCH_W2_JOBS (1000), BENCH_W2_SPACING_MS (5), BENCH_W2_WARMUP_JOBS
- * (20), BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), BENCH_PHASE_CAP_MS (120000),
+ * (20), BENCH_AWAIT_JOBS (500, awaited results), BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), BENCH_PHASE_CAP_MS (120000),
  * BENCH_RUN_TIMEOUT_MS (per run, 300000), BENCH_RESULTS (append every run's JSON to this file),
  * DATABASE_URL (the server; default postgres://postgres@127.0.0.1:5432/postgres).
  *
  * The last line of stdout is one JSON object:
  * {"bench":"jobs","ours_jobs_per_s":N,"graphile_jobs_per_s":N,"pgboss_jobs_per_s":N,
  *  "ours_enqueue_bulk_per_s":N,"ours_insert_ms":N,"ours_p50_ms":N,"ours_p99_ms":N,
- *  "graphile_p50_ms":N,"graphile_p99_ms":N,"ours_nolocal_p50_ms":N,"ours_nolocal_p99_ms":N}
+ *  "graphile_p50_ms":N,"graphile_p99_ms":N,"ours_nolocal_p50_ms":N,"ours_nolocal_p99_ms":N,
+ *  "ours_keys_jobs_per_s":N,"ours_await_p50_ms":N,"ours_await_p99_ms":N}
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { appendFileSync } from "node:fs"
@@ -43,7 +44,7 @@ import {
 } from "./peers/common.ts"
 
 type Library = "ours" | "graphile" | "pgboss"
-type Workload = "enq" | "w1" | "w2"
+type Workload = "enq" | "w1" | "w2" | "await"
 
 interface Case {
   readonly key: string
@@ -92,12 +93,14 @@ const ALL_CASES: ReadonlyArray<Case> = [
       variant: `ra${REPORTED_RA}-${control}`
     })
   ),
+  { key: `w1 ours ra${REPORTED_RA} keys`, library: "ours", workload: "w1", variant: `ra${REPORTED_RA}-keys` },
   { key: "w1 graphile batched", library: "graphile", workload: "w1", variant: "batched" },
   { key: "w1 pgboss b100", library: "pgboss", workload: "w1", variant: "b100" },
   { key: `w2 ours ra${W2_RA}`, library: "ours", workload: "w2", variant: `ra${W2_RA}` },
   { key: `w2 ours ra${W2_RA} nolocal`, library: "ours", workload: "w2", variant: `ra${W2_RA}-nolocal` },
   { key: "w2 graphile default", library: "graphile", workload: "w2", variant: "default" },
-  { key: "w2 pgboss notify-b1", library: "pgboss", workload: "w2", variant: "notify-b1" }
+  { key: "w2 pgboss notify-b1", library: "pgboss", workload: "w2", variant: "notify-b1" },
+  { key: `await ours ra${W2_RA}`, library: "ours", workload: "await", variant: `ra${W2_RA}` }
 ]
 const CASES = ALL_CASES.filter((c) => ONLY === undefined || ONLY.test(c.key))
 
@@ -219,8 +222,10 @@ const variantLabel = (c: Case): string => {
           : "**fair share** over 1,000 keys"
     }`
   }
+  const keys = c.variant.endsWith("-keys")
   const nolocal = c.variant.endsWith("-nolocal")
-  const ra = Number(c.variant.slice(2, nolocal ? -"-nolocal".length : undefined))
+  const ra = Number(c.variant.slice(2, nolocal ? -"-nolocal".length : keys ? -"-keys".length : undefined))
+  if (keys) return `read-ahead ${ra}, **per-key FIFO**: every job one of 1,000 ordering keys`
   if (c.workload === "w2")
     return nolocal
       ? `concurrency ${CONCURRENCY}, read-ahead ${ra}, **local dispatch off**: LISTEN/NOTIFY, read, claim (diagnostic)`
@@ -341,6 +346,20 @@ const main = async () => {
   }
   p()
 
+  p(
+    "### Await result: enqueue a no-op job that keeps a result, then `awaitResult` (woken by NOTIFY), one at a time (ms)"
+  )
+  p()
+  p("| library | configuration | runs | received | p50 | p95 | p99 | max | PG CPU s |")
+  p("|---|---|---|---|---|---|---|---|---|")
+  for (const { c, rs } of rowsOf("await")) {
+    p(
+      `| ${libraryLabel(c.library)} | ${variantLabel(c)} | ${runsCell(rs, RUNS)} | ${cell(rs, "received")} | ` +
+        `${cell(rs, "latencyMs.p50")} | ${cell(rs, "latencyMs.p95")} | ${cell(rs, "latencyMs.p99")} | ${cell(rs, "latencyMs.max")} | ${cell(rs, "pgCpuS")} |`
+    )
+  }
+  p()
+
   const get = (key: string) => results.get(key) ?? []
   const oursW1 = get(`w1 ours ra${REPORTED_RA}`)
   const summary = {
@@ -355,12 +374,16 @@ const main = async () => {
     graphile_p50_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p50"), 2),
     graphile_p99_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p99"), 2),
     ours_nolocal_p50_ms: round(medianOf(get(`w2 ours ra${W2_RA} nolocal`), "latencyMs.p50"), 2),
-    ours_nolocal_p99_ms: round(medianOf(get(`w2 ours ra${W2_RA} nolocal`), "latencyMs.p99"), 2)
+    ours_nolocal_p99_ms: round(medianOf(get(`w2 ours ra${W2_RA} nolocal`), "latencyMs.p99"), 2),
+    ours_keys_jobs_per_s: round(medianOf(get(`w1 ours ra${REPORTED_RA} keys`), "jobsPerSec")),
+    ours_await_p50_ms: round(medianOf(get(`await ours ra${W2_RA}`), "latencyMs.p50"), 2),
+    ours_await_p99_ms: round(medianOf(get(`await ours ra${W2_RA}`), "latencyMs.p99"), 2)
   }
   p(
     `JSON: ours_jobs_per_s = W1 processing of effect-pgbus at read-ahead ${REPORTED_RA}; ours_enqueue_bulk_per_s = its bulk enqueue; ` +
       `graphile = batched (W1) / default (W2); pg-boss = b100; ours_insert_ms = W1b sequential mean; p50/p99 = W2 medians over runs; ` +
-      `ours_nolocal_* = W2 of effect-pgbus with local dispatch off (a diagnostic: jobs enqueued by a process without an idle worker of the queue).`
+      `ours_nolocal_* = W2 of effect-pgbus with local dispatch off (a diagnostic: jobs enqueued by a process without an idle worker of the queue); ` +
+      `ours_keys_jobs_per_s = W1 on an ordered queue (1,000 ordering keys); ours_await_* = enqueue-to-result latency of awaitResult.`
   )
   p()
   process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)

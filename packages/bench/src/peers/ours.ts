@@ -19,10 +19,12 @@ import {
   enqueueSingle,
   finishRun,
   guard,
+  latencySummary,
   makeLatencyRecorder,
   measure,
   POOL_MAX,
   parseArgs,
+  pgCpuSeconds,
   resetDatabase,
   round2,
   runLatency,
@@ -32,16 +34,20 @@ import {
 } from "./common.ts"
 
 const args = parseArgs()
+const AWAIT_JOBS = Number(process.env.BENCH_AWAIT_JOBS ?? 500)
 guard()
 const DB = databaseName("ours")
-const variantMatch = /^ra(\d+)(-nolocal|-limited|-rated|-fair1000)?$/.exec(args.variant)
+const variantMatch = /^ra(\d+)(-nolocal|-limited|-rated|-fair1000|-keys)?$/.exec(args.variant)
 const readAhead = variantMatch ? Number(variantMatch[1]) : 0
 // `-nolocal`: local dispatch off, so every W2 job goes through NOTIFY, read and claim, as a job
 // enqueued by a process without a worker of its queue does. Flow controls (W1): `-limited` a
 // concurrency limit above the capsule's concurrency, `-rated` a rate above W1's, `-fair1000`
-// fair share over 1,000 keys. `unique` (enq): each insert with a uniqueness key.
+// fair share over 1,000 keys. `unique` (enq): each insert with a uniqueness key. `-keys`: W1 on
+// an ordered queue, every job carrying one of ORDER_KEYS ordering keys.
 const localDispatch = variantMatch?.[2] !== "-nolocal"
-const control = variantMatch?.[2] === "-nolocal" ? undefined : variantMatch?.[2]
+const keyed = variantMatch?.[2] === "-keys"
+const ORDER_KEYS = 1000
+const control = variantMatch?.[2] === "-nolocal" || keyed ? undefined : variantMatch?.[2]
 const variant = args.workload === "enq" ? args.variant : `ra${readAhead}${variantMatch?.[2] ?? ""}`
 
 let handled = 0
@@ -69,7 +75,11 @@ const W1Run =
     ? Job.make("W1", { payload: I, queue: "bench", limit: { to: 1000 } }, count)
     : control === "-rated"
       ? Job.make("W1", { payload: I, queue: "bench", rate: { limit: 10_000_000, period: "1 second" } }, count)
-      : W1
+      : keyed
+        ? Job.make("W1", { payload: I, queue: "bench", orderKey: (p) => `k${p.i % ORDER_KEYS}` }, count)
+        : W1
+// the await-result latency: a no-op job that keeps a result, awaited by the enqueuer
+const Echo = Job.make("Echo", { payload: I, success: I, queue: "bench" }, (p) => Effect.succeed(p))
 const W2 = Job.make(
   "W2",
   { payload: Schema.Struct({ t: Schema.Number, i: Schema.Number, w: Schema.Boolean }), queue: "bench" },
@@ -146,7 +156,7 @@ const startWorkers = (): (() => Promise<void>) => {
     Supervisor.runWith({
       capsules: [{ name: "bench", queues: ["bench"], concurrency: CONCURRENCY, readAhead }]
     }).pipe(
-      Effect.provide(Registry.layer([W1Run, W2])),
+      Effect.provide(Registry.layer([W1Run, W2, Echo])),
       Effect.provideService(References.MinimumLogLevel, "Warn"),
       withTracer
     )
@@ -196,7 +206,8 @@ try {
         capsule: { concurrency: CONCURRENCY, readAhead },
         poolMax: POOL_MAX,
         archiveOnSuccess: true,
-        insert: `Job.enqueueMany(${W1_JOBS} payloads) in one call`
+        insert: `Job.enqueueMany(${W1_JOBS} payloads) in one call`,
+        ...(keyed ? { orderKeys: ORDER_KEYS } : {})
       },
       result: {
         enqueueBulkPerSec: Math.round((W1_JOBS / enq.m.wallMs) * 1000),
@@ -220,6 +231,28 @@ try {
       ...base,
       config: { capsule: { concurrency: CONCURRENCY, readAhead }, listenNotify: true, poolMax: POOL_MAX },
       result: r
+    })
+  } else if (args.workload === "await") {
+    // enqueue a no-op job that keeps a result, then await it (woken by NOTIFY): one at a time
+    await ensureQueue("bench")
+    const stop = startWorkers()
+    await sleep(500)
+    const once = (i: number) =>
+      runP(Effect.flatMap(Echo.enqueue({ i }), (ref) => Echo.awaitResult(ref, { timeout: "10 seconds" })))
+    for (let i = 0; i < 20; i++) await once(i)
+    const samples: Array<number> = []
+    const pg0 = pgCpuSeconds()
+    for (let i = 0; i < AWAIT_JOBS; i++) {
+      const t0 = performance.now()
+      await once(i)
+      samples.push(performance.now() - t0)
+    }
+    const pgCpuS = round2(pgCpuSeconds() - pg0)
+    await stop()
+    emit({
+      ...base,
+      config: { capsule: { concurrency: CONCURRENCY, readAhead }, localDispatch, jobs: AWAIT_JOBS },
+      result: { received: samples.length, latencyMs: latencySummary(samples), pgCpuS }
     })
   } else {
     console.error(`unknown workload ${args.workload}`)
