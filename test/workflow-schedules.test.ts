@@ -16,13 +16,9 @@ import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 // every second (6-field cron): the body returns the slot it was started for
-const Ticker = Workflow.make(
-  "Ticker",
-  { payload: Schema.Struct({}), schedule: "* * * * * *" },
-  function* (run) {
-    return yield* Workflow.step("slot", Effect.succeed(run.schedule?.timestamp.toISOString() ?? null))
-  }
-)
+const Ticker = Workflow.make("Ticker", { payload: Schema.Struct({}), schedule: "* * * * * *" }, function* (run) {
+  return yield* Workflow.step("slot", Effect.succeed(run.schedule?.timestamp.toISOString() ?? null))
+})
 
 // a singleton every second whose run waits for a signal: the slots while it waits are skipped
 const Sync = Workflow.make(
@@ -103,7 +99,7 @@ describe("workflow schedules: parsing", () => {
   it("a bad schedule, zone, schedule payload or priority throws InvalidWorkflowDefinition where it is written", () => {
     const payload = Schema.Struct({ n: Schema.Number })
     const body = function* () {
-      return 1
+      return yield* Workflow.step("one", Effect.succeed(1))
     }
     const cases: ReadonlyArray<readonly [string, () => unknown, string]> = [
       ["23m", () => Workflow.make("A", { payload: Schema.Struct({}), schedule: "23m" }, body), "divide"],
@@ -139,7 +135,7 @@ describe("workflow schedules: parsing", () => {
     assert.strictEqual(task?.schedule.cron, "* * * * * *")
     assert.deepStrictEqual(task?.encodedPayload, { source: "shop" })
     const plain = Workflow.make("Plain", { payload: Schema.Struct({}) }, function* () {
-      return 1
+      return yield* Workflow.step("one", Effect.succeed(1))
     })
     assert.isUndefined(Result.getOrThrow(Recurring.fromWorkflow(plain)))
   })
