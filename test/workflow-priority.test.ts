@@ -98,6 +98,8 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", priorityLevels: 3 }), {
       assert.isAbove(steps.length, 2)
       for (const s of steps) assert.strictEqual(s.queue, "default_p1", `${s.name} #${s.attempt}`)
       assert.strictEqual((yield* run.refresh).info.priority, 1)
+      const again = yield* run.rerun()
+      assert.strictEqual(again.info.priority, 1, "a rerun keeps it")
     }).pipe(Effect.scoped)
   )
 })

@@ -66,6 +66,9 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
         )
         const second = yield* Nightly.start({ day: "tue" })
         assert.notStrictEqual(second.id, first.id)
+        // a rerun is a new run: it too needs the slot
+        const rerun = yield* Effect.flip(first.rerun())
+        assert.strictEqual((rerun as SingletonRunInProgress).holder.id, second.id)
         yield* second.cancel()
 
         // an idempotent repeat of a start is the holder itself, not a refusal

@@ -537,7 +537,10 @@ export const makeVerbs = (
             subject: run.subject ?? undefined,
             resourceId: run.resource_id ?? undefined,
             actor: options?.actor,
-            reason: options?.reason
+            reason: options?.reason,
+            // the new run keeps the old one's priority and its claim on a singleton's slot
+            priority: run.priority ?? undefined,
+            singleton: run.singleton
           },
           run.id
         )
