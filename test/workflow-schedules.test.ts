@@ -5,9 +5,10 @@
  * the day, bad cron and bad zones are refused where the workflow is defined.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Effect, Result, Schema } from "effect"
+import { Effect, Result, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Recurring from "../src/Recurring/Recurring.ts"
+import { RecurringScheduler } from "../src/Recurring/Scheduler.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { durationToCron, parseWorkflowSchedule } from "../src/Workflow/Schedule.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
@@ -178,6 +179,29 @@ layer(
       const seconds = slots.map((s) => new Date(s).getTime() / 1000)
       for (let i = 1; i < seconds.length; i++) assert.strictEqual(seconds[i]! - seconds[i - 1]!, 1, "no slot skipped")
     }).pipe(Effect.scoped)
+  )
+
+  it.effect("two schedulers firing at once (a leader change) still start one run per slot", () =>
+    Effect.gen(function* () {
+      const Pulse = Workflow.make("Pulse", { payload: Schema.Struct({}), schedule: "* * * * * *" }, function* (run) {
+        return yield* Workflow.step("slot", Effect.succeed(run.schedule?.timestamp.toISOString() ?? null))
+      })
+      const task = Result.getOrThrow(Recurring.fromWorkflow(Pulse))!
+      const scheduler = yield* RecurringScheduler
+      const a = yield* scheduler.session([task])
+      const b = yield* scheduler.session([task])
+      const both = Effect.all([a.runOnce, b.runOnce], { concurrency: 2 })
+      // ~3 s of both ticking at once, each racing the other for every slot
+      yield* both.pipe(Effect.repeat({ schedule: Schedule.spaced("50 millis"), times: 60 }))
+      const slots = yield* ledger("workflow:Pulse")
+      assert.isAtLeast(slots.length, 2)
+      const runs = yield* runsOf("Pulse")
+      assert.deepStrictEqual(
+        runs.map((r) => r.scheduledFor?.toISOString()).sort(),
+        slots,
+        "one run per ledger slot, none without"
+      )
+    })
   )
 
   it.effect("a singleton's slots are skipped while its run holds the slot, and fire again once it finished", () =>
