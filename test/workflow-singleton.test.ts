@@ -8,6 +8,7 @@ import { assert, layer } from "@effect/vitest"
 import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
+import { SingletonHeldStatuses } from "../src/Workflow/States.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { InvalidWorkflowPayload, SingletonRunInProgress } from "../src/Workflow/WorkflowError.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
@@ -78,6 +79,19 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
         assert.strictEqual(again.id, keyed.id)
         yield* keyed.cancel()
       }).pipe(Effect.scoped)
+    )
+
+    it.effect("the index holds the slot in the states the code says (SingletonHeldStatuses), not while paused", () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const [row] = yield* sql<{ readonly predicate: string }>`SELECT pg_get_expr(i.indpred, i.indrelid) AS predicate
+          FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+          JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = 'pgbus' AND c.relname = 'workflow_runs_singleton_idx'`
+        const held = [...row!.predicate.matchAll(/'([a-z_]+)'/g)].map((m) => m[1]).sort()
+        assert.deepStrictEqual(held, [...SingletonHeldStatuses].sort())
+        assert.notInclude(held, "paused")
+      }).pipe(Effect.orDie)
     )
 
     it.effect("concurrent starts: the unique index lets exactly one in, the others name it", () =>
