@@ -66,10 +66,11 @@ export const layerFrom = <E>(
   const notifier = Notifier.layer.pipe(Layer.provideMerge(database))
   const queues = Layer.mergeAll(QueueStore.layer, QueueStates.layer).pipe(Layer.provideMerge(notifier))
   const onQueues = Layer.mergeAll(JobClient.layer, Processes.layer)
-  const recurring = RecurringScheduler.layer.pipe(Layer.provideMerge(onQueues))
-  const batches = Batch.layer.pipe(Layer.provideMerge(recurring))
+  const batches = Batch.layer.pipe(Layer.provideMerge(onQueues))
   const workflows = WorkflowEngine.layer.pipe(Layer.provideMerge(batches))
-  const events = EventBusLayer.layer.pipe(Layer.provideMerge(workflows))
+  // above the workflows: a workflow's schedule starts its runs
+  const recurring = RecurringScheduler.layer.pipe(Layer.provideMerge(workflows))
+  const events = EventBusLayer.layer.pipe(Layer.provideMerge(recurring))
   return events.pipe(Layer.provideMerge(queues), Layer.provideMerge(config))
 }
 

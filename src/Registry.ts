@@ -7,7 +7,7 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Layer, Result } from "effect"
 import { PgBusConfig } from "./Config.ts"
 import { type RegisteredEvents, registerSubscribers } from "./EventBus/Consumer.ts"
 import { EVENT_JOB } from "./EventBus/Envelope.ts"
@@ -16,7 +16,7 @@ import { type AnySubscriber, isSubscriber } from "./EventBus/Subscription.ts"
 import type { AnyJob } from "./Job/Job.ts"
 import { InvalidJobDefinition } from "./Job/JobError.ts"
 import { cachedProvide, type JobRegistry, type RegisteredJob, registerJobs } from "./Job/RegisteredJob.ts"
-import { isRecurring, type RecurringTask } from "./Recurring/Recurring.ts"
+import { fromWorkflow, isRecurring, type RecurringTask } from "./Recurring/Recurring.ts"
 import { InvalidRecurringTask } from "./Recurring/RecurringError.ts"
 import { type RegisteredWorkflow, WorkflowRunner } from "./Workflow/Engine.ts"
 import { registerWorkflows } from "./Workflow/Registration.ts"
@@ -106,6 +106,7 @@ export class Registry extends Context.Service<
           else jobs.push(definition)
         }
         for (const task of recurring) {
+          if (task.kind !== "job") continue
           // a task's job is run by the registry's handler: a job given only inside a task would be
           // enqueued by the scheduler and then fail as UnknownJob on every fire
           if (!jobs.some((job) => job === task.job || job.name === task.job.name)) {
@@ -114,6 +115,19 @@ export class Registry extends Context.Service<
               reason: `its job ${task.job.name} is not registered: list ${task.job.name} beside the task in Registry.layer`
             })
           }
+        }
+        // a workflow's schedule is a recurring task of its own (key `workflow:<name>`)
+        for (const definition of workflowDefinitions) {
+          const task = fromWorkflow(definition)
+          if (Result.isFailure(task)) return yield* task.failure
+          if (task.success === undefined) continue
+          if (recurring.some((t) => t.key === task.success!.key)) {
+            return yield* new InvalidRecurringTask({
+              task: task.success.key,
+              reason: "two recurring tasks have this key"
+            })
+          }
+          recurring.push(task.success)
         }
         const workflows = yield* registerWorkflows(config, runner, workflowDefinitions, services)
         const byName = yield* registerJobs(config, jobs, cachedProvide(services))

@@ -10,6 +10,7 @@ import { readFile } from "node:fs/promises"
 import { Effect, Exit, Result, Schema } from "effect"
 import type { AnyJob, Job } from "../Job/Job.ts"
 import * as QueueName from "../Queue/QueueName.ts"
+import type { AnyWorkflow } from "../Workflow/Workflow.ts"
 import { InvalidRecurringTask } from "./RecurringError.ts"
 import { type CatchUp, type ParsedSchedule, parseSchedule } from "./Schedule.ts"
 
@@ -38,16 +39,40 @@ export interface RecurringOptions<P> {
 const TypeId = "~effect-pgbus/Recurring"
 
 /**
- * A recurring task, checked.
+ * A recurring task, checked: a job enqueued on a schedule, or (`kind: "workflow"`) a workflow's
+ * own schedule, which starts a run per slot (`fromWorkflow`).
  *
  * @category models
  */
-export interface RecurringTask {
+export type RecurringTask = JobTask | WorkflowTask
+
+/**
+ * A recurring task that enqueues a job.
+ *
+ * @category models
+ */
+export interface JobTask extends TaskFields {
+  readonly kind: "job"
+  readonly job: Job<string, unknown, unknown, unknown, unknown>
+}
+
+/**
+ * A workflow's schedule: each slot starts a run (its body sees the slot as `run.schedule`); a
+ * singleton workflow's slot that finds a run holding the slot is skipped.
+ *
+ * @category models
+ */
+export interface WorkflowTask extends TaskFields {
+  readonly kind: "workflow"
+  readonly workflow: AnyWorkflow
+}
+
+/** What every recurring task has. */
+export interface TaskFields {
   readonly [TypeId]: typeof TypeId
   readonly key: string
   readonly schedule: ParsedSchedule
-  readonly job: Job<string, unknown, unknown, unknown, unknown>
-  /** The payload as given, and as the job's Schema encodes it (what the ledger's definition stores). */
+  /** The payload as given, and as the job's (workflow's) Schema encodes it (what the ledger's definition stores). */
   readonly payload: unknown
   readonly encodedPayload: unknown
   readonly queue: string | undefined
@@ -63,10 +88,7 @@ const KEY = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/
 const OPTIONS = new Set(["schedule", "job", "payload", "queue", "description", "timezone", "catchUp", "catchUpLimit"])
 
 /** Checks a task's definition: the task, or why it is wrong. */
-export const check = <P>(
-  key: string,
-  options: RecurringOptions<P>
-): Result.Result<RecurringTask, InvalidRecurringTask> => {
+export const check = <P>(key: string, options: RecurringOptions<P>): Result.Result<JobTask, InvalidRecurringTask> => {
   const invalid = (reason: string) => Result.fail(new InvalidRecurringTask({ task: String(key), reason }))
   if (typeof key !== "string" || !KEY.test(key)) {
     return invalid("the key must start with a letter or digit and use letters, digits, _ . : - (at most 128)")
@@ -95,6 +117,7 @@ export const check = <P>(
   if (!Exit.isSuccess(encoded)) return invalid(`the payload does not fit job ${options.job.name}'s Schema`)
   return Result.succeed({
     [TypeId]: TypeId,
+    kind: "job",
     key,
     schedule: schedule.success,
     job: options.job as Job<string, unknown, unknown, unknown, unknown>,
@@ -112,10 +135,42 @@ export const check = <P>(
  * schedule, time zone, payload or option (a mistake in code, found when the module loads, like
  * `Job.make`); `check` gives the same answer as a value.
  */
-export const make = <P>(key: string, options: RecurringOptions<P>): RecurringTask => {
+export const make = <P>(key: string, options: RecurringOptions<P>): JobTask => {
   const task = check(key, options)
   if (Result.isFailure(task)) throw task.failure
   return task.success
+}
+
+/** The key of a workflow's schedule among the recurring tasks. */
+export const workflowTaskKey = (workflow: string): string => `workflow:${workflow}`
+
+/**
+ * The recurring task of a workflow's schedule (its key `workflow:<name>`), or undefined when
+ * the workflow has none. The registry makes one for each scheduled workflow it registers.
+ */
+export const fromWorkflow = (workflow: AnyWorkflow): Result.Result<WorkflowTask | undefined, InvalidRecurringTask> => {
+  const schedule = workflow.schedule
+  if (schedule === undefined) return Result.succeed(undefined)
+  const key = workflowTaskKey(workflow.name)
+  const encoded = Schema.encodeUnknownExit(workflow.payload)(schedule.payload)
+  if (!Exit.isSuccess(encoded)) {
+    return Result.fail(
+      new InvalidRecurringTask({ task: key, reason: "the schedule's payload does not fit the workflow's Schema" })
+    )
+  }
+  return Result.succeed({
+    [TypeId]: TypeId,
+    kind: "workflow",
+    key,
+    schedule: schedule.parsed,
+    workflow,
+    payload: schedule.payload,
+    encodedPayload: encoded.value,
+    queue: workflow.queue,
+    description: `workflow ${workflow.name}'s schedule`,
+    catchUp: "one",
+    catchUpLimit: 1
+  })
 }
 
 /** One task as a file declares it: the job by name (one of those given), the rest as in code. */
@@ -139,12 +194,12 @@ const FileTasks = Schema.Record(Schema.String, FileTask)
 export const fromRecord = (
   record: unknown,
   jobs: ReadonlyArray<AnyJob>
-): Effect.Effect<ReadonlyArray<RecurringTask>, InvalidRecurringTask> =>
+): Effect.Effect<ReadonlyArray<JobTask>, InvalidRecurringTask> =>
   Effect.gen(function* () {
     const tasks = yield* Schema.decodeUnknownEffect(FileTasks)(record).pipe(
       Effect.mapError((error) => new InvalidRecurringTask({ task: "(file)", reason: error.message }))
     )
-    const out: Array<RecurringTask> = []
+    const out: Array<JobTask> = []
     for (const [key, declared] of Object.entries(tasks)) {
       const job = jobs.find((j) => j.name === declared.job) as
         | Job<string, unknown, unknown, unknown, unknown>
@@ -172,7 +227,7 @@ export const fromRecord = (
 export const fromFile = (
   path: string,
   jobs: ReadonlyArray<AnyJob>
-): Effect.Effect<ReadonlyArray<RecurringTask>, InvalidRecurringTask> =>
+): Effect.Effect<ReadonlyArray<JobTask>, InvalidRecurringTask> =>
   Effect.tryPromise({
     try: () => readFile(path, "utf8").then((text) => JSON.parse(text) as unknown),
     catch: (error) =>

@@ -11,6 +11,7 @@ export interface TaskRow {
   readonly schedule: string
   readonly cron: string
   readonly time_zone: string
+  readonly kind: "job" | "workflow"
   readonly job: string
   readonly queue: string
   readonly payload: unknown
@@ -27,6 +28,8 @@ export interface TaskDefinition {
   readonly schedule: string
   readonly cron: string
   readonly timeZone: string
+  /** `job` (enqueue a job) or `workflow` (start a run; `job` names the workflow). */
+  readonly kind: "job" | "workflow"
   readonly job: string
   readonly queue: string
   readonly payload: unknown
@@ -47,11 +50,11 @@ export const makeRecurringSql = (sql: SqlClient.SqlClient, schema: string) => {
   // A changed cron or zone makes the task active from now: its old slots never fire, its new
   // ones from the next on.
   const taskUpsert = (t: TaskDefinition, now: Date | null) =>
-    sql`INSERT INTO ${tasks} AS t (key, schedule, cron, time_zone, job, queue, payload, description, catch_up,
+    sql`INSERT INTO ${tasks} AS t (key, schedule, cron, time_zone, kind, job, queue, payload, description, catch_up,
         catch_up_limit, active_since, synced_at)
-      VALUES (${t.key}, ${t.schedule}, ${t.cron}, ${t.timeZone}, ${t.job}, ${t.queue}, ${JSON.stringify(t.payload)}::jsonb,
+      VALUES (${t.key}, ${t.schedule}, ${t.cron}, ${t.timeZone}, ${t.kind}, ${t.job}, ${t.queue}, ${JSON.stringify(t.payload)}::jsonb,
         ${t.description}, ${t.catchUp}, ${t.catchUpLimit}, ${NOW(now)}, ${NOW(now)})
-      ON CONFLICT (key) DO UPDATE SET schedule = excluded.schedule, cron = excluded.cron,
+      ON CONFLICT (key) DO UPDATE SET schedule = excluded.schedule, cron = excluded.cron, kind = excluded.kind,
         time_zone = excluded.time_zone, job = excluded.job, queue = excluded.queue, payload = excluded.payload,
         description = excluded.description, catch_up = excluded.catch_up, catch_up_limit = excluded.catch_up_limit,
         synced_at = excluded.synced_at,

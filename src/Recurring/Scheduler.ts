@@ -9,12 +9,13 @@
 import { Context, Cron, Duration, Effect, Layer, Metric, Result } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
-import { type DatabaseError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
+import { DatabaseError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
-import type { RecurringTask } from "./Recurring.ts"
-import { UnknownRecurringTask } from "./RecurringError.ts"
+import { WorkflowClient } from "../Workflow/Client.ts"
+import type { RecurringTask, WorkflowTask } from "./Recurring.ts"
+import { InvalidRecurringTask, UnknownRecurringTask } from "./RecurringError.ts"
 import { makeRecurringSql, type TaskRow } from "./RecurringSql.ts"
 import { type CatchUp, dueSlots } from "./Schedule.ts"
 
@@ -26,12 +27,17 @@ export const recurringEnqueued = Metric.counter("pgbus_recurring_enqueued", {
   description: "jobs enqueued by recurring tasks, by task"
 })
 
-/** One fire: the task, its slot, where its job went. */
+/** One fire: the task, its slot, where its job went (or the workflow run it started, or skipped). */
 export interface Fire {
   readonly task: string
   readonly runAt: Date
   readonly queue: string
+  /** The job's message (0 for a workflow's slot). */
   readonly msgId: bigint
+  /** The run a workflow's slot started. */
+  readonly runId?: string | undefined
+  /** A singleton workflow's slot skipped: the run holding the slot. */
+  readonly skippedFor?: string | undefined
 }
 
 /** What one tick did. */
@@ -85,7 +91,9 @@ export class RecurringScheduler extends Context.Service<
     /** Syncs, then gives a session whose `runOnce` fires the due slots (its first tick applies catch-up). */
     readonly session: (tasks: ReadonlyArray<RecurringTask>) => Effect.Effect<SchedulerSession, DatabaseError>
     /** Enqueues a task's job now from its stored definition (a manual fire, recorded in the ledger). */
-    readonly runNow: (key: string) => Effect.Effect<Fire, UnknownRecurringTask | DatabaseError | QueueError>
+    readonly runNow: (
+      key: string
+    ) => Effect.Effect<Fire, UnknownRecurringTask | InvalidRecurringTask | DatabaseError | QueueError>
     /** Every stored task with its last and next fire. */
     readonly list: Effect.Effect<ReadonlyArray<TaskSummary>, DatabaseError>
     /** Deletes ledger rows past the retention (each task's latest scheduled fire stays). */
@@ -95,7 +103,7 @@ export class RecurringScheduler extends Context.Service<
   static readonly layer: Layer.Layer<
     RecurringScheduler,
     never,
-    PgBusConfig | SqlClient.SqlClient | JobClient | QueueStore
+    PgBusConfig | SqlClient.SqlClient | JobClient | QueueStore | WorkflowClient
   > = Layer.effect(
     RecurringScheduler,
     Effect.gen(function* () {
@@ -104,7 +112,12 @@ export class RecurringScheduler extends Context.Service<
       const client = yield* JobClient
       const store = yield* QueueStore
       const statements = makeRecurringSql(sql, config.schema)
-      const queueOf = (task: RecurringTask) => physicalQueueOf(config, task.job, { queue: task.queue })
+      const workflows = yield* WorkflowClient
+      const queueOf = (task: RecurringTask) =>
+        task.kind === "job"
+          ? physicalQueueOf(config, task.job, { queue: task.queue })
+          : (task.workflow.queue ?? config.workflowQueue)
+      const targetOf = (task: RecurringTask) => (task.kind === "job" ? task.job.name : task.workflow.name)
 
       const sync = (tasks: ReadonlyArray<RecurringTask>) =>
         Effect.gen(function* () {
@@ -116,7 +129,8 @@ export class RecurringScheduler extends Context.Service<
                 schedule: task.schedule.schedule,
                 cron: task.schedule.cron,
                 timeZone: task.schedule.timeZone,
-                job: task.job.name,
+                kind: task.kind,
+                job: targetOf(task),
                 queue: queueOf(task),
                 payload: task.encodedPayload,
                 description: task.description ?? null,
@@ -130,12 +144,47 @@ export class RecurringScheduler extends Context.Service<
           return { synced: tasks.map((t) => t.key), removed: removed.map((r) => r.key) } satisfies SyncReport
         }).pipe((effect) => withTransaction(sql, effect), Effect.mapError(toDatabaseError("sync recurring tasks")))
 
+      // A workflow's slot: the ledger row and the run commit together. A singleton whose slot a
+      // run holds skips the fire (seed 004's overlap rule): the ledger row stays, the slot is done.
+      const startScheduled = (task: WorkflowTask, runAt: Date, now: Date | null) =>
+        Effect.gen(function* () {
+          const [row] = yield* statements
+            .executionInsert(task.key, runAt, false, queueOf(task), now)
+            .pipe(Effect.mapError(toDatabaseError("record a recurring fire")))
+          if (row === undefined) return undefined
+          const started = yield* workflows
+            .start(task.workflow, task.payload, {
+              scheduledFor: runAt,
+              idempotencyKey: `schedule:${runAt.toISOString()}`,
+              actor: "schedule",
+              reason: `slot ${runAt.toISOString()}`
+            })
+            .pipe(
+              Effect.map((handle) => ({ runId: handle.id, skippedFor: undefined })),
+              Effect.catchTag("SingletonRunInProgress", (e) =>
+                Effect.succeed({ runId: undefined, skippedFor: e.holder.id })
+              ),
+              Effect.mapError((e) =>
+                e._tag === "InvalidWorkflowPayload" || e._tag === "AlreadyRunning"
+                  ? new DatabaseError({
+                      operation: `start workflow ${task.workflow.name} on its schedule`,
+                      reason: "refused",
+                      detail: e.message,
+                      retryable: false
+                    })
+                  : e
+              )
+            )
+          return { task: task.key, runAt, queue: queueOf(task), msgId: 0n, ...started } satisfies Fire
+        })
+
       // The ledger row first: a second scheduler's insert of the same slot waits on it and
       // then finds it, so only one enqueue commits.
       const fire = (task: RecurringTask, runAt: Date, now: Date | null) =>
         withTransaction(
           sql,
           Effect.gen(function* () {
+            if (task.kind === "workflow") return yield* startScheduled(task, runAt, now)
             const queue = queueOf(task)
             const [row] = yield* statements
               .executionInsert(task.key, runAt, false, queue, now)
@@ -186,16 +235,23 @@ export class RecurringScheduler extends Context.Service<
               })
               const outcome = yield* Effect.result(
                 Effect.forEach(slots, (slot) =>
-                  Effect.flatMap(fire(task, slot, bound), (done) => {
+                  Effect.flatMap(fire(task, slot, bound), (done: Fire | undefined) => {
                     if (done === undefined) {
                       alreadyFired++
                       return Effect.void
                     }
                     fired.push(done)
+                    if (done.skippedFor !== undefined) {
+                      return Effect.logInfo(
+                        `pgbus.recurring.skip: ${task.key} slot ${slot.toISOString()}: singleton run ${done.skippedFor} holds the slot`
+                      )
+                    }
                     return Metric.update(Metric.withAttributes(recurringEnqueued, { task: task.key }), 1).pipe(
                       Effect.andThen(
                         Effect.logInfo(
-                          `pgbus.recurring.enqueue: ${task.key} (${task.schedule.schedule}) slot ${slot.toISOString()} -> ${task.job.name} ${done.queue}:${done.msgId}`
+                          done.runId === undefined
+                            ? `pgbus.recurring.enqueue: ${task.key} (${task.schedule.schedule}) slot ${slot.toISOString()} -> ${targetOf(task)} ${done.queue}:${done.msgId}`
+                            : `pgbus.recurring.start: ${task.key} (${task.schedule.schedule}) slot ${slot.toISOString()} -> run ${done.runId}`
                         )
                       )
                     )
@@ -222,6 +278,13 @@ export class RecurringScheduler extends Context.Service<
               .taskFind(key)
               .pipe(Effect.mapError(toDatabaseError("find a recurring task")))
             if (task === undefined) return yield* new UnknownRecurringTask({ task: key })
+            // the stored row lacks what a start needs (the payload Schema, singleton): start the workflow itself
+            if (task.kind === "workflow") {
+              return yield* new InvalidRecurringTask({
+                task: key,
+                reason: `is workflow ${task.job}'s schedule: start a run with the workflow (or its ref) instead`
+              })
+            }
             const [row] = yield* statements
               .executionInsert(key, null, true, task.queue, now)
               .pipe(Effect.mapError(toDatabaseError("record a recurring fire")))

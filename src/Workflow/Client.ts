@@ -27,6 +27,12 @@ export interface StartOptions {
   /** Who started it, for the audit trail (default "app"). */
   readonly actor?: string | undefined
   readonly reason?: string | undefined
+  /** Priority sub-queue of every message of the run (0 highest; default: the workflow's, else the config's). */
+  readonly priority?: number | undefined
+  /** At most one ready, performing or waiting run of the workflow (default: the workflow's `singleton`). */
+  readonly singleton?: boolean | undefined
+  /** The schedule's slot this run is for (set by the scheduler; the body sees it as `run.schedule`). */
+  readonly scheduledFor?: Date | undefined
 }
 
 /** Who and why, for an outside verb. */
@@ -84,6 +90,12 @@ export interface RunInfo {
   readonly definitionVersion: string | undefined
   readonly definitionHash: string | undefined
   readonly rerunOf: string | undefined
+  /** Priority sub-queue of the run's messages (undefined: the config's default). */
+  readonly priority: number | undefined
+  /** Whether the run took the workflow's singleton slot. */
+  readonly singleton: boolean
+  /** The schedule's slot, for a run its schedule started. */
+  readonly scheduledFor: Date | undefined
   readonly createdAt: Date
   readonly updatedAt: Date
   readonly finishedAt: Date | undefined
@@ -161,6 +173,10 @@ export interface WorkflowRef<P> {
   readonly queue: string | undefined
   /** Declared signals: handles from `start` check payloads against them. */
   readonly signals?: import("./Runtime.ts").SignalDeclarations | undefined
+  /** Starts are singleton (at most one ready, performing or waiting run). */
+  readonly singleton?: boolean | undefined
+  /** Default priority sub-queue of the runs (0 highest). */
+  readonly priority?: number | undefined
 }
 
 /**

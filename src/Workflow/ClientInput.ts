@@ -9,9 +9,11 @@
 import { Effect, Exit, Schema } from "effect"
 import * as Input from "../Input.ts"
 import type { CheckedWorkflowClient, RunHandle, WorkflowClientShape } from "./Client.ts"
+import { checkRunOptions } from "./Ref.ts"
 import { InvalidSignal, InvalidWorkflowPayload } from "./WorkflowError.ts"
 
-const START_OPTIONS = ["subject", "idempotencyKey", "resourceId", "actor", "reason"] as const
+const START_TEXT = ["subject", "idempotencyKey", "resourceId", "actor", "reason"] as const
+const START_OPTIONS = [...START_TEXT, "priority", "singleton", "scheduledFor"] as const
 const VERB_OPTIONS = ["actor", "reason", "resourceId"] as const
 const SIGNAL_OPTIONS = ["idempotencyKey", "actor", "reason", "workflow", "resourceId"] as const
 const LIST_TEXT = ["workflow", "subject", "resourceId", "pausedReason", "cursor"] as const
@@ -50,11 +52,26 @@ export const checkStart = (
     })
   }
   const name = workflow.name
-  const problem = optionsWithText(options, START_OPTIONS, START_OPTIONS, "options")
+  const ofWorkflow = checkRunOptions(workflow)
+  if (ofWorkflow !== undefined) return new InvalidWorkflowPayload({ workflow: name, issue: `workflow ${ofWorkflow}` })
+  const problem = optionsWithText(options, START_OPTIONS, START_TEXT, "options") ?? runOptionsProblem(options)
   if (problem !== undefined) return new InvalidWorkflowPayload({ workflow: name, issue: problem })
   const encoded = Schema.encodeUnknownExit(workflow.payload as Schema.Codec<unknown, unknown>)(payload)
   const unstorable = Exit.isSuccess(encoded) ? Input.jsonProblem(encoded.value, "payload") : undefined
   return unstorable === undefined ? undefined : new InvalidWorkflowPayload({ workflow: name, issue: unstorable })
+}
+
+/** A start's priority, singleton and slot: an integer of 0 or more, a boolean, a valid Date. */
+const runOptionsProblem = (options: unknown): string | undefined => {
+  if (options === undefined) return undefined
+  const o = options as Readonly<Record<string, unknown>>
+  const problem = checkRunOptions({ singleton: o.singleton, priority: o.priority })
+  if (problem !== undefined) return `options.${problem}`
+  const at = o.scheduledFor
+  if (at !== undefined && !(at instanceof Date && !Number.isNaN(at.getTime()))) {
+    return "options.scheduledFor must be a valid Date"
+  }
+  return undefined
 }
 
 /** Runs `effect` unless a problem is named, then fails with InvalidInput. */

@@ -56,6 +56,8 @@ export interface RunContext<P> {
   readonly subject: string | undefined
   readonly resourceId: string | undefined
   readonly payload: P
+  /** The slot its schedule fired for, for a run the workflow's schedule started (else undefined). */
+  readonly schedule?: { readonly timestamp: Date } | undefined
 }
 
 /**

@@ -12,6 +12,12 @@ export type RunStatus = (typeof RunStatuses)[number]
 /** The ongoing states (one ongoing run per workflow and subject). */
 export const OngoingStatuses: ReadonlyArray<RunStatus> = ["ready", "performing", "waiting", "paused"]
 
+/**
+ * The states a singleton workflow's run holds its slot in (the partial unique index of
+ * migration 0019 says the same): a paused run releases it, and its resume takes it again.
+ */
+export const SingletonHeldStatuses: ReadonlyArray<RunStatus> = ["ready", "performing", "waiting"]
+
 /** The step states an attempt is open in (a run has at most one open attempt). */
 export const OpenStepStatuses = ["scheduled", "in_progress", "waiting"] as const
 

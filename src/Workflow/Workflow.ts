@@ -5,12 +5,20 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, type Option, type Schema } from "effect"
+import { Duration, Effect, Exit, type Option, Result, Schema } from "effect"
 import { isStorableText } from "../internal/storable.ts"
 import type { AnyJob, Job } from "../Job/Job.ts"
 import type { EnqueueOptions } from "../Job/JobClient.ts"
-import type { CheckedWorkflowClient, RunHandle, SignalOptions, SignalReceipt, StartOptions } from "./Client.ts"
-import { WorkflowClient } from "./Client.ts"
+import type {
+  ListOptions,
+  RunHandle,
+  RunPage,
+  SignalOptions,
+  SignalReceipt,
+  StartOptions,
+  WorkflowClient
+} from "./Client.ts"
+import { bindClient, checkRunOptions, type Ref } from "./Ref.ts"
 import {
   type ErrorPolicy,
   type FanOutOptions,
@@ -27,6 +35,7 @@ import {
   type WaitTimeout,
   WorkflowRuntime
 } from "./Runtime.ts"
+import { type ParsedSchedule, parseWorkflowSchedule, type ScheduleInput } from "./Schedule.ts"
 import type { DatabaseError, InvalidInput } from "./WorkflowError.ts"
 import {
   InvalidWorkflowDefinition,
@@ -74,6 +83,16 @@ export interface WorkflowOptions<P, RG, S extends SignalDeclarations = SignalDec
   readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
   /** The signals the workflow takes: a Schema for each payload (typed, validated when sent), or a matcher. */
   readonly signals?: S | undefined
+  /** At most one ready, performing or waiting run: another start fails with `SingletonRunInProgress`. */
+  readonly singleton?: boolean | undefined
+  /** Priority sub-queue of the runs' messages (0 highest; a start may give its own), when priorities are on. */
+  readonly priority?: number | undefined
+  /** Start a run on a schedule: cron, a macro or phrase, or a duration that divides the day ("5m", `{ hours: 1 }`). */
+  readonly schedule?: ScheduleInput | undefined
+  /** IANA time zone of a cron schedule (default UTC). */
+  readonly timezone?: string | undefined
+  /** The payload of the runs the schedule starts (default `{}`), checked against `payload` here. */
+  readonly schedulePayload?: P | undefined
 }
 
 /**
@@ -117,6 +136,10 @@ export interface Workflow<
   readonly cancelIf: ((run: RunContext<P>) => Effect.Effect<boolean, unknown, R>) | undefined
   readonly onError: ReadonlyArray<ErrorPolicy>
   readonly signals: S
+  readonly singleton: boolean
+  readonly priority: number | undefined
+  /** The schedule, parsed, and the payload of its runs; undefined when the workflow has none. */
+  readonly schedule: WorkflowSchedule | undefined
   readonly body: (run: RunContext<P>) => Effect.Effect<A, E, R | WorkflowRuntime>
   /** Starts a run (joins the caller's transaction). */
   readonly start: (payload: P, options?: StartOptions) => Effect.Effect<RunHandle, StartError, WorkflowClient>
@@ -129,6 +152,10 @@ export interface Workflow<
   readonly findBySubject: (
     subject: string
   ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError | InvalidInput, WorkflowClient>
+  /** This workflow's runs, newest first. */
+  readonly list: (
+    options?: Omit<ListOptions, "workflow">
+  ) => Effect.Effect<RunPage, DatabaseError | InvalidInput, WorkflowClient>
   /** Sends a signal to a run by id (its payload typed and validated by the declared Schema). */
   readonly signal: <const K extends string>(
     runId: string,
@@ -155,7 +182,16 @@ export interface AnyWorkflow {
   readonly cancelIf: ((run: RunContext<never>) => Effect.Effect<boolean, unknown, unknown>) | undefined
   readonly onError: ReadonlyArray<ErrorPolicy>
   readonly signals: SignalDeclarations
+  readonly singleton: boolean
+  readonly priority: number | undefined
+  readonly schedule: WorkflowSchedule | undefined
   readonly body: (run: RunContext<never>) => Effect.Effect<unknown, unknown, unknown>
+}
+
+/** A workflow's schedule: parsed, with the payload its runs get (as given, checked). */
+export interface WorkflowSchedule {
+  readonly parsed: ParsedSchedule
+  readonly payload: unknown
 }
 
 /** Whether a value is a workflow definition. */
@@ -254,6 +290,26 @@ export const checkStep = (name: string, options: StepOptions<unknown>): string |
   return options.onError === undefined ? undefined : checkPolicies(options.onError, `step ${name}`)
 }
 
+/** The definition's schedule checked (cron or duration, zone, payload), or the reason it is wrong. */
+const checkSchedule = <P>(
+  options: WorkflowOptions<P, unknown, SignalDeclarations>
+): WorkflowSchedule | undefined | string => {
+  if (options.schedule === undefined) {
+    if (options.timezone !== undefined || options.schedulePayload !== undefined) {
+      return "timezone and schedulePayload need a schedule"
+    }
+    return undefined
+  }
+  const parsed = parseWorkflowSchedule(options.schedule, options.timezone)
+  if (Result.isFailure(parsed)) return `schedule: ${parsed.failure}`
+  const payload = options.schedulePayload ?? {}
+  const encoded = Schema.encodeUnknownExit(options.payload as Schema.Codec<unknown, unknown>)(payload)
+  if (!Exit.isSuccess(encoded)) {
+    return "the schedule's runs need a payload the Schema takes: give schedulePayload (the default {} does not fit)"
+  }
+  return { parsed: parsed.success, payload }
+}
+
 /**
  * Defines a workflow. The body is an Effect generator; `Workflow.step` inside it is durable.
  * Throws `InvalidWorkflowDefinition` where it is written for a bad name or option.
@@ -285,8 +341,24 @@ export const make = <
     throw new InvalidWorkflowDefinition({ workflow: name, reason })
   }
   if (!NAME.test(name)) fail("the name must start with a letter and use letters, digits, _ . : - (at most 128)")
-  const allowed = new Set(["payload", "version", "queue", "cancelIf", "onError", "signals"])
+  const allowed = new Set([
+    "payload",
+    "version",
+    "queue",
+    "cancelIf",
+    "onError",
+    "signals",
+    "singleton",
+    "priority",
+    "schedule",
+    "timezone",
+    "schedulePayload"
+  ])
   for (const key of Object.keys(options)) if (!allowed.has(key)) fail(`unknown option ${key}`)
+  const problem = checkRunOptions(options)
+  if (problem !== undefined) fail(problem)
+  const schedule = checkSchedule(options)
+  if (typeof schedule === "string") fail(schedule)
   if (options.queue !== undefined && !QUEUE.test(options.queue)) {
     fail("queue must use lowercase letters, digits and underscores")
   }
@@ -296,40 +368,69 @@ export const make = <
   const policies = options.onError ?? []
   const invalid = checkPolicies(policies, "onError")
   if (invalid) fail(invalid)
-  const use = <X, Err>(f: (client: CheckedWorkflowClient) => Effect.Effect<X, Err>) => WorkflowClient.use(f)
-  const definition = {
-    [TypeId]: TypeId as typeof TypeId,
+  const fields = {
     name,
     payload: options.payload,
     version: options.version,
     queue: options.queue,
+    signals: (options.signals ?? {}) as S,
+    singleton: options.singleton ?? false,
+    priority: options.priority
+  }
+  const definition = {
+    [TypeId]: TypeId as typeof TypeId,
+    ...fields,
     cancelIf: options.cancelIf as never,
     onError: policies,
-    signals: (options.signals ?? {}) as S,
+    schedule: schedule as WorkflowSchedule | undefined,
     body: (run: RunContext<P>) =>
       Effect.gen(() => body({ ...run, waitForSignal: typedWait(options.signals ?? {}) as never })) as never,
-    start: (payload: P, startOptions?: StartOptions) =>
-      use((client) => client.start(definition, payload, startOptions)),
-    get: (id: string, getOptions?: { readonly resourceId?: string | undefined }) =>
-      use((client) => client.get(id, getOptions)),
-    findBySubject: (subject: string) => use((client) => client.findBySubject(name, subject)),
-    signal: <const K extends string>(
-      runId: string,
-      signalName: K,
-      payload: SignalPayload<S, K>,
-      signalOptions?: SignalOptions
-    ) => use((client) => client.signal(runId, signalName, payload, { ...signalOptions, workflow: definition })),
-    signalSubject: <const K extends string>(
-      subject: string,
-      signalName: K,
-      payload: SignalPayload<S, K>,
-      signalOptions?: SignalOptions & { readonly missing?: "raise" | "ignore" }
-    ) =>
-      use((client) =>
-        client.signalSubject(name, subject, signalName, payload, { ...signalOptions, workflow: definition })
-      )
+    ...bindClient(fields)
   }
   return definition
+}
+
+export { checkRunOptions, isRef, type Ref, type RefOptions, ref } from "./Ref.ts"
+
+/** What `implement` adds to a ref: every option but those the ref fixes. */
+export type ImplementOptions<P, RG> = Omit<
+  WorkflowOptions<P, RG>,
+  "payload" | "signals" | "version" | "queue" | "singleton" | "priority"
+>
+
+/**
+ * The full definition of a ref (in the worker that runs it): the ref's name, Schemas and run
+ * options, with the body and the options only a worker needs (schedule, cancelIf, onError).
+ * Throws `InvalidWorkflowDefinition` for an option the ref fixes.
+ */
+export const implement = <
+  const Name extends string,
+  P,
+  Eff extends Effect.Effect<unknown, unknown, unknown>,
+  A,
+  RG = never,
+  const S extends SignalDeclarations = {}
+>(
+  ref: Ref<Name, P, S>,
+  options: ImplementOptions<P, RG>,
+  body: (run: WorkflowRun<P, S>) => Generator<Eff, A, never>
+) => {
+  for (const key of ["payload", "signals", "version", "queue", "singleton", "priority"]) {
+    if (key in options) throw new InvalidWorkflowDefinition({ workflow: ref.name, reason: `${key} is set on the ref` })
+  }
+  return make<Name, P, Eff, A, RG, S>(
+    ref.name,
+    {
+      ...options,
+      payload: ref.payload,
+      signals: ref.signals,
+      ...(ref.version === undefined ? {} : { version: ref.version }),
+      ...(ref.queue === undefined ? {} : { queue: ref.queue }),
+      ...(ref.singleton ? { singleton: true } : {}),
+      ...(ref.priority === undefined ? {} : { priority: ref.priority })
+    },
+    body
+  )
 }
 
 /**

@@ -59,6 +59,21 @@ export class AlreadyRunning extends Schema.TaggedError<AlreadyRunning>()("Alread
 }
 
 /**
+ * The workflow is a singleton and another run holds its slot (ready, performing or waiting):
+ * a start, or the resume of a paused run, is refused; `holder` is that run. Nothing was written.
+ *
+ * @category errors
+ */
+export class SingletonRunInProgress extends Schema.TaggedError<SingletonRunInProgress>()("SingletonRunInProgress", {
+  workflow: Schema.String,
+  holder: RunSummary
+}) {
+  override get message(): string {
+    return `workflow ${this.workflow} is a singleton and run ${this.holder.id} (${this.holder.status}) holds its slot`
+  }
+}
+
+/**
  * No run with this id (or it belongs to another resource).
  *
  * @category errors
@@ -345,7 +360,7 @@ export class InvalidSignal extends Schema.TaggedError<InvalidSignal>()("InvalidS
 }
 
 /** Errors of starting a run. */
-export type StartError = InvalidWorkflowPayload | AlreadyRunning | QueueError
+export type StartError = InvalidWorkflowPayload | AlreadyRunning | SingletonRunInProgress | QueueError
 
 /** Errors of an outside verb. */
 export type VerbError =
@@ -354,6 +369,7 @@ export type VerbError =
   | NotPaused
   | NotOngoing
   | UnknownStep
+  | SingletonRunInProgress
   | DatabaseError
   | QueueError
 

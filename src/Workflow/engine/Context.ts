@@ -40,9 +40,15 @@ export const makeEngineContext = Effect.gen(function* () {
     <A>(effect: Effect.Effect<A, SqlError>): Effect.Effect<A, DatabaseError> =>
       Effect.mapError(effect, toDatabaseError(operation))
 
-  /** The logical and physical queue of a workflow's step messages. */
+  /**
+   * The logical and physical queue of a workflow's step messages. A step row keeps its queue
+   * with its priority sub-queue (`workflows_p1`): given back without a priority, it stays that.
+   */
   const queueOf = (logical: string, priority?: number) => {
-    const queue = physicalQueueOf(config, { queue: logical, priority: undefined }, { queue: logical, priority })
+    const isSubQueue = config.priorityLevels !== undefined && priority === undefined && /_p\d+$/.test(logical)
+    const queue = isSubQueue
+      ? logical
+      : physicalQueueOf(config, { queue: logical, priority: undefined }, { queue: logical, priority })
     return { queue, physical: QueueName.physicalOf(config.queuePrefix, queue) }
   }
 

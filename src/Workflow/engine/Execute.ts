@@ -42,6 +42,8 @@ export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
     Effect.gen(function* () {
       const st = yield* makeExecutionState(registered, claim, ex, speculative, renewalOf, config.workflowQueue)
       const { def, runId, namesSeen, decoded, runContext } = st
+      // a continue message of a prioritized run goes to its priority sub-queue
+      if (claim.priority != null) ex.queue = ctx.queueOf(def.queue ?? config.workflowQueue, claim.priority).queue
       const apply = makeApply(ctx, outcomes, st)
       const { claimForRestart, pauseWith, divergence, applyOutcome } = apply
       const step = makeStep(ctx, outcomes, st, apply)

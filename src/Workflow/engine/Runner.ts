@@ -244,6 +244,9 @@ export const makeRunner = (
             payload: input.payload,
             subject: input.subject,
             resource_id: input.resource_id,
+            // a prioritized or scheduled run's start carries no input (its claim reads them)
+            priority: null,
+            scheduled_for: null,
             history: [],
             held_signal: null,
             step_id: null,

@@ -241,6 +241,9 @@ export const toRunInfo = (row: RunRow): RunInfo => ({
   definitionVersion: row.definition_version ?? undefined,
   definitionHash: row.definition_hash ?? undefined,
   rerunOf: row.rerun_of ?? undefined,
+  priority: row.priority ?? undefined,
+  singleton: row.singleton,
+  scheduledFor: row.scheduled_for ?? undefined,
   createdAt: row.created_at,
   updatedAt: row.updated_at,
   finishedAt: row.finished_at ?? undefined,
@@ -320,6 +323,8 @@ export type Claimed = Pick<
   | "payload"
   | "subject"
   | "resource_id"
+  | "priority"
+  | "scheduled_for"
   | "history"
   | "held_signal"
   | "step_id"

@@ -8,7 +8,7 @@ import { statementNow } from "../../Database.ts"
 import { makeBatcher } from "../../internal/Batcher.ts"
 import type { QueueError } from "../../Queue/QueueError.ts"
 import type { RunHandle, StartOptions, WorkflowRef } from "../Client.ts"
-import { AlreadyRunning, type DatabaseError, InvalidWorkflowPayload } from "../WorkflowError.ts"
+import { AlreadyRunning, type DatabaseError, InvalidWorkflowPayload, SingletonRunInProgress } from "../WorkflowError.ts"
 import type { RunRow, StartEntry } from "../WorkflowSql.ts"
 import type { EngineContext } from "./Context.ts"
 import { CARRIED_INPUT_LIMIT, ENGINE_VERSION } from "./Shared.ts"
@@ -57,9 +57,11 @@ export const makeStarts = (
             Effect.map((rows) => rows[0])
           ),
         key: (e) =>
-          e.subject === null && e.idempotencyKey === null
-            ? e.id
-            : `${e.workflow}\u0000${e.subject}\u0000${e.idempotencyKey}`
+          e.singleton
+            ? `${e.workflow}\u0000singleton`
+            : e.subject === null && e.idempotencyKey === null
+              ? e.id
+              : `${e.workflow}\u0000${e.subject}\u0000${e.idempotencyKey}`
       })
       startBatchers.set(physical, batcher)
     }
@@ -70,8 +72,9 @@ export const makeStarts = (
     workflow: WorkflowRef<P>,
     payload: P,
     options: StartOptions,
-    rerunOf: string | null
-  ): Effect.Effect<RunHandle, InvalidWorkflowPayload | AlreadyRunning | QueueError> =>
+    rerunOf: string | null,
+    attempt = 1
+  ): Effect.Effect<RunHandle, InvalidWorkflowPayload | AlreadyRunning | SingletonRunInProgress | QueueError> =>
     Effect.gen(function* () {
       const encoded = yield* Schema.encodeEffect(workflow.payload)(payload).pipe(
         Effect.mapError((e) => new InvalidWorkflowPayload({ workflow: workflow.name, issue: e.message }))
@@ -94,7 +97,11 @@ export const makeStarts = (
       }
       const key = options.idempotencyKey?.trim() ? options.idempotencyKey : null
       const subject = options.subject ?? null
-      const { queue, physical } = queueOf(workflow.queue ?? config.workflowQueue)
+      // resolved once, kept on the run: every later message of the run goes to its sub-queue
+      const priority = options.priority ?? workflow.priority ?? null
+      const singleton = options.singleton ?? workflow.singleton ?? false
+      const scheduledFor = options.scheduledFor ?? null
+      const { queue, physical } = queueOf(workflow.queue ?? config.workflowQueue, priority ?? undefined)
       yield* jobs.ensureQueue(queue)
       const now = yield* statementNow
       const id = crypto.randomUUID()
@@ -109,7 +116,11 @@ export const makeStarts = (
         definitionVersion: workflow.version ?? null,
         actor: options.actor ?? "app",
         reason: options.reason ?? null,
-        carryInput: size <= CARRIED_INPUT_LIMIT,
+        priority,
+        singleton,
+        scheduledFor,
+        // a prioritized or scheduled run is claimed before its first replay (the claim reads both)
+        carryInput: size <= CARRIED_INPUT_LIMIT && priority === null && scheduledFor === null,
         now
       }
       // outside a transaction, concurrent starts into one queue share a statement
@@ -119,9 +130,17 @@ export const makeStarts = (
           : (yield* statements.runStart({ ...entry, physicalQueue: physical, rerunOf }).pipe(db("start run")))[0]
       // the start returns the new row: no read-back
       if (inserted !== undefined) return makeHandle(inserted, false, workflow)
-      const [holder] = yield* statements.runFindConflicting(workflow.name, subject, key).pipe(db("find run"))
+      const [holder] = yield* statements.runFindConflicting(workflow.name, subject, key, singleton).pipe(db("find run"))
+      // the holder ended between the refused insert and this read: start again
+      if (holder === undefined && attempt < 3) return yield* startRun(workflow, payload, options, rerunOf, attempt + 1)
       if (holder === undefined) return yield* Effect.die(new Error("start found neither a new run nor a conflict"))
       if (key !== null && holder.idempotency_key === key) return makeHandle(holder, true, workflow)
+      if (singleton && (subject === null || holder.subject !== subject)) {
+        return yield* new SingletonRunInProgress({
+          workflow: workflow.name,
+          holder: { id: holder.id, workflow: holder.workflow, status: holder.status }
+        })
+      }
       return yield* new AlreadyRunning({
         workflow: workflow.name,
         subject: subject ?? "",

@@ -220,7 +220,7 @@ export const makeSweep = (
       }
     }
     for (const run of yield* statements.runsIdle(thresholdMs, now, SWEEP_BATCH).pipe(db("find idle runs"))) {
-      const { queue, physical } = queueOf(config.workflowQueue)
+      const { queue, physical } = queueOf(config.workflowQueue, run.priority ?? undefined)
       yield* jobs.ensureQueue(queue)
       yield* statements.runSendContinue(run.workflow, run.id, physical, now).pipe(db("re-send run"))
       resent++

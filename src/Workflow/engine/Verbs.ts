@@ -5,7 +5,14 @@
  */
 import { Cause, Effect, Exit, Metric, Option, Schema } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
-import { isPassingFailure, retryTransient, statementNow, toDatabaseError, withTransaction } from "../../Database.ts"
+import {
+  isPassingFailure,
+  retryTransient,
+  serverError,
+  statementNow,
+  toDatabaseError,
+  withTransaction
+} from "../../Database.ts"
 import type { Message } from "../../Queue/Message.ts"
 import type { LocalSlot } from "../../Queue/Notifier.ts"
 import type { SignalOptions, SignalReceipt, VerbOptions, WorkflowClientShape, WorkflowRef } from "../Client.ts"
@@ -19,6 +26,7 @@ import {
   NotPaused,
   RunNotFound,
   type SignalError,
+  SingletonRunInProgress,
   UnknownStep
 } from "../WorkflowError.ts"
 import { type ClaimRow, POLL_WAIT, type RunRow } from "../WorkflowSql.ts"
@@ -36,6 +44,12 @@ import {
   toRunInfo
 } from "./Shared.ts"
 import type { makeStarts } from "./Starts.ts"
+
+/** A refusal of migration 0019's singleton index (another run holds the slot). */
+const isSingletonViolation = (error: SqlError): boolean => {
+  const server = serverError(error)
+  return server.code === "23505" && server.message.includes("workflow_runs_singleton_idx")
+}
 
 /** The outside verbs: each locks the run, checks the transition table, acts and writes its event. */
 export const makeVerbs = (
@@ -58,6 +72,21 @@ export const makeVerbs = (
     return new InvalidTransition({ verb, current: run.status, run: run.id })
   }
 
+  /** The run holding a singleton's slot, as the error of a resume the unique index refused. */
+  const singletonHolder = (workflow: string, error: SqlError) =>
+    Effect.flatMap(
+      Effect.orDie(statements.runFindConflicting(workflow, null, null, true)),
+      ([holder]): Effect.Effect<never, SingletonRunInProgress | SqlError> =>
+        holder === undefined
+          ? Effect.fail(error)
+          : Effect.fail(
+              new SingletonRunInProgress({
+                workflow,
+                holder: { id: holder.id, workflow: holder.workflow, status: holder.status }
+              })
+            )
+    )
+
   /** Runs an outside verb in a transaction: lock, check the table, act, write its event. */
   const verb = <A, E>(
     name: States.OutsideVerb,
@@ -66,25 +95,46 @@ export const makeVerbs = (
     act: (run: RunRow, now: Date | null) => Effect.Effect<A, E | SqlError>
   ): Effect.Effect<
     A,
-    Exclude<E, SqlError> | RunNotFound | InvalidTransition | NotPaused | NotOngoing | DatabaseError
+    | Exclude<E, SqlError>
+    | RunNotFound
+    | InvalidTransition
+    | NotPaused
+    | NotOngoing
+    | SingletonRunInProgress
+    | DatabaseError
   > =>
     Effect.gen(function* () {
       if (!isUuid(id)) return yield* new RunNotFound({ id })
       const now = yield* statementNow
+      let workflow: string | undefined
       return yield* withTransaction(
         sql,
         Effect.gen(function* () {
           const [run] = yield* statements.runLock(id, options?.resourceId ?? null)
           if (run === undefined) return yield* new RunNotFound({ id })
           if (!States.isLegal(name, run.status)) return yield* verbError(name, run)
+          if (run.singleton) workflow = run.workflow
           return yield* act(run, now)
         })
-      ).pipe(Effect.mapError((e) => (isSqlError(e) ? toDatabaseError(`workflow ${name}`)(e) : e)))
+      ).pipe(
+        // a singleton's paused run resumed while another run holds the slot: the index refused it
+        Effect.catchIf(
+          (e) => workflow !== undefined && isSqlError(e) && isSingletonViolation(e),
+          (e) => singletonHolder(workflow!, e as SqlError)
+        ),
+        Effect.mapError((e) => (isSqlError(e) ? toDatabaseError(`workflow ${name}`)(e) : e))
+      )
     }).pipe(
       Effect.withSpan(`pgbus.workflow.${name}`, { attributes: { workflow_id: id } }, { captureStackTrace: false })
     ) as Effect.Effect<
       A,
-      Exclude<E, SqlError> | RunNotFound | InvalidTransition | NotPaused | NotOngoing | DatabaseError
+      | Exclude<E, SqlError>
+      | RunNotFound
+      | InvalidTransition
+      | NotPaused
+      | NotOngoing
+      | SingletonRunInProgress
+      | DatabaseError
     >
 
   const event = (
@@ -415,7 +465,12 @@ export const makeVerbs = (
             yield* event(run, "resumed", options, now, { step: latest.name, attempt: latest.attempt })
           } else {
             yield* setStatus(run, "resume", now)
-            yield* statements.runSendContinue(run.workflow, run.id, queueOf(config.workflowQueue).physical, now)
+            yield* statements.runSendContinue(
+              run.workflow,
+              run.id,
+              queueOf(config.workflowQueue, run.priority ?? undefined).physical,
+              now
+            )
             yield* event(run, "resumed", options, now)
           }
           return yield* reread(run.id)
@@ -482,7 +537,10 @@ export const makeVerbs = (
             subject: run.subject ?? undefined,
             resourceId: run.resource_id ?? undefined,
             actor: options?.actor,
-            reason: options?.reason
+            reason: options?.reason,
+            // the new run keeps the old one's priority and its claim on a singleton's slot
+            priority: run.priority ?? undefined,
+            singleton: run.singleton
           },
           run.id
         )

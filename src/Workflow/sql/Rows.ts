@@ -25,6 +25,11 @@ export interface RunRow {
   readonly definition_version: string | null
   readonly definition_hash: string | null
   readonly rerun_of: string | null
+  /** Priority sub-queue of the run's messages; null: the config's default. */
+  readonly priority: number | null
+  readonly singleton: boolean
+  /** The schedule's slot, for a run its schedule started. */
+  readonly scheduled_for: Date | null
   readonly actor: string
   readonly created_at: Date
   readonly updated_at: Date
@@ -188,6 +193,12 @@ export interface StartEntry {
   readonly definitionVersion: string | null
   readonly actor: string
   readonly reason: string | null
+  /** Priority sub-queue of the run's messages; null: the config's default. */
+  readonly priority: number | null
+  /** The run takes the workflow's singleton slot. */
+  readonly singleton: boolean
+  /** The schedule's slot, for a run its schedule started. */
+  readonly scheduledFor: Date | null
   /** The message carries the run's payload, subject and resource: its worker replays before claiming. */
   readonly carryInput: boolean
   readonly now: Date | null

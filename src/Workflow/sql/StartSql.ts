@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { OngoingStatuses, type RunStatus } from "../States.ts"
+import { OngoingStatuses, type RunStatus, SingletonHeldStatuses } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
 import { type RunRow, STEP_JOB, type StartEntry } from "./Rows.ts"
 
@@ -26,10 +26,10 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
     )
     return sql<RunRow & { readonly notified: unknown }>`WITH run AS (
         INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
-                             definition_version, rerun_of, actor, created_at, updated_at)
+                             definition_version, rerun_of, actor, priority, singleton, scheduled_for, created_at, updated_at)
         VALUES (${p.id}::uuid, ${p.workflow}, ${p.subject}, ${p.resourceId}, ${p.payload}::jsonb, ${toOf("start")},
                 ${p.idempotencyKey}, ${p.engineVersion}, ${p.definitionVersion}, ${p.rerunOf}::uuid, ${p.actor},
-                ${NOW(p.now)}, ${NOW(p.now)})
+                ${p.priority}::int4, ${p.singleton}, ${p.scheduledFor}::timestamptz, ${NOW(p.now)}, ${NOW(p.now)})
         ON CONFLICT DO NOTHING
         RETURNING *),
       started AS (
@@ -52,7 +52,7 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
     const json = `[${entries
       .map(
         (e) =>
-          `{"id":${JSON.stringify(e.id)},"w":${JSON.stringify(e.workflow)},"s":${JSON.stringify(e.subject)},"rs":${JSON.stringify(e.resourceId)},"p":${e.payload},"k":${JSON.stringify(e.idempotencyKey)},"v":${e.engineVersion},"dv":${JSON.stringify(e.definitionVersion)},"a":${JSON.stringify(e.actor)},"re":${JSON.stringify(e.reason)},"c":${e.carryInput}}`
+          `{"id":${JSON.stringify(e.id)},"w":${JSON.stringify(e.workflow)},"s":${JSON.stringify(e.subject)},"rs":${JSON.stringify(e.resourceId)},"p":${e.payload},"k":${JSON.stringify(e.idempotencyKey)},"v":${e.engineVersion},"dv":${JSON.stringify(e.definitionVersion)},"a":${JSON.stringify(e.actor)},"re":${JSON.stringify(e.reason)},"c":${e.carryInput},"pr":${JSON.stringify(e.priority)},"sg":${e.singleton},"sf":${JSON.stringify(e.scheduledFor)}}`
       )
       .join(",")}]`
     const message = messageCtes(
@@ -70,13 +70,14 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
         SELECT u.ord, (u.e->>'id')::uuid AS id, u.e->>'w' AS workflow, u.e->>'s' AS subject,
           u.e->>'rs' AS resource_id, u.e->'p' AS payload, u.e->>'k' AS idempotency_key,
           (u.e->>'v')::int4 AS engine_version, u.e->>'dv' AS definition_version, u.e->>'a' AS actor,
-          u.e->>'re' AS reason, (u.e->>'c')::boolean AS carry
+          u.e->>'re' AS reason, (u.e->>'c')::boolean AS carry, (u.e->>'pr')::int4 AS priority,
+          (u.e->>'sg')::boolean AS singleton, (u.e->>'sf')::timestamptz AS scheduled_for
         FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
       run AS (
         INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
-                             definition_version, rerun_of, actor, created_at, updated_at)
+                             definition_version, rerun_of, actor, priority, singleton, scheduled_for, created_at, updated_at)
         SELECT id, workflow, subject, resource_id, payload, ${toOf("start")}, idempotency_key, engine_version,
-               definition_version, NULL, actor, ${NOW(now)}, ${NOW(now)}
+               definition_version, NULL, actor, priority, singleton, scheduled_for, ${NOW(now)}, ${NOW(now)}
         FROM i ORDER BY ord
         ON CONFLICT DO NOTHING
         RETURNING *),
@@ -90,13 +91,23 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
       SELECT run.*, ${message.notifyRef} AS notified FROM i LEFT JOIN run ON run.id = i.id ORDER BY i.ord`
   }
 
-  /** The run a start collided with: the one with the key, else the subject's ongoing run. */
-  const runFindConflicting = (workflow: string, subject: string | null, idempotencyKey: string | null) =>
+  /**
+   * The run a start collided with: the one with the key, else the subject's ongoing run, else
+   * (`singleton`) the run holding the workflow's singleton slot.
+   */
+  const runFindConflicting = (
+    workflow: string,
+    subject: string | null,
+    idempotencyKey: string | null,
+    singleton = false
+  ) =>
     sql<RunRow>`SELECT * FROM ${runs}
       WHERE workflow = ${workflow}
         AND ((${idempotencyKey}::text IS NOT NULL AND idempotency_key = ${idempotencyKey}::text)
-          OR (${subject}::text IS NOT NULL AND subject = ${subject}::text AND status = ANY(${textArray(OngoingStatuses)}::text[])))
-      ORDER BY (idempotency_key IS NOT DISTINCT FROM ${idempotencyKey}::text) DESC
+          OR (${subject}::text IS NOT NULL AND subject = ${subject}::text AND status = ANY(${textArray(OngoingStatuses)}::text[]))
+          OR (${singleton} AND singleton AND status = ANY(${textArray(SingletonHeldStatuses)}::text[])))
+      ORDER BY (idempotency_key IS NOT DISTINCT FROM ${idempotencyKey}::text) DESC,
+        (subject IS NOT DISTINCT FROM ${subject}::text) DESC
       LIMIT 1`
 
   /** A performing run with no step in progress ends: finished, paused or cancelled (with its event). */

@@ -73,7 +73,7 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
   /** A fresh run reached its first step: claim the run with it, if the run has no history. */
   const claimWithFirst = (name: string, options: StepOptions<unknown>) =>
     Effect.gen(function* () {
-      const { queue } = queueOf(options.queue ?? defaultQueue, options.priority)
+      const { queue } = queueOf(options.queue ?? defaultQueue, options.priority ?? st.runPriority)
       yield* jobs.ensureQueue(queue)
       st.speculative = false
       const timeoutMs =

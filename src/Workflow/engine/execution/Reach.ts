@@ -34,7 +34,7 @@ export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, 
     Effect.gen(function* () {
       const delayMs = options.wait === undefined ? 0 : Duration.toMillis(Duration.fromInputUnsafe(options.wait))
       const queue = options.queue ?? defaultQueue
-      const { queue: queueName, physical } = queueOf(queue, options.priority)
+      const { queue: queueName, physical } = queueOf(queue, options.priority ?? st.runPriority)
       yield* jobs.ensureQueue(queueName)
       // run it here and now when nothing stands between: no wait, no guard, same queue
       const dueAt = options.at ?? null

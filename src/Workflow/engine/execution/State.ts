@@ -33,6 +33,8 @@ export interface ExecutionState {
   readonly decoded: Option.Option<unknown>
   readonly runContext: RunContext<unknown>
   readonly defaultQueue: string
+  /** The run's priority sub-queue, for steps that name none (kept across resumes). */
+  readonly runPriority: number | undefined
   /** A fresh run replaying before its claim, from the input its start message carried. */
   speculative: boolean
   /** The claimed step (none for a continue). */
@@ -82,7 +84,8 @@ export const makeExecutionState = (
       workflow: def.name,
       subject: claim.subject ?? undefined,
       resourceId: claim.resource_id ?? undefined,
-      payload: Option.getOrUndefined(decoded)
+      payload: Option.getOrUndefined(decoded),
+      schedule: claim.scheduled_for == null ? undefined : { timestamp: new Date(claim.scheduled_for) }
     }
     const state: ExecutionState = {
       registered,
@@ -100,6 +103,7 @@ export const makeExecutionState = (
       decoded,
       runContext,
       defaultQueue: def.queue ?? workflowQueue,
+      runPriority: claim.priority ?? undefined,
       speculative,
       target,
       targetReached: false,
