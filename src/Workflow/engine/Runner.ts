@@ -214,7 +214,8 @@ export const makeRunner = (
       claimLost: false,
       held: undefined,
       pending: undefined,
-      queue: undefined
+      queue: undefined,
+      workflows
     }
     const executed = Effect.gen(function* () {
       const registered = workflows.get(message.workflow)
@@ -244,6 +245,7 @@ export const makeRunner = (
             payload: input.payload,
             subject: input.subject,
             resource_id: input.resource_id,
+            parent_run_id: input.parent_run_id ?? null,
             history: [],
             held_signal: null,
             step_id: null,

@@ -305,7 +305,9 @@ export const StepMessage = Schema.Struct({
     Schema.Struct({
       payload: Schema.Unknown,
       subject: Schema.NullOr(Schema.String),
-      resource_id: Schema.NullOr(Schema.String)
+      resource_id: Schema.NullOr(Schema.String),
+      /** A child run's parent (its end wakes the parent, see `verbs/child.ts`). */
+      parent_run_id: Schema.optionalKey(Schema.String)
     })
   ),
   /** A notify notice of a per-run deadline: the missed deadline (ISO), to evaluate the deadline again. */
@@ -320,6 +322,7 @@ export type Claimed = Pick<
   | "payload"
   | "subject"
   | "resource_id"
+  | "parent_run_id"
   | "history"
   | "held_signal"
   | "step_id"
@@ -379,6 +382,8 @@ export interface Execution {
   pending: Pending | undefined
   /** The workflow's queue (where a continue message goes). */
   queue: string | undefined
+  /** The workflows this process registered (a `Workflow.child` step refuses a child not among them). */
+  workflows?: ReadonlyMap<string, RegisteredWorkflow> | undefined
 }
 
 /** What a run would do next, for the test helpers. */
@@ -467,6 +472,8 @@ export interface SweepReport {
   readonly waitingOverdue: number
   /** Fan-out steps whose batch's callback was lost (or whose batch row is gone), resolved. */
   readonly fanOutsResolved: number
+  /** Parents woken by the sweep: still waiting on a child that had ended (a wake-up lost). */
+  readonly childrenWoken: number
 }
 
 /**
