@@ -72,6 +72,29 @@ const Forgiving = Workflow.make("ParentForgiving", { payload: OrderInput, queue:
   return { receiptId: receipt?.receiptId ?? null }
 })
 
+/** A child whose wait for `go` cancels it after 300 ms (the sweep applies it). */
+const Impatient = Workflow.make(
+  "ChildImpatient",
+  { payload: Schema.Struct({ n: Schema.Number }), queue: "children" },
+  function* () {
+    yield* Workflow.waitForSignal("go", { timeout: "300 millis", onTimeout: "cancel" })
+  }
+)
+/** A parent whose child's wait times out, skipping the failed child. */
+const Hopeful = Workflow.make(
+  "ParentHopeful",
+  { payload: Schema.Struct({ n: Schema.Number }), queue: "parents" },
+  function* () {
+    yield* Workflow.child(
+      "impatient",
+      Impatient,
+      { n: 1 },
+      { onError: [{ match: "ChildWorkflowFailed", action: "skip" }] }
+    )
+    return "went on"
+  }
+)
+
 /** A child that fails (its default policy pauses it with the error). */
 const Broken = Workflow.make(
   "ChildBroken",
@@ -129,13 +152,20 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
         receiptId: "rcpt_o1",
         recorded: "recorded rcpt_o1"
       })
-      assert.strictEqual(yield* status(child.id), "finished")
+      const childInfo = yield* info(child.id)
+      assert.strictEqual(childInfo.status, "finished")
+      assert.strictEqual(childInfo.parentRunId, parent.id)
+      assert.strictEqual(childInfo.parentStep, "receipt")
+      assert.strictEqual((yield* info(parent.id)).parentRunId, undefined)
       // one child for the step; the audit trail shows both sides
       assert.lengthOf(yield* childrenOf(parent.id), 1)
       const [started] = yield* eventsOf(parent.id, "child_started")
       expect(started).toMatchObject({ step: "receipt", details: { child_run_id: child.id, workflow: "ChildReceipt" } })
       const [ended] = yield* eventsOf(parent.id, "child_ended")
       expect(ended).toMatchObject({ step: "receipt", details: { child_run_id: child.id, status: "finished" } })
+      // woken in the transaction that finished the child: one statement time
+      const [childFinished] = yield* eventsOf(child.id, "finished")
+      assert.strictEqual(ended!.at.getTime(), childFinished!.at.getTime())
       const [childStarted] = yield* eventsOf(child.id, "started")
       expect(childStarted!.details).toMatchObject({ parent_run_id: parent.id, parent_step: "receipt" })
       // the parent's step stored the child's output (a replay reads it back)
@@ -263,6 +293,33 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
       // a bad option is refused before anything happens
       const refused = yield* client.cancel(keptChild.id, { cancelChildren: "yes" } as never).pipe(Effect.flip)
       assert.strictEqual(refused._tag, "InvalidInput")
+    })
+  )
+
+  it.effect("a child cancelled by the sweep (its wait timed out) wakes its parent in the same transaction", () =>
+    Effect.gen(function* () {
+      const sweep = yield* WorkflowSweep
+      const parent = yield* Hopeful.start({ n: 1 })
+      yield* startSupervisor([Hopeful, Impatient], capsules(2))
+      const child = yield* childWhen(parent.id, "waiting")
+      yield* eventually(
+        "the sweep cancelled the child",
+        Effect.andThen(
+          sweep.runOnce,
+          Effect.map(status(child.id), (s) => s === "cancelled")
+        ),
+        "30 seconds"
+      )
+      yield* eventually(
+        "the parent finished",
+        Effect.map(status(parent.id), (s) => s === "finished"),
+        "30 seconds"
+      )
+      assert.strictEqual((yield* info(parent.id)).output, "went on")
+      const [timedOut] = yield* eventsOf(child.id, "wait_timed_out")
+      const [ended] = yield* eventsOf(parent.id, "child_ended")
+      expect(ended!.details).toMatchObject({ child_run_id: child.id, status: "cancelled" })
+      assert.strictEqual(ended!.at.getTime(), timedOut!.at.getTime(), "one transaction")
     })
   )
 

@@ -95,6 +95,9 @@ export interface RunInfo {
   readonly finishedAt: Date | undefined
   /** The outside verbs the transition table allows now. */
   readonly availableActions: ReadonlyArray<OutsideVerb>
+  /** A child run (`Workflow.child`): the run whose step started it, and that step. */
+  readonly parentRunId?: string | undefined
+  readonly parentStep?: string | undefined
 }
 
 /** One attempt of a step. */

@@ -244,7 +244,8 @@ export const toRunInfo = (row: RunRow): RunInfo => ({
   createdAt: row.created_at,
   updatedAt: row.updated_at,
   finishedAt: row.finished_at ?? undefined,
-  availableActions: States.availableActions(row.status)
+  availableActions: States.availableActions(row.status),
+  ...(row.parent_run_id == null ? {} : { parentRunId: row.parent_run_id, parentStep: row.parent_step ?? undefined })
 })
 
 export const toStepAttempt = (row: StepRow): StepAttempt => ({

@@ -28,7 +28,7 @@ export const makeSweep = (
   const { getRow, isUuid } = queries
   const { finish, stallNext } = outcomes
   const { sendSignal } = verbs
-  const { repairLostWakes } = makeChildWake(ctx)
+  const { repairLostWakes, withParentWake } = makeChildWake(ctx)
 
   const SWEEP_BATCH = 200
 
@@ -102,21 +102,26 @@ export const makeSweep = (
               })
             )
           : null
-      const [resolved] = yield* statements
-        .stepResolveWaiting({
-          workflow: step.workflow,
-          runId: step.run_id,
-          stepId: step.id,
-          outcome: action,
-          error,
-          actor: "system",
-          reason: null,
-          eventType: "wait_timed_out",
-          eventDetails: details,
-          physicalQueue: physical,
-          now
-        })
-        .pipe(db("apply timeout"))
+      // a child's wait that cancels or pauses it wakes its parent with it
+      const [resolved] = yield* withParentWake(
+        step.run_id,
+        action === "cancel" || action === "pause",
+        statements
+          .stepResolveWaiting({
+            workflow: step.workflow,
+            runId: step.run_id,
+            stepId: step.id,
+            outcome: action,
+            error,
+            actor: "system",
+            reason: null,
+            eventType: "wait_timed_out",
+            eventDetails: details,
+            physicalQueue: physical,
+            now
+          })
+          .pipe(db("apply timeout"))
+      )
       return resolved !== undefined
     })
 
@@ -160,17 +165,22 @@ export const makeSweep = (
       const detection = step.timeout_ms !== null && step.timeout_ms < thresholdMs ? "timeout" : "threshold"
       const stalledError = new StepStalled({ step: step.name, detection })
       const next = stallNext(step, stalledError)
-      const [applied] = yield* finish({
-        workflow: step.workflow,
-        runId: step.run_id,
-        stepId: step.id,
-        status: "failed",
-        output: null,
-        error: errorJson(stalledError),
-        definitionHash: null,
-        next,
-        now
-      })
+      // a child's stall that cancels or pauses it wakes its parent with it
+      const [applied] = yield* withParentWake(
+        step.run_id,
+        next._tag === "cancel" || next._tag === "pause",
+        finish({
+          workflow: step.workflow,
+          runId: step.run_id,
+          stepId: step.id,
+          status: "failed",
+          output: null,
+          error: errorJson(stalledError),
+          definitionHash: null,
+          next,
+          now
+        })
+      )
       if (applied?.applied === 1n) {
         stalled++
         yield* statements

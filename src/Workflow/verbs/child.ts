@@ -51,8 +51,19 @@ const detailOf = (row: RunRow): string | undefined => {
   return typeof error?.message === "string" ? error.message : (row.paused_reason ?? undefined)
 }
 
-/** Waking a child's parent: in the child's end's transaction, and by the sweep for a lost one. */
+const built = new WeakMap<EngineContext, ReturnType<typeof buildChildWake>>()
+
+/** Waking a child's parent: in the child's end's transaction, and by the sweep for a lost one (built once per engine). */
 export const makeChildWake = (ctx: EngineContext) => {
+  let wake = built.get(ctx)
+  if (wake === undefined) {
+    wake = buildChildWake(ctx)
+    built.set(ctx, wake)
+  }
+  return wake
+}
+
+const buildChildWake = (ctx: EngineContext) => {
   const { config, sql, statements, db, queueOf } = ctx
 
   /**
