@@ -8,6 +8,8 @@
 import { assert, describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
+import { Registry } from "../src/Registry.ts"
+import { speedrun } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { WorkflowSweep } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
@@ -320,6 +322,19 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
       const [ended] = yield* eventsOf(parent.id, "child_ended")
       expect(ended!.details).toMatchObject({ child_run_id: child.id, status: "cancelled" })
       assert.strictEqual(ended!.at.getTime(), timedOut!.at.getTime(), "one transaction")
+    })
+  )
+
+  it.effect("speedrun runs a parent through its child inline; a child that waits stops it with StepWaiting", () =>
+    Effect.gen(function* () {
+      const registry = Effect.provide(Registry.layer([Checkout, Receipt]))
+      const parent = yield* Checkout.start({ orderId: "s1", waitForGo: false, slowMs: 0 })
+      assert.strictEqual(yield* speedrun(parent.id).pipe(registry), "finished")
+      expect((yield* info(parent.id)).output).toMatchObject({ receiptId: "rcpt_s1" })
+      const waits = yield* Checkout.start({ orderId: "s2", waitForGo: true, slowMs: 0 })
+      const stopped = yield* speedrun(waits.id).pipe(registry, Effect.flip)
+      const [child] = yield* childrenOf(waits.id)
+      expect(stopped).toMatchObject({ _tag: "StepWaiting", run: child!.id, step: "wait:go" })
     })
   )
 
