@@ -386,7 +386,7 @@ describe("child workflows across processes", () => {
       TestDatabase.onFreshDatabase({}, (url) =>
         Effect.gen(function* () {
           const bundle = yield* bundledFixture("test/fixtures/children-child.ts")
-          const parent = yield* Checkout.start({ orderId: "k1", waitForGo: false, slowMs: 3_000 })
+          const parent = yield* Checkout.start({ orderId: "k1", waitForGo: false, slowMs: 5_000 })
           const first = yield* spawnSupervisor(childEnv(url, "both"), bundle)
           const child = yield* childWhen(parent.id, "performing")
           // the child's slow step is running in the process: kill it there
