@@ -27,6 +27,7 @@ const owners = new Set([
   "src/Workflow/sql/VerbSql.ts", // the outside verbs
   "src/Workflow/sql/SweepSql.ts", // the sweep
   "src/Workflow/sql/ReadSql.ts", // reads
+  "src/Workflow/sql/ChildSql.ts", // child workflows: a step's child, a child's parent, lost wake-ups
   "src/EventBus/EventBusSql.ts", // event_subscriptions, processed_events
   "src/EventBus/OutboxSql.ts", // outbox_entries
   "src/Job/JobStatsSql.ts", // job_stats

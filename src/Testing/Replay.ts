@@ -117,6 +117,9 @@ export const replayHistory = <Name extends string, P, A, E, R>(
           never,
           R
         >,
+      // a child step replays as the step it is: its recorded result (the child's output)
+      child: (name, _workflow, _input, options) =>
+        replayStep(name, Effect.void, options.output === undefined ? {} : { output: options.output }),
       control: (_verb: ControlVerb) => Effect.interrupt,
       // a recorded marker takes the patched path; past the history, so does a new run
       patched: (id) => Effect.sync(() => HistoryCursor.patch(cursor, id) !== "unpatched")

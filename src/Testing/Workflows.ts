@@ -7,13 +7,15 @@
  */
 import { Effect, Option } from "effect"
 import { Batches } from "../Batch/Batch.ts"
+import type { InvalidInput } from "../Input.ts"
+import type { QueueError } from "../Queue/QueueError.ts"
 import { Registry } from "../Registry.ts"
 import type { SignalOptions } from "../Workflow/Client.ts"
 import { WorkflowClient } from "../Workflow/Client.ts"
 import { fanOutOutcomeOf, type NextWork, WorkflowRunner, WorkflowSweep } from "../Workflow/Engine.ts"
 import type { RunStatus } from "../Workflow/States.ts"
-import { StepWaiting, UnexpectedStep } from "../Workflow/WorkflowError.ts"
-import { FAN_OUT_WAIT } from "../Workflow/WorkflowSql.ts"
+import { type RunNotFound, StepWaiting, UnexpectedStep, type WorkflowNotRegistered } from "../Workflow/WorkflowError.ts"
+import { CHILD_WAIT_PREFIX, FAN_OUT_WAIT } from "../Workflow/WorkflowSql.ts"
 
 /** Runs what the run does next, inline; returns what that was. */
 export const performNextStep = (runId: string) =>
@@ -52,18 +54,49 @@ export const runStepInline = (runId: string, step: string) =>
 
 /**
  * Runs steps inline until the run stops being ready: returns its status (paused, finished,
- * cancelled), or fails with `StepWaiting` naming what a waiting step waits for.
+ * cancelled), or fails with `StepWaiting` naming what a waiting step waits for. A step waiting
+ * on a child workflow (`Workflow.child`) speedruns the child, whose end wakes the step.
  */
-export const speedrun = (runId: string, options: { readonly maxSteps?: number } = {}) =>
+export const speedrun = (
+  runId: string,
+  options: { readonly maxSteps?: number } = {}
+): Effect.Effect<
+  RunStatus,
+  InvalidInput | RunNotFound | StepWaiting | WorkflowNotRegistered | QueueError,
+  Registry | WorkflowRunner | WorkflowClient
+> =>
   Effect.gen(function* () {
     const client = yield* WorkflowClient
     const limit = options.maxSteps ?? 1_000
     for (let i = 0; i < limit; i++) {
-      const work = yield* performNextStep(runId)
-      if (work._tag === "Stopped") return work.status
-      if (work._tag === "Running") return (yield* client.get(runId)).info.status
+      const work = yield* performNextStep(runId).pipe(
+        Effect.map(Option.some),
+        Effect.catchTag("StepWaiting", (waiting) => Effect.as(speedrunChild(waiting, options), Option.none()))
+      )
+      if (Option.isNone(work)) continue
+      if (work.value._tag === "Stopped") return work.value.status
+      if (work.value._tag === "Running") return (yield* client.get(runId)).info.status
     }
     return (yield* client.get(runId)).info.status as RunStatus
+  })
+
+/**
+ * Speedruns the child a step waits on (`Workflow.child`); fails with the step's `StepWaiting`
+ * when it waits on something else, or when the child's end did not wake it.
+ */
+const speedrunChild = (waiting: StepWaiting, options: { readonly maxSteps?: number }) =>
+  Effect.gen(function* () {
+    const client = yield* WorkflowClient
+    const step = (yield* client.steps(waiting.run)).find((s) => s.status === "waiting" && s.name === waiting.step)
+    if (step?.waitingFor?.startsWith(CHILD_WAIT_PREFIX) !== true) return yield* Effect.fail(waiting)
+    const started = (yield* client.events(waiting.run))
+      .filter((e) => e.type === "child_started" && e.step === waiting.step)
+      .at(-1)
+    const childId = (started?.details as { readonly child_run_id?: unknown } | undefined)?.child_run_id
+    if (typeof childId !== "string") return yield* Effect.fail(waiting)
+    yield* speedrun(childId, options)
+    // a child that paused (the step waits it out) or stopped short leaves the step waiting
+    if ((yield* client.get(waiting.run)).info.status === "waiting") return yield* Effect.fail(waiting)
   })
 
 /** Sends a signal and runs the step it woke, inline (`StepWaiting` if it woke nothing). */

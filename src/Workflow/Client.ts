@@ -43,6 +43,12 @@ export interface VerbOptions {
   readonly resourceId?: string | undefined
 }
 
+/** Options of a cancel. */
+export interface CancelOptions extends VerbOptions {
+  /** Also cancel the run's child runs that have not ended (and theirs); by default they run on. */
+  readonly cancelChildren?: boolean | undefined
+}
+
 /** Options of a signal. */
 export interface SignalOptions {
   /** A repeated key stores nothing, wakes nothing and returns the stored signal (`duplicate`). Blank is no key. */
@@ -101,6 +107,9 @@ export interface RunInfo {
   readonly finishedAt: Date | undefined
   /** The outside verbs the transition table allows now. */
   readonly availableActions: ReadonlyArray<OutsideVerb>
+  /** A child run (`Workflow.child`): the run whose step started it, and that step. */
+  readonly parentRunId?: string | undefined
+  readonly parentStep?: string | undefined
 }
 
 /** One attempt of a step. */
@@ -194,7 +203,7 @@ export interface RunHandle {
   readonly pause: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
   readonly resume: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
   readonly resumeAt: (step: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
-  readonly cancel: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
+  readonly cancel: (options?: CancelOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
   readonly runNow: (options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
   readonly reschedule: (at: Date, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | InvalidInput>
   readonly rerun: (options?: VerbOptions) => Effect.Effect<RunHandle, VerbError | StartError | InvalidInput>
@@ -243,7 +252,7 @@ export interface WorkflowClientOf<X> {
     step: string,
     options?: VerbOptions
   ) => Effect.Effect<RunInfo, VerbError | UnknownStep | X>
-  readonly cancel: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | X>
+  readonly cancel: (id: string, options?: CancelOptions) => Effect.Effect<RunInfo, VerbError | X>
   readonly runNow: (id: string, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | X>
   readonly reschedule: (id: string, at: Date, options?: VerbOptions) => Effect.Effect<RunInfo, VerbError | X>
   readonly rerun: (id: string, options?: VerbOptions) => Effect.Effect<RunHandle, VerbError | StartError | X>

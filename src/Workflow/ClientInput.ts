@@ -15,6 +15,7 @@ import { InvalidSignal, InvalidWorkflowPayload } from "./WorkflowError.ts"
 const START_TEXT = ["subject", "idempotencyKey", "resourceId", "actor", "reason"] as const
 const START_OPTIONS = [...START_TEXT, "priority", "singleton", "scheduledFor"] as const
 const VERB_OPTIONS = ["actor", "reason", "resourceId"] as const
+const CANCEL_OPTIONS = [...VERB_OPTIONS, "cancelChildren"] as const
 const SIGNAL_OPTIONS = ["idempotencyKey", "actor", "reason", "workflow", "resourceId"] as const
 const LIST_TEXT = ["workflow", "subject", "resourceId", "pausedReason", "cursor"] as const
 const LIST_OPTIONS = [...LIST_TEXT, "status", "createdFrom", "createdTo", "limit"] as const
@@ -135,6 +136,13 @@ const guardSignal = <A, E>(
   })
 
 const optionsProblemOf = (options: unknown) => optionsWithText(options, VERB_OPTIONS, VERB_OPTIONS, "options")
+/** A cancel's options: a verb's, and `cancelChildren` (a boolean). */
+const cancelProblemOf = (options: unknown) => {
+  const problem = optionsWithText(options, CANCEL_OPTIONS, VERB_OPTIONS, "options")
+  if (problem !== undefined || options === undefined) return problem
+  const given = (options as Readonly<Record<string, unknown>>).cancelChildren
+  return given === undefined || typeof given === "boolean" ? undefined : "options.cancelChildren: must be a boolean"
+}
 
 /** A run handle whose verbs check their arguments first (as the client's do). */
 const checkedHandle = (handle: RunHandle): RunHandle => ({
@@ -144,7 +152,7 @@ const checkedHandle = (handle: RunHandle): RunHandle => ({
   resume: (options) => guard(optionsProblemOf(options), () => handle.resume(options)),
   resumeAt: (step, options) =>
     guard(optionsProblemOf(options) ?? Input.textProblem(step, "step"), () => handle.resumeAt(step, options)),
-  cancel: (options) => guard(optionsProblemOf(options), () => handle.cancel(options)),
+  cancel: (options) => guard(cancelProblemOf(options), () => handle.cancel(options)),
   runNow: (options) => guard(optionsProblemOf(options), () => handle.runNow(options)),
   reschedule: (at, options) =>
     guard(optionsProblemOf(options) ?? (Input.isValidDate(at) ? undefined : "at: must be a valid Date"), () =>
@@ -185,7 +193,7 @@ export const withInputChecks = (client: WorkflowClientShape): CheckedWorkflowCli
   resume: (id, options) => guard(verbProblem(id, options), () => client.resume(id, options)),
   resumeAt: (id, step, options) =>
     guard(verbProblem(id, options) ?? Input.textProblem(step, "step"), () => client.resumeAt(id, step, options)),
-  cancel: (id, options) => guard(verbProblem(id, options), () => client.cancel(id, options)),
+  cancel: (id, options) => guard(idProblem(id) ?? cancelProblemOf(options), () => client.cancel(id, options)),
   runNow: (id, options) => guard(verbProblem(id, options), () => client.runNow(id, options)),
   reschedule: (id, at, options) =>
     guard(verbProblem(id, options) ?? (Input.isValidDate(at) ? undefined : "at: must be a valid Date"), () =>

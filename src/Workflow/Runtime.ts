@@ -181,6 +181,16 @@ export class SignalReaders extends Context.Service<
   }
 >()("effect-pgbus/Workflow/SignalReaders") {}
 
+/** What a child step needs of the child's definition: its name, payload Schema and queue. */
+export interface ChildDefinition {
+  readonly name: string
+  readonly payload: Schema.ConstraintCodec<unknown, unknown>
+  readonly version?: string | undefined
+  readonly queue?: string | undefined
+  readonly singleton?: boolean | undefined
+  readonly priority?: number | undefined
+}
+
 /** A job a fan-out step adds to its batch. */
 export interface FanOutMember {
   readonly job: AnyJob
@@ -204,6 +214,24 @@ export interface FanOutOptions {
   readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
   /** The queue of the step's messages and of its batch's callback. */
   readonly queue?: string | undefined
+}
+
+/** The options of a child workflow step (`Workflow.child`). */
+export interface ChildOptions {
+  /** The child run's subject (one ongoing run per workflow and subject: a clash fails the step with `AlreadyRunning`). */
+  readonly subject?: string | undefined
+  /** The child run's resource id (default: the parent run's). */
+  readonly resourceId?: string | undefined
+  /** Schema of the child's output: decoded when the child finished, stored encoded on the parent's step. */
+  readonly output?: Schema.ConstraintCodec<unknown, unknown> | undefined
+  /**
+   * What a pause of the child does: `wait` (default) keeps the parent waiting until the child
+   * is resumed and ends; `fail` raises `ChildWorkflowFailed` into the parent's policies (an
+   * operator's pause of the child always waits).
+   */
+  readonly onChildPause?: "wait" | "fail" | undefined
+  /** The step's own exception policies (`ChildWorkflowFailed`, `AlreadyRunning`, ...). */
+  readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
 }
 
 /** Flow-control verbs a body can call. */
@@ -244,5 +272,11 @@ export class WorkflowRuntime extends Context.Service<
       build: (add: (member: FanOutMember) => Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
       options: FanOutOptions
     ) => Effect.Effect<FanOutResult | undefined, never, R>
+    readonly child: (
+      name: string,
+      workflow: ChildDefinition,
+      input: unknown,
+      options: ChildOptions
+    ) => Effect.Effect<unknown, never, never>
   }
 >()("effect-pgbus/Workflow/WorkflowRuntime") {}

@@ -20,6 +20,8 @@ import type {
 } from "./Client.ts"
 import { bindClient, checkRunOptions, type Ref } from "./Ref.ts"
 import {
+  type ChildDefinition,
+  type ChildOptions,
   type ErrorPolicy,
   type FanOutOptions,
   type FanOutResult,
@@ -46,6 +48,7 @@ import {
 } from "./WorkflowError.ts"
 
 export {
+  type ChildOptions,
   type ControlVerb,
   type ErrorMatcher,
   type ErrorPolicy,
@@ -673,3 +676,26 @@ export const poll = <A, E, R>(
     never,
     Exclude<R, StepContext> | WorkflowRuntime
   >
+
+/** What a child step gives: the child's output, decoded by `output` when given; undefined when a policy skips the step. */
+export type ChildResult<A, O extends ChildOptions> =
+  | (O["output"] extends Schema.ConstraintCodec<infer T, unknown> ? T : JsonSafe<A>)
+  | (O["onError"] extends ReadonlyArray<ErrorPolicy> ? undefined : never)
+
+/**
+ * A child workflow step: starts a run of `workflow` with `input` (once per step: a replay or a
+ * retry finds the child it started), waits holding no worker until the child ends, and gives its
+ * output. A child that ends cancelled (or pauses, with `onChildPause: "fail"`) fails the step
+ * with `ChildWorkflowFailed`, and the parent's policies decide (default pause). A child whose
+ * input does not encode, or that this process has not registered, fails the step before any
+ * child is written (`InvalidWorkflowPayload`, `WorkflowNotRegistered`).
+ */
+export const child = <Name extends string, P, A, E, R, S extends SignalDeclarations, const O extends ChildOptions = {}>(
+  name: string,
+  workflow: Workflow<Name, P, A, E, R, S>,
+  input: P,
+  options?: O
+): Effect.Effect<ChildResult<A, O>, never, WorkflowRuntime> =>
+  WorkflowRuntime.use((runtime) =>
+    runtime.child(name, workflow as unknown as ChildDefinition, input, options ?? {})
+  ) as Effect.Effect<ChildResult<A, O>, never, WorkflowRuntime>

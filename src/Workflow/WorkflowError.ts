@@ -252,6 +252,43 @@ export class FanOutFailed extends Schema.TaggedError<FanOutFailed>()("FanOutFail
 }
 
 /**
+ * A `Workflow.child` step's child run ended cancelled, or paused when the step raises a pause
+ * (`onChildPause: "fail"`): the parent's step fails with this and its policies decide (default
+ * pause). A reattempt of the step finds the same child (one child per step): it fails again
+ * unless the child was resumed meanwhile.
+ *
+ * @category errors
+ */
+export class ChildWorkflowFailed extends Schema.TaggedError<ChildWorkflowFailed>()("ChildWorkflowFailed", {
+  step: Schema.String,
+  workflow: Schema.String,
+  child: Schema.String,
+  status: Schema.Literals(["cancelled", "paused"]),
+  /** The child's error (a pause), or why it was cancelled, when known. */
+  detail: Schema.optional(Schema.String)
+}) {
+  override get message(): string {
+    return `step ${this.step}: child workflow ${this.workflow} run ${this.child} ${this.status}${this.detail ? `: ${this.detail}` : ""}`
+  }
+}
+
+/**
+ * A `Workflow.child` step's child output does not decode with the step's `output` Schema.
+ *
+ * @category errors
+ */
+export class ChildOutputInvalid extends Schema.TaggedError<ChildOutputInvalid>()("ChildOutputInvalid", {
+  step: Schema.String,
+  workflow: Schema.String,
+  child: Schema.String,
+  issue: Schema.String
+}) {
+  override get message(): string {
+    return `step ${this.step}: the output of child workflow ${this.workflow} run ${this.child} does not decode: ${this.issue}`
+  }
+}
+
+/**
  * A wait's deadline passed (`onTimeout: "pause"`, the default): the step failed with this.
  *
  * @category errors

@@ -2,7 +2,7 @@
  * Every SQL statement on the workflow tables (runs, step attempts, signals, the audit trail),
  * gathered from its transition family under `sql/`: run lifecycle (`StartSql`), claims
  * (`ClaimSql`), step outcomes (`OutcomeSql`), waits and signals (`WaitSql`), the outside verbs
- * (`VerbSql`), the sweep (`SweepSql`) and reads (`ReadSql`). The runner's transitions are single
+ * (`VerbSql`), the sweep (`SweepSql`), reads (`ReadSql`) and child workflows (`ChildSql`). The runner's transitions are single
  * statements (data-modifying CTEs): the run row is locked, each change is a guarded UPDATE whose
  * from-states come from `States.ts`, the audit events and the next step's message are written in
  * the same statement. Messages are written through the queue store's CTE builder, which owns the
@@ -11,6 +11,7 @@
  * @since 0.1.0
  */
 import type { SqlClient } from "effect/sql"
+import { makeChildSql } from "./sql/ChildSql.ts"
 import { makeClaimSql } from "./sql/ClaimSql.ts"
 import { makeWorkflowSqlContext } from "./sql/Context.ts"
 import { makeOutcomeSql } from "./sql/OutcomeSql.ts"
@@ -21,7 +22,9 @@ import { makeSweepSql } from "./sql/SweepSql.ts"
 import { makeVerbSql } from "./sql/VerbSql.ts"
 import { makeWaitSql } from "./sql/WaitSql.ts"
 
+export type { ChildLink } from "./sql/ChildSql.ts"
 export {
+  CHILD_WAIT_PREFIX,
   type ClaimFirstEntry,
   type ClaimRow,
   type EventRow,
@@ -52,7 +55,8 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     ...makeWaitSql(ctx),
     ...makeVerbSql(ctx),
     ...makeSweepSql(ctx),
-    ...makeReadSql(ctx)
+    ...makeReadSql(ctx),
+    ...makeChildSql(ctx)
   }
 }
 

@@ -45,7 +45,7 @@ export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
       // a continue message of a prioritized run goes to its priority sub-queue
       if (claim.priority != null) ex.queue = ctx.queueOf(def.queue ?? config.workflowQueue, claim.priority).queue
       const apply = makeApply(ctx, outcomes, st)
-      const { claimForRestart, pauseWith, divergence, applyOutcome } = apply
+      const { claimForRestart, pauseWith, divergence, applyOutcome, ending } = apply
       const step = makeStep(ctx, outcomes, st, apply)
       const reach = makeReach(ctx, st, apply, step)
       const { runtime } = makeRuntime(ctx, st, apply, reach)
@@ -89,18 +89,20 @@ export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
           const done = ex.pending
           yield* applyOutcome(done.step, done.status, done.output, null, { _tag: "finish", output: outputText })
         } else {
-          const [r] = yield* statements
-            .runEndFromPerforming({
-              runId,
-              to: "finished",
-              output: outputText,
-              error: null,
-              pausedReason: null,
-              reason: null,
-              definitionHash: hashNames(namesSeen),
-              now
-            })
-            .pipe(db("finish run"))
+          const [r] = yield* ending(
+            statements
+              .runEndFromPerforming({
+                runId,
+                to: "finished",
+                output: outputText,
+                error: null,
+                pausedReason: null,
+                reason: null,
+                definitionHash: hashNames(namesSeen),
+                now
+              })
+              .pipe(db("finish run"))
+          )
           if (r !== undefined) {
             yield* Metric.update(finishedOf(def.name), 1)
             yield* Effect.logInfo(`pgbus: workflow ${def.name} run ${runId} finished`)

@@ -7,6 +7,7 @@ import { Cause, Effect, Metric } from "effect"
 import { isPassingFailure, retryTransient, statementNow } from "../../Database.ts"
 import { runSpan } from "../../internal/span.ts"
 import type { QueueError } from "../../Queue/QueueError.ts"
+import { makeChildWake } from "../verbs/child.ts"
 import { type DatabaseError, type RunNotFound, StepStalled, WorkflowNotRegistered } from "../WorkflowError.ts"
 import type { EngineContext } from "./Context.ts"
 import type { makeExecute } from "./Execute.ts"
@@ -39,6 +40,7 @@ export const makeRunner = (
   const { getRow } = queries
   const { finish, releaseStep, stallNext } = outcomes
   const { executeClaimed } = execution
+  const { withParentWake } = makeChildWake(ctx)
 
   /** `executeClaimed`, typed: the registered workflow's services were captured where it was registered. */
   const runClaimed = (
@@ -106,17 +108,23 @@ export const makeRunner = (
         })
         .pipe(db("record stall"))
       const stalled = new StepStalled({ step: step.name, detection: "redelivery" })
-      const [r] = yield* finish({
-        workflow: registered.workflow.name,
-        runId: message.run,
-        stepId: step.id,
-        status: "failed",
-        output: null,
-        error: errorJson(stalled),
-        definitionHash: null,
-        next: stallNext(step, stalled),
-        now
-      })
+      const next = stallNext(step, stalled)
+      // a child's stall that cancels or pauses it wakes its parent with it
+      const [r] = yield* withParentWake(
+        message.run,
+        next._tag === "cancel" || next._tag === "pause",
+        finish({
+          workflow: registered.workflow.name,
+          runId: message.run,
+          stepId: step.id,
+          status: "failed",
+          output: null,
+          error: errorJson(stalled),
+          definitionHash: null,
+          next,
+          now
+        })
+      )
       if (r?.applied === 1n) {
         yield* Metric.update(
           stallsTotal.pipe(
@@ -175,6 +183,8 @@ export const makeRunner = (
    * holds fails with it). False when the run is in no state to pause that way.
    */
   const pauseUndeliverable = (message: StepMessage, ex: Execution, error: unknown) =>
+    withParentWake(message.run, true, pauseUndeliverableRun(message, ex, error))
+  const pauseUndeliverableRun = (message: StepMessage, ex: Execution, error: unknown) =>
     Effect.gen(function* () {
       const errorText = errorJson(error)
       const reason = `its message failed on its last delivery: ${messageOf(error)}`
@@ -214,7 +224,8 @@ export const makeRunner = (
       claimLost: false,
       held: undefined,
       pending: undefined,
-      queue: undefined
+      queue: undefined,
+      workflows
     }
     const executed = Effect.gen(function* () {
       const registered = workflows.get(message.workflow)
@@ -247,6 +258,7 @@ export const makeRunner = (
             // a prioritized or scheduled run's start carries no input (its claim reads them)
             priority: null,
             scheduled_for: null,
+            parent_run_id: input.parent_run_id ?? null,
             history: [],
             held_signal: null,
             step_id: null,

@@ -247,7 +247,8 @@ export const toRunInfo = (row: RunRow): RunInfo => ({
   createdAt: row.created_at,
   updatedAt: row.updated_at,
   finishedAt: row.finished_at ?? undefined,
-  availableActions: States.availableActions(row.status)
+  availableActions: States.availableActions(row.status),
+  ...(row.parent_run_id == null ? {} : { parentRunId: row.parent_run_id, parentStep: row.parent_step ?? undefined })
 })
 
 export const toStepAttempt = (row: StepRow): StepAttempt => ({
@@ -308,7 +309,9 @@ export const StepMessage = Schema.Struct({
     Schema.Struct({
       payload: Schema.Unknown,
       subject: Schema.NullOr(Schema.String),
-      resource_id: Schema.NullOr(Schema.String)
+      resource_id: Schema.NullOr(Schema.String),
+      /** A child run's parent (its end wakes the parent, see `verbs/child.ts`). */
+      parent_run_id: Schema.optionalKey(Schema.String)
     })
   ),
   /** A notify notice of a per-run deadline: the missed deadline (ISO), to evaluate the deadline again. */
@@ -325,6 +328,7 @@ export type Claimed = Pick<
   | "resource_id"
   | "priority"
   | "scheduled_for"
+  | "parent_run_id"
   | "history"
   | "held_signal"
   | "step_id"
@@ -384,6 +388,8 @@ export interface Execution {
   pending: Pending | undefined
   /** The workflow's queue (where a continue message goes). */
   queue: string | undefined
+  /** The workflows this process registered (a `Workflow.child` step refuses a child not among them). */
+  workflows?: ReadonlyMap<string, RegisteredWorkflow> | undefined
 }
 
 /** What a run would do next, for the test helpers. */
@@ -472,6 +478,8 @@ export interface SweepReport {
   readonly waitingOverdue: number
   /** Fan-out steps whose batch's callback was lost (or whose batch row is gone), resolved. */
   readonly fanOutsResolved: number
+  /** Parents woken by the sweep: still waiting on a child that had ended (a wake-up lost). */
+  readonly childrenWoken: number
 }
 
 /**

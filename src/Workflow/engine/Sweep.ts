@@ -1,5 +1,6 @@
 /**
- * The sweep: stalled steps, lost messages, wait deadlines, fan-outs whose callback was lost, retention.
+ * The sweep: stalled steps, lost messages, wait deadlines, fan-outs whose callback was lost, lost
+ * child wake-ups, retention.
  *
  * @since 0.1.0
  */
@@ -7,6 +8,7 @@ import { Clock, Duration, Effect, Metric } from "effect"
 import { type Finished as BatchFinished, BatchNotFound } from "../../Batch/Batch.ts"
 import { statementNow, withTransaction } from "../../Database.ts"
 import type { QueueError } from "../../Queue/QueueError.ts"
+import { makeChildWake } from "../verbs/child.ts"
 import { type DatabaseError, StepStalled, WaitTimedOut } from "../WorkflowError.ts"
 import { FAN_OUT_WAIT, type StepRow } from "../WorkflowSql.ts"
 import type { EngineContext } from "./Context.ts"
@@ -26,6 +28,7 @@ export const makeSweep = (
   const { getRow, isUuid } = queries
   const { finish, stallNext } = outcomes
   const { sendSignal } = verbs
+  const { repairLostWakes, withParentWake } = makeChildWake(ctx)
 
   const SWEEP_BATCH = 200
 
@@ -99,21 +102,26 @@ export const makeSweep = (
               })
             )
           : null
-      const [resolved] = yield* statements
-        .stepResolveWaiting({
-          workflow: step.workflow,
-          runId: step.run_id,
-          stepId: step.id,
-          outcome: action,
-          error,
-          actor: "system",
-          reason: null,
-          eventType: "wait_timed_out",
-          eventDetails: details,
-          physicalQueue: physical,
-          now
-        })
-        .pipe(db("apply timeout"))
+      // a child's wait that cancels or pauses it wakes its parent with it
+      const [resolved] = yield* withParentWake(
+        step.run_id,
+        action === "cancel" || action === "pause",
+        statements
+          .stepResolveWaiting({
+            workflow: step.workflow,
+            runId: step.run_id,
+            stepId: step.id,
+            outcome: action,
+            error,
+            actor: "system",
+            reason: null,
+            eventType: "wait_timed_out",
+            eventDetails: details,
+            physicalQueue: physical,
+            now
+          })
+          .pipe(db("apply timeout"))
+      )
       return resolved !== undefined
     })
 
@@ -157,17 +165,22 @@ export const makeSweep = (
       const detection = step.timeout_ms !== null && step.timeout_ms < thresholdMs ? "timeout" : "threshold"
       const stalledError = new StepStalled({ step: step.name, detection })
       const next = stallNext(step, stalledError)
-      const [applied] = yield* finish({
-        workflow: step.workflow,
-        runId: step.run_id,
-        stepId: step.id,
-        status: "failed",
-        output: null,
-        error: errorJson(stalledError),
-        definitionHash: null,
-        next,
-        now
-      })
+      // a child's stall that cancels or pauses it wakes its parent with it
+      const [applied] = yield* withParentWake(
+        step.run_id,
+        next._tag === "cancel" || next._tag === "pause",
+        finish({
+          workflow: step.workflow,
+          runId: step.run_id,
+          stepId: step.id,
+          status: "failed",
+          output: null,
+          error: errorJson(stalledError),
+          definitionHash: null,
+          next,
+          now
+        })
+      )
       if (applied?.applied === 1n) {
         stalled++
         yield* statements
@@ -266,6 +279,8 @@ export const makeSweep = (
         continue
       if (yield* fanOutFinished(fanOutOutcomeOf(batch))) fanOutsResolved++
     }
+    // lost child wake-ups: a parent still waiting on a child that ended (an end the runner did not make)
+    const childrenWoken = yield* repairLostWakes(SWEEP_BATCH)
     let waitingOverdue = 0
     const overdueThresholdMs = Duration.toMillis(config.workflowWaitingVisibilityThreshold)
     const stuck = new Map<string, number>()
@@ -280,7 +295,7 @@ export const makeSweep = (
       if (n === 0) stuckWorkflows.delete(workflow)
       else stuckWorkflows.add(workflow)
     }
-    return { stalled, resent, timedOut, deleted, waitingOverdue, fanOutsResolved } satisfies SweepReport
+    return { stalled, resent, timedOut, deleted, waitingOverdue, fanOutsResolved, childrenWoken } satisfies SweepReport
   }).pipe(Effect.withSpan("pgbus.workflow.sweep", {}, { captureStackTrace: false }))
 
   /** Applies the waiting step's onTimeout now, whatever its deadline (test helpers, support tooling). */

@@ -18,6 +18,7 @@ import type { LocalSlot } from "../../Queue/Notifier.ts"
 import type { SignalOptions, SignalReceipt, VerbOptions, WorkflowClientShape, WorkflowRef } from "../Client.ts"
 import { isSignalMatcher } from "../Runtime.ts"
 import * as States from "../States.ts"
+import { makeChildWake } from "../verbs/child.ts"
 import {
   type DatabaseError,
   InvalidSignal,
@@ -29,7 +30,7 @@ import {
   SingletonRunInProgress,
   UnknownStep
 } from "../WorkflowError.ts"
-import { type ClaimRow, POLL_WAIT, type RunRow } from "../WorkflowSql.ts"
+import { CHILD_WAIT_PREFIX, type ClaimRow, POLL_WAIT, type RunRow } from "../WorkflowSql.ts"
 import type { EngineContext } from "./Context.ts"
 import type { makeOutcomes } from "./Outcomes.ts"
 import type { makeQueries } from "./Queries.ts"
@@ -63,6 +64,7 @@ export const makeVerbs = (
   const { getRow, isUuid, reread, toReceipt } = queries
   const { releaseStep } = outcomes
   const { startRun } = starts
+  const { wakeParentOf } = makeChildWake(ctx)
 
   const verbError = (verb: States.OutsideVerb, run: RunRow) => {
     if (States.isTerminal(run.status) && verb !== "rerun") {
@@ -507,15 +509,31 @@ export const makeVerbs = (
       ),
 
     cancel: (id, options) =>
-      verb("cancel", id, options, (run, now) =>
-        Effect.gen(function* () {
-          yield* statements.stepsCancelOpen(run.id, now)
-          yield* setStatus(run, "cancel", now)
-          yield* event(run, "cancelled", options, now)
-          yield* Metric.update(cancelledTotal.pipe(Metric.withAttributes({ workflow_class: run.workflow })), 1)
-          return yield* reread(run.id)
-        })
-      ),
+      Effect.gen(function* () {
+        const info = yield* verb("cancel", id, options, (run, now) =>
+          Effect.gen(function* () {
+            yield* statements.stepsCancelOpen(run.id, now)
+            yield* setStatus(run, "cancel", now)
+            yield* event(run, "cancelled", options, now)
+            yield* Metric.update(cancelledTotal.pipe(Metric.withAttributes({ workflow_class: run.workflow })), 1)
+            // a child's cancel wakes its parent in the same transaction
+            if (run.parent_run_id != null) yield* wakeParentOf(run.id, now)
+            return yield* reread(run.id)
+          })
+        )
+        // asked for: the run's children are cancelled after it, each in its own transaction
+        // (locking the parent before its children could deadlock with a child's end, which locks
+        // the child, then its parent), and theirs after them
+        if (options?.cancelChildren === true) {
+          const children = yield* statements.runChildrenOngoing(info.id).pipe(db("find child runs"))
+          for (const child of children) {
+            yield* client()
+              .cancel(child.id, { ...options, resourceId: undefined })
+              .pipe(Effect.catchTag(["NotOngoing", "InvalidTransition"], () => Effect.void))
+          }
+        }
+        return info
+      }),
 
     runNow: (id, options) => moveScheduled("run_now", id, null, options),
 
@@ -596,7 +614,8 @@ export const makeVerbs = (
         if (run.status === "paused") return yield* client().resume(id, options)
         if (run.status === "waiting") {
           const [waiting] = yield* statements.stepWaitingOf(run.id).pipe(db("find waiting step"))
-          if (waiting?.wait_for) {
+          // a step waiting on a child goes on when the child ends: nothing to fast-forward
+          if (waiting?.wait_for && !waiting.wait_for.startsWith(CHILD_WAIT_PREFIX)) {
             yield* sendSignal(id, waiting.wait_for, data ?? {}, {
               ...options,
               reason: options?.reason ?? "fast-forward"

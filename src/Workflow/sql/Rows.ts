@@ -34,6 +34,9 @@ export interface RunRow {
   readonly created_at: Date
   readonly updated_at: Date
   readonly finished_at: Date | null
+  /** A child run: the run whose `Workflow.child` step started it, and that step's name. */
+  readonly parent_run_id?: string | null
+  readonly parent_step?: string | null
 }
 
 /** A step attempt row. */
@@ -143,6 +146,9 @@ export const POLL_WAIT = "pgbus.poll"
 /** `wait_for` of a fan-out step: its batch's callback delivers this signal. */
 export const FAN_OUT_WAIT = "pgbus.fan_out"
 
+/** `wait_for` of a `Workflow.child` step, followed by the step's name: the child's end wakes it. */
+export const CHILD_WAIT_PREFIX = "pgbus.child:"
+
 /** The job name of fan-out callbacks (a batch finished: resume the run that opened it). */
 export const FAN_OUT_JOB = "pgbus.workflow.fan_out_finished"
 
@@ -202,6 +208,8 @@ export interface StartEntry {
   /** The message carries the run's payload, subject and resource: its worker replays before claiming. */
   readonly carryInput: boolean
   readonly now: Date | null
+  /** A child run: its parent's run and step (`Workflow.child`), and whether its pause wakes the parent. */
+  readonly parent?: { readonly runId: string; readonly step: string; readonly wakeOnPause: boolean } | undefined
 }
 
 /** One entry of `runClaimFirstMany`: a fresh run and the first step its replay reached. */

@@ -16,7 +16,9 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
   /** Start: the run, its `started` event and its first message, unless a unique index says no. */
   const runStart = (p: StartEntry & { readonly physicalQueue: string; readonly rerunOf: string | null }) => {
     const input = p.carryInput
-      ? sql`, 'input', jsonb_build_object('payload', run.payload, 'subject', run.subject, 'resource_id', run.resource_id)`
+      ? sql`, 'input', jsonb_build_object('payload', run.payload, 'subject', run.subject, 'resource_id', run.resource_id${
+          p.parent === undefined ? sql`` : sql`, 'parent_run_id', run.parent_run_id::text`
+        })`
       : sql``
     const message = messageCtes(
       p.physicalQueue,
@@ -26,17 +28,18 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
     )
     return sql<RunRow & { readonly notified: unknown }>`WITH run AS (
         INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
-                             definition_version, rerun_of, actor, priority, singleton, scheduled_for, created_at, updated_at)
+                             definition_version, rerun_of, actor, priority, singleton, scheduled_for, created_at, updated_at${p.parent === undefined ? sql`` : sql`, parent_run_id, parent_step, parent_wake_on_pause`})
         VALUES (${p.id}::uuid, ${p.workflow}, ${p.subject}, ${p.resourceId}, ${p.payload}::jsonb, ${toOf("start")},
                 ${p.idempotencyKey}, ${p.engineVersion}, ${p.definitionVersion}, ${p.rerunOf}::uuid, ${p.actor},
-                ${p.priority}::int4, ${p.singleton}, ${p.scheduledFor}::timestamptz, ${NOW(p.now)}, ${NOW(p.now)})
+                ${p.priority}::int4, ${p.singleton}, ${p.scheduledFor}::timestamptz, ${NOW(p.now)}, ${NOW(p.now)}${p.parent === undefined ? sql`` : sql`, ${p.parent.runId}::uuid, ${p.parent.step}, ${p.parent.wakeOnPause}`})
         ON CONFLICT DO NOTHING
         RETURNING *),
       started AS (
         INSERT INTO ${events} (run_id, type, actor, reason, details, at)
         SELECT run.id, ${p.rerunOf === null ? "started" : "rerun"}, ${p.actor}, ${p.reason},
           jsonb_strip_nulls(jsonb_build_object('subject', ${p.subject}::text, 'idempotency_key', ${p.idempotencyKey}::text,
-            'rerun_of', ${p.rerunOf}::text)), ${NOW(p.now)}
+            'rerun_of', ${p.rerunOf}::text, 'parent_run_id', run.parent_run_id::text, 'parent_step', run.parent_step)),
+          ${NOW(p.now)}
         FROM run),
       ${message.ctes}
       SELECT run.*, ${message.notifyRef} AS notified FROM run`

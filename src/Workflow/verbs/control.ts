@@ -17,7 +17,7 @@ import type { VerbEnv } from "./Env.ts"
 export const makeControlVerb = ({ ctx, st, apply }: VerbEnv) => {
   const { statements, db } = ctx
   const { ex, def, runId, namesSeen } = st
-  const { halt, restartFromClaim, pauseWith, applyOutcome } = apply
+  const { halt, restartFromClaim, pauseWith, applyOutcome, ending } = apply
   const control: WorkflowRuntime["Service"]["control"] = (verbCalled) =>
     Effect.suspend(() => {
       if (st.inStep) {
@@ -48,18 +48,20 @@ export const makeControlVerb = ({ ctx, st, apply }: VerbEnv) => {
           const done = ex.pending
           yield* applyOutcome(done.step, done.status, done.output, null, next)
         } else {
-          yield* statements
-            .runEndFromPerforming({
-              runId,
-              to: next._tag === "finish" ? "finished" : next._tag === "cancel" ? "cancelled" : "paused",
-              output: null,
-              error: null,
-              pausedReason: next._tag === "pause" ? "step_pause" : null,
-              reason: next._tag === "cancel" ? next.reason : next._tag === "pause" ? next.message : null,
-              definitionHash: hashNames(namesSeen),
-              now
-            })
-            .pipe(db("end run"))
+          yield* ending(
+            statements
+              .runEndFromPerforming({
+                runId,
+                to: next._tag === "finish" ? "finished" : next._tag === "cancel" ? "cancelled" : "paused",
+                output: null,
+                error: null,
+                pausedReason: next._tag === "pause" ? "step_pause" : null,
+                reason: next._tag === "cancel" ? next.reason : next._tag === "pause" ? next.message : null,
+                definitionHash: hashNames(namesSeen),
+                now
+              })
+              .pipe(db("end run"))
+          )
         }
         return yield* halt({ _tag: "applied" })
       })

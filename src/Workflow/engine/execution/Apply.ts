@@ -7,7 +7,8 @@
 import { Clock, Duration, Effect, Metric, Option } from "effect"
 import { isPassingFailure, retryTransient, statementNow } from "../../../Database.ts"
 import type { StepOptions } from "../../Runtime.ts"
-import { ReplayDivergence } from "../../WorkflowError.ts"
+import { makeChildWake } from "../../verbs/child.ts"
+import { type DatabaseError, ReplayDivergence } from "../../WorkflowError.ts"
 import type { FinishRow, NextAction } from "../../WorkflowSql.ts"
 import type { EngineContext } from "../Context.ts"
 import type { Outcomes } from "../Outcomes.ts"
@@ -41,6 +42,11 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
   const { sql, jobs, statements, worker, revision, db, queueOf, errorJson } = ctx
   const { finish, finishBatched, claimFirstBatched, lateCompletion } = outcomes
   const { ex, def, runId, namesSeen, signalFree, defaultQueue } = st
+  const { withParentWake } = makeChildWake(ctx)
+  /** A child run: its end (or pause) wakes its parent in the same transaction. */
+  const isChild = st.claim.parent_run_id !== null && st.claim.parent_run_id !== undefined
+  /** A transition that may end (or pause) the run: a child's wakes its parent with it. */
+  const ending = <A, E, R>(write: Effect.Effect<A, E, R>) => withParentWake(runId, isChild, write)
 
   const halt = (s: Stop) => {
     st.stop = s
@@ -119,45 +125,51 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
       const errorText = errorJson(error)
       const message = messageOf(error)
       if (ex.pending !== undefined) {
-        const r = yield* finish({
-          workflow: def.name,
-          runId,
-          stepId: ex.pending.step.id,
-          status: ex.pending.status,
-          output: ex.pending.output,
-          error: null,
-          definitionHash: hashNames(namesSeen),
-          next: { _tag: "pause", reason, error: errorText, message },
-          now
-        })
+        const r = yield* ending(
+          finish({
+            workflow: def.name,
+            runId,
+            stepId: ex.pending.step.id,
+            status: ex.pending.status,
+            output: ex.pending.output,
+            error: null,
+            definitionHash: hashNames(namesSeen),
+            next: { _tag: "pause", reason, error: errorText, message },
+            now
+          })
+        )
         if (r[0]?.applied === 0n) yield* lateCompletion(runId, ex.pending.step, now)
         ex.pending = undefined
       } else if (st.target !== undefined) {
-        const r = yield* finish({
-          workflow: def.name,
-          runId,
-          stepId: st.target.id,
-          status: "failed",
-          output: null,
-          error: errorText,
-          definitionHash: hashNames(namesSeen),
-          next: { _tag: "pause", reason, error: errorText, message },
-          now
-        })
-        if (r[0]?.applied === 0n) yield* lateCompletion(runId, st.target, now)
-      } else {
-        yield* statements
-          .runEndFromPerforming({
+        const r = yield* ending(
+          finish({
+            workflow: def.name,
             runId,
-            to: "paused",
+            stepId: st.target.id,
+            status: "failed",
             output: null,
             error: errorText,
-            pausedReason: reason,
-            reason: message,
             definitionHash: hashNames(namesSeen),
+            next: { _tag: "pause", reason, error: errorText, message },
             now
           })
-          .pipe(db("pause run"))
+        )
+        if (r[0]?.applied === 0n) yield* lateCompletion(runId, st.target, now)
+      } else {
+        yield* ending(
+          statements
+            .runEndFromPerforming({
+              runId,
+              to: "paused",
+              output: null,
+              error: errorText,
+              pausedReason: reason,
+              reason: message,
+              definitionHash: hashNames(namesSeen),
+              now
+            })
+            .pipe(db("pause run"))
+        )
       }
       yield* Metric.update(
         pausedTotal.pipe(Metric.withAttributes({ workflow_class: def.name, error_class: reason })),
@@ -202,7 +214,10 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
       const now = yield* statementNow
       const definitionHash = hashNames(namesSeen)
       const inTransaction = Option.isSome(yield* Effect.serviceOption(sql.transactionService))
+      // a child's end (or pause) wakes its parent in its transaction: never in a shared statement
+      const wakes = isChild && (next._tag === "finish" || next._tag === "cancel" || next._tag === "pause")
       const batchable =
+        !wakes &&
         status === "completed" &&
         error === null &&
         signalFree.has(step.id) &&
@@ -212,7 +227,7 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
       // the step has run: a lost connection or a restarting server must not lose its outcome
       // (if a lost reply hid a commit, the retry finds the step moved on: a late completion);
       // not in a caller's transaction, which a lost connection has ended
-      const write = batchable
+      const write: Effect.Effect<FinishRow | undefined, DatabaseError> = batchable
         ? finishBatched({
             runId,
             stepId: step.id,
@@ -232,7 +247,10 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
             next,
             mayHoldSignal: !signalFree.has(step.id),
             now
-          }).pipe(Effect.map((rows) => rows[0]))
+          }).pipe(
+            Effect.map((rows) => rows[0]),
+            (w) => (wakes ? ending(w) : w)
+          )
       // uninterruptible: a drain must know what this execution holds afterwards (the next step
       // claimed with it); a reply lost with its connection may hide a commit: sent again, an
       // outcome that finds its step moved on looks for its own commit before calling it late
@@ -286,7 +304,8 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
     divergence,
     ownOutcome,
     applyOutcome,
-    recordStep
+    recordStep,
+    ending
   }
 }
 

@@ -1,10 +1,11 @@
 /**
- * The runtime a workflow's body calls: its steps, control verbs, sleeps, waits, polls, fan-outs
- * and patches, each turned into a step of the run.
+ * The runtime a workflow's body calls: its steps, control verbs, sleeps, waits, polls, fan-outs,
+ * children and patches, each turned into a step of the run.
  *
  * @since 0.1.0
  */
 import { WorkflowRuntime } from "../../Runtime.ts"
+import { makeChildVerb } from "../../verbs/child.ts"
 import { makeControlVerb } from "../../verbs/control.ts"
 import { makeFanOutVerb } from "../../verbs/fanOut.ts"
 import { makePatchedVerb } from "../../verbs/patched.ts"
@@ -22,7 +23,8 @@ export const makeRuntime = (ctx: EngineContext, st: ExecutionState, apply: Apply
     control: makeControlVerb(env),
     patched: makePatchedVerb(env),
     fanOut: makeFanOutVerb(env),
-    poll: makePollVerb(env)
+    poll: makePollVerb(env),
+    child: makeChildVerb(env)
   })
   return { runtime }
 }

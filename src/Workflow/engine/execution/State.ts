@@ -8,6 +8,7 @@
 import { Effect, Option, Schema } from "effect"
 import * as HistoryCursor from "../../HistoryCursor.ts"
 import type { ControlVerb, FanOutMember, RunContext, StepOptions } from "../../Runtime.ts"
+import type { ChildRequest } from "../../verbs/child.ts"
 import type { HistoryEntry } from "../../WorkflowSql.ts"
 import type { Claimed, Execution, RegisteredWorkflow, Stop, Target } from "../Shared.ts"
 
@@ -49,6 +50,8 @@ export interface ExecutionState {
   pollRequest: { readonly intervalMs: number; readonly timeoutMs: number | null } | undefined
   /** Set by a fan-out's build: open one batch with these members and park the step on it. */
   fanOutRequest: { readonly members: ReadonlyArray<FanOutMember> } | undefined
+  /** Set by a child step whose child has not ended: start it (unless started) and park the step on it. */
+  childRequest: ChildRequest | undefined
   /** A fresh run's first step, inserted claimed with the run's claim. */
   preclaimed: bigint | undefined
 }
@@ -112,6 +115,7 @@ export const makeExecutionState = (
       inStep: false,
       pollRequest: undefined,
       fanOutRequest: undefined,
+      childRequest: undefined,
       preclaimed: undefined
     }
     return state

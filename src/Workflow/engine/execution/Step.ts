@@ -11,6 +11,7 @@ import { stepSpan } from "../../../internal/span.ts"
 import { isStorableJson } from "../../../internal/storable.ts"
 import { resolve as resolvePolicy } from "../../Policies.ts"
 import { type ControlVerb, type ReceivedSignal, SignalReaders, StepContext, type StepOptions } from "../../Runtime.ts"
+import { makeChild } from "../../verbs/child.ts"
 import { makeFanOut } from "../../verbs/fanOut.ts"
 import { makePoll } from "../../verbs/poll.ts"
 import { OutputNotJson, OutputNotStorable, OutputTooLarge, StepTimeout } from "../../WorkflowError.ts"
@@ -40,6 +41,9 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
   const { halt, applyOutcome, recordStep } = apply
   const { nextCheck } = makePoll(ctx, st, apply)
   const { openFanOut } = makeFanOut(ctx, outcomes, st, apply, (step, error, options, startedAt) =>
+    failed(step, error, options, startedAt)
+  )
+  const { openChild } = makeChild(ctx, outcomes, st, apply, (step, error, options, startedAt) =>
     failed(step, error, options, startedAt)
   )
 
@@ -256,6 +260,9 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
       const fanOut = st.fanOutRequest
       st.fanOutRequest = undefined
       if (fanOut !== undefined) return yield* openFanOut(step, fanOut, options, startedAt)
+      const child = st.childRequest
+      st.childRequest = undefined
+      if (child !== undefined) return yield* openChild(step, child, options, startedAt)
       if (Exit.isFailure(exit)) {
         // an interruption from outside never gets here (the execution stops, and `execute`
         // releases the step): this one came from inside the body, a failure of the step
