@@ -137,11 +137,22 @@ export const keys = {
     section: "connection",
     readme: true
   }),
-  poolSize: key(Kinds.int(PositiveInt), {
-    default: 10,
-    doc: "Connections in the pool.",
+  poolSize: key(Kinds.optional(Kinds.int(PositiveInt)), {
+    default: null,
+    doc: "Connections in the pool. Unset, it is derived from the capsules of `workers` (see `poolNeed`); set below what a supervisor's capsules need, the supervisor fails at boot naming both numbers.",
+    defaultDoc: "the capsules' total concurrency + 3, at least 10",
     section: "connection",
     readme: true
+  }),
+  statementTimeout: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "60 seconds",
+    doc: "The server cancels a statement of a pooled connection that runs longer (`statement_timeout`, sent when the connection opens; migrations are exempt). `none` turns it off.",
+    section: "connection"
+  }),
+  tcpKeepAlive: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "30 seconds",
+    doc: "TCP keepalive on every connection: probes start after this long idle, so a dead peer (a host gone, a dropped NAT entry) fails the socket instead of hanging it. `none` leaves the OS default (off).",
+    section: "connection"
   }),
   schema: key(Kinds.string(Identifier(40)), {
     default: "pgbus",
@@ -242,6 +253,11 @@ export const keys = {
     default: null,
     doc: "Most messages a capsule holds in flight (running and buffered).",
     defaultDoc: "unlimited",
+    section: "workers"
+  }),
+  zombieDetection: key(Kinds.boolean, {
+    default: true,
+    doc: "Log a message delivered again with no failure recorded (its previous delivery ended without an outcome: a process killed or stopped, or a job past its visibility); such deliveries count towards `maxRetries`.",
     section: "workers"
   }),
   visibilityHeartbeat: key(Kinds.boolean, {
@@ -684,3 +700,27 @@ export class PgBusConfig extends Context.Service<PgBusConfig, PgBusConfigShape>(
 
 /** The connection target without its password: `host:port/database`. */
 export const describeTarget = (config: PgBusConfigShape): string => describeUrl(Redacted.value(config.databaseUrl))
+
+/**
+ * Connections a supervisor's workers need beside their jobs: the LISTEN connection (when it is on
+ * the pool), the process heartbeat, and one for claims and maintenance.
+ */
+export const POOL_OVERHEAD = 3
+
+/** The smallest pool a process running capsules of this total concurrency should have. */
+export const poolNeed = (totalConcurrency: number): number => totalConcurrency + POOL_OVERHEAD
+
+/** Total concurrency of the string form of `workers` (a capsule naming none counts 5), read leniently. */
+export const workersConcurrency = (workers: string): number =>
+  workers
+    .split(";")
+    .map((part) => part.trim())
+    .filter((part) => part !== "")
+    .reduce((sum, part) => {
+      const match = /:\s*(\d+)\s*$/.exec(part)
+      return sum + (match ? Number(match[1]) : 5)
+    }, 0)
+
+/** The pool size in force: `poolSize` when set, else derived from `workers` (10 at least). */
+export const effectivePoolSize = (config: Pick<PgBusConfigShape, "poolSize" | "workers">): number =>
+  config.poolSize ?? Math.max(10, poolNeed(workersConcurrency(config.workers)))

@@ -9,8 +9,9 @@ import { Cause, Clock, Context, Duration, Effect, Layer, Option, Redacted, Sched
 import * as Reactivity from "effect/reactivity/Reactivity"
 import type { SqlClient } from "effect/sql"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
-import { PgBusConfig, type PgBusConfigShape } from "./Config.ts"
+import { effectivePoolSize, PgBusConfig, type PgBusConfigShape } from "./Config.ts"
 import { targetOf, tlsOptions } from "./Connection.ts"
+import { openSocket } from "./internal/PoolCensus.ts"
 
 /**
  * A database operation failed for a reason that is not part of the domain (connection lost,
@@ -166,10 +167,16 @@ export const layerEffectClock: Layer.Layer<never> = Layer.succeed(DatabaseClock,
  * Connection options for the driver from the config: the URL's parts as separate fields (see
  * field guide §14.2), and TLS from the `ssl` key or the URL's `sslmode` (certificate files read).
  */
-export const clientOptions = (config: PgBusConfigShape, applicationName = "effect-pgbus") =>
+export const clientOptions = (
+  config: PgBusConfigShape,
+  applicationName = "effect-pgbus",
+  session: SessionOptions = {}
+) =>
   Effect.gen(function* () {
     const target = targetOf(Redacted.value(config.databaseUrl))
     const ssl = yield* tlsOptions(target, config.ssl)
+    const keepAliveMs = config.tcpKeepAlive === undefined ? undefined : Duration.toMillis(config.tcpKeepAlive)
+    const statementTimeout = session.statementTimeout === false ? undefined : config.statementTimeout
     return {
       host: target.host,
       port: target.port,
@@ -177,11 +184,22 @@ export const clientOptions = (config: PgBusConfigShape, applicationName = "effec
       username: target.username,
       ...(target.password !== undefined ? { password: Redacted.make(target.password) } : {}),
       ssl,
-      maxConnections: config.poolSize,
+      maxConnections: effectivePoolSize(config),
       applicationName,
-      preparedStatementCacheSize: 512
+      preparedStatementCacheSize: 512,
+      // the sockets are opened here so that the pool gauges can count them (with keepalive)
+      stream: () => openSocket({ host: target.host, port: target.port, keepAliveMs }),
+      ...(statementTimeout !== undefined
+        ? { startupParameters: { statement_timeout: String(Math.ceil(Duration.toMillis(statementTimeout))) } }
+        : {})
     } as const
   })
+
+/** Session settings of a client that differ from the pool's. */
+export interface SessionOptions {
+  /** `false`: no `statement_timeout` on this client's connections (a LISTEN connection, say). */
+  readonly statementTimeout?: false | undefined
+}
 
 /**
  * The PgClient (and SqlClient) layer built from `PgBusConfig`.

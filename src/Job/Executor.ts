@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, Exit, Random, References, Tracer } from "effect"
+import { Context, Duration, Effect, Exit, Metric, Random, References, Tracer } from "effect"
 import type { Message } from "../Queue/Message.ts"
 import { beforeRun, decide, type Outcome } from "./Completer.ts"
 import { JobContext } from "./Job.ts"
@@ -18,6 +18,37 @@ export { decide, failureOf, type Outcome } from "./Completer.ts"
 export { jobOf } from "./RegisteredJob.ts"
 
 const succeeded: Effect.Effect<Outcome> = Effect.succeed({ _tag: "Succeeded" })
+
+/**
+ * Whether a delivery with no failure recorded since the previous one is logged (the config's
+ * `zombieDetection`, which the supervisor provides).
+ *
+ * @category references
+ */
+export const ZombieDetection = Context.Reference<boolean>("effect-pgbus/ZombieDetection", { defaultValue: () => true })
+
+/** Deliveries that followed one which ended without an outcome, by queue. */
+export const zombieDeliveries = Metric.counter("pgbus_zombie_deliveries_total", {
+  description: "messages delivered again with no failure recorded for the previous delivery"
+})
+
+/**
+ * Zombie detection (seed 002): a message read again with no failure recorded had a delivery end
+ * without an outcome (a process killed or stopped mid-job, or a job past its visibility timeout);
+ * such deliveries still count towards `maxRetries`, so a job killed by repeated deploys can be
+ * dead-lettered without ever failing. Logged so that this is seen before it happens.
+ */
+const zombie = (job: string, message: Message): Effect.Effect<void> =>
+  Effect.flatMap(ZombieDetection, (on) =>
+    on
+      ? Effect.logWarning(
+          `pgbus: ${job} delivered again (read ${message.readCt} times) with no failure recorded: an earlier delivery ended without an outcome (a process killed or stopped mid-job, or the job outran its visibility timeout); these deliveries count towards maxRetries`
+        ).pipe(
+          Effect.annotateLogs({ job, queue: message.queue, msg_id: String(message.msgId), attempt: message.readCt }),
+          Effect.andThen(Metric.update(zombieDeliveries.pipe(Metric.withAttributes({ queue: message.queue })), 1))
+        )
+      : Effect.void
+  )
 
 /**
  * Runs one delivered message and returns its outcome. Never fails: an unknown job, a payload
@@ -90,7 +121,9 @@ export const execute = (
       )
     )
   })
-  const delivery = traced.pipe(
+  const delivery = (
+    message.readCt > 1 && message.lastError === undefined ? Effect.andThen(zombie(name, message), traced) : traced
+  ).pipe(
     Effect.exit,
     Effect.flatMap((exit) =>
       // the random draw only spreads a retry's delay

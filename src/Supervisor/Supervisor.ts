@@ -11,12 +11,21 @@ import os from "node:os"
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { Batches, BatchSweep } from "../Batch/Batch.ts"
-import { describeTarget, PgBusConfig } from "../Config.ts"
+import {
+  ConfigurationError,
+  describeTarget,
+  effectivePoolSize,
+  PgBusConfig,
+  type PgBusConfigShape,
+  POOL_OVERHEAD,
+  poolNeed
+} from "../Config.ts"
 import { retryTransient } from "../Database.ts"
 import { consumerCapsules } from "../EventBus/Consumer.ts"
 import { Outbox } from "../EventBus/Outbox.ts"
 import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
 import { makeDebouncer } from "../Job/Debounce.ts"
+import { ZombieDetection } from "../Job/Executor.ts"
 import { JobClient, servedQueues } from "../Job/JobClient.ts"
 import * as JobStats from "../Job/JobStats.ts"
 import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
@@ -100,6 +109,29 @@ const runScheduler = (
   )
 
 /**
+ * Fails the boot when a pool that was set is smaller than the capsules need (every job may hold
+ * a connection, beside the process's own: see `poolNeed`); a derived pool that falls short (event
+ * consumers and served queues are known only now) is logged.
+ */
+const checkPool = (config: PgBusConfigShape, capacity: number, runsWorkers: boolean) =>
+  Effect.gen(function* () {
+    const pool = effectivePoolSize(config)
+    const need = poolNeed(capacity)
+    if (!runsWorkers || pool >= need) return
+    const why = `the capsules run ${capacity} job(s) at once and the process needs ${POOL_OVERHEAD} connection(s) of its own: ${need} in all, the pool has ${pool}`
+    if (config.poolSize !== undefined) {
+      return yield* new ConfigurationError({
+        key: "poolSize",
+        rule: `${why}; set poolSize to ${need} or more, or lower the capsules' concurrency`,
+        value: String(pool)
+      })
+    }
+    yield* Effect.logWarning(
+      `[pgbus] ${why} (derived from workers, without the event consumers and served queues); set poolSize to ${need}`
+    )
+  })
+
+/**
  * Runs the supervisor until interrupted, then drains. Provide `Registry.layer([...jobs])` and
  * `PgBus.layer()`; run it with `Supervisor.runMain` so a drained shutdown exits 0.
  */
@@ -147,6 +179,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const capsules = [...selected, ...extra, ...consumers]
     const processId = crypto.randomUUID()
     const capacity = runsWorkers ? capsules.reduce((n, c) => n + c.concurrency, 0) : 0
+    yield* checkPool(config, capacity, runsWorkers)
     const stats: Array<WorkerStats> = runsWorkers ? capsules.map(makeStats) : []
     // At boot the workers claim first and the dispatcher's rounds start after their first
     // claims (1 s at most): a process (or a fleet) restarting with a backlog puts its work
@@ -192,7 +225,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     // Boot banner: what actually booted, never the password.
     const banner = [
       `boot: effect-pgbus ${VERSION} pid=${process.pid} host=${os.hostname()}`,
-      `boot: connection=${describeTarget(config)} schema=${config.schema} pool=${config.poolSize}`,
+      `boot: connection=${describeTarget(config)} schema=${config.schema} pool=${effectivePoolSize(config)}${config.poolSize === undefined ? " (derived)" : ""} statement_timeout=${config.statementTimeout === undefined ? "off" : Duration.format(config.statementTimeout)}`,
       `boot: database ${config.databaseSource}`,
       `boot: listen_notify=${config.listenNotify} visibility_timeout=${Duration.format(config.visibilityTimeout)} max_retries=${config.maxRetries}`,
       `boot: roles=${roles.join(",")} jobs=${[...registry.jobs.keys()].join(",") || "(none)"}`,
@@ -429,6 +462,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
                     )
               ),
               Effect.forever,
+              Effect.provideService(ZombieDetection, config.zombieDetection),
               Effect.annotateLogs({ capsule: capsule.name })
             ),
           { concurrency: "unbounded", discard: true }
