@@ -131,6 +131,17 @@ export const keys = {
     section: "connection",
     readme: true
   }),
+  directDatabaseUrl: key(Kinds.optional(Kinds.url(checkUrl)), {
+    default: null,
+    doc: "The server itself when `databaseUrl` goes through a pooler: the connections that keep session state use it (the notifier's LISTEN, the maintenance leaders' advisory locks).",
+    defaultDoc: "none (`databaseUrl`)",
+    section: "connection"
+  }),
+  transactionPooler: key(Kinds.boolean, {
+    default: false,
+    doc: "`databaseUrl` is a transaction-mode pooler (pgbouncer): pooled connections use no named prepared statements and send no session settings (set `statement_timeout` on the server's role or database instead); needs `directDatabaseUrl`.",
+    section: "connection"
+  }),
   migrate: key(Kinds.boolean, {
     default: false,
     doc: "Apply pending migrations when `PgBus.layer` is built (safe from several processes at once); off, a supervisor on a database with pending migrations fails at boot saying how to apply them.",
@@ -615,7 +626,7 @@ export const resolve = (
       candidate[name] = parsed.success
     }
     // a URL's missing parts come from libpq's environment (PGHOST, PGPASSWORD, ...), then defaults
-    for (const name of ["databaseUrl", "busDatabaseUrl"] as const) {
+    for (const name of ["databaseUrl", "busDatabaseUrl", "directDatabaseUrl"] as const) {
       const url = candidate[name]
       if (Redacted.isRedacted(url)) {
         // the default URL stands for "nothing given": libpq's variables fill every part of it
@@ -653,6 +664,13 @@ export const resolve = (
         key: "visibilityHeartbeatInterval",
         rule: "must be shorter than visibilityTimeout",
         value: show(valid.visibilityHeartbeatInterval)
+      })
+    }
+    if (valid.transactionPooler && valid.directDatabaseUrl === undefined) {
+      return yield* new ConfigurationError({
+        key: "directDatabaseUrl",
+        rule: "must be set when transactionPooler is on: LISTEN and the leaders' advisory locks need a session of their own on the server itself",
+        value: "none"
       })
     }
     if (valid.priorityLevels !== undefined && valid.defaultPriority >= valid.priorityLevels) {

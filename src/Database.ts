@@ -173,10 +173,15 @@ export const clientOptions = (
   session: SessionOptions = {}
 ) =>
   Effect.gen(function* () {
-    const target = targetOf(Redacted.value(config.databaseUrl))
+    const direct = session.direct === true && config.directDatabaseUrl !== undefined
+    const target = targetOf(Redacted.value(direct ? config.directDatabaseUrl! : config.databaseUrl))
     const ssl = yield* tlsOptions(target, config.ssl)
     const keepAliveMs = config.tcpKeepAlive === undefined ? undefined : Duration.toMillis(config.tcpKeepAlive)
-    const statementTimeout = session.statementTimeout === false ? undefined : config.statementTimeout
+    // through a transaction-mode pooler, a connection is another client's at the next
+    // transaction: no named prepared statements, no settings in the startup packet (pgbouncer
+    // refuses the ones it does not know)
+    const pooled = config.transactionPooler && !direct
+    const statementTimeout = session.statementTimeout === false || pooled ? undefined : config.statementTimeout
     return {
       host: target.host,
       port: target.port,
@@ -187,6 +192,7 @@ export const clientOptions = (
       maxConnections: effectivePoolSize(config),
       applicationName,
       preparedStatementCacheSize: 512,
+      ...(pooled ? { prepare: false } : {}),
       // the sockets are opened here so that the pool gauges can count them (with keepalive)
       stream: () => openSocket({ host: target.host, port: target.port, keepAliveMs }),
       ...(statementTimeout !== undefined
@@ -199,6 +205,8 @@ export const clientOptions = (
 export interface SessionOptions {
   /** `false`: no `statement_timeout` on this client's connections (a LISTEN connection, say). */
   readonly statementTimeout?: false | undefined
+  /** Connect to `directDatabaseUrl` (when set) rather than through the pooler: for session state. */
+  readonly direct?: boolean | undefined
 }
 
 /**
@@ -226,13 +234,15 @@ export const layer: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, Databas
 
 /**
  * A client on one connection of its own, outside the pool (a dead connection is replaced by a
- * new session): for session state such as advisory locks, which must not be lent to others.
+ * new session): for session state such as advisory locks, which must not be lent to others. It
+ * connects to `directDatabaseUrl` when set (a pooler in front of `databaseUrl` keeps no session).
  */
 export const dedicatedClient = (
-  applicationName: string
+  applicationName: string,
+  session: Omit<SessionOptions, "direct"> = {}
 ): Effect.Effect<PgClient.PgClient, DatabaseError, PgBusConfig | Scope.Scope> =>
   Effect.flatMap(PgBusConfig, (config) =>
-    clientOptions(config, applicationName).pipe(
+    clientOptions(config, applicationName, { ...session, direct: true }).pipe(
       Effect.mapError(
         (error) =>
           new DatabaseError({ operation: "connect", reason: "ConnectionSetup", detail: error.detail, retryable: false })

@@ -225,7 +225,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     // Boot banner: what actually booted, never the password.
     const banner = [
       `boot: effect-pgbus ${VERSION} pid=${process.pid} host=${os.hostname()}`,
-      `boot: connection=${describeTarget(config)} schema=${config.schema} pool=${effectivePoolSize(config)}${config.poolSize === undefined ? " (derived)" : ""} statement_timeout=${config.statementTimeout === undefined ? "off" : Duration.format(config.statementTimeout)}`,
+      `boot: connection=${describeTarget(config)} schema=${config.schema} pool=${effectivePoolSize(config)}${config.poolSize === undefined ? " (derived)" : ""} statement_timeout=${config.transactionPooler ? "the server's (transactionPooler)" : config.statementTimeout === undefined ? "off" : Duration.format(config.statementTimeout)}`,
       `boot: database ${config.databaseSource}`,
       `boot: listen_notify=${config.listenNotify} visibility_timeout=${Duration.format(config.visibilityTimeout)} max_retries=${config.maxRetries}`,
       `boot: roles=${roles.join(",")} jobs=${[...registry.jobs.keys()].join(",") || "(none)"}`,
