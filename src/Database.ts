@@ -11,6 +11,7 @@ import type { SqlClient } from "effect/sql"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { effectivePoolSize, PgBusConfig, type PgBusConfigShape } from "./Config.ts"
 import { targetOf, tlsOptions } from "./Connection.ts"
+import { type Breaker, breakerFor } from "./internal/ConnectionBreaker.ts"
 import { openSocket } from "./internal/PoolCensus.ts"
 
 /**
@@ -255,3 +256,30 @@ export const dedicatedClient = (
       )
     )
   )
+
+/** The connection breaker of the pool's target (see `internal/ConnectionBreaker.ts`). */
+export const breakerOf = (config: PgBusConfigShape): Breaker => {
+  const target = targetOf(Redacted.value(config.databaseUrl))
+  return breakerFor(`${target.host}:${target.port}`)
+}
+
+/**
+ * The connection breaker's half-open probe: one connection of its own to the pool's target and
+ * `SELECT 1`, 5 s at most. Its socket tells the breaker how it went (a success closes it, a
+ * failure opens it again for twice as long); the outcome is returned too.
+ */
+export const probeDatabase: Effect.Effect<boolean, never, PgBusConfig> = Effect.flatMap(PgBusConfig, (config) =>
+  clientOptions(config, "effect-pgbus probe").pipe(
+    Effect.flatMap((options) => PgClient.make({ ...options, maxConnections: 1 })),
+    Effect.flatMap((client) => client`SELECT 1`),
+    Effect.provide(Reactivity.layer),
+    Effect.scoped,
+    Effect.timeoutOption(Duration.seconds(5)),
+    Effect.map((done) => done._tag === "Some"),
+    Effect.catch(() => Effect.succeed(false))
+  )
+)
+
+/** Runs `log` unless the pool's connection breaker is open (the outage was logged once, when it opened). */
+export const unlessUnreachable = (config: PgBusConfigShape, log: Effect.Effect<void>): Effect.Effect<void> =>
+  Effect.suspend(() => (breakerOf(config).isOpen() ? Effect.void : log))

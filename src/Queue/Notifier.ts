@@ -9,7 +9,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { Context, Duration, Effect, Latch, Layer, Queue, Ref, type Scope } from "effect"
 import { PgBusConfig } from "../Config.ts"
-import { dedicatedClient } from "../Database.ts"
+import { dedicatedClient, unlessUnreachable } from "../Database.ts"
 import * as OutageBackoff from "../internal/OutageBackoff.ts"
 import type { Message } from "./Message.ts"
 
@@ -173,10 +173,14 @@ export class Notifier extends Context.Service<
             OutageBackoff.retryLoop(listenOnce, reconnects, (error, pause) =>
               Ref.set(status, "reconnecting").pipe(
                 Effect.andThen(
-                  Effect.logWarning(
-                    `pgbus notifier: LISTEN connection lost, polling fast, reconnecting in ${Duration.toMillis(pause)} ms`,
-                    error
-                  ).pipe(Effect.annotateLogs({ retryInMs: Duration.toMillis(pause) }))
+                  // while the connection breaker is open the outage was logged once
+                  unlessUnreachable(
+                    config,
+                    Effect.logWarning(
+                      `pgbus notifier: LISTEN connection lost, polling fast, reconnecting in ${Duration.toMillis(pause)} ms`,
+                      error
+                    ).pipe(Effect.annotateLogs({ retryInMs: Duration.toMillis(pause) }))
+                  )
                 )
               )
             )

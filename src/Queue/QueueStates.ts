@@ -12,7 +12,7 @@
 import { Context, Duration, Effect, Latch, Layer, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
-import { serverError, statementNow, toDatabaseError } from "../Database.ts"
+import { serverError, statementNow, toDatabaseError, unlessUnreachable } from "../Database.ts"
 import { Notifier } from "./Notifier.ts"
 import { type QueueError, QueueNotFound } from "./QueueError.ts"
 import * as QueueName from "./QueueName.ts"
@@ -155,7 +155,9 @@ export class QueueStates extends Context.Service<
             current = new Set(rows.map((r) => r.queue))
           })
         ),
-        Effect.catch((error) => Effect.logWarning("pgbus: reading paused queues failed", error))
+        Effect.catch((error) =>
+          unlessUnreachable(config, Effect.logWarning("pgbus: reading paused queues failed", error))
+        )
       )
       yield* started.await.pipe(
         Effect.andThen(Effect.sleep(PAUSED_REFRESH)),

@@ -20,7 +20,7 @@ import {
   POOL_OVERHEAD,
   poolNeed
 } from "../Config.ts"
-import { retryTransient } from "../Database.ts"
+import { breakerOf, retryTransient } from "../Database.ts"
 import { consumerCapsules } from "../EventBus/Consumer.ts"
 import { Outbox } from "../EventBus/Outbox.ts"
 import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
@@ -40,6 +40,7 @@ import { Registry } from "../Registry.ts"
 import { VERSION } from "../version.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
+import { databaseState, watchConnection } from "./ConnectionWatch.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
 import { campaign, describeLeaders, type LeaderRole } from "./Leader.ts"
 import { Processes } from "./Processes.ts"
@@ -69,9 +70,17 @@ const UNIQUE_KEY_REAP_EVERY = Duration.minutes(1)
 const FIRST_CLAIMS_WAIT = Duration.seconds(1)
 
 /** Runs a maintenance task repeatedly; a failure is logged and the next tick tries again. */
-const repeatMaintenance = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) =>
+const repeatMaintenance = <A, E>(
+  name: string,
+  task: Effect.Effect<A, E>,
+  every: Duration.Duration,
+  quiet: () => boolean = () => false
+) =>
   task.pipe(
-    Effect.catchCause((cause) => Effect.logWarning(`pgbus: ${name} failed`, Cause.pretty(cause))),
+    // while the connection breaker is open the outage was logged once: no line per tick
+    Effect.catchCause((cause) =>
+      quiet() ? Effect.void : Effect.logWarning(`pgbus: ${name} failed`, Cause.pretty(cause))
+    ),
     Effect.repeat(Schedule.spaced(every)),
     Effect.forever
   )
@@ -138,6 +147,9 @@ const checkPool = (config: PgBusConfigShape, capacity: number, runsWorkers: bool
 export const runWith = (options: SupervisorOptions = {}) =>
   Effect.gen(function* () {
     const config = yield* PgBusConfig
+    const breaker = breakerOf(config)
+    const maintain = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) =>
+      repeatMaintenance(name, task, every, breaker.isOpen)
     const store = yield* QueueStore
     const notifier = yield* Notifier
     const registry = yield* Registry
@@ -204,6 +216,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
 
     yield* checkSchemaVersion()
     yield* requireMigrated
+    // one line when the connection breaker opens, one when it closes; probes while it is open
+    yield* Effect.forkScoped(watchConnection)
 
     // The campaigns for the maintenance roles start now, so that their connection is open by the
     // time the dispatcher's loops start. Every dispatcher loop runs through afterFirstClaims, so
@@ -295,7 +309,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     yield* Effect.forkScoped(
       Effect.andThen(
         Effect.sleep(config.processHeartbeatInterval),
-        repeatMaintenance(
+        maintain(
           "process heartbeat",
           Effect.gen(function* () {
             const alive = yield* Effect.flatMap(beatFigures, (figures) => processes.beat(processId, figures)).pipe(
@@ -317,7 +331,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     if (roles.includes("dispatcher")) {
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "workflow sweep",
             Effect.flatMap(sweep.runOnce, (r) =>
               r.stalled + r.resent + r.timedOut + r.deleted === 0
@@ -332,7 +346,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       )
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "batch sweep",
             Effect.flatMap(batchSweep.runOnce, (r) =>
               r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
@@ -346,11 +360,11 @@ export const runWith = (options: SupervisorOptions = {}) =>
         )
       )
       yield* Effect.forkScoped(
-        afterFirstClaims(repeatMaintenance("reaping stale processes", reapStale, config.dispatchInterval))
+        afterFirstClaims(maintain("reaping stale processes", reapStale, config.dispatchInterval))
       )
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "uniqueness key reaper",
             Effect.flatMap(uniqueKeys.reap, (r) =>
               r.released === 0
@@ -363,7 +377,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       )
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "processed-events retention",
             Effect.flatMap(processedEvents.purge, (n) =>
               n === 0
@@ -379,7 +393,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       yield* Effect.forkScoped(afterFirstClaims(outbox.pollerRole))
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "job statistics retention",
             jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null),
             ARCHIVE_CLEANUP_EVERY
@@ -388,7 +402,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       )
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "archive retention",
             Effect.flatMap(store.cleanupArchive(), (report) =>
               report.length === 0
@@ -411,11 +425,15 @@ export const runWith = (options: SupervisorOptions = {}) =>
     }
 
     if (config.healthPort !== undefined) {
-      const report = Effect.map(Ref.get(readiness), (status) => {
-        const live = stats.filter((s) => s.healthy).length
-        const degraded = status === "OK" && live < stats.length
-        return { status: degraded ? ("DEGRADED" as const) : status, expected: stats.length, live }
-      })
+      const report = Effect.map(
+        Effect.all([Ref.get(readiness), databaseState.pipe(Effect.provideService(PgBusConfig, config))]),
+        ([status, db]) => {
+          const live = stats.filter((s) => s.healthy).length
+          // the connection breaker open: the database is unreachable, reads fail fast
+          const degraded = status === "OK" && (live < stats.length || db.database !== "ok")
+          return { status: degraded ? ("DEGRADED" as const) : status, expected: stats.length, live, ...db }
+        }
+      )
       yield* Layer.build(serveHealth(config.healthPort, config.healthBind, report, yield* MetricsSampler))
       yield* Effect.logInfo(`[pgbus] health endpoints on http://${config.healthBind}:${config.healthPort}`)
     }
