@@ -266,6 +266,27 @@ export const keys = {
     defaultDoc: "unlimited",
     section: "workers"
   }),
+  circuitBreakerThreshold: key(Kinds.optional(Kinds.int(PositiveInt)), {
+    default: 25,
+    doc: "Per-queue circuit breaker: after this many failed deliveries of a queue's jobs in a row (in one process, no success between), the queue pauses itself for every process (`none`: off).",
+    section: "workers"
+  }),
+  circuitBreakerBackoff: key(Kinds.duration(PositiveDuration), {
+    default: "30 seconds",
+    doc: "How long the circuit breaker pauses a queue; doubled at each trip that follows the previous pause within `circuitBreakerBackoffMax`.",
+    section: "workers"
+  }),
+  circuitBreakerBackoffMax: key(Kinds.duration(PositiveDuration), {
+    default: "10 minutes",
+    doc: "The longest circuit-breaker pause.",
+    section: "workers"
+  }),
+  circuitBreakerExempt: key(Kinds.string(Schema.String), {
+    default: "",
+    doc: "Queues the circuit breaker never pauses, comma-separated.",
+    defaultDoc: "none",
+    section: "workers"
+  }),
   zombieDetection: key(Kinds.boolean, {
     default: true,
     doc: "Log a message delivered again with no failure recorded (its previous delivery ended without an outcome: a process killed or stopped, or a job past its visibility); such deliveries count towards `maxRetries`.",

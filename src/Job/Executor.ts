@@ -6,6 +6,7 @@
  */
 import { Context, Duration, Effect, Exit, Metric, Random, References, Tracer } from "effect"
 import type { Message } from "../Queue/Message.ts"
+import { QueueBreaker } from "../Queue/QueueBreaker.ts"
 import { beforeRun, decide, type Outcome } from "./Completer.ts"
 import { JobContext } from "./Job.ts"
 import { linkedSpan } from "./JobClient.ts"
@@ -49,6 +50,14 @@ const zombie = (job: string, message: Message): Effect.Effect<void> =>
         )
       : Effect.void
   )
+
+/** Tells the queue's circuit breaker (when the supervisor runs one) how a delivery ended; an abandoned one says nothing. */
+const toBreaker = (queue: string, outcome: Outcome): Effect.Effect<void> =>
+  outcome._tag === "Abandoned"
+    ? Effect.void
+    : Effect.flatMap(QueueBreaker, (breaker) =>
+        breaker === undefined ? Effect.void : breaker.record(queue, outcome._tag !== "Succeeded")
+      )
 
 /**
  * Runs one delivered message and returns its outcome. Never fails: an unknown job, a payload
@@ -132,7 +141,8 @@ export const execute = (
           ? succeeded
           : Effect.succeed<Outcome>({ _tag: "Succeeded", result: exit.value })
         : Effect.map(Random.next, (random) => decide(exit, message.readCt, policy, random))
-    )
+    ),
+    Effect.tap((outcome) => toBreaker(message.queue, outcome))
   )
   return registered === undefined ? delivery : registered.provide(delivery)
 }

@@ -32,6 +32,7 @@ import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
 import { makeUniqueKeys } from "../Job/Uniqueness.ts"
 import { checkSchemaVersion, requireMigrated } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
+import { makeQueueBreaker, QueueBreaker } from "../Queue/QueueBreaker.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type { RecurringTask } from "../Recurring/Recurring.ts"
@@ -440,6 +441,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
 
     if (runsWorkers) {
       const paused = yield* queueStates.watch
+      // the per-queue circuit breaker of this process's workers (failures in a row, by queue)
+      const queueBreaker = makeQueueBreaker(config, queueStates)
       // created before the workers are forked, so its last flush runs after they drained
       const jobStats = yield* JobStats.make
       yield* Effect.forkScoped(
@@ -481,6 +484,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
               ),
               Effect.forever,
               Effect.provideService(ZombieDetection, config.zombieDetection),
+              Effect.provideService(QueueBreaker, queueBreaker),
               Effect.annotateLogs({ capsule: capsule.name })
             ),
           { concurrency: "unbounded", discard: true }
