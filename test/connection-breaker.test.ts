@@ -7,12 +7,16 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer, Logger, Ref, Schema } from "effect"
 import { PgBusConfig } from "../src/Config.ts"
-import { breakerFor } from "../src/internal/ConnectionBreaker.ts"
+import { targetOf } from "../src/Connection.ts"
+import { breakerFor, TRIP_AFTER } from "../src/internal/ConnectionBreaker.ts"
 import * as Job from "../src/Job/Job.ts"
 import * as PgBus from "../src/PgBus.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { gateReads, isBreakerOpen } from "../src/Supervisor/ConnectionWatch.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import { ownServer } from "./support/ownServer.ts"
 import { freePort } from "./support/ports.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
 
 /** Log lines written while `effect` runs (its fibers included). */
 const withCapturedLogs = <A, E, R>(lines: Array<string>, effect: Effect.Effect<A, E, R>) =>
@@ -51,6 +55,29 @@ describe("connection breaker", () => {
       ["Opened", "Closed"]
     )
   })
+
+  it.live("while it is open, workers' reads fail at once without a connection; other operations go on", () =>
+    TestDatabase.onFreshDatabase({}, (url) =>
+      Effect.gen(function* () {
+        const config = yield* PgBusConfig
+        const store = yield* QueueStore
+        const gated = gateReads(store, config)
+        yield* store.create("gated")
+        yield* store.send("gated", { n: 1 })
+        const target = targetOf(url)
+        const breaker = breakerFor(`${target.host}:${target.port}`)
+        for (let i = 0; i < TRIP_AFTER; i++) breaker.failed()
+        assert.isTrue(breaker.isOpen())
+        const refused = yield* Effect.flip(gated.read("gated"))
+        assert.isTrue(isBreakerOpen(refused), String(refused))
+        // the send and the depth go to the database as usual (enqueues are never refused)
+        yield* store.send("gated", { n: 2 })
+        breaker.succeeded()
+        const claimed = yield* gated.read("gated", { limit: 10 })
+        assert.strictEqual(claimed.length, 2)
+      })
+    )
+  )
 
   it.live(
     "the database stopped for 20 s: one open and one close line, readiness DEGRADED meanwhile, nothing lost, work resumes within 5 s",

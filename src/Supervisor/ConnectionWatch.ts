@@ -6,9 +6,41 @@
  * @since 0.1.0
  */
 import { Clock, Duration, Effect } from "effect"
-import { PgBusConfig } from "../Config.ts"
-import { breakerOf, probeDatabase } from "../Database.ts"
+import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
+import { breakerOf, DatabaseError, probeDatabase } from "../Database.ts"
 import type { BreakerChange } from "../internal/ConnectionBreaker.ts"
+import type { QueueStore } from "../Queue/QueueStore.ts"
+
+/** The `reason` of the error a read fails with at once while the connection breaker is open. */
+export const BREAKER_OPEN = "ConnectionBreakerOpen"
+
+/** Whether an error is a read refused by the open connection breaker. */
+export const isBreakerOpen = (error: unknown): boolean =>
+  error instanceof DatabaseError && error.reason === BREAKER_OPEN
+
+/**
+ * The queue store as the workers see it: while the connection breaker is open its reads fail at
+ * once, taking no connection (not retryable: no claim was made, so none is released). Every
+ * other operation (archives, heartbeats, outcomes, enqueues) goes to the database as usual.
+ */
+export const gateReads = (store: QueueStore["Service"], config: PgBusConfigShape): QueueStore["Service"] => {
+  const breaker = breakerOf(config)
+  const refused = (operation: string) =>
+    new DatabaseError({
+      operation,
+      reason: BREAKER_OPEN,
+      detail: "the connection breaker is open: the database is unreachable; reads resume when a probe succeeds",
+      retryable: false
+    })
+  return {
+    ...store,
+    read: (queue, options) => (breaker.isOpen() ? Effect.fail(refused("read")) : store.read(queue, options)),
+    archiveAndRead: (queue, done, options) =>
+      breaker.isOpen() ? Effect.fail(refused("read")) : store.archiveAndRead(queue, done, options),
+    readWithPoll: (queue, options) =>
+      breaker.isOpen() ? Effect.fail(refused("read")) : store.readWithPoll(queue, options)
+  }
+}
 
 /** What readiness says about the database. */
 export interface DatabaseState {

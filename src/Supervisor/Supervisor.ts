@@ -41,7 +41,7 @@ import { Registry } from "../Registry.ts"
 import { VERSION } from "../version.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
-import { databaseState, watchConnection } from "./ConnectionWatch.ts"
+import { databaseState, gateReads, watchConnection } from "./ConnectionWatch.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
 import { campaign, describeLeaders, type LeaderRole } from "./Leader.ts"
 import { Processes } from "./Processes.ts"
@@ -443,6 +443,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       const paused = yield* queueStates.watch
       // the per-queue circuit breaker of this process's workers (failures in a row, by queue)
       const queueBreaker = makeQueueBreaker(config, queueStates)
+      const workerStore = gateReads(store, config)
       // created before the workers are forked, so its last flush runs after they drained
       const jobStats = yield* JobStats.make
       yield* Effect.forkScoped(
@@ -454,7 +455,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
                 capsule,
                 {
                   config,
-                  store,
+                  // reads fail at once while the connection breaker is open
+                  store: workerStore,
                   notifier,
                   registry,
                   processId,
