@@ -8,6 +8,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Cause, Effect, Exit, Fiber, Logger, Ref, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { effectivePoolSize, resolve } from "../src/Config.ts"
+import { targetOf } from "../src/Connection.ts"
 import { census } from "../src/internal/PoolCensus.ts"
 import * as Job from "../src/Job/Job.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
@@ -65,7 +66,7 @@ describe("statement timeout and keepalive", () => {
   )
 
   it.live("every pooled connection has TCP keepalive on, after tcpKeepAlive idle", () =>
-    TestDatabase.onFreshDatabase({ tcpKeepAlive: "45 seconds", listenNotify: false }, () =>
+    TestDatabase.onFreshDatabase({ tcpKeepAlive: "45 seconds", listenNotify: false }, (url) =>
       Effect.gen(function* () {
         const sql = yield* SqlClient.SqlClient
         // three connections at once, held by three transactions
@@ -73,7 +74,7 @@ describe("statement timeout and keepalive", () => {
           [1, 2, 3].map(() => sql.withTransaction(sql`SELECT pg_sleep(0.3)`)),
           { concurrency: "unbounded" }
         )
-        const lines = yield* socketTimers(5432)
+        const lines = yield* socketTimers(targetOf(url).port)
         assert.isAtLeast(lines.length, 3, lines.join("\n"))
         for (const line of lines) assert.include(line, "timer:(keepalive", line)
       })

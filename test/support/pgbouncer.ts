@@ -83,7 +83,8 @@ export const pgbouncer = Effect.acquireRelease(
       ini,
       [
         "[databases]",
-        `* = host=${server.host} port=${server.port}`,
+        // the embedded server has a password: pgbouncer logs in with it (clients need none)
+        `* = host=${server.host} port=${server.port}${server.password === undefined ? "" : ` user=${server.username} password=${server.password}`}`,
         "[pgbouncer]",
         "listen_addr = 127.0.0.1",
         `listen_port = ${port}`,
