@@ -56,6 +56,29 @@ describe("connection breaker", () => {
     )
   })
 
+  it.live("a failed probe opens it again for twice as long", () =>
+    Effect.gen(function* () {
+      const breaker = breakerFor(`unit-test:${Math.random()}`)
+      for (let i = 0; i < TRIP_AFTER; i++) breaker.failed()
+      yield* Effect.sleep("1100 millis")
+      assert.isTrue(breaker.takeProbe())
+      assert.isFalse(breaker.takeProbe(), "one probe at a time")
+      const before = Date.now()
+      breaker.failed()
+      const delay = breaker.nextProbeAt()! - before
+      assert.isAtLeast(delay, 1_990)
+      assert.isAtMost(delay, 2_100)
+      assert.isTrue(breaker.isOpen())
+      breaker.succeeded()
+      assert.isFalse(breaker.isOpen())
+      assert.deepStrictEqual(
+        breaker.takeChanges().map((c) => c._tag),
+        ["Opened", "Closed"],
+        "a re-open is no new line"
+      )
+    })
+  )
+
   it.live("while it is open, workers' reads fail at once without a connection; other operations go on", () =>
     TestDatabase.onFreshDatabase({}, (url) =>
       Effect.gen(function* () {

@@ -81,7 +81,10 @@ export const watchConnection: Effect.Effect<never, never, PgBusConfig> = Effect.
       continue
     }
     if (breaker.takeProbe()) {
-      yield* probeDatabase
+      const ok = yield* probeDatabase
+      // a probe that failed before it opened a socket told the breaker nothing: tell it, so
+      // that the next probe is scheduled
+      if (!ok && breaker.isOpen() && breaker.nextProbeAt() === undefined) breaker.failed()
       continue
     }
     const now = yield* Clock.currentTimeMillis
