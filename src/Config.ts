@@ -287,6 +287,11 @@ export const keys = {
     defaultDoc: "none",
     section: "workers"
   }),
+  eventLoopBlockThreshold: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "5 seconds",
+    doc: "The supervisor's event-loop watchdog logs a block of the loop this long or longer (naming the jobs that ran during it) and reports DEGRADED for 30 s (`none`: off).",
+    section: "workers"
+  }),
   zombieDetection: key(Kinds.boolean, {
     default: true,
     doc: "Log a message delivered again with no failure recorded (its previous delivery ended without an outcome: a process killed or stopped, or a job past its visibility); such deliveries count towards `maxRetries`.",

@@ -14,6 +14,7 @@ import { JobTimeout, PayloadDecodeError, UnknownJob } from "./JobError.ts"
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
 import { CurrentAttributes, contextOf } from "./RequestContext.ts"
 import type { ResolvedRetryPolicy } from "./Retry.ts"
+import * as RunningJobs from "./RunningJobs.ts"
 
 export { decide, failureOf, type Outcome } from "./Completer.ts"
 export { jobOf } from "./RegisteredJob.ts"
@@ -50,6 +51,19 @@ const zombie = (job: string, message: Message): Effect.Effect<void> =>
         )
       : Effect.void
   )
+
+/**
+ * Runs a handler recorded in `RunningJobs` (for the event-loop watchdog to name), in real time
+ * (`performance.now()`, as the watchdog measures the loop's lateness).
+ */
+const watched = <A, E>(job: string, message: Message, run: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+  Effect.suspend(() => {
+    const entry = RunningJobs.started(job, message.queue, message.msgId, performance.now())
+    return Effect.ensuring(
+      run,
+      Effect.sync(() => RunningJobs.finished(entry, performance.now()))
+    )
+  })
 
 /** Tells the queue's circuit breaker (when the supervisor runs one) how a delivery ended; an abandoned one says nothing. */
 const toBreaker = (queue: string, outcome: Outcome): Effect.Effect<void> =>
@@ -117,9 +131,9 @@ export const execute = (
         })
   // no span without a tracing backend (see hotSpan): the native tracer keeps it nowhere
   const traced = Effect.flatMap(Effect.tracer, (tracer) => {
-    if (tracer === Tracer.nativeTracer) return run
+    if (tracer === Tracer.nativeTracer) return watched(name, message, run)
     const link = linkedSpan(message.headers)
-    return run.pipe(
+    return watched(name, message, run).pipe(
       Effect.withSpan(
         "pgbus.job.execute",
         {

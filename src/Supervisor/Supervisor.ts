@@ -44,6 +44,7 @@ import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
 import { databaseState, gateReads, watchConnection } from "./ConnectionWatch.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
 import { campaign, describeLeaders, type LeaderRole } from "./Leader.ts"
+import { DEGRADED_FOR_MS, type LoopBlock, watchEventLoop } from "./LoopWatch.ts"
 import { Processes } from "./Processes.ts"
 import { serveUnserved, unservedQueues } from "./Unserved.ts"
 import { makeStats, readsFairly, readsInOrder, runWorker, type WorkerStats } from "./Worker.ts"
@@ -219,6 +220,15 @@ export const runWith = (options: SupervisorOptions = {}) =>
     yield* requireMigrated
     // one line when the connection breaker opens, one when it closes; probes while it is open
     yield* Effect.forkScoped(watchConnection)
+    // the event-loop watchdog: a blocked loop is logged with the jobs that ran meanwhile
+    let lastBlock: LoopBlock | undefined
+    if (config.eventLoopBlockThreshold !== undefined) {
+      yield* Effect.forkScoped(
+        watchEventLoop(config.eventLoopBlockThreshold, (block) => {
+          lastBlock = block
+        })
+      )
+    }
 
     // The campaigns for the maintenance roles start now, so that their connection is open by the
     // time the dispatcher's loops start. Every dispatcher loop runs through afterFirstClaims, so
@@ -427,12 +437,26 @@ export const runWith = (options: SupervisorOptions = {}) =>
 
     if (config.healthPort !== undefined) {
       const report = Effect.map(
-        Effect.all([Ref.get(readiness), databaseState.pipe(Effect.provideService(PgBusConfig, config))]),
-        ([status, db]) => {
+        Effect.all([
+          Ref.get(readiness),
+          databaseState.pipe(Effect.provideService(PgBusConfig, config)),
+          Clock.currentTimeMillis
+        ]),
+        ([status, db, now]) => {
           const live = stats.filter((s) => s.healthy).length
+          // a recent block of the event loop (a CPU-bound handler) degrades for a while
+          const block = lastBlock !== undefined && now - lastBlock.at < DEGRADED_FOR_MS ? lastBlock : undefined
           // the connection breaker open: the database is unreachable, reads fail fast
-          const degraded = status === "OK" && (live < stats.length || db.database !== "ok")
-          return { status: degraded ? ("DEGRADED" as const) : status, expected: stats.length, live, ...db }
+          const degraded = status === "OK" && (live < stats.length || db.database !== "ok" || block !== undefined)
+          return {
+            status: degraded ? ("DEGRADED" as const) : status,
+            expected: stats.length,
+            live,
+            ...db,
+            ...(block !== undefined
+              ? { eventLoopBlocked: { at: new Date(block.at).toISOString(), ms: block.blockedMs, jobs: block.jobs } }
+              : {})
+          }
         }
       )
       yield* Layer.build(serveHealth(config.healthPort, config.healthBind, report, yield* MetricsSampler))
