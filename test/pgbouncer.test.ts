@@ -42,6 +42,22 @@ describe("behind pgbouncer in transaction mode", () => {
     })
   )
 
+  it.live("migrations apply through pgbouncer (one transaction, nothing session-bound)", () =>
+    Effect.gen(function* () {
+      const bouncer = yield* pgbouncer
+      const name = yield* TestDatabase.emptyDatabase
+      const config = PgBusConfig.layerWithoutEnvironment({
+        databaseUrl: bouncer.urlFor(name),
+        directDatabaseUrl: urlFor(name),
+        transactionPooler: true
+      })
+      const applied = yield* PgBus.migrate.pipe(Effect.provide(PgBus.layerFrom(config).pipe(Layer.orDie)))
+      assert.isAbove(applied.length, 10)
+      const again = yield* PgBus.migrate.pipe(Effect.provide(PgBus.layerFrom(config).pipe(Layer.orDie)))
+      assert.deepStrictEqual(again, [])
+    }).pipe(Effect.scoped)
+  )
+
   it.live(
     "jobs, a workflow with a step and a signal, and the event bus work; the pool's connections go through pgbouncer",
     () =>
