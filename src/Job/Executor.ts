@@ -65,13 +65,27 @@ const watched = <A, E>(job: string, message: Message, run: Effect.Effect<A, E>):
     )
   })
 
-/** Tells the queue's circuit breaker (when the supervisor runs one) how a delivery ended; an abandoned one says nothing. */
-const toBreaker = (queue: string, outcome: Outcome): Effect.Effect<void> =>
-  outcome._tag === "Abandoned"
+/**
+ * What each outcome tells the queue's circuit breaker: a failure (a retry or a dead letter), a
+ * success (the count starts again), or nothing (an abandoned, snoozed or discarded delivery: the
+ * job's code did not fail, or its rules said the failure does not matter).
+ */
+const breakerVerdict: { readonly [K in Outcome["_tag"]]: boolean | undefined } = {
+  Succeeded: false,
+  Retry: true,
+  DeadLetter: true,
+  Abandoned: undefined,
+  Discarded: undefined,
+  Snoozed: undefined
+}
+
+/** Tells the queue's circuit breaker (when the supervisor runs one) how a delivery ended. */
+const toBreaker = (queue: string, outcome: Outcome): Effect.Effect<void> => {
+  const failed = breakerVerdict[outcome._tag]
+  return failed === undefined
     ? Effect.void
-    : Effect.flatMap(QueueBreaker, (breaker) =>
-        breaker === undefined ? Effect.void : breaker.record(queue, outcome._tag !== "Succeeded")
-      )
+    : Effect.flatMap(QueueBreaker, (breaker) => (breaker === undefined ? Effect.void : breaker.record(queue, failed)))
+}
 
 /**
  * Runs one delivered message and returns its outcome. Never fails: an unknown job, a payload
