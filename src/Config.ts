@@ -131,17 +131,39 @@ export const keys = {
     section: "connection",
     readme: true
   }),
+  directDatabaseUrl: key(Kinds.optional(Kinds.url(checkUrl)), {
+    default: null,
+    doc: "The server itself when `databaseUrl` goes through a pooler: the connections that keep session state use it (the notifier's LISTEN, the maintenance leaders' advisory locks).",
+    defaultDoc: "none (`databaseUrl`)",
+    section: "connection"
+  }),
+  transactionPooler: key(Kinds.boolean, {
+    default: false,
+    doc: "`databaseUrl` is a transaction-mode pooler (pgbouncer): pooled connections use no named prepared statements and send no session settings (set `statement_timeout` on the server's role or database instead); needs `directDatabaseUrl`.",
+    section: "connection"
+  }),
   migrate: key(Kinds.boolean, {
     default: false,
     doc: "Apply pending migrations when `PgBus.layer` is built (safe from several processes at once); off, a supervisor on a database with pending migrations fails at boot saying how to apply them.",
     section: "connection",
     readme: true
   }),
-  poolSize: key(Kinds.int(PositiveInt), {
-    default: 10,
-    doc: "Connections in the pool.",
+  poolSize: key(Kinds.optional(Kinds.int(PositiveInt)), {
+    default: null,
+    doc: "Connections in the pool. Unset, it is derived from the capsules of `workers` (see `poolNeed`); set below what a supervisor's capsules need, the supervisor fails at boot naming both numbers.",
+    defaultDoc: "the capsules' total concurrency + 3, at least 10",
     section: "connection",
     readme: true
+  }),
+  statementTimeout: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "60 seconds",
+    doc: "The server cancels a statement of a pooled connection that runs longer (`statement_timeout`, sent when the connection opens; migrations are exempt). `none` turns it off.",
+    section: "connection"
+  }),
+  tcpKeepAlive: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "30 seconds",
+    doc: "TCP keepalive on every connection: probes start after this long idle, so a dead peer (a host gone, a dropped NAT entry) fails the socket instead of hanging it. `none` leaves the OS default (off).",
+    section: "connection"
   }),
   schema: key(Kinds.string(Identifier(40)), {
     default: "pgbus",
@@ -242,6 +264,37 @@ export const keys = {
     default: null,
     doc: "Most messages a capsule holds in flight (running and buffered).",
     defaultDoc: "unlimited",
+    section: "workers"
+  }),
+  circuitBreakerThreshold: key(Kinds.optional(Kinds.int(PositiveInt)), {
+    default: 25,
+    doc: "Per-queue circuit breaker: after this many failed deliveries of a queue's jobs in a row (in one process, no success between), the queue pauses itself for every process (`none`: off).",
+    section: "workers"
+  }),
+  circuitBreakerBackoff: key(Kinds.duration(PositiveDuration), {
+    default: "30 seconds",
+    doc: "How long the circuit breaker pauses a queue; doubled at each trip that follows the previous pause within `circuitBreakerBackoffMax`.",
+    section: "workers"
+  }),
+  circuitBreakerBackoffMax: key(Kinds.duration(PositiveDuration), {
+    default: "10 minutes",
+    doc: "The longest circuit-breaker pause.",
+    section: "workers"
+  }),
+  circuitBreakerExempt: key(Kinds.string(Schema.String), {
+    default: "",
+    doc: "Queues the circuit breaker never pauses, comma-separated.",
+    defaultDoc: "none",
+    section: "workers"
+  }),
+  eventLoopBlockThreshold: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: "5 seconds",
+    doc: "The supervisor's event-loop watchdog logs a block of the loop this long or longer (naming the jobs that ran during it) and reports DEGRADED for 30 s (`none`: off).",
+    section: "workers"
+  }),
+  zombieDetection: key(Kinds.boolean, {
+    default: true,
+    doc: "Log a message delivered again with no failure recorded (its previous delivery ended without an outcome: a process killed or stopped, or a job past its visibility); such deliveries count towards `maxRetries`.",
     section: "workers"
   }),
   visibilityHeartbeat: key(Kinds.boolean, {
@@ -599,7 +652,7 @@ export const resolve = (
       candidate[name] = parsed.success
     }
     // a URL's missing parts come from libpq's environment (PGHOST, PGPASSWORD, ...), then defaults
-    for (const name of ["databaseUrl", "busDatabaseUrl"] as const) {
+    for (const name of ["databaseUrl", "busDatabaseUrl", "directDatabaseUrl"] as const) {
       const url = candidate[name]
       if (Redacted.isRedacted(url)) {
         // the default URL stands for "nothing given": libpq's variables fill every part of it
@@ -637,6 +690,13 @@ export const resolve = (
         key: "visibilityHeartbeatInterval",
         rule: "must be shorter than visibilityTimeout",
         value: show(valid.visibilityHeartbeatInterval)
+      })
+    }
+    if (valid.transactionPooler && valid.directDatabaseUrl === undefined) {
+      return yield* new ConfigurationError({
+        key: "directDatabaseUrl",
+        rule: "must be set when transactionPooler is on: LISTEN and the leaders' advisory locks need a session of their own on the server itself",
+        value: "none"
       })
     }
     if (valid.priorityLevels !== undefined && valid.defaultPriority >= valid.priorityLevels) {
@@ -684,3 +744,27 @@ export class PgBusConfig extends Context.Service<PgBusConfig, PgBusConfigShape>(
 
 /** The connection target without its password: `host:port/database`. */
 export const describeTarget = (config: PgBusConfigShape): string => describeUrl(Redacted.value(config.databaseUrl))
+
+/**
+ * Connections a supervisor's workers need beside their jobs: the LISTEN connection (when it is on
+ * the pool), the process heartbeat, and one for claims and maintenance.
+ */
+export const POOL_OVERHEAD = 3
+
+/** The smallest pool a process running capsules of this total concurrency should have. */
+export const poolNeed = (totalConcurrency: number): number => totalConcurrency + POOL_OVERHEAD
+
+/** Total concurrency of the string form of `workers` (a capsule naming none counts 5), read leniently. */
+export const workersConcurrency = (workers: string): number =>
+  workers
+    .split(";")
+    .map((part) => part.trim())
+    .filter((part) => part !== "")
+    .reduce((sum, part) => {
+      const match = /:\s*(\d+)\s*$/.exec(part)
+      return sum + (match ? Number(match[1]) : 5)
+    }, 0)
+
+/** The pool size in force: `poolSize` when set, else derived from `workers` (10 at least). */
+export const effectivePoolSize = (config: Pick<PgBusConfigShape, "poolSize" | "workers">): number =>
+  config.poolSize ?? Math.max(10, poolNeed(workersConcurrency(config.workers)))

@@ -9,8 +9,10 @@ import { Cause, Clock, Context, Duration, Effect, Layer, Option, Redacted, Sched
 import * as Reactivity from "effect/reactivity/Reactivity"
 import type { SqlClient } from "effect/sql"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
-import { PgBusConfig, type PgBusConfigShape } from "./Config.ts"
+import { effectivePoolSize, PgBusConfig, type PgBusConfigShape } from "./Config.ts"
 import { targetOf, tlsOptions } from "./Connection.ts"
+import { type Breaker, breakerFor } from "./internal/ConnectionBreaker.ts"
+import { openSocket } from "./internal/PoolCensus.ts"
 
 /**
  * A database operation failed for a reason that is not part of the domain (connection lost,
@@ -166,10 +168,21 @@ export const layerEffectClock: Layer.Layer<never> = Layer.succeed(DatabaseClock,
  * Connection options for the driver from the config: the URL's parts as separate fields (see
  * field guide §14.2), and TLS from the `ssl` key or the URL's `sslmode` (certificate files read).
  */
-export const clientOptions = (config: PgBusConfigShape, applicationName = "effect-pgbus") =>
+export const clientOptions = (
+  config: PgBusConfigShape,
+  applicationName = "effect-pgbus",
+  session: SessionOptions = {}
+) =>
   Effect.gen(function* () {
-    const target = targetOf(Redacted.value(config.databaseUrl))
+    const direct = session.direct === true && config.directDatabaseUrl !== undefined
+    const target = targetOf(Redacted.value(direct ? config.directDatabaseUrl! : config.databaseUrl))
     const ssl = yield* tlsOptions(target, config.ssl)
+    const keepAliveMs = config.tcpKeepAlive === undefined ? undefined : Duration.toMillis(config.tcpKeepAlive)
+    // through a transaction-mode pooler, a connection is another client's at the next
+    // transaction: no named prepared statements, no settings in the startup packet (pgbouncer
+    // refuses the ones it does not know)
+    const pooled = config.transactionPooler && !direct
+    const statementTimeout = session.statementTimeout === false || pooled ? undefined : config.statementTimeout
     return {
       host: target.host,
       port: target.port,
@@ -177,11 +190,25 @@ export const clientOptions = (config: PgBusConfigShape, applicationName = "effec
       username: target.username,
       ...(target.password !== undefined ? { password: Redacted.make(target.password) } : {}),
       ssl,
-      maxConnections: config.poolSize,
+      maxConnections: effectivePoolSize(config),
       applicationName,
-      preparedStatementCacheSize: 512
+      preparedStatementCacheSize: 512,
+      ...(pooled ? { prepare: false } : {}),
+      // the sockets are opened here so that the pool gauges can count them (with keepalive)
+      stream: () => openSocket({ host: target.host, port: target.port, keepAliveMs }),
+      ...(statementTimeout !== undefined
+        ? { startupParameters: { statement_timeout: String(Math.ceil(Duration.toMillis(statementTimeout))) } }
+        : {})
     } as const
   })
+
+/** Session settings of a client that differ from the pool's. */
+export interface SessionOptions {
+  /** `false`: no `statement_timeout` on this client's connections (a LISTEN connection, say). */
+  readonly statementTimeout?: false | undefined
+  /** Connect to `directDatabaseUrl` (when set) rather than through the pooler: for session state. */
+  readonly direct?: boolean | undefined
+}
 
 /**
  * The PgClient (and SqlClient) layer built from `PgBusConfig`.
@@ -208,13 +235,15 @@ export const layer: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, Databas
 
 /**
  * A client on one connection of its own, outside the pool (a dead connection is replaced by a
- * new session): for session state such as advisory locks, which must not be lent to others.
+ * new session): for session state such as advisory locks, which must not be lent to others. It
+ * connects to `directDatabaseUrl` when set (a pooler in front of `databaseUrl` keeps no session).
  */
 export const dedicatedClient = (
-  applicationName: string
+  applicationName: string,
+  session: Omit<SessionOptions, "direct"> = {}
 ): Effect.Effect<PgClient.PgClient, DatabaseError, PgBusConfig | Scope.Scope> =>
   Effect.flatMap(PgBusConfig, (config) =>
-    clientOptions(config, applicationName).pipe(
+    clientOptions(config, applicationName, { ...session, direct: true }).pipe(
       Effect.mapError(
         (error) =>
           new DatabaseError({ operation: "connect", reason: "ConnectionSetup", detail: error.detail, retryable: false })
@@ -227,3 +256,30 @@ export const dedicatedClient = (
       )
     )
   )
+
+/** The connection breaker of the pool's target (see `internal/ConnectionBreaker.ts`). */
+export const breakerOf = (config: PgBusConfigShape): Breaker => {
+  const target = targetOf(Redacted.value(config.databaseUrl))
+  return breakerFor(`${target.host}:${target.port}`)
+}
+
+/**
+ * The connection breaker's half-open probe: one connection of its own to the pool's target and
+ * `SELECT 1`, 5 s at most. Its socket tells the breaker how it went (a success closes it, a
+ * failure opens it again for twice as long); the outcome is returned too.
+ */
+export const probeDatabase: Effect.Effect<boolean, never, PgBusConfig> = Effect.flatMap(PgBusConfig, (config) =>
+  clientOptions(config, "effect-pgbus probe").pipe(
+    Effect.flatMap((options) => PgClient.make({ ...options, maxConnections: 1 })),
+    Effect.flatMap((client) => client`SELECT 1`),
+    Effect.provide(Reactivity.layer),
+    Effect.scoped,
+    Effect.timeoutOption(Duration.seconds(5)),
+    Effect.map((done) => done._tag === "Some"),
+    Effect.catch(() => Effect.succeed(false))
+  )
+)
+
+/** Runs `log` unless the pool's connection breaker is open (the outage was logged once, when it opened). */
+export const unlessUnreachable = (config: PgBusConfigShape, log: Effect.Effect<void>): Effect.Effect<void> =>
+  Effect.suspend(() => (breakerOf(config).isOpen() ? Effect.void : log))

@@ -211,9 +211,13 @@ const migrateFiles = (
           file.id,
           file.name,
           Effect.succeed(
-            Effect.forEach(renderMigration(file, schema), (statement) => sql.unsafe(statement).unprepared, {
-              discard: true
-            })
+            // a migration may rewrite a large table: the pool's statement timeout does not apply
+            // (SET LOCAL: for this transaction only, also behind a transaction-mode pooler)
+            Effect.forEach(
+              ["SET LOCAL statement_timeout = 0", ...renderMigration(file, schema)],
+              (statement) => sql.unsafe(statement).unprepared,
+              { discard: true }
+            )
           )
         ]
       )

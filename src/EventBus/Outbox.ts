@@ -9,7 +9,7 @@
  */
 import { Cause, Context, Duration, Effect, Layer, Metric, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
+import { effectivePoolSize, PgBusConfig, type PgBusConfigShape } from "../Config.ts"
 import * as Database from "../Database.ts"
 import { type DatabaseError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import type { Job } from "../Job/Job.ts"
@@ -143,7 +143,7 @@ const busLayer = (config: PgBusConfigShape, url: NonNullable<PgBusConfigShape["b
           ...config,
           databaseUrl: url,
           busDatabaseUrl: undefined,
-          poolSize: Math.min(config.poolSize, 4)
+          poolSize: Math.min(effectivePoolSize(config), 4)
         })
       )
     )

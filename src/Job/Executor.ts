@@ -4,8 +4,9 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, Exit, Random, References, Tracer } from "effect"
+import { Context, Duration, Effect, Exit, Metric, Random, References, Tracer } from "effect"
 import type { Message } from "../Queue/Message.ts"
+import { QueueBreaker } from "../Queue/QueueBreaker.ts"
 import { beforeRun, decide, type Outcome } from "./Completer.ts"
 import { JobContext } from "./Job.ts"
 import { linkedSpan } from "./JobClient.ts"
@@ -13,11 +14,78 @@ import { JobTimeout, PayloadDecodeError, UnknownJob } from "./JobError.ts"
 import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
 import { CurrentAttributes, contextOf } from "./RequestContext.ts"
 import type { ResolvedRetryPolicy } from "./Retry.ts"
+import * as RunningJobs from "./RunningJobs.ts"
 
 export { decide, failureOf, type Outcome } from "./Completer.ts"
 export { jobOf } from "./RegisteredJob.ts"
 
 const succeeded: Effect.Effect<Outcome> = Effect.succeed({ _tag: "Succeeded" })
+
+/**
+ * Whether a delivery with no failure recorded since the previous one is logged (the config's
+ * `zombieDetection`, which the supervisor provides).
+ *
+ * @category references
+ */
+export const ZombieDetection = Context.Reference<boolean>("effect-pgbus/ZombieDetection", { defaultValue: () => true })
+
+/** Deliveries that followed one which ended without an outcome, by queue. */
+export const zombieDeliveries = Metric.counter("pgbus_zombie_deliveries_total", {
+  description: "messages delivered again with no failure recorded for the previous delivery"
+})
+
+/**
+ * Zombie detection (seed 002): a message read again with no failure recorded had a delivery end
+ * without an outcome (a process killed or stopped mid-job, or a job past its visibility timeout);
+ * such deliveries still count towards `maxRetries`, so a job killed by repeated deploys can be
+ * dead-lettered without ever failing. Logged so that this is seen before it happens.
+ */
+const zombie = (job: string, message: Message): Effect.Effect<void> =>
+  Effect.flatMap(ZombieDetection, (on) =>
+    on
+      ? Effect.logWarning(
+          `pgbus: ${job} delivered again (read ${message.readCt} times) with no failure recorded: an earlier delivery ended without an outcome (a process killed or stopped mid-job, or the job outran its visibility timeout); these deliveries count towards maxRetries`
+        ).pipe(
+          Effect.annotateLogs({ job, queue: message.queue, msg_id: String(message.msgId), attempt: message.readCt }),
+          Effect.andThen(Metric.update(zombieDeliveries.pipe(Metric.withAttributes({ queue: message.queue })), 1))
+        )
+      : Effect.void
+  )
+
+/**
+ * Runs a handler recorded in `RunningJobs` (for the event-loop watchdog to name), in real time
+ * (`performance.now()`, as the watchdog measures the loop's lateness).
+ */
+const watched = <A, E>(job: string, message: Message, run: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+  Effect.suspend(() => {
+    const entry = RunningJobs.started(job, message.queue, message.msgId, performance.now())
+    return Effect.ensuring(
+      run,
+      Effect.sync(() => RunningJobs.finished(entry, performance.now()))
+    )
+  })
+
+/**
+ * What each outcome tells the queue's circuit breaker: a failure (a retry or a dead letter), a
+ * success (the count starts again), or nothing (an abandoned, snoozed or discarded delivery: the
+ * job's code did not fail, or its rules said the failure does not matter).
+ */
+const breakerVerdict: { readonly [K in Outcome["_tag"]]: boolean | undefined } = {
+  Succeeded: false,
+  Retry: true,
+  DeadLetter: true,
+  Abandoned: undefined,
+  Discarded: undefined,
+  Snoozed: undefined
+}
+
+/** Tells the queue's circuit breaker (when the supervisor runs one) how a delivery ended. */
+const toBreaker = (queue: string, outcome: Outcome): Effect.Effect<void> => {
+  const failed = breakerVerdict[outcome._tag]
+  return failed === undefined
+    ? Effect.void
+    : Effect.flatMap(QueueBreaker, (breaker) => (breaker === undefined ? Effect.void : breaker.record(queue, failed)))
+}
 
 /**
  * Runs one delivered message and returns its outcome. Never fails: an unknown job, a payload
@@ -77,9 +145,9 @@ export const execute = (
         })
   // no span without a tracing backend (see hotSpan): the native tracer keeps it nowhere
   const traced = Effect.flatMap(Effect.tracer, (tracer) => {
-    if (tracer === Tracer.nativeTracer) return run
+    if (tracer === Tracer.nativeTracer) return watched(name, message, run)
     const link = linkedSpan(message.headers)
-    return run.pipe(
+    return watched(name, message, run).pipe(
       Effect.withSpan(
         "pgbus.job.execute",
         {
@@ -90,7 +158,9 @@ export const execute = (
       )
     )
   })
-  const delivery = traced.pipe(
+  const delivery = (
+    message.readCt > 1 && message.lastError === undefined ? Effect.andThen(zombie(name, message), traced) : traced
+  ).pipe(
     Effect.exit,
     Effect.flatMap((exit) =>
       // the random draw only spreads a retry's delay
@@ -99,7 +169,8 @@ export const execute = (
           ? succeeded
           : Effect.succeed<Outcome>({ _tag: "Succeeded", result: exit.value })
         : Effect.map(Random.next, (random) => decide(exit, message.readCt, policy, random))
-    )
+    ),
+    Effect.tap((outcome) => toBreaker(message.queue, outcome))
   )
   return registered === undefined ? delivery : registered.provide(delivery)
 }

@@ -12,6 +12,7 @@
 import { Duration, Effect, Latch, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
+import { unlessUnreachable } from "../Database.ts"
 import { type JobStatsDelta, makeJobStatsSql } from "./JobStatsSql.ts"
 
 /** Histogram boundaries in milliseconds: a count per bucket `(b[i-1], b[i]]`, the last one unbounded. */
@@ -182,7 +183,9 @@ export const make = Effect.gen(function* () {
         Effect.sync(() => {
           // kept for the next flush (the stats are advisory: a lasting failure only logs)
           merge(buffer, taken)
-        }).pipe(Effect.andThen(Effect.logWarning("pgbus: could not write job statistics", cause)))
+        }).pipe(
+          Effect.andThen(unlessUnreachable(config, Effect.logWarning("pgbus: could not write job statistics", cause)))
+        )
       )
     )
   })

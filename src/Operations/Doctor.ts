@@ -11,7 +11,7 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Cause, Clock, Duration, Effect, Queue, Schema } from "effect"
-import { describeTarget, PgBusConfig } from "../Config.ts"
+import { describeTarget, effectivePoolSize, PgBusConfig } from "../Config.ts"
 import { toDatabaseError } from "../Database.ts"
 import { appliedMigrations, shippedMigrations } from "../Migrations.ts"
 import { parseWorkers } from "../Supervisor/Capsule.ts"
@@ -229,7 +229,7 @@ export const run = (options: { readonly liveness?: boolean | undefined } = {}) =
         database: describeTarget(config),
         schema: config.schema,
         queuePrefix: config.queuePrefix,
-        poolSize: String(config.poolSize),
+        poolSize: `${effectivePoolSize(config)}${config.poolSize === undefined ? " (derived from workers)" : ""}`,
         workers: config.workers,
         listenNotify: String(config.listenNotify),
         visibilityTimeout: Duration.format(config.visibilityTimeout),

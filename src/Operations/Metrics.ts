@@ -14,7 +14,8 @@
 import { Config, Duration, Effect, Layer, Metric, Option, Schedule } from "effect"
 import { FetchHttpClient, HttpRouter } from "effect/http"
 import { Otlp, OtlpSerialization } from "effect/observability"
-import { PgBusConfig } from "../Config.ts"
+import { effectivePoolSize, PgBusConfig } from "../Config.ts"
+import { census } from "../internal/PoolCensus.ts"
 import { registerJob } from "../Job/JobMetrics.ts"
 import { Registry } from "../Registry.ts"
 import { MetricsSampler, metricsResponse } from "../Supervisor/Health.ts"
@@ -46,6 +47,14 @@ export const gauges = {
   processes: gauge("pgbus_processes", "registered processes by status (healthy, late, stale)"),
   poolUtilization: gauge("pgbus_worker_pool_utilization", "busy / capacity over the healthy processes' workers"),
   poolSize: gauge("pgbus_pool_size", "connections this process's pool may open"),
+  poolConnections: gauge(
+    "pgbus_pool_connections",
+    "connections this process holds open to the database (pool, LISTEN and leader connections)"
+  ),
+  poolInUse: gauge(
+    "pgbus_pool_in_use",
+    "connections of this process running a statement or holding a transaction now (plain connections; TLS ones are not read)"
+  ),
   poolAvailable: gauge(
     "pgbus_pool_available",
     "idle connections of effect-pgbus clients on the database (every process)"
@@ -122,6 +131,10 @@ export const makeSampler = Effect.gen(function* () {
     tokens: labelled(gauges.rateTokens)
   }
   const sample = Effect.gen(function* () {
+    // this process's own connections first: read while the database is down too
+    const own = census()
+    yield* Metric.update(gauges.poolConnections, own.open)
+    yield* Metric.update(gauges.poolInUse, own.inUse)
     const queues = yield* ops.queues
     const q = (f: (s: (typeof queues)[number]) => number) => queues.map((s) => [{ queue: s.name }, f(s)] as const)
     yield* set.depth(q((s) => s.depth))
@@ -187,7 +200,7 @@ export const makeSampler = Effect.gen(function* () {
       Metric.update(gauges.up, 0).pipe(Effect.andThen(Effect.logWarning("pgbus: sampling metrics failed", error)))
     )
   )
-  yield* Metric.update(gauges.poolSize, config.poolSize)
+  yield* Metric.update(gauges.poolSize, effectivePoolSize(config))
   return sample
 })
 

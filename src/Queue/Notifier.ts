@@ -9,6 +9,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { Context, Duration, Effect, Latch, Layer, Queue, Ref, type Scope } from "effect"
 import { PgBusConfig } from "../Config.ts"
+import { dedicatedClient, unlessUnreachable } from "../Database.ts"
 import * as OutageBackoff from "../internal/OutageBackoff.ts"
 import type { Message } from "./Message.ts"
 
@@ -142,9 +143,16 @@ export class Notifier extends Context.Service<
       }
 
       const reconnects = reconnectBackoff()
+      // Through a transaction-mode pooler LISTEN does not survive the transaction: the listener
+      // then has a connection of its own to the server itself (a new one per reconnect), with no
+      // statement timeout (it waits, it does not query).
+      const listener =
+        config.directDatabaseUrl === undefined
+          ? Effect.succeed(pg)
+          : dedicatedClient("effect-pgbus listen", { statementTimeout: false })
       const listenOnce = Effect.scoped(
         Effect.gen(function* () {
-          const inbox = yield* pg.listen(channel)
+          const inbox = yield* Effect.flatMap(listener, (client) => client.listen(channel))
           // listening again ends the outage: the next loss starts at the first delay
           reconnects.succeeded()
           counts.connects++
@@ -165,10 +173,14 @@ export class Notifier extends Context.Service<
             OutageBackoff.retryLoop(listenOnce, reconnects, (error, pause) =>
               Ref.set(status, "reconnecting").pipe(
                 Effect.andThen(
-                  Effect.logWarning(
-                    `pgbus notifier: LISTEN connection lost, polling fast, reconnecting in ${Duration.toMillis(pause)} ms`,
-                    error
-                  ).pipe(Effect.annotateLogs({ retryInMs: Duration.toMillis(pause) }))
+                  // while the connection breaker is open the outage was logged once
+                  unlessUnreachable(
+                    config,
+                    Effect.logWarning(
+                      `pgbus notifier: LISTEN connection lost, polling fast, reconnecting in ${Duration.toMillis(pause)} ms`,
+                      error
+                    ).pipe(Effect.annotateLogs({ retryInMs: Duration.toMillis(pause) }))
+                  )
                 )
               )
             )

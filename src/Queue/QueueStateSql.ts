@@ -8,6 +8,9 @@
  */
 import type { SqlClient } from "effect/sql"
 
+/** The actor the per-queue circuit breaker pauses queues as. */
+export const BREAKER_ACTOR = "circuit-breaker"
+
 /** A queue's state row. */
 export interface QueueStateRow {
   readonly queue: string
@@ -16,6 +19,8 @@ export interface QueueStateRow {
   readonly reason: string | null
   readonly actor: string
   readonly updated_at: Date
+  /** Circuit-breaker trips in a row (0: never tripped, or reset). */
+  readonly breaker_trips: number
   /** Whether the row pauses the queue now (paused, and its end not passed). */
   readonly paused: boolean
 }
@@ -63,6 +68,36 @@ export const makeQueueStateSql = (sql: SqlClient.SqlClient, schema: string, noti
         RETURNING queue)
       SELECT r.queue ${notifyChannel === "" ? sql`` : sql`, pg_notify(${notifyChannel}, r.queue)`} FROM r`
 
+  /**
+   * The circuit breaker's trip: pauses a queue that is not paused now for `baseMs × 2^(trips-1)`
+   * (at most `maxMs`), where trips counts on from the previous trip when that pause ended less
+   * than `maxMs` ago (else starts at 1). No row back: the queue was paused already (an operator's
+   * pause is never shortened or replaced).
+   */
+  const queueStateTrip = (p: {
+    readonly queue: string
+    readonly baseMs: number
+    readonly maxMs: number
+    readonly reason: string
+    readonly now: Date | null
+  }) => {
+    const continued = sql`(s.actor = ${BREAKER_ACTOR} AND s.paused_until IS NOT NULL
+      AND s.paused_until > ${NOW(p.now)} - ${p.maxMs}::float8 * interval '1 millisecond')`
+    const trips = sql`CASE WHEN ${continued} THEN s.breaker_trips + 1 ELSE 1 END`
+    return sql<{ readonly paused_until: Date; readonly breaker_trips: number }>`INSERT INTO ${states} AS s
+        (queue, paused_at, paused_until, reason, actor, updated_at, breaker_trips)
+      VALUES (${p.queue}, ${NOW(p.now)}, ${NOW(p.now)} + ${p.baseMs}::float8 * interval '1 millisecond',
+        ${p.reason}, ${BREAKER_ACTOR}, ${NOW(p.now)}, 1)
+      ON CONFLICT (queue) DO UPDATE SET
+        breaker_trips = ${trips},
+        paused_at = EXCLUDED.paused_at,
+        paused_until = EXCLUDED.paused_at
+          + least(${p.baseMs}::float8 * 2 ^ (${trips} - 1), ${p.maxMs}::float8) * interval '1 millisecond',
+        reason = EXCLUDED.reason, actor = EXCLUDED.actor, updated_at = EXCLUDED.updated_at
+      WHERE NOT (s.paused_at IS NOT NULL AND (s.paused_until IS NULL OR s.paused_until > ${NOW(p.now)}))
+      RETURNING s.paused_until, s.breaker_trips`
+  }
+
   /** The queues paused now (what workers honour). */
   const queueStatesPaused = (now: Date | null) =>
     sql<{ readonly queue: string }>`SELECT queue FROM ${states} WHERE ${pausedNow(now)}`
@@ -71,7 +106,7 @@ export const makeQueueStateSql = (sql: SqlClient.SqlClient, schema: string, noti
   const queueStatesAll = (now: Date | null) =>
     sql<QueueStateRow>`SELECT *, ${pausedNow(now)} AS paused FROM ${states} ORDER BY queue`
 
-  return { queueStatePause, queueStateResume, queueStatesPaused, queueStatesAll }
+  return { queueStatePause, queueStateResume, queueStateTrip, queueStatesPaused, queueStatesAll }
 }
 
 /** The statements of one schema. */

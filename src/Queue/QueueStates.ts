@@ -12,7 +12,7 @@
 import { Context, Duration, Effect, Latch, Layer, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
-import { serverError, statementNow, toDatabaseError } from "../Database.ts"
+import { serverError, statementNow, toDatabaseError, unlessUnreachable } from "../Database.ts"
 import { Notifier } from "./Notifier.ts"
 import { type QueueError, QueueNotFound } from "./QueueError.ts"
 import * as QueueName from "./QueueName.ts"
@@ -32,6 +32,8 @@ export interface QueueState {
   readonly reason: string | undefined
   readonly actor: string
   readonly updatedAt: Date
+  /** Circuit-breaker trips in a row (0: none since the last reset). */
+  readonly breakerTrips: number
 }
 
 /** Who acts and why. */
@@ -60,6 +62,15 @@ export class QueueStates extends Context.Service<
     ) => Effect.Effect<{ readonly changed: boolean; readonly state: QueueState }, QueueError>
     /** Resumes a queue; `changed` is false when it was not paused. */
     readonly resume: (queue: string, change: StateChange) => Effect.Effect<{ readonly changed: boolean }, QueueError>
+    /**
+     * The per-queue circuit breaker's trip: pauses a queue that is not paused now for the
+     * backoff (`base` doubled at each trip in a row, at most `max`; see `QueueStateSql`).
+     * `undefined`: it was paused already.
+     */
+    readonly trip: (
+      queue: string,
+      backoff: { readonly base: Duration.Duration; readonly max: Duration.Duration; readonly reason: string }
+    ) => Effect.Effect<{ readonly until: Date; readonly trips: number } | undefined, QueueError>
     /** Every queue's state row (paused or not). */
     readonly list: Effect.Effect<ReadonlyArray<QueueState>, QueueError>
     /** The paused set of this process, read now and kept fresh from then on (shared by every caller). */
@@ -88,6 +99,7 @@ export class QueueStates extends Context.Service<
         readonly reason: string | null
         readonly actor: string
         readonly updated_at: Date
+        readonly breaker_trips?: number
       }): QueueState => ({
         queue: row.queue.startsWith(prefix) ? row.queue.slice(prefix.length) : row.queue,
         paused: row.paused,
@@ -95,7 +107,8 @@ export class QueueStates extends Context.Service<
         pausedUntil: row.paused ? (row.paused_until ?? undefined) : undefined,
         reason: row.reason ?? undefined,
         actor: row.actor,
-        updatedAt: row.updated_at
+        updatedAt: row.updated_at,
+        breakerTrips: row.breaker_trips ?? 0
       })
 
       const pause = (queue: string, change: StateChange & { readonly until?: Date | undefined }) =>
@@ -139,6 +152,29 @@ export class QueueStates extends Context.Service<
           return { changed: true }
         })
 
+      const trip: QueueStates["Service"]["trip"] = (queue, backoff) =>
+        Effect.gen(function* () {
+          const physical = yield* physicalOf(queue)
+          const now = yield* statementNow
+          const [row] = yield* statements
+            .queueStateTrip({
+              queue: physical,
+              baseMs: Duration.toMillis(backoff.base),
+              maxMs: Duration.toMillis(backoff.max),
+              reason: backoff.reason,
+              now
+            })
+            .pipe(
+              Effect.mapError((error) =>
+                serverError(error).code === "23503" ? new QueueNotFound({ queue }) : toDatabaseError("trip")(error)
+              )
+            )
+          if (row === undefined) return undefined
+          // this process stops claiming at once; the others at their next refresh
+          current = new Set([...current, physical])
+          return { until: row.paused_until, trips: row.breaker_trips }
+        })
+
       const list = Effect.flatMap(statementNow, (now) => statements.queueStatesAll(now)).pipe(
         Effect.map((rows) => rows.map(toState)),
         Effect.mapError(toDatabaseError("list queue states"))
@@ -155,7 +191,9 @@ export class QueueStates extends Context.Service<
             current = new Set(rows.map((r) => r.queue))
           })
         ),
-        Effect.catch((error) => Effect.logWarning("pgbus: reading paused queues failed", error))
+        Effect.catch((error) =>
+          unlessUnreachable(config, Effect.logWarning("pgbus: reading paused queues failed", error))
+        )
       )
       yield* started.await.pipe(
         Effect.andThen(Effect.sleep(PAUSED_REFRESH)),
@@ -169,7 +207,7 @@ export class QueueStates extends Context.Service<
         return refresh.pipe(Effect.andThen(started.open), Effect.as(view))
       })
 
-      return QueueStates.of({ pause, resume, list, watch })
+      return QueueStates.of({ pause, resume, trip, list, watch })
     })
   )
 }

@@ -38,6 +38,13 @@ export interface ReadinessReport {
   readonly status: Readiness
   readonly expected: number
   readonly live: number
+  /** `unreachable` while this process's connection breaker is open (then the status is DEGRADED). */
+  readonly database?: "ok" | "unreachable" | undefined
+  readonly unreachableSince?: string | undefined
+  /** The last block of the event loop, for a minute after it (then the status is DEGRADED). */
+  readonly eventLoopBlocked?:
+    | { readonly at: string; readonly ms: number; readonly jobs: ReadonlyArray<string> }
+    | undefined
 }
 
 /** Serves `/livez`, `/readyz` and `/metrics` on `host:port` until the scope closes. */

@@ -11,18 +11,28 @@ import os from "node:os"
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { Batches, BatchSweep } from "../Batch/Batch.ts"
-import { describeTarget, PgBusConfig } from "../Config.ts"
-import { retryTransient } from "../Database.ts"
+import {
+  ConfigurationError,
+  describeTarget,
+  effectivePoolSize,
+  PgBusConfig,
+  type PgBusConfigShape,
+  POOL_OVERHEAD,
+  poolNeed
+} from "../Config.ts"
+import { breakerOf, retryTransient } from "../Database.ts"
 import { consumerCapsules } from "../EventBus/Consumer.ts"
 import { Outbox } from "../EventBus/Outbox.ts"
 import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
 import { makeDebouncer } from "../Job/Debounce.ts"
+import { ZombieDetection } from "../Job/Executor.ts"
 import { JobClient, servedQueues } from "../Job/JobClient.ts"
 import * as JobStats from "../Job/JobStats.ts"
 import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
 import { makeUniqueKeys } from "../Job/Uniqueness.ts"
 import { checkSchemaVersion, requireMigrated } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
+import { makeQueueBreaker, QueueBreaker } from "../Queue/QueueBreaker.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type { RecurringTask } from "../Recurring/Recurring.ts"
@@ -31,8 +41,10 @@ import { Registry } from "../Registry.ts"
 import { VERSION } from "../version.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
+import { databaseState, gateReads, watchConnection } from "./ConnectionWatch.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
 import { campaign, describeLeaders, type LeaderRole } from "./Leader.ts"
+import { DEGRADED_FOR_MS, type LoopBlock, watchEventLoop } from "./LoopWatch.ts"
 import { Processes } from "./Processes.ts"
 import { serveUnserved, unservedQueues } from "./Unserved.ts"
 import { makeStats, readsFairly, readsInOrder, runWorker, type WorkerStats } from "./Worker.ts"
@@ -60,9 +72,17 @@ const UNIQUE_KEY_REAP_EVERY = Duration.minutes(1)
 const FIRST_CLAIMS_WAIT = Duration.seconds(1)
 
 /** Runs a maintenance task repeatedly; a failure is logged and the next tick tries again. */
-const repeatMaintenance = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) =>
+const repeatMaintenance = <A, E>(
+  name: string,
+  task: Effect.Effect<A, E>,
+  every: Duration.Duration,
+  quiet: () => boolean = () => false
+) =>
   task.pipe(
-    Effect.catchCause((cause) => Effect.logWarning(`pgbus: ${name} failed`, Cause.pretty(cause))),
+    // while the connection breaker is open the outage was logged once: no line per tick
+    Effect.catchCause((cause) =>
+      quiet() ? Effect.void : Effect.logWarning(`pgbus: ${name} failed`, Cause.pretty(cause))
+    ),
     Effect.repeat(Schedule.spaced(every)),
     Effect.forever
   )
@@ -100,12 +120,38 @@ const runScheduler = (
   )
 
 /**
+ * Fails the boot when a pool that was set is smaller than the capsules need (every job may hold
+ * a connection, beside the process's own: see `poolNeed`); a derived pool that falls short (event
+ * consumers and served queues are known only now) is logged.
+ */
+const checkPool = (config: PgBusConfigShape, capacity: number, runsWorkers: boolean) =>
+  Effect.gen(function* () {
+    const pool = effectivePoolSize(config)
+    const need = poolNeed(capacity)
+    if (!runsWorkers || pool >= need) return
+    const why = `the capsules run ${capacity} job(s) at once and the process needs ${POOL_OVERHEAD} connection(s) of its own: ${need} in all, the pool has ${pool}`
+    if (config.poolSize !== undefined) {
+      return yield* new ConfigurationError({
+        key: "poolSize",
+        rule: `${why}; set poolSize to ${need} or more, or lower the capsules' concurrency`,
+        value: String(pool)
+      })
+    }
+    yield* Effect.logWarning(
+      `[pgbus] ${why} (derived from workers, without the event consumers and served queues); set poolSize to ${need}`
+    )
+  })
+
+/**
  * Runs the supervisor until interrupted, then drains. Provide `Registry.layer([...jobs])` and
  * `PgBus.layer()`; run it with `Supervisor.runMain` so a drained shutdown exits 0.
  */
 export const runWith = (options: SupervisorOptions = {}) =>
   Effect.gen(function* () {
     const config = yield* PgBusConfig
+    const breaker = breakerOf(config)
+    const maintain = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) =>
+      repeatMaintenance(name, task, every, breaker.isOpen)
     const store = yield* QueueStore
     const notifier = yield* Notifier
     const registry = yield* Registry
@@ -147,6 +193,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const capsules = [...selected, ...extra, ...consumers]
     const processId = crypto.randomUUID()
     const capacity = runsWorkers ? capsules.reduce((n, c) => n + c.concurrency, 0) : 0
+    yield* checkPool(config, capacity, runsWorkers)
     const stats: Array<WorkerStats> = runsWorkers ? capsules.map(makeStats) : []
     // At boot the workers claim first and the dispatcher's rounds start after their first
     // claims (1 s at most): a process (or a fleet) restarting with a backlog puts its work
@@ -171,6 +218,17 @@ export const runWith = (options: SupervisorOptions = {}) =>
 
     yield* checkSchemaVersion()
     yield* requireMigrated
+    // one line when the connection breaker opens, one when it closes; probes while it is open
+    yield* Effect.forkScoped(watchConnection)
+    // the event-loop watchdog: a blocked loop is logged with the jobs that ran meanwhile
+    let lastBlock: LoopBlock | undefined
+    if (config.eventLoopBlockThreshold !== undefined) {
+      yield* Effect.forkScoped(
+        watchEventLoop(config.eventLoopBlockThreshold, (block) => {
+          lastBlock = block
+        })
+      )
+    }
 
     // The campaigns for the maintenance roles start now, so that their connection is open by the
     // time the dispatcher's loops start. Every dispatcher loop runs through afterFirstClaims, so
@@ -192,7 +250,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     // Boot banner: what actually booted, never the password.
     const banner = [
       `boot: effect-pgbus ${VERSION} pid=${process.pid} host=${os.hostname()}`,
-      `boot: connection=${describeTarget(config)} schema=${config.schema} pool=${config.poolSize}`,
+      `boot: connection=${describeTarget(config)} schema=${config.schema} pool=${effectivePoolSize(config)}${config.poolSize === undefined ? " (derived)" : ""} statement_timeout=${config.transactionPooler ? "the server's (transactionPooler)" : config.statementTimeout === undefined ? "off" : Duration.format(config.statementTimeout)}`,
       `boot: database ${config.databaseSource}`,
       `boot: listen_notify=${config.listenNotify} visibility_timeout=${Duration.format(config.visibilityTimeout)} max_retries=${config.maxRetries}`,
       `boot: roles=${roles.join(",")} jobs=${[...registry.jobs.keys()].join(",") || "(none)"}`,
@@ -262,7 +320,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     yield* Effect.forkScoped(
       Effect.andThen(
         Effect.sleep(config.processHeartbeatInterval),
-        repeatMaintenance(
+        maintain(
           "process heartbeat",
           Effect.gen(function* () {
             const alive = yield* Effect.flatMap(beatFigures, (figures) => processes.beat(processId, figures)).pipe(
@@ -284,7 +342,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     if (roles.includes("dispatcher")) {
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "workflow sweep",
             Effect.flatMap(sweep.runOnce, (r) =>
               r.stalled + r.resent + r.timedOut + r.deleted === 0
@@ -299,7 +357,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       )
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "batch sweep",
             Effect.flatMap(batchSweep.runOnce, (r) =>
               r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
@@ -313,11 +371,11 @@ export const runWith = (options: SupervisorOptions = {}) =>
         )
       )
       yield* Effect.forkScoped(
-        afterFirstClaims(repeatMaintenance("reaping stale processes", reapStale, config.dispatchInterval))
+        afterFirstClaims(maintain("reaping stale processes", reapStale, config.dispatchInterval))
       )
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "uniqueness key reaper",
             Effect.flatMap(uniqueKeys.reap, (r) =>
               r.released === 0
@@ -330,7 +388,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       )
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "processed-events retention",
             Effect.flatMap(processedEvents.purge, (n) =>
               n === 0
@@ -346,7 +404,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       yield* Effect.forkScoped(afterFirstClaims(outbox.pollerRole))
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "job statistics retention",
             jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null),
             ARCHIVE_CLEANUP_EVERY
@@ -355,7 +413,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       )
       yield* Effect.forkScoped(
         afterFirstClaims(
-          repeatMaintenance(
+          maintain(
             "archive retention",
             Effect.flatMap(store.cleanupArchive(), (report) =>
               report.length === 0
@@ -378,17 +436,38 @@ export const runWith = (options: SupervisorOptions = {}) =>
     }
 
     if (config.healthPort !== undefined) {
-      const report = Effect.map(Ref.get(readiness), (status) => {
-        const live = stats.filter((s) => s.healthy).length
-        const degraded = status === "OK" && live < stats.length
-        return { status: degraded ? ("DEGRADED" as const) : status, expected: stats.length, live }
-      })
+      const report = Effect.map(
+        Effect.all([
+          Ref.get(readiness),
+          databaseState.pipe(Effect.provideService(PgBusConfig, config)),
+          Clock.currentTimeMillis
+        ]),
+        ([status, db, now]) => {
+          const live = stats.filter((s) => s.healthy).length
+          // a recent block of the event loop (a CPU-bound handler) degrades for a while
+          const block = lastBlock !== undefined && now - lastBlock.at < DEGRADED_FOR_MS ? lastBlock : undefined
+          // the connection breaker open: the database is unreachable, reads fail fast
+          const degraded = status === "OK" && (live < stats.length || db.database !== "ok" || block !== undefined)
+          return {
+            status: degraded ? ("DEGRADED" as const) : status,
+            expected: stats.length,
+            live,
+            ...db,
+            ...(block !== undefined
+              ? { eventLoopBlocked: { at: new Date(block.at).toISOString(), ms: block.blockedMs, jobs: block.jobs } }
+              : {})
+          }
+        }
+      )
       yield* Layer.build(serveHealth(config.healthPort, config.healthBind, report, yield* MetricsSampler))
       yield* Effect.logInfo(`[pgbus] health endpoints on http://${config.healthBind}:${config.healthPort}`)
     }
 
     if (runsWorkers) {
       const paused = yield* queueStates.watch
+      // the per-queue circuit breaker of this process's workers (failures in a row, by queue)
+      const queueBreaker = makeQueueBreaker(config, queueStates)
+      const workerStore = gateReads(store, config)
       // created before the workers are forked, so its last flush runs after they drained
       const jobStats = yield* JobStats.make
       yield* Effect.forkScoped(
@@ -400,7 +479,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
                 capsule,
                 {
                   config,
-                  store,
+                  // reads fail at once while the connection breaker is open
+                  store: workerStore,
                   notifier,
                   registry,
                   processId,
@@ -429,6 +509,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
                     )
               ),
               Effect.forever,
+              Effect.provideService(ZombieDetection, config.zombieDetection),
+              Effect.provideService(QueueBreaker, queueBreaker),
               Effect.annotateLogs({ capsule: capsule.name })
             ),
           { concurrency: "unbounded", discard: true }

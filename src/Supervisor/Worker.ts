@@ -30,6 +30,7 @@ import type { PausedQueues } from "../Queue/QueueStates.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
 import type { Registry } from "../Registry.ts"
 import type { Capsule } from "./Capsule.ts"
+import { isBreakerOpen } from "./ConnectionWatch.ts"
 
 /** Live figures of a worker, read by the supervisor's heartbeat and health. */
 export interface WorkerStats {
@@ -655,15 +656,22 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       }
     }).pipe((loop) =>
       OutageBackoff.retryLoop(loop, readBackoff, (error, pause) =>
-        Effect.sync(() => {
-          stats.healthy = false
-        }).pipe(
-          Effect.andThen(
-            Effect.logWarning(`pgbus: worker read failed, retrying in ${Duration.toMillis(pause)} ms`, error).pipe(
-              Effect.annotateLogs({ retryInMs: Duration.toMillis(pause) })
+        isBreakerOpen(error)
+          ? // the connection breaker refused the read without a connection: the outage was logged
+            // once, and the next read (100 ms on) costs nothing, so that claims resume at once after
+            Effect.sync(() => {
+              stats.healthy = false
+              readBackoff.succeeded()
+            })
+          : Effect.sync(() => {
+              stats.healthy = false
+            }).pipe(
+              Effect.andThen(
+                Effect.logWarning(`pgbus: worker read failed, retrying in ${Duration.toMillis(pause)} ms`, error).pipe(
+                  Effect.annotateLogs({ retryInMs: Duration.toMillis(pause) })
+                )
+              )
             )
-          )
-        )
       )
     )
 

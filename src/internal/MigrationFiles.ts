@@ -79,5 +79,9 @@ export const MIGRATION_FILES: ReadonlyArray<{ readonly file: string; readonly te
   {
     file: "0020_workflow_children.sql",
     text: "-- Child workflows: a run started by a parent's `Workflow.child` step records the parent run and\n-- the step's name. One child per parent step (the unique index): a replay or a retry of the\n-- parent's step finds the child it started rather than starting a second one. The parent's\n-- step waits on `pgbus.child:<step>`; the child's end (and, when the parent asked for it, the\n-- child's pause) wakes it in the same transaction, and the sweep repairs a lost wake-up.\nALTER TABLE {{schema}}.workflow_runs\n  ADD COLUMN parent_run_id uuid,\n  ADD COLUMN parent_step text,\n  -- the parent raises the child's pause as a failure (`onChildPause: \"fail\"`): a pause wakes it\n  ADD COLUMN parent_wake_on_pause boolean NOT NULL DEFAULT false;\nCREATE UNIQUE INDEX workflow_runs_parent_step_idx ON {{schema}}.workflow_runs (parent_run_id, parent_step)\n  WHERE parent_run_id IS NOT NULL;\n"
+  },
+  {
+    file: "0021_queue_circuit_breaker.sql",
+    text: "-- The per-queue circuit breaker: a queue whose jobs fail over and over pauses itself (a row of\n-- queue_states with actor 'circuit-breaker' and a paused_until), so that every process stops\n-- claiming from it. breaker_trips counts the trips in a row: a trip within the longest backoff of\n-- the previous pause's end doubles the pause; one after that (or after a manual resume) starts\n-- again at the first.\nALTER TABLE {{schema}}.queue_states ADD COLUMN breaker_trips integer NOT NULL DEFAULT 0;\n"
   }
 ]

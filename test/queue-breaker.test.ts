@@ -1,0 +1,165 @@
+/**
+ * The per-queue circuit breaker: a queue whose jobs keep failing pauses itself for every
+ * process, resumes after its backoff (doubled at the next trip in a row), an exempt queue never
+ * pauses; and an operator's pause stops every process reading the queue within a second.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Logger, Ref, Schema } from "effect"
+import * as Job from "../src/Job/Job.ts"
+import { QueueStates } from "../src/Queue/QueueStates.ts"
+import { eventually, startSupervisor } from "./support/jobs.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+const Payload = Schema.Struct({ n: Schema.Number })
+
+/** Log lines written while `effect` runs (its fibers included). */
+const withCapturedLogs = <A, E, R>(lines: Array<string>, effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(Logger.CurrentLoggers, (current) => {
+    const capture = Logger.make(({ message }) => {
+      lines.push((Array.isArray(message) ? message : [message]).map(String).join(" "))
+    })
+    return Effect.provideService(effect, Logger.CurrentLoggers, new Set([...current, capture]))
+  })
+
+const stateOf = (queue: string) =>
+  Effect.flatMap(QueueStates, (s) => Effect.map(s.list, (all) => all.find((q) => q.queue === queue)))
+
+describe("per-queue circuit breaker", () => {
+  it.live(
+    "after 3 failures in a row the queue pauses for 2 s, resumes by itself, and the next trip in a row pauses 4 s",
+    () => {
+      const lines: Array<string> = []
+      return withCapturedLogs(
+        lines,
+        TestDatabase.onFreshDatabase(
+          {
+            workers: "brk: 1",
+            pollingInterval: "50 millis",
+            circuitBreakerThreshold: 3,
+            circuitBreakerBackoff: "2 seconds",
+            circuitBreakerBackoffMax: "1 minute"
+          },
+          () =>
+            Effect.gen(function* () {
+              const ok = yield* Ref.make<ReadonlyArray<number>>([])
+              const Broken = Job.make(
+                "BreakerBroken",
+                { payload: Payload, queue: "brk", retry: { maxRetries: 1 } },
+                () => Effect.fail("the dependency is down")
+              )
+              const Fine = Job.make("BreakerFine", { payload: Payload, queue: "brk" }, ({ n }) =>
+                Ref.update(ok, (o) => [...o, n])
+              )
+              yield* startSupervisor([Broken, Fine])
+              yield* Effect.forEach([1, 2, 3], (n) => Broken.enqueue({ n }), { discard: true })
+              yield* eventually(
+                "the queue paused by the breaker",
+                Effect.map(stateOf("brk"), (s) => s?.paused === true)
+              )
+              const first = (yield* stateOf("brk"))!
+              assert.strictEqual(first.actor, "circuit-breaker")
+              assert.strictEqual(first.breakerTrips, 1)
+              assert.strictEqual(first.pausedUntil!.getTime() - first.pausedAt!.getTime(), 2_000)
+              assert.strictEqual(lines.filter((l) => l.includes("circuit breaker paused queue brk")).length, 1)
+
+              // held while paused, run after the backoff
+              yield* Fine.enqueue({ n: 1 })
+              yield* Effect.sleep("500 millis")
+              const pausedUntil = first.pausedUntil!.getTime()
+              if (Date.now() < pausedUntil - 200) assert.deepStrictEqual(yield* Ref.get(ok), [])
+              yield* eventually(
+                "the job ran after the pause ended",
+                Effect.map(Ref.get(ok), (o) => o.length === 1),
+                "10 seconds"
+              )
+              assert.isAtLeast(Date.now(), pausedUntil - 50)
+
+              // failing again right after: the second trip in a row pauses twice as long
+              yield* Effect.forEach([4, 5, 6], (n) => Broken.enqueue({ n }), { discard: true })
+              yield* eventually(
+                "paused again",
+                Effect.map(stateOf("brk"), (s) => s?.paused === true && s.breakerTrips === 2)
+              )
+              const second = (yield* stateOf("brk"))!
+              assert.strictEqual(second.pausedUntil!.getTime() - second.pausedAt!.getTime(), 4_000)
+              assert.strictEqual(lines.filter((l) => l.includes("circuit breaker paused queue brk")).length, 2)
+            })
+        )
+      )
+    },
+    60_000
+  )
+
+  it.live("successes between failures keep it closed; an exempt queue never pauses", () =>
+    TestDatabase.onFreshDatabase(
+      {
+        workers: "mixed: 1; exempt: 1",
+        pollingInterval: "50 millis",
+        circuitBreakerThreshold: 3,
+        circuitBreakerExempt: "exempt"
+      },
+      () =>
+        Effect.gen(function* () {
+          const done = yield* Ref.make(0)
+          const Flaky = Job.make(
+            "BreakerFlaky",
+            { payload: Payload, queue: "mixed", retry: { maxRetries: 1 } },
+            ({ n }) => (n % 3 === 2 ? Effect.fail("every third fails") : Ref.update(done, (d) => d + 1))
+          )
+          const Exempt = Job.make(
+            "BreakerExempt",
+            { payload: Payload, queue: "exempt", retry: { maxRetries: 1 } },
+            () =>
+              Effect.andThen(
+                Ref.update(done, (d) => d + 1),
+                Effect.fail("always")
+              )
+          )
+          yield* startSupervisor([Flaky, Exempt])
+          yield* Effect.forEach(
+            Array.from({ length: 9 }, (_, n) => n),
+            (n) => Flaky.enqueue({ n }),
+            { discard: true }
+          )
+          yield* Effect.forEach([1, 2, 3, 4, 5], (n) => Exempt.enqueue({ n }), { discard: true })
+          yield* eventually(
+            "every job ran",
+            Effect.map(Ref.get(done), (d) => d === 6 + 5),
+            "20 seconds"
+          )
+          assert.isUndefined((yield* stateOf("mixed"))?.pausedAt)
+          assert.isUndefined((yield* stateOf("exempt"))?.pausedAt)
+        })
+    )
+  )
+
+  it.live("a manual pause stops every process reading the queue within a second; resume lets them go on", () =>
+    TestDatabase.onFreshDatabase({ workers: "manual: 2", pollingInterval: "50 millis" }, () =>
+      Effect.gen(function* () {
+        const ran = yield* Ref.make(0)
+        const Work = Job.make("ManualPauseWork", { payload: Payload, queue: "manual" }, () =>
+          Ref.update(ran, (r) => r + 1)
+        )
+        // two supervisors: two processes reading the queue
+        yield* startSupervisor([Work])
+        yield* startSupervisor([Work])
+        yield* Work.enqueue({ n: 0 })
+        yield* eventually(
+          "a first job ran",
+          Effect.map(Ref.get(ran), (r) => r === 1)
+        )
+        const states = yield* QueueStates
+        yield* states.pause("manual", { actor: "ops", reason: "maintenance" })
+        yield* Effect.sleep("1 second")
+        yield* Effect.forEach([1, 2, 3, 4, 5], (n) => Work.enqueue({ n }), { discard: true })
+        yield* Effect.sleep("1500 millis")
+        assert.strictEqual(yield* Ref.get(ran), 1, "no process claimed from the paused queue")
+        yield* states.resume("manual", { actor: "ops" })
+        yield* eventually(
+          "the held jobs ran after the resume",
+          Effect.map(Ref.get(ran), (r) => r === 6)
+        )
+      })
+    )
+  )
+})
