@@ -232,9 +232,10 @@ export const keys = {
     section: "workers",
     readme: true
   }),
-  readAhead: key(Kinds.int(NonNegativeInt), {
-    default: 0,
-    doc: "Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees.",
+  readAhead: key(Kinds.optional(Kinds.int(NonNegativeInt)), {
+    default: null,
+    doc: "Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees. Unset, each worker decides from what it sees: none while its queues drain, a batch that covers a few claim round trips while they are backlogged (large for short jobs, small for long ones).",
+    defaultDoc: "adaptive",
     section: "workers",
     readme: true
   }),
