@@ -401,6 +401,7 @@ export const runLatency = async (opts: {
     await waitUntil(() => opts.rec.count >= W2_WARMUP_JOBS, W2_WAIT_MS)
     await sleep(1000)
   }
+  const walStart = await walLsn()
   const pg0 = pgCpuSeconds()
   const n0 = nodeCpuSeconds()
   const { insertLat, spanMs } = await produceSpaced(W2_JOBS, W2_SPACING_MS, opts.send, false)
@@ -412,7 +413,9 @@ export const runLatency = async (opts: {
     latencyMs: latencySummary(opts.rec.samples),
     insertMs: latencySummary(insertLat),
     pgCpuS: round2(pgCpuSeconds() - pg0),
-    nodeCpuS: round2(nodeCpuSeconds() - n0)
+    nodeCpuS: round2(nodeCpuSeconds() - n0),
+    walStart,
+    walEnd: await walLsn()
   }
 }
 
