@@ -2,15 +2,15 @@
  * Adaptive read-ahead (issue 24, item 1): how many messages a worker claims beyond its free
  * slots, decided from what it sees, so that users need not tune it.
  *
- * - Drained queue (the last claim left nothing behind): no read-ahead. A claim takes the free
- *   slots only, jobs spread over every worker, and a new job is claimed at its notification.
- * - Backlog: enough buffered to keep the slots busy for several claim round trips, so one claim
+ * - Backlog (the last claim left claimable messages behind): enough buffered to keep the slots busy for several claim round trips, so one claim
  *   (one statement, one commit) feeds many jobs: `concurrency × HORIZON × claim time / job time`.
  *   Short jobs get large batches, long jobs small ones (fairness between workers: a job bought
  *   by one worker waits in its buffer while another may be idle).
  * - Bounded: at most `MAX_PER_SLOT × concurrency`, and never more than the slots can run within
  *   a quarter of the visibility timeout (a buffered message's lease runs while it waits).
- * - Grows by doubling (from `concurrency`) while backlogged, halves when the queue drains.
+ * - Grows by doubling (from `concurrency`) while backlogged. A drained queue keeps it (a claim
+ *   of a drained queue takes what there is, so it costs no latency; halving it there cost W3 a
+ *   fifth of its throughput), only brought down to what the jobs' time warrants.
  *
  * An explicit `readAhead` (capsule or config) overrides it.
  *
@@ -54,7 +54,7 @@ export const adaptive = (concurrency: number, visibilityMs: number): ReadAhead =
     current: () => ra,
     claimed: (ms, more) => {
       claimMs = ewma(claimMs, ms)
-      ra = more ? Math.min(target(), Math.max(ra * 2, concurrency)) : Math.floor(ra / 2)
+      ra = more ? Math.min(target(), Math.max(ra * 2, concurrency)) : Math.min(ra, target())
     },
     ran: (ms) => {
       jobMs = ewma(jobMs, ms)
