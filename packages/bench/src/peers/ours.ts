@@ -267,7 +267,11 @@ try {
     await stop()
     emit({
       ...base,
-      config: { capsule: { concurrency: CONCURRENCY, readAhead: readAhead ?? "default" }, localDispatch, jobs: AWAIT_JOBS },
+      config: {
+        capsule: { concurrency: CONCURRENCY, readAhead: readAhead ?? "default" },
+        localDispatch,
+        jobs: AWAIT_JOBS
+      },
       result: { received: samples.length, latencyMs: latencySummary(samples), pgCpuS }
     })
   } else {
