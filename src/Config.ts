@@ -254,9 +254,10 @@ export const keys = {
     section: "workers",
     readme: true
   }),
-  readAhead: key(Kinds.int(NonNegativeInt), {
-    default: 0,
-    doc: "Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees.",
+  readAhead: key(Kinds.optional(Kinds.int(NonNegativeInt)), {
+    default: null,
+    doc: "Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees. Unset, each worker decides from what it sees: while its queues are backlogged, enough to keep its slots busy for a few claim round trips (large for short jobs, small for long ones).",
+    defaultDoc: "adaptive",
     section: "workers",
     readme: true
   }),

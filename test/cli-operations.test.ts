@@ -1,6 +1,7 @@
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Context, Effect, Fiber, Layer, Schema } from "effect"
+import { Context, Deferred, Effect, Fiber, Layer, Schema } from "effect"
+import { SqlClient } from "effect/sql"
 import * as Cli from "../src/Cli/Cli.ts"
 import { table } from "../src/Cli/Format.ts"
 import { PgBusConfig } from "../src/Config.ts"
@@ -98,9 +99,60 @@ layer(testLayer, { excludeTestServices: true, timeout: "60 seconds" })("pgbus op
       assert.isTrue(asJson.ok)
       assert.deepStrictEqual(
         asJson.checks.map((c: { name: string }) => c.name),
-        ["configuration", "database", "schema version", "queues", "LISTEN/NOTIFY", "process liveness", "autovacuum"]
+        [
+          "configuration",
+          "database",
+          "schema version",
+          "queues",
+          "LISTEN/NOTIFY",
+          "process liveness",
+          "autovacuum",
+          "long transactions"
+        ]
       )
     })
+  )
+
+  it.effect(
+    "doctor warns about a REPEATABLE READ reader holding its snapshot past the threshold, not after it ends",
+    () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const opened = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        // a report holding one snapshot: vacuum cannot remove rows deleted after it began
+        const reader = yield* sql
+          .withTransaction(
+            Effect.gen(function* () {
+              yield* sql`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`
+              yield* sql`SELECT count(*) FROM pgbus.queues`
+              yield* Deferred.succeed(opened, undefined)
+              yield* Deferred.await(release)
+            })
+          )
+          .pipe(Effect.forkChild)
+        yield* Deferred.await(opened)
+        yield* Effect.sleep("1200 millis")
+        const held = yield* pgbus("doctor", "--long-transaction", "1")
+        // a warning: the report still passes
+        assert.strictEqual(held.exitCode, 0, `${held.stdout}\n${held.stderr}`)
+        assert.match(
+          held.stdout,
+          /\[warn\] long transactions: 1 hold\(s\) back vacuum .*pid \d+ .*idle in transaction for \d+s/
+        )
+        // the default threshold (60 s) is not reached
+        const relaxed = yield* pgbus("doctor")
+        assert.include(relaxed.stdout, "[ ok ] long transactions: none older than 60s holds back vacuum")
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(reader)
+        const after = yield* pgbus("doctor", "--long-transaction", "1", "--json")
+        const check = JSON.parse(after.stdout).checks.find((c: { name: string }) => c.name === "long transactions")
+        assert.deepStrictEqual(check, {
+          name: "long transactions",
+          status: "ok",
+          detail: "none older than 1s holds back vacuum"
+        })
+      })
   )
 
   it.effect("doctor exits 1 on an unmigrated database and on one that cannot be reached", () =>

@@ -92,8 +92,8 @@ export const makeOperateCommands = (withBus: WithBus) => {
   })
 
   /** Runs the doctor and prints its report; `DoctorFailed` when a check failed. */
-  const runDoctor = (asJson: boolean, liveness: boolean) =>
-    withOps(Doctor.run({ liveness })).pipe(
+  const runDoctor = (asJson: boolean, liveness: boolean, longTransactionSeconds?: number) =>
+    withOps(Doctor.run({ liveness, longTransactionSeconds })).pipe(
       Effect.catchTags({
         DatabaseError: (e) => Effect.succeed(unreachable(e)),
         ConfigurationError: (e) =>
@@ -113,9 +113,19 @@ export const makeOperateCommands = (withBus: WithBus) => {
       )
     )
 
-  const doctor = Command.make("doctor", { json: jsonFlag }, ({ json: asJson }) => runDoctor(asJson, true)).pipe(
+  const doctor = Command.make(
+    "doctor",
+    {
+      json: jsonFlag,
+      longTransaction: Flag.Int("long-transaction").pipe(
+        Flag.withDescription("Warn about transactions holding back vacuum for longer than this many seconds"),
+        Flag.withDefault(Doctor.LONG_TRANSACTION_SECONDS)
+      )
+    },
+    ({ json: asJson, longTransaction }) => runDoctor(asJson, true, longTransaction)
+  ).pipe(
     Command.withDescription(
-      "Preflight checks: config, database, schema version, queues, LISTEN/NOTIFY, process liveness, autovacuum; exit 1 on a failure"
+      "Preflight checks: config, database, schema version, queues, LISTEN/NOTIFY, process liveness, autovacuum, long transactions; exit 1 on a failure"
     )
   )
 

@@ -18,6 +18,17 @@ export interface TableHealthRow {
   readonly options: ReadonlyArray<string> | null
 }
 
+/** A session, prepared transaction or replication slot holding back vacuum's horizon. */
+export interface XminHolderRow {
+  readonly kind: "session" | "prepared transaction" | "replication slot"
+  readonly id: string
+  readonly state: string
+  readonly application: string
+  /** Seconds since its transaction (or statement) began; null for a slot. */
+  readonly age_s: number | null
+  readonly query: string | null
+}
+
 /** Builds the statements for one schema. */
 export const makeCatalogSql = (sql: SqlClient.SqlClient, schema: string) => {
   /** The server: version, database, when it started, now. */
@@ -59,7 +70,34 @@ export const makeCatalogSql = (sql: SqlClient.SqlClient, schema: string) => {
         count(*) FILTER (WHERE state = 'idle') AS idle
       FROM pg_stat_activity WHERE datname = current_database() AND application_name = ${applicationName}`
 
-  return { serverInfo, tableHealth, oldestTransaction, autovacuumSettings, clientConnections }
+  /**
+   * What holds back vacuum's horizon on this database for longer than `olderThanS` seconds:
+   * sessions with a snapshot or a transaction id (a REPEATABLE READ reader, a long statement, an
+   * idle-in-transaction writer), prepared transactions, and inactive replication slots holding an
+   * xmin. While one is there, the rows finished jobs leave behind cannot be vacuumed away.
+   */
+  const xminHolders = (olderThanS: number) =>
+    sql<XminHolderRow>`SELECT * FROM (
+        SELECT 'session' AS kind, pid::text AS id, coalesce(state, '') AS state,
+          coalesce(application_name, '') AS application,
+          extract(epoch FROM now() - coalesce(xact_start, query_start, backend_start))::float8 AS age_s,
+          left(query, 80) AS query
+        FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid()
+          AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+          AND now() - coalesce(xact_start, query_start, backend_start) > ${olderThanS} * interval '1 second'
+        UNION ALL
+        SELECT 'prepared transaction', gid, 'prepared', owner::text,
+          extract(epoch FROM now() - prepared)::float8, NULL
+        FROM pg_prepared_xacts
+        WHERE database = current_database() AND now() - prepared > ${olderThanS} * interval '1 second'
+        UNION ALL
+        SELECT 'replication slot', slot_name::text, 'inactive', coalesce(plugin::text, 'physical'), NULL, NULL
+        FROM pg_replication_slots
+        WHERE NOT active AND xmin IS NOT NULL AND (database IS NULL OR database = current_database())) h
+      ORDER BY age_s DESC NULLS FIRST`
+
+  return { serverInfo, tableHealth, oldestTransaction, autovacuumSettings, clientConnections, xminHolders }
 }
 
 /** The statements of one schema. */

@@ -5,7 +5,7 @@
  *
  * Checks: configuration (with a summary, passwords redacted), database reachable, schema version,
  * the configured queues exist, a LISTEN/NOTIFY round trip, process liveness (the cluster verdict),
- * autovacuum settings of the queue tables.
+ * autovacuum settings of the queue tables, long transactions holding back vacuum.
  *
  * @since 0.1.0
  */
@@ -15,6 +15,7 @@ import { describeTarget, effectivePoolSize, PgBusConfig } from "../Config.ts"
 import { toDatabaseError } from "../Database.ts"
 import { appliedMigrations, shippedMigrations } from "../Migrations.ts"
 import { parseWorkers } from "../Supervisor/Capsule.ts"
+import { makeCatalogSql, type XminHolderRow } from "./CatalogSql.ts"
 import { Operations } from "./Operations.ts"
 
 /** A check's result. */
@@ -53,11 +54,24 @@ const probe = <R>(
     })
   )
 
+/** How old a transaction must be before the doctor warns that it holds back vacuum (seconds). */
+export const LONG_TRANSACTION_SECONDS = 60
+
+const describeHolder = (h: XminHolderRow): string =>
+  h.kind === "session"
+    ? `pid ${h.id}${h.application === "" ? "" : ` (${h.application})`} ${h.state} for ${Math.round(h.age_s ?? 0)}s${h.query ? `: ${h.query.replace(/\s+/g, " ")}` : ""}`
+    : h.kind === "prepared transaction"
+      ? `prepared transaction ${h.id} for ${Math.round(h.age_s ?? 0)}s`
+      : `inactive replication slot ${h.id} (${h.application}) holding an xmin`
+
 /**
  * Runs every check. `liveness: false` skips process liveness (at `start --doctor`, before this
- * process has any worker running).
+ * process has any worker running). `longTransactionSeconds`: a transaction open longer than this
+ * that holds a snapshot is warned about (default 60).
  */
-export const run = (options: { readonly liveness?: boolean | undefined } = {}) =>
+export const run = (
+  options: { readonly liveness?: boolean | undefined; readonly longTransactionSeconds?: number | undefined } = {}
+) =>
   Effect.gen(function* () {
     const config = yield* PgBusConfig
     const ops = yield* Operations
@@ -220,6 +234,29 @@ export const run = (options: { readonly liveness?: boolean | undefined } = {}) =
             })
           )
         : { name: "autovacuum", status: "skipped", detail: "the database is unreachable" }
+    )
+
+    // A snapshot held open (a REPEATABLE READ report, an idle-in-transaction session, a forgotten
+    // prepared transaction) keeps every row finished jobs leave behind: vacuum cannot remove them
+    // and the queue tables bloat while it lasts.
+    const threshold = options.longTransactionSeconds ?? LONG_TRANSACTION_SECONDS
+    checks.push(
+      up
+        ? yield* probe(
+            "long transactions",
+            Effect.map(makeCatalogSql(pg, config.schema).xminHolders(threshold), (holders) =>
+              holders.length === 0
+                ? { status: "ok" as const, detail: `none older than ${threshold}s holds back vacuum` }
+                : {
+                    status: "warn" as const,
+                    detail: `${holders.length} hold(s) back vacuum (the queue tables keep their dead rows meanwhile): ${holders
+                      .slice(0, 3)
+                      .map(describeHolder)
+                      .join("; ")}${holders.length > 3 ? `; and ${holders.length - 3} more` : ""}`
+                  }
+            )
+          )
+        : { name: "long transactions", status: "skipped", detail: "the database is unreachable" }
     )
 
     return {

@@ -156,6 +156,9 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
   const queueLockTransaction = (physical: string) =>
     sql`SELECT pg_advisory_xact_lock(hashtext(${`${schema}.queue:${physical}`}))`
 
+  // vacuum_truncate off: a queue table empties from its tail all day, and truncating the empty
+  // pages takes an ACCESS EXCLUSIVE lock every claim would queue behind (migration 0022 sets it
+  // on queues created before).
   const queueCreateMessageTable = (physical: string) =>
     sql`CREATE TABLE IF NOT EXISTS ${messages(physical)} (
       msg_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -166,7 +169,8 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
       headers jsonb,
       claimed_by text,
       last_error jsonb
-    ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0.02, fillfactor = 90)`
+    ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0.02,
+      fillfactor = 90, vacuum_truncate = false)`
 
   const queueCreateVisibilityIndex = (physical: string) =>
     sql`CREATE INDEX IF NOT EXISTS ${index(`q_${physical}_vt_idx`)} ON ${messages(physical)} (vt)`
@@ -403,17 +407,20 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
   // a sequential scan of the whole queue table, dead rows included, and Postgres picks that
   // plan when the table is small enough (claims of messages without headers ran about 2x
   // slower). By id it is an index scan in every plan.
+  // `from`: the lowest id read (ClaimCursor: a worker's claim starts near its last one, so it
+  // does not walk the dead rows of finished jobs that a held snapshot keeps from vacuum).
   const messageRead = (
     physical: string,
     limit: number,
     visibilityMs: number,
     claimedBy: string | null,
-    now: Date | null
+    now: Date | null,
+    from = 0n
   ) =>
     // one row more than the limit is locked (not claimed): `more` says whether the read left any
     sql<MessageRow & { readonly more: boolean }>`WITH c AS (
         SELECT msg_id FROM ${messages(physical)}
-        WHERE vt <= ${NOW(sql, now)}
+        WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)}
         ORDER BY msg_id
         LIMIT ${limit + 1}
         FOR UPDATE SKIP LOCKED),
@@ -597,7 +604,8 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
     limit: number,
     visibilityMs: number,
     claimedBy: string | null,
-    now: Date | null
+    now: Date | null,
+    from = 0n
   ) =>
     sql<MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }>`WITH d AS (
         DELETE FROM ${messages(physical)} q USING ${receipts(r)}
@@ -609,7 +617,7 @@ export const makeQueueSql = (sql: SqlClient.SqlClient, schema: string, notifyCha
         RETURNING msg_id),
       c AS (
         SELECT msg_id FROM ${messages(physical)}
-        WHERE vt <= ${NOW(sql, now)} AND msg_id <> ALL(${typedArray(r.ids, PgTypes.OID.int8)}::int8[])
+        WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)} AND msg_id <> ALL(${typedArray(r.ids, PgTypes.OID.int8)}::int8[])
         ORDER BY msg_id
         LIMIT ${limit + 1}
         FOR UPDATE SKIP LOCKED),

@@ -13,6 +13,7 @@ import { PgBusConfig } from "../Config.ts"
 import { serverError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
 import * as Input from "../Input.ts"
 import { hotSpan } from "../internal/span.ts"
+import * as ClaimCursor from "./ClaimCursor.ts"
 import { type FairClaim, FairCursor } from "./FairShare.ts"
 import {
   DEAD_LETTER_HEADER,
@@ -690,6 +691,8 @@ export class QueueStore extends Context.Service<
           return rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
         }).pipe(hotSpan("QueueStore.read", { queue }))
 
+      // where each plain claim of this store starts (see ClaimCursor)
+      const floors = ClaimCursor.make()
       const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) =>
         Effect.gen(function* () {
           const fair = options?.fair
@@ -716,11 +719,24 @@ export class QueueStore extends Context.Service<
             return { archived, messages, more: messages.length >= (options?.limit ?? 1) }
           }
           const { name, limit, vtMs, now } = yield* readParams(queue, options)
+          const startedAt = yield* Clock.currentTimeMillis
+          const from = floors.start(name.physical, startedAt)
+          const ended = (messages: ReadonlyArray<Message>) =>
+            Effect.map(Clock.currentTimeMillis, (at) =>
+              floors.claimed(
+                name.physical,
+                from,
+                startedAt,
+                at - startedAt,
+                messages.map((m) => m.msgId)
+              )
+            )
           if (receipts.length === 0) {
             const claimed = yield* statements
-              .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
+              .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now, from)
               .pipe(Effect.mapError(fail("read from", queue)))
             const messages = claimed.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
+            yield* ended(messages)
             return { archived: 0, messages, more: claimed[0]?.more === true }
           }
           const rows = yield* statements
@@ -730,7 +746,8 @@ export class QueueStore extends Context.Service<
               limit,
               vtMs,
               options?.claimedBy ?? null,
-              now
+              now,
+              from
             )
             .pipe(Effect.mapError(fail("archive and read in", queue)))
           let archived = 0
@@ -742,6 +759,7 @@ export class QueueStore extends Context.Service<
               more = row.more === true
             } else messages.push(toMessage(queue, row))
           }
+          yield* ended(messages)
           return { archived, messages: messages.sort(byMsgId) as ReadonlyArray<Message>, more }
         }).pipe(hotSpan("QueueStore.archiveAndRead", { queue }))
 

@@ -257,7 +257,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       ...(runsWorkers
         ? capsules.map(
             (c) =>
-              `boot: capsule=${c.name} queues=${c.queues.join(",")} concurrency=${c.concurrency} read_ahead=${c.readAhead ?? config.readAhead}`
+              `boot: capsule=${c.name} queues=${c.queues.join(",")} concurrency=${c.concurrency} read_ahead=${c.readAhead ?? config.readAhead ?? "adaptive"}`
           )
         : [])
     ]

@@ -31,6 +31,7 @@ import type { QueueStore } from "../Queue/QueueStore.ts"
 import type { Registry } from "../Registry.ts"
 import type { Capsule } from "./Capsule.ts"
 import { isBreakerOpen } from "./ConnectionWatch.ts"
+import * as ReadAhead from "./ReadAhead.ts"
 
 /** Live figures of a worker, read by the supervisor's heartbeat and health. */
 export interface WorkerStats {
@@ -223,7 +224,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     /** Queues read in order: a key's next job becomes claimable when its head leaves, so that wakes the reader. */
     const orderedQueues = new Set(reads.flatMap((r) => (r.ordered ? [r.queue] : [])))
     const physical = queues.map((q) => QueueName.physicalOf(config.queuePrefix, q))
-    const readAhead = capsule.readAhead ?? config.readAhead
+    const explicitReadAhead = capsule.readAhead ?? config.readAhead
     const prefetchLimit = capsule.prefetchLimit ?? config.prefetchLimit
     const visibilityMs = Duration.toMillis(config.visibilityTimeout)
     const defaultPolicy = resolvePolicy(config, undefined)
@@ -244,18 +245,23 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     const flushLock = yield* Semaphore.make(1)
     /** Opened by executors when enough capacity is free to be worth a read. */
     const capacityFreed = Latch.makeUnsafe(false)
-    const total = capsule.concurrency + readAhead
+    // no readAhead given: the worker decides from its claims and jobs (ReadAhead.ts)
+    const readAhead =
+      explicitReadAhead === undefined
+        ? ReadAhead.adaptive(capsule.concurrency, visibilityMs)
+        : ReadAhead.fixed(explicitReadAhead)
+    const total = () => capsule.concurrency + readAhead.current()
     /** Free room for claims: slots not running or buffered, read-ahead included, within the prefetch limit. */
     const room = () => {
-      const free = total - stats.running - stats.buffered
+      const free = total() - stats.running - stats.buffered
       return prefetchLimit === undefined ? free : Math.min(free, prefetchLimit - inFlight.size)
     }
     const isPaused = (queue: string) => paused?.isPaused(QueueName.physicalOf(config.queuePrefix, queue)) === true
-    const refillAt = Math.max(1, Math.floor(total / 2))
+    const refillAt = () => Math.max(1, Math.floor(total() / 2))
     /** While the queues have more: claim once half the room is free, or when nothing is buffered. */
     const worthClaiming = () => {
       const want = room()
-      return want > 0 && (want >= refillAt || stats.buffered === 0)
+      return want > 0 && (want >= refillAt() || stats.buffered === 0)
     }
     const flushSignal = Latch.makeUnsafe(false)
     /** Opened after every claim: a deferred flush checks whether the claim archived its successes. */
@@ -364,6 +370,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
               : "dead_lettered"
       const now = clock.currentTimeMillisUnsafe()
       const ms = now - startedAt
+      readAhead.ran(ms)
       const name = jobOf(registry, m).name
       recordJobUnsafe(metricsContext, m.queue, name, status, ms)
       // pickup latency of a first delivery: enqueued -> started (a scheduled job's delay included)
@@ -583,6 +590,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       Effect.gen(function* () {
         let want = room()
         if (want <= 0) return 0
+        const startedAt = clock.currentTimeMillisUnsafe()
         let claimed = 0
         let more = false
         const read = new Set<string>()
@@ -603,6 +611,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           if (got.more) more = true
         }
         yield* scheduleRateWake
+        readAhead.claimed(clock.currentTimeMillisUnsafe() - startedAt, more)
         // every queue read was drained: only a notification (or the poll) is news
         queuesMayHaveMore = more
         lastRead = read

@@ -83,5 +83,9 @@ export const MIGRATION_FILES: ReadonlyArray<{ readonly file: string; readonly te
   {
     file: "0021_queue_circuit_breaker.sql",
     text: "-- The per-queue circuit breaker: a queue whose jobs fail over and over pauses itself (a row of\n-- queue_states with actor 'circuit-breaker' and a paused_until), so that every process stops\n-- claiming from it. breaker_trips counts the trips in a row: a trip within the longest backoff of\n-- the previous pause's end doubles the pause; one after that (or after a manual resume) starts\n-- again at the first.\nALTER TABLE {{schema}}.queue_states ADD COLUMN breaker_trips integer NOT NULL DEFAULT 0;\n"
+  },
+  {
+    file: "0022_queue_vacuum_settings.sql",
+    text: "-- Queue tables under MVCC pressure (issue 24). A queue table empties from its tail and fills\n-- again all day; when autovacuum finds empty pages at the end it truncates them, which takes an\n-- ACCESS EXCLUSIVE lock on the table: every claim, enqueue and archive of the queue waits behind\n-- it (and behind the vacuum's wait for that lock). Queues are created with `vacuum_truncate =\n-- false` from now on (QueueSql.queueCreateMessageTable); this sets it on the queue tables that\n-- exist, with the autovacuum settings new queues get, so old and new queues vacuum alike.\n-- ALTER TABLE ... SET of these options takes SHARE UPDATE EXCLUSIVE: workers keep running.\nDO $$\nDECLARE\n  r record;\nBEGIN\n  FOR r IN SELECT name FROM {{schema}}.queues LOOP\n    IF to_regclass(format('%s.%I', '{{schema}}', 'q_' || r.name)) IS NOT NULL THEN\n      EXECUTE format(\n        'ALTER TABLE %s.%I SET (vacuum_truncate = false, autovacuum_vacuum_scale_factor = 0.01, '\n        'autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0.02)',\n        '{{schema}}', 'q_' || r.name);\n    END IF;\n  END LOOP;\nEND $$;\n"
   }
 ]

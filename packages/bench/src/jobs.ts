@@ -27,6 +27,7 @@ import { appendFileSync } from "node:fs"
 import os from "node:os"
 import { fileURLToPath } from "node:url"
 import { machine, median } from "./common.ts"
+import { type RunCost, runCost } from "./cost.ts"
 import {
   CONCURRENCY,
   dropDatabase,
@@ -61,6 +62,8 @@ interface RunResult {
   readonly variant: string
   readonly peakRssMiB: number
   readonly result: Readonly<Record<string, unknown>>
+  /** Added by the orchestrator: the run database's commits once its process exited, and the phase's WAL. */
+  db?: RunCost
 }
 
 const intList = (raw: string | undefined, fallback: ReadonlyArray<number>): ReadonlyArray<number> => {
@@ -73,16 +76,22 @@ const intList = (raw: string | undefined, fallback: ReadonlyArray<number>): Read
 const RUNS = Number(process.env.RUNS ?? 3)
 const TUNED_RA = intList(process.env.BENCH_OURS_READ_AHEAD, [190, 590]).filter((n) => n !== 0)
 const REPORTED_RA = Number(process.env.BENCH_OURS_REPORTED_RA ?? TUNED_RA[TUNED_RA.length - 1] ?? 0)
-const W2_RA = Number(process.env.BENCH_OURS_W2_READ_AHEAD ?? 0)
+// W2 of effect-pgbus at its defaults unless a read-ahead is given
+const W2_VARIANT =
+  process.env.BENCH_OURS_W2_READ_AHEAD === undefined || process.env.BENCH_OURS_W2_READ_AHEAD === ""
+    ? "default"
+    : `ra${Number(process.env.BENCH_OURS_W2_READ_AHEAD)}`
 const RUN_TIMEOUT_MS = Number(process.env.BENCH_RUN_TIMEOUT_MS ?? Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
 const ONLY = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : undefined
 const TAG = String(process.pid)
 const LIBRARIES: ReadonlyArray<Library> = ["ours", "graphile", "pgboss"]
 
-const W1_RAS = [...new Set([0, ...TUNED_RA, REPORTED_RA])]
+const W1_RAS = [...new Set([...TUNED_RA, REPORTED_RA])].filter((n) => n !== 0)
 const ALL_CASES: ReadonlyArray<Case> = [
   ...LIBRARIES.map((library): Case => ({ key: `enq ${library}`, library, workload: "enq", variant: "default" })),
   { key: "enq ours unique", library: "ours", workload: "enq", variant: "unique" },
+  // the library's defaults (no readAhead given): the headline
+  { key: "w1 ours default", library: "ours", workload: "w1", variant: "default" },
   ...W1_RAS.map((ra): Case => ({ key: `w1 ours ra${ra}`, library: "ours", workload: "w1", variant: `ra${ra}` })),
   // flow controls at the reported read-ahead: beside the plain W1 of the same run
   ...["limited", "rated", "fair1000"].map(
@@ -96,11 +105,11 @@ const ALL_CASES: ReadonlyArray<Case> = [
   { key: `w1 ours ra${REPORTED_RA} keys`, library: "ours", workload: "w1", variant: `ra${REPORTED_RA}-keys` },
   { key: "w1 graphile batched", library: "graphile", workload: "w1", variant: "batched" },
   { key: "w1 pgboss b100", library: "pgboss", workload: "w1", variant: "b100" },
-  { key: `w2 ours ra${W2_RA}`, library: "ours", workload: "w2", variant: `ra${W2_RA}` },
-  { key: `w2 ours ra${W2_RA} nolocal`, library: "ours", workload: "w2", variant: `ra${W2_RA}-nolocal` },
+  { key: `w2 ours ${W2_VARIANT}`, library: "ours", workload: "w2", variant: W2_VARIANT },
+  { key: `w2 ours ${W2_VARIANT} nolocal`, library: "ours", workload: "w2", variant: `${W2_VARIANT}-nolocal` },
   { key: "w2 graphile default", library: "graphile", workload: "w2", variant: "default" },
   { key: "w2 pgboss notify-b1", library: "pgboss", workload: "w2", variant: "notify-b1" },
-  { key: `await ours ra${W2_RA}`, library: "ours", workload: "await", variant: `ra${W2_RA}` }
+  { key: `await ours ${W2_VARIANT}`, library: "ours", workload: "await", variant: W2_VARIANT }
 ]
 const CASES = ALL_CASES.filter((c) => ONLY === undefined || ONLY.test(c.key))
 
@@ -142,8 +151,15 @@ const runCase = (c: Case, run: number): Promise<RunResult | undefined> =>
       clearTimeout(timer)
       current = undefined
       if (code !== 0) log(`!! ${c.key} run ${run}: exited with ${code}`)
-      // the run's database goes once its process (and every pool in it) is gone
-      dropDatabase(`bench_jobs_${c.library}_${TAG}`)
+      // the run's database goes once its process (and every pool in it) is gone, after its
+      // commits (flushed by its backends at exit) and the phase's WAL are read
+      const database = `bench_jobs_${c.library}_${TAG}`
+      runCost(database, result?.result as { walStart?: unknown; walEnd?: unknown } | undefined)
+        .then((cost) => {
+          if (result && cost) result.db = cost
+        })
+        .catch((e) => log(`!! could not read the cost of ${database}: ${e instanceof Error ? e.message : e}`))
+        .then(() => dropDatabase(database))
         .catch((e) => log(`!! could not drop bench_jobs_${c.library}_${TAG}: ${e instanceof Error ? e.message : e}`))
         .finally(() => resolve(result))
     })
@@ -166,8 +182,24 @@ const num = (r: RunResult, path: string): number | undefined => {
   return typeof v === "number" && Number.isFinite(v) ? v : undefined
 }
 
+/** Per job of a run: commits over the whole run process, WAL bytes of the timed phase. */
+const jobsOf = (r: RunResult): number | undefined => {
+  const n = num(r, "completed") ?? num(r, "received") ?? num(r, "jobs")
+  return n === undefined || n === 0 ? undefined : n
+}
+const costOf = (r: RunResult, path: string): number | undefined => {
+  const jobs = jobsOf(r)
+  if (jobs === undefined || r.db === undefined) return undefined
+  // W1b counts both its phases (sequential and concurrent)
+  const n = r.workload === "enq" ? jobs * 2 : jobs
+  if (path === "commitsPerJob") return r.db.xactCommit / n
+  return r.db.walBytes === undefined ? undefined : r.db.walBytes / n
+}
+
 const values = (rs: ReadonlyArray<RunResult>, path: string): Array<number> =>
-  rs.map((r) => num(r, path)).filter((v): v is number => v !== undefined)
+  rs
+    .map((r) => (path === "commitsPerJob" || path === "walBytesPerJob" ? costOf(r, path) : num(r, path)))
+    .filter((v): v is number => v !== undefined)
 
 const medianOf = (rs: ReadonlyArray<RunResult>, path: string): number | undefined => {
   const xs = values(rs, path)
@@ -224,6 +256,14 @@ const variantLabel = (c: Case): string => {
   }
   const keys = c.variant.endsWith("-keys")
   const nolocal = c.variant.endsWith("-nolocal")
+  if (c.variant.startsWith("default")) {
+    const what = "defaults (no readAhead given: the library decides)"
+    if (c.workload === "w2")
+      return nolocal
+        ? `concurrency ${CONCURRENCY}, ${what}, **local dispatch off**: LISTEN/NOTIFY, read, claim (diagnostic)`
+        : `concurrency ${CONCURRENCY}, ${what}, local dispatch (default)`
+    return c.workload === "w1" ? `${what} **= ours**` : what
+  }
   const ra = Number(c.variant.slice(2, nolocal ? -"-nolocal".length : keys ? -"-keys".length : undefined))
   if (keys) return `read-ahead ${ra}, **per-key FIFO**: every job one of 1,000 ordering keys`
   if (c.workload === "w2")
@@ -231,7 +271,7 @@ const variantLabel = (c: Case): string => {
       ? `concurrency ${CONCURRENCY}, read-ahead ${ra}, **local dispatch off**: LISTEN/NOTIFY, read, claim (diagnostic)`
       : `concurrency ${CONCURRENCY}, read-ahead ${ra}${ra === 0 ? " (default)" : ""}, local dispatch (default)`
   const what = ra === 0 ? "default" : "tuned"
-  return `read-ahead ${ra} (${what})${ra === REPORTED_RA && c.workload === "w1" ? " **= ours**" : ""}`
+  return `read-ahead ${ra} (${what})${ra === REPORTED_RA && c.workload === "w1" ? " = ours_tuned" : ""}`
 }
 
 const round = (x: number | undefined, digits = 0): number | null => (x === undefined ? null : Number(x.toFixed(digits)))
@@ -287,7 +327,7 @@ const main = async () => {
   )
   p(
     `- effect-pgbus: Supervisor.runWith, one capsule (concurrency ${CONCURRENCY}), archive on success (default), ` +
-      `LISTEN/NOTIFY on (default); "ours" below = read-ahead ${REPORTED_RA}. graphile-worker and pg-boss as the peer harness configures them at their best.`
+      `LISTEN/NOTIFY on (default); "ours" below = its defaults (no readAhead given), "ours_tuned" = read-ahead ${REPORTED_RA}. graphile-worker and pg-boss as the peer harness configures them at their best.`
   )
   p(
     "- graphile-worker: `batched` = run({ concurrency: 10, pollInterval: 2000, preset: { worker: { localQueue: { size: 100 }, " +
@@ -303,16 +343,16 @@ const main = async () => {
   p(`### W1 throughput: ${W1_JOBS} no-op jobs (bulk enqueue in one call, then workers drain; completed = committed)`)
   p()
   p(
-    "| library | configuration | runs | bulk enqueue jobs/s | processing jobs/s | PG CPU ms / 1k jobs | Node CPU ms / 1k jobs | peak RSS MiB |"
+    "| library | configuration | runs | bulk enqueue jobs/s | processing jobs/s | commits / job | WAL bytes / job | PG CPU ms / 1k jobs | Node CPU ms / 1k jobs | peak RSS MiB |"
   )
-  p("|---|---|---|---|---|---|---|---|")
+  p("|---|---|---|---|---|---|---|---|---|---|")
   for (const { c, rs } of rowsOf("w1")) {
     // effect-pgbus archives on success: every completed job must be in the archive
     const short = values(rs, "archived").filter((n) => n < W1_JOBS)
     const check = short.length > 0 ? ` (archive short: ${short.join(", ")})` : ""
     p(
       `| ${libraryLabel(c.library)} | ${variantLabel(c)}${check} | ${runsCell(rs, RUNS)} | ${cell(rs, "enqueueBulkPerSec")} | ` +
-        `${cell(rs, "jobsPerSec")} | ${cell(rs, "pgCpuMsPerKJob")} | ${cell(rs, "nodeCpuMsPerKJob")} | ${rssCell(rs)} |`
+        `${cell(rs, "jobsPerSec")} | ${cell(rs, "commitsPerJob")} | ${cell(rs, "walBytesPerJob")} | ${cell(rs, "pgCpuMsPerKJob")} | ${cell(rs, "nodeCpuMsPerKJob")} | ${rssCell(rs)} |`
     )
   }
   p()
@@ -321,13 +361,13 @@ const main = async () => {
   )
   p()
   p(
-    "| library | runs | sequential jobs/s | mean ms / insert | 10 concurrent producers jobs/s | PG CPU s (seq / conc) |"
+    "| library | runs | sequential jobs/s | mean ms / insert | 10 concurrent producers jobs/s | commits / job | PG CPU s (seq / conc) |"
   )
-  p("|---|---|---|---|---|---|")
+  p("|---|---|---|---|---|---|---|")
   for (const { c, rs } of rowsOf("enq")) {
     p(
       `| ${libraryLabel(c.library)}${c.variant === "unique" ? ", **uniqueness key**" : ""} | ${runsCell(rs, RUNS)} | ${cell(rs, "sequentialPerSec")} | ${cell(rs, "sequentialMeanMs")} | ` +
-        `${cell(rs, "concurrent10PerSec")} | ${cell(rs, "seqPgCpuS")} / ${cell(rs, "concPgCpuS")} |`
+        `${cell(rs, "concurrent10PerSec")} | ${cell(rs, "commitsPerJob")} | ${cell(rs, "seqPgCpuS")} / ${cell(rs, "concPgCpuS")} |`
     )
   }
   p()
@@ -335,13 +375,15 @@ const main = async () => {
     `### W2 pickup latency: ${W2_JOBS} single jobs, ${W2_SPACING_MS} ms apart, idle workers (ms, handler start - enqueue call)`
   )
   p()
-  p("| library | configuration | runs | received | p50 | p95 | p99 | max | insert p50 | insert p99 | PG CPU s |")
-  p("|---|---|---|---|---|---|---|---|---|---|---|")
+  p(
+    "| library | configuration | runs | received | p50 | p95 | p99 | max | insert p50 | insert p99 | commits / job | WAL bytes / job | PG CPU s |"
+  )
+  p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for (const { c, rs } of rowsOf("w2")) {
     p(
       `| ${libraryLabel(c.library)} | ${variantLabel(c)} | ${runsCell(rs, RUNS)} | ${cell(rs, "received")} | ` +
         `${cell(rs, "latencyMs.p50")} | ${cell(rs, "latencyMs.p95")} | ${cell(rs, "latencyMs.p99")} | ${cell(rs, "latencyMs.max")} | ` +
-        `${cell(rs, "insertMs.p50")} | ${cell(rs, "insertMs.p99")} | ${cell(rs, "pgCpuS")} |`
+        `${cell(rs, "insertMs.p50")} | ${cell(rs, "insertMs.p99")} | ${cell(rs, "commitsPerJob")} | ${cell(rs, "walBytesPerJob")} | ${cell(rs, "pgCpuS")} |`
     )
   }
   p()
@@ -361,26 +403,41 @@ const main = async () => {
   p()
 
   const get = (key: string) => results.get(key) ?? []
-  const oursW1 = get(`w1 ours ra${REPORTED_RA}`)
+  const oursW1 = get("w1 ours default")
+  const tunedW1 = get(`w1 ours ra${REPORTED_RA}`)
+  const graphileW1 = get("w1 graphile batched")
+  const pgbossW1 = get("w1 pgboss b100")
   const summary = {
     bench: "jobs",
     ours_jobs_per_s: round(medianOf(oursW1, "jobsPerSec")),
+    ours_tuned_jobs_per_s: round(medianOf(tunedW1, "jobsPerSec")),
     graphile_jobs_per_s: round(medianOf(get("w1 graphile batched"), "jobsPerSec")),
     pgboss_jobs_per_s: round(medianOf(get("w1 pgboss b100"), "jobsPerSec")),
     ours_enqueue_bulk_per_s: round(medianOf(oursW1, "enqueueBulkPerSec")),
     ours_insert_ms: round(medianOf(get("enq ours"), "sequentialMeanMs"), 2),
-    ours_p50_ms: round(medianOf(get(`w2 ours ra${W2_RA}`), "latencyMs.p50"), 2),
-    ours_p99_ms: round(medianOf(get(`w2 ours ra${W2_RA}`), "latencyMs.p99"), 2),
+    ours_p50_ms: round(medianOf(get(`w2 ours ${W2_VARIANT}`), "latencyMs.p50"), 2),
+    ours_p99_ms: round(medianOf(get(`w2 ours ${W2_VARIANT}`), "latencyMs.p99"), 2),
     graphile_p50_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p50"), 2),
     graphile_p99_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p99"), 2),
-    ours_nolocal_p50_ms: round(medianOf(get(`w2 ours ra${W2_RA} nolocal`), "latencyMs.p50"), 2),
-    ours_nolocal_p99_ms: round(medianOf(get(`w2 ours ra${W2_RA} nolocal`), "latencyMs.p99"), 2),
+    ours_nolocal_p50_ms: round(medianOf(get(`w2 ours ${W2_VARIANT} nolocal`), "latencyMs.p50"), 2),
+    ours_nolocal_p99_ms: round(medianOf(get(`w2 ours ${W2_VARIANT} nolocal`), "latencyMs.p99"), 2),
     ours_keys_jobs_per_s: round(medianOf(get(`w1 ours ra${REPORTED_RA} keys`), "jobsPerSec")),
-    ours_await_p50_ms: round(medianOf(get(`await ours ra${W2_RA}`), "latencyMs.p50"), 2),
-    ours_await_p99_ms: round(medianOf(get(`await ours ra${W2_RA}`), "latencyMs.p99"), 2)
+    ours_await_p50_ms: round(medianOf(get(`await ours ${W2_VARIANT}`), "latencyMs.p50"), 2),
+    ours_await_p99_ms: round(medianOf(get(`await ours ${W2_VARIANT}`), "latencyMs.p99"), 2),
+    // cost per job of W1: commits over the whole run process, WAL bytes of the processing phase
+    ours_commits_per_job: round(medianOf(oursW1, "commitsPerJob"), 3),
+    ours_wal_bytes_per_job: round(medianOf(oursW1, "walBytesPerJob")),
+    ours_tuned_commits_per_job: round(medianOf(tunedW1, "commitsPerJob"), 3),
+    ours_tuned_wal_bytes_per_job: round(medianOf(tunedW1, "walBytesPerJob")),
+    graphile_commits_per_job: round(medianOf(graphileW1, "commitsPerJob"), 3),
+    graphile_wal_bytes_per_job: round(medianOf(graphileW1, "walBytesPerJob")),
+    pgboss_commits_per_job: round(medianOf(pgbossW1, "commitsPerJob"), 3),
+    pgboss_wal_bytes_per_job: round(medianOf(pgbossW1, "walBytesPerJob"))
   }
   p(
-    `JSON: ours_jobs_per_s = W1 processing of effect-pgbus at read-ahead ${REPORTED_RA}; ours_enqueue_bulk_per_s = its bulk enqueue; ` +
+    `JSON: ours_jobs_per_s = W1 processing of effect-pgbus at its defaults (no readAhead given), ours_tuned_jobs_per_s at read-ahead ${REPORTED_RA}; ours_enqueue_bulk_per_s = its bulk enqueue at defaults; ` +
+      "*_commits_per_job = the run database's xact_commit over the whole W1 run process (setup and enqueue included) / jobs, " +
+      "*_wal_bytes_per_job = WAL of the processing phase written for the run's database (pg_waldump; the LSN difference when it cannot read the WAL) / jobs; " +
       `graphile = batched (W1) / default (W2); pg-boss = b100; ours_insert_ms = W1b sequential mean; p50/p99 = W2 medians over runs; ` +
       `ours_nolocal_* = W2 of effect-pgbus with local dispatch off (a diagnostic: jobs enqueued by a process without an idle worker of the queue); ` +
       `ours_keys_jobs_per_s = W1 on an ordered queue (1,000 ordering keys); ours_await_* = enqueue-to-result latency of awaitResult.`

@@ -13,7 +13,7 @@
  *
  * Knobs (env): RUNS (3), BENCH_ONLY (regex on the case key, e.g. `ours|dbos`),
  * BENCH_OURS_READ_AHEAD (tuned read-aheads tried besides the default 0, "10"), BENCH_OURS_REPORTED_RA
- * (the configuration reported as ours in the JSON line, 10; the default 0 is ours_default_runs_per_s), BENCH_W3_RUNS (1000),
+ * (the tuned configuration, ours_tuned_runs_per_s in the JSON line, 10; the defaults, no readAhead given, are ours_runs_per_s), BENCH_W3_RUNS (1000),
  * BENCH_W3_POLL_MS (completion polling of effect-pgbus, 10; pg-workflows keeps the harness's 10),
  * BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), BENCH_PHASE_CAP_MS (120000), BENCH_RUN_TIMEOUT_MS
  * (per run, 300000), BENCH_RESULTS (append every run's JSON to this file), DATABASE_URL.
@@ -22,18 +22,19 @@
  * orchestrator only when it is the program itself, and loads nothing heavy for the peers.
  *
  * The last line of stdout is one JSON object:
- * {"bench":"workflows","ours_runs_per_s":N,"dbos_runs_per_s":N,"pgworkflows_runs_per_s":N,"ours_default_runs_per_s":N}
+ * {"bench":"workflows","ours_runs_per_s":N (defaults),"ours_tuned_runs_per_s":N,"dbos_runs_per_s":N,
+ *  "pgworkflows_runs_per_s":N, then commits and WAL bytes per run of each: "<lib>_commits_per_run", "<lib>_wal_bytes_per_run"}
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { appendFileSync } from "node:fs"
 import os from "node:os"
 import { resolve } from "node:path"
 import { fileURLToPath } from "node:url"
+import { type RunCost, runCost } from "./cost.ts"
 import {
   CONCURRENCY,
   dropDatabase,
   measure,
-  monitorClient,
   now,
   PHASE_CAP_MS,
   POOL_MAX,
@@ -42,7 +43,8 @@ import {
   round2,
   serverInfo,
   serverUrl,
-  sleep
+  sleep,
+  walLsn
 } from "./peers/common.ts"
 
 const env = (key: string, fallback: number): number => {
@@ -72,6 +74,9 @@ export interface W3Result {
   readonly nodeCpuS: number
   /** Completion queries made after the starts (each one a transaction of its own). */
   readonly polls: number
+  /** `pg_current_wal_lsn()` at the phase's start and end (cost.ts attributes the WAL between). */
+  readonly walStart: string | undefined
+  readonly walEnd: string | undefined
 }
 
 /**
@@ -87,6 +92,7 @@ export const runW3 = async (opts: {
 }): Promise<W3Result> => {
   let startedMs = 0
   let polls = 0
+  const walStart = await walLsn()
   const res = await measure(async () => {
     const t0 = now()
     const deadline = t0 + PHASE_CAP_MS
@@ -108,6 +114,7 @@ export const runW3 = async (opts: {
     }
   })
   const completed = res.value
+  const walEnd = await walLsn()
   return {
     done: completed >= W3_RUNS,
     completed,
@@ -116,7 +123,9 @@ export const runW3 = async (opts: {
     runsPerSec: round2((completed / res.m.wallMs) * 1000),
     pgCpuS: round2(res.m.pgCpuS),
     nodeCpuS: round2(res.m.nodeCpuS),
-    polls
+    polls,
+    walStart,
+    walEnd
   }
 }
 
@@ -139,16 +148,8 @@ interface RunResult {
   readonly peakRssMiB: number
   readonly config: Readonly<Record<string, unknown>>
   readonly result: Readonly<Record<string, unknown>>
-  /** Added by the orchestrator: the run database's counters once its process has exited. */
-  db?: DbStats
-}
-
-interface DbStats {
-  readonly xactCommit: number
-  readonly xactRollback: number
-  readonly tupInserted: number
-  readonly tupUpdated: number
-  readonly tupDeleted: number
+  /** Added by the orchestrator: the run database's counters once its process has exited, and its WAL. */
+  db?: RunCost
 }
 
 const FILES: Record<Library, string> = { ours: "ours-workflows", dbos: "dbos", pgworkflows: "pgworkflows" }
@@ -166,8 +167,8 @@ const main = async () => {
   }
   const RUNS = env("RUNS", 3)
   const TUNED_RA = intList(process.env.BENCH_OURS_READ_AHEAD, [10]).filter((n) => n !== 0)
-  // reported like bench:jobs reports W1: the tuned read-ahead (10, with concurrency 10), the
-  // default (0) beside it in the table and the JSON line (ours_default_runs_per_s)
+  // the headline is the library's defaults (no readAhead given, ours_runs_per_s); the tuned read-ahead (10, with
+  // concurrency 10) beside it in the table and the JSON line (ours_tuned_runs_per_s)
   const REPORTED_RA = env("BENCH_OURS_REPORTED_RA", 10)
   const RUN_TIMEOUT_MS = env("BENCH_RUN_TIMEOUT_MS", Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
   const ONLY = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : undefined
@@ -175,52 +176,14 @@ const main = async () => {
   const LIBRARIES: ReadonlyArray<Library> = ["ours", "dbos", "pgworkflows"]
   const OURS_RAS = [...new Set([0, ...TUNED_RA, REPORTED_RA])]
   const ALL_CASES: ReadonlyArray<Case> = [
+    // the library's defaults (no readAhead given): the headline
+    { key: "w3 ours default", library: "ours", variant: "default" },
     ...OURS_RAS.map((ra): Case => ({ key: `w3 ours ra${ra}`, library: "ours", variant: `ra${ra}` })),
     { key: "w3 dbos direct", library: "dbos", variant: "direct" },
     { key: "w3 pgworkflows workers10", library: "pgworkflows", variant: "workers10" }
   ]
   const CASES = ALL_CASES.filter((c) => ONLY === undefined || ONLY.test(c.key))
   const log = (line: string) => process.stderr.write(`${line}\n`)
-
-  const admin = async <A>(f: (client: Awaited<ReturnType<typeof monitorClient>>) => Promise<A>): Promise<A> => {
-    const client = await monitorClient(new URL(serverUrl).pathname.slice(1) || "postgres")
-    try {
-      return await f(client)
-    } finally {
-      await client.end()
-    }
-  }
-
-  /**
-   * The database's commit and row counters, read once every backend of the run has exited
-   * (a backend flushes its statistics at exit; an idle one may hold them up to 10 s).
-   */
-  const dbStats = (database: string): Promise<DbStats | undefined> =>
-    admin(async (c) => {
-      const deadline = now() + 10_000
-      while (now() < deadline) {
-        const { rows } = await c.query<{ n: number }>(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1",
-          [database]
-        )
-        if ((rows[0]?.n ?? 0) === 0) break
-        await sleep(20)
-      }
-      const { rows } = await c.query<Record<string, string>>(
-        `SELECT xact_commit::text AS c, xact_rollback::text AS r, tup_inserted::text AS i, tup_updated::text AS u,
-           tup_deleted::text AS d FROM pg_stat_database WHERE datname = $1`,
-        [database]
-      )
-      const row = rows[0]
-      if (row === undefined) return undefined
-      return {
-        xactCommit: Number(row.c),
-        xactRollback: Number(row.r),
-        tupInserted: Number(row.i),
-        tupUpdated: Number(row.u),
-        tupDeleted: Number(row.d)
-      }
-    })
 
   let current: ChildProcess | undefined
   const runCase = (c: Case, run: number): Promise<RunResult | undefined> =>
@@ -256,7 +219,7 @@ const main = async () => {
         if (code !== 0) log(`!! ${c.key} run ${run}: exited with ${code}`)
         const database = dbOf(c.library, TAG)
         // the run's database goes once its process (and every pool in it) is gone
-        dbStats(database)
+        runCost(database, result?.result as { walStart?: unknown; walEnd?: unknown } | undefined)
           .then((stats) => {
             if (result && stats) result.db = stats
           })
@@ -286,6 +249,12 @@ const main = async () => {
     const completed = num(r, "result.completed")
     if (r.db === undefined || !completed) return undefined
     return (r.db.xactCommit - (num(r, "result.polls") ?? 0)) / completed
+  }
+  /** WAL bytes of the timed phase (the run database's own records when pg_waldump could read them) / runs finished. */
+  const walPerRun = (r: RunResult): number | undefined => {
+    const completed = num(r, "result.completed")
+    if (r.db?.walBytes === undefined || !completed) return undefined
+    return r.db.walBytes / completed
   }
   const rowWritesPerRun = (r: RunResult): number | undefined => {
     const completed = num(r, "result.completed")
@@ -338,8 +307,9 @@ const main = async () => {
         : `pg-workflows ${pkgVersion("pg-workflows")} (pg-boss ${pkgVersion("pg-boss")})`
   const configLabel = (c: Case): string => {
     if (c.library !== "ours") return `\`${c.variant}\``
+    if (c.variant === "default") return "defaults (no readAhead given: the library decides) **= ours**"
     const ra = Number(c.variant.slice(2))
-    return `read-ahead ${ra} (${ra === 0 ? "default" : "tuned"})${ra === REPORTED_RA ? " **= ours**" : ""}`
+    return `read-ahead ${ra}${ra === REPORTED_RA ? " (tuned) = ours_tuned" : ""}`
   }
   const round = (x: number | undefined, digits = 0): number | null =>
     x === undefined ? null : Number(x.toFixed(digits))
@@ -412,31 +382,49 @@ const main = async () => {
   p(`### W3 durable workflows: ${W3_RUNS} runs of a 3-step no-op workflow (first start call to last run finished)`)
   p()
   p(
-    "| library | configuration | runs | runs/s | wall s | all started after s | PG CPU s | Node CPU s | commits / run | statements / run | row writes / run | peak RSS MiB |"
+    "| library | configuration | runs | runs/s | wall s | all started after s | PG CPU s | Node CPU s | commits / run | WAL bytes / run | statements / run | row writes / run | peak RSS MiB |"
   )
-  p("|---|---|---|---|---|---|---|---|---|---|---|---|")
+  p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for (const c of CASES) {
     const rs = results.get(c.key) ?? []
     p(
       `| ${label(c)} | ${configLabel(c)}${checkNote(rs)} | ${runsCell(rs, RUNS)} | ${cell(rs, (r) => num(r, "result.runsPerSec"))} | ` +
         `${cell(rs, (r) => num(r, "result.wallMs"), 1 / 1000)} | ${cell(rs, (r) => num(r, "result.allStartedMs"), 1 / 1000)} | ` +
         `${cell(rs, (r) => num(r, "result.pgCpuS"))} | ${cell(rs, (r) => num(r, "result.nodeCpuS"))} | ` +
-        `${cell(rs, commitsPerRun)} | ${cell(rs, (r) => num(r, "result.statementsPerRun"))} | ${cell(rs, rowWritesPerRun)} | ` +
+        `${cell(rs, commitsPerRun)} | ${cell(rs, walPerRun)} | ${cell(rs, (r) => num(r, "result.statementsPerRun"))} | ${cell(rs, rowWritesPerRun)} | ` +
         `${cell(rs, (r) => r.peakRssMiB)} |`
     )
   }
   p()
   const get = (key: string) => results.get(key) ?? []
+  const med = (rs: ReadonlyArray<RunResult>, f: (r: RunResult) => number | undefined) => {
+    const xs = defined(rs.map(f))
+    return xs.length === 0 ? undefined : median(xs)
+  }
+  const ours = get("w3 ours default")
+  const tuned = get(`w3 ours ra${REPORTED_RA}`)
+  const dbos = get("w3 dbos direct")
+  const pgw = get("w3 pgworkflows workers10")
   const summary = {
     bench: "workflows",
-    ours_runs_per_s: round(medianOf(get(`w3 ours ra${REPORTED_RA}`), "result.runsPerSec"), 1),
-    dbos_runs_per_s: round(medianOf(get("w3 dbos direct"), "result.runsPerSec"), 1),
-    pgworkflows_runs_per_s: round(medianOf(get("w3 pgworkflows workers10"), "result.runsPerSec"), 1),
-    ours_default_runs_per_s: round(medianOf(get("w3 ours ra0"), "result.runsPerSec"), 1)
+    ours_runs_per_s: round(medianOf(ours, "result.runsPerSec"), 1),
+    ours_tuned_runs_per_s: round(medianOf(tuned, "result.runsPerSec"), 1),
+    dbos_runs_per_s: round(medianOf(dbos, "result.runsPerSec"), 1),
+    pgworkflows_runs_per_s: round(medianOf(pgw, "result.runsPerSec"), 1),
+    ours_commits_per_run: round(med(ours, commitsPerRun), 2),
+    ours_wal_bytes_per_run: round(med(ours, walPerRun)),
+    ours_tuned_commits_per_run: round(med(tuned, commitsPerRun), 2),
+    ours_tuned_wal_bytes_per_run: round(med(tuned, walPerRun)),
+    dbos_commits_per_run: round(med(dbos, commitsPerRun), 2),
+    dbos_wal_bytes_per_run: round(med(dbos, walPerRun)),
+    pgworkflows_commits_per_run: round(med(pgw, commitsPerRun), 2),
+    pgworkflows_wal_bytes_per_run: round(med(pgw, walPerRun))
   }
+  const exact = [...results.values()].flat().every((r) => r.db?.walExact !== false)
   p(
-    `JSON: medians of runs/s; ours = effect-pgbus at read-ahead ${REPORTED_RA}${REPORTED_RA === 0 ? " (its default)" : ""}, ` +
-      "dbos = DBOS `direct`, pgworkflows = pg-workflows `workers10`, ours_default = effect-pgbus at read-ahead 0 (its default)."
+    "JSON: medians; ours = effect-pgbus at its defaults (no readAhead given), ours_tuned = read-ahead " +
+      `${REPORTED_RA}, dbos = DBOS \`direct\`, pgworkflows = pg-workflows \`workers10\`; *_commits_per_run and ` +
+      `*_wal_bytes_per_run as in the table (WAL ${exact ? "attributed to the run's database with pg_waldump" : "partly the server-wide LSN difference: pg_waldump could not read the WAL of some runs"}).`
   )
   p()
   process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)

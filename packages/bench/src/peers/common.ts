@@ -133,6 +133,16 @@ export const finishRun = async (database: string): Promise<void> => {
   await dropDatabase(database)
 }
 
+/**
+ * The server's current WAL insert position (`pg_current_wal_lsn()`), read on an admin connection
+ * (a read writes no WAL). Taken at the start and end of a timed phase; the orchestrator turns the
+ * two marks into WAL bytes (cost.ts). NaN-safe: undefined when the server cannot be asked.
+ */
+export const walLsn = (): Promise<string | undefined> =>
+  admin(async (c) => (await c.query<{ l: string }>("SELECT pg_current_wal_lsn()::text AS l")).rows[0]?.l).catch(
+    () => undefined
+  )
+
 /** Server version and the settings that matter for commits. */
 export const serverInfo = (): Promise<string> =>
   admin(async (c) => {
@@ -268,6 +278,7 @@ export const timeProcessing = async (opts: {
   readonly capMs?: number
 }) => {
   const capMs = opts.capMs ?? PHASE_CAP_MS
+  const walStart = await walLsn()
   const pg0 = pgCpuSeconds()
   const n0 = nodeCpuSeconds()
   const t0 = now()
@@ -288,6 +299,7 @@ export const timeProcessing = async (opts: {
   const wallMs = now() - t0
   const pgCpuS = pgCpuSeconds() - pg0
   const nodeCpuS = nodeCpuSeconds() - n0
+  const walEnd = await walLsn()
   const handled = opts.handled()
   const completed = done ? opts.total : opts.total - (await opts.remaining())
   return {
@@ -300,7 +312,10 @@ export const timeProcessing = async (opts: {
     pgCpuS: round2(pgCpuS),
     nodeCpuS: round2(nodeCpuS),
     pgCpuMsPerKJob: round2((pgCpuS * 1e6) / Math.max(completed, 1)),
-    nodeCpuMsPerKJob: round2((nodeCpuS * 1e6) / Math.max(completed, 1))
+    nodeCpuMsPerKJob: round2((nodeCpuS * 1e6) / Math.max(completed, 1)),
+    // WAL marks of the phase: the orchestrator counts the WAL of this run's database between them
+    walStart,
+    walEnd
   }
 }
 
@@ -386,6 +401,7 @@ export const runLatency = async (opts: {
     await waitUntil(() => opts.rec.count >= W2_WARMUP_JOBS, W2_WAIT_MS)
     await sleep(1000)
   }
+  const walStart = await walLsn()
   const pg0 = pgCpuSeconds()
   const n0 = nodeCpuSeconds()
   const { insertLat, spanMs } = await produceSpaced(W2_JOBS, W2_SPACING_MS, opts.send, false)
@@ -397,7 +413,9 @@ export const runLatency = async (opts: {
     latencyMs: latencySummary(opts.rec.samples),
     insertMs: latencySummary(insertLat),
     pgCpuS: round2(pgCpuSeconds() - pg0),
-    nodeCpuS: round2(nodeCpuSeconds() - n0)
+    nodeCpuS: round2(nodeCpuSeconds() - n0),
+    walStart,
+    walEnd: await walLsn()
   }
 }
 

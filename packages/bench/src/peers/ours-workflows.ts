@@ -5,7 +5,8 @@
  * `ThreeSteps.start`, run by `Supervisor.runWith` with one capsule on the workflow queue. The
  * Effect programs run on a `ManagedRuntime` built once per process, so the Promise-based driver
  * calls them as it calls the peers' Promise APIs.
- *   tsx packages/bench/src/peers/ours-workflows.ts w3 [--variant ra<N>] [--run N]
+ *   tsx packages/bench/src/peers/ours-workflows.ts w3 [--variant default|ra<N>] [--run N]
+ * (`default`: no readAhead given, the library's own choice)
  * Variants: `ra<N>` = the capsule's read-ahead (messages claimed beyond the free slots; 0 is the
  * default).
  */
@@ -30,8 +31,8 @@ const args = parseArgs()
 guard()
 const DB = databaseName("wf_ours")
 const variantMatch = /^ra(\d+)$/.exec(args.variant)
-const readAhead = variantMatch ? Number(variantMatch[1]) : 0
-const variant = `ra${readAhead}`
+const readAhead: number | undefined = variantMatch ? Number(variantMatch[1]) : undefined
+const variant = readAhead === undefined ? "default" : `ra${readAhead}`
 
 const ThreeSteps = Workflow.make(
   "ThreeSteps",
@@ -97,7 +98,9 @@ const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
 const startWorkers = (queue: string): (() => Promise<void>) => {
   const fiber = runtime.runFork(
     Supervisor.runWith({
-      capsules: [{ name: "bench", queues: [queue], concurrency: CONCURRENCY, readAhead }]
+      capsules: [
+        { name: "bench", queues: [queue], concurrency: CONCURRENCY, ...(readAhead === undefined ? {} : { readAhead }) }
+      ]
     }).pipe(
       Effect.provide(Registry.layer([ThreeSteps])),
       Effect.provideService(References.MinimumLogLevel, "Warn"),
@@ -147,7 +150,7 @@ try {
     emit({
       ...base,
       config: {
-        capsule: { queues: [queue], concurrency: CONCURRENCY, readAhead },
+        capsule: { queues: [queue], concurrency: CONCURRENCY, readAhead: readAhead ?? "default" },
         starters: CONCURRENCY,
         poolMax: POOL_MAX,
         listenNotify: true,

@@ -37,8 +37,10 @@ const args = parseArgs()
 const AWAIT_JOBS = Number(process.env.BENCH_AWAIT_JOBS ?? 500)
 guard()
 const DB = databaseName("ours")
-const variantMatch = /^ra(\d+)(-nolocal|-limited|-rated|-fair1000|-keys)?$/.exec(args.variant)
-const readAhead = variantMatch ? Number(variantMatch[1]) : 0
+// `default`: no readAhead given, the library's own (adaptive) choice; `ra<N>`: read-ahead N
+const variantMatch = /^(?:ra(\d+)|default)(-nolocal|-limited|-rated|-fair1000|-keys)?$/.exec(args.variant)
+const readAhead: number | undefined =
+  variantMatch?.[1] !== undefined ? Number(variantMatch[1]) : variantMatch ? undefined : 0
 // `-nolocal`: local dispatch off, so every W2 job goes through NOTIFY, read and claim, as a job
 // enqueued by a process without a worker of its queue does. Flow controls (W1): `-limited` a
 // concurrency limit above the capsule's concurrency, `-rated` a rate above W1's, `-fair1000`
@@ -48,7 +50,10 @@ const localDispatch = variantMatch?.[2] !== "-nolocal"
 const keyed = variantMatch?.[2] === "-keys"
 const ORDER_KEYS = 1000
 const control = variantMatch?.[2] === "-nolocal" || keyed ? undefined : variantMatch?.[2]
-const variant = args.workload === "enq" ? args.variant : `ra${readAhead}${variantMatch?.[2] ?? ""}`
+const variant =
+  args.workload === "enq"
+    ? args.variant
+    : `${readAhead === undefined ? "default" : `ra${readAhead}`}${variantMatch?.[2] ?? ""}`
 
 let handled = 0
 const rec = makeLatencyRecorder()
@@ -154,7 +159,14 @@ const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
 const startWorkers = (): (() => Promise<void>) => {
   const fiber = runtime.runFork(
     Supervisor.runWith({
-      capsules: [{ name: "bench", queues: ["bench"], concurrency: CONCURRENCY, readAhead }]
+      capsules: [
+        {
+          name: "bench",
+          queues: ["bench"],
+          concurrency: CONCURRENCY,
+          ...(readAhead === undefined ? {} : { readAhead })
+        }
+      ]
     }).pipe(
       Effect.provide(Registry.layer([W1Run, W2, Echo])),
       Effect.provideService(References.MinimumLogLevel, "Warn"),
@@ -203,7 +215,7 @@ try {
     emit({
       ...base,
       config: {
-        capsule: { concurrency: CONCURRENCY, readAhead },
+        capsule: { concurrency: CONCURRENCY, readAhead: readAhead ?? "default" },
         poolMax: POOL_MAX,
         archiveOnSuccess: true,
         insert: `Job.enqueueMany(${W1_JOBS} payloads) in one call`,
@@ -229,7 +241,11 @@ try {
     await stop()
     emit({
       ...base,
-      config: { capsule: { concurrency: CONCURRENCY, readAhead }, listenNotify: true, poolMax: POOL_MAX },
+      config: {
+        capsule: { concurrency: CONCURRENCY, readAhead: readAhead ?? "default" },
+        listenNotify: true,
+        poolMax: POOL_MAX
+      },
       result: r
     })
   } else if (args.workload === "await") {
@@ -251,7 +267,11 @@ try {
     await stop()
     emit({
       ...base,
-      config: { capsule: { concurrency: CONCURRENCY, readAhead }, localDispatch, jobs: AWAIT_JOBS },
+      config: {
+        capsule: { concurrency: CONCURRENCY, readAhead: readAhead ?? "default" },
+        localDispatch,
+        jobs: AWAIT_JOBS
+      },
       result: { received: samples.length, latencyMs: latencySummary(samples), pgCpuS }
     })
   } else {

@@ -1,0 +1,405 @@
+/**
+ * bench:pressure (issue 24, item 4): effect-pgbus under MVCC pressure, against itself clean.
+ *
+ * Two scenarios on one fresh database, one worker process (this one), library defaults unless
+ * BENCH_PRESSURE_READ_AHEAD is set:
+ *
+ * 1. `saturated` (W1-like): the producer keeps a backlog of at least BENCH_PRESSURE_BACKLOG jobs
+ *    queued, so the workers run flat out. First clean, then with one REPEATABLE READ reader
+ *    holding its snapshot (vacuum can remove no row deleted after it began). Throughput held /
+ *    clean is the figure (target ≥ 0.9).
+ * 2. `steady` (PlanetScale's 2026 scenario at this machine's scale): a steady load of
+ *    BENCH_PRESSURE_RATE jobs/s while long read transactions overlap (three readers, one after
+ *    another, started a third of their length apart), then the load goes on after the last one
+ *    ends. Reported per window: throughput, claim latency p50/p99 (the claim statements' own
+ *    time, as the client sees it), backlog, dead tuples of the queue table, and how long after
+ *    the last reader ends throughput and backlog are back (within 10 % of the rate, backlog
+ *    under one second's worth).
+ *
+ * Short by default (~2 minutes). BENCH_PRESSURE_LONG=1: the 10-minute version (saturated 60 s
+ * clean + 120 s held; steady 600 s with three 120-s readers started 60 s apart, the first at
+ * 120 s).
+ *
+ * Every second a probe runs `EXPLAIN (ANALYZE, BUFFERS)` of the full-walk claim (`vt <= now()
+ * ORDER BY msg_id LIMIT 11 FOR UPDATE SKIP LOCKED`, the claim before issue 24) in a rolled-back
+ * transaction: the buffers it touches show how many dead rows a claim from the start of the
+ * queue would walk.
+ *
+ *   npm run bench:pressure
+ *   BENCH_PRESSURE_LONG=1 npm run bench:pressure
+ *
+ * Knobs (env): BENCH_PRESSURE_LONG, BENCH_PRESSURE_RATE (jobs/s; unset: half the saturated clean
+ * throughput of the same run, 500 when only steady runs), BENCH_PRESSURE_BACKLOG
+ * (5000), BENCH_PRESSURE_READ_AHEAD (unset: the library's default), BENCH_PRESSURE_ONLY
+ * (`saturated` or `steady`), BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), DATABASE_URL.
+ * The last line of stdout is one JSON object (see the end of this file).
+ */
+import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
+import { Job, JobClient, PgBus, Registry, Supervisor } from "../../../src/index.ts"
+import { benchConfig, machine } from "./common.ts"
+import {
+  CONCURRENCY,
+  dropDatabase,
+  monitorClient,
+  now,
+  type PgClientLike,
+  POOL_MAX,
+  percentile,
+  resetDatabase,
+  round2,
+  serverInfo,
+  sleep
+} from "./peers/common.ts"
+
+const env = (key: string, fallback: number): number => {
+  const raw = process.env[key]
+  if (raw === undefined || raw === "") return fallback
+  const n = Number(raw)
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${key} must be a non-negative number, got ${raw}`)
+  return n
+}
+
+const LONG = process.env.BENCH_PRESSURE_LONG === "1"
+// unset: half the saturated clean throughput measured just before (the scenario's "near half of
+// W1's rate"), 500 jobs/s when the saturated scenario is not run
+const RATE_SET = process.env.BENCH_PRESSURE_RATE !== undefined && process.env.BENCH_PRESSURE_RATE !== ""
+let RATE = env("BENCH_PRESSURE_RATE", 500)
+const BACKLOG = env("BENCH_PRESSURE_BACKLOG", 5000)
+const READ_AHEAD = process.env.BENCH_PRESSURE_READ_AHEAD
+const ONLY = process.env.BENCH_PRESSURE_ONLY
+const S = 1000
+// saturated: clean, then held
+const SAT_CLEAN_MS = (LONG ? 60 : 15) * S
+const SAT_HELD_MS = (LONG ? 120 : 25) * S
+// steady: readers of READER_MS, started READER_MS/2 apart (long: 120 s, 60 s apart), the first at
+// STEADY_PRE_MS; the load goes on STEADY_POST_MS after the last one ends
+const READER_MS = (LONG ? 120 : 20) * S
+const READER_GAP_MS = (LONG ? 60 : 10) * S
+const STEADY_PRE_MS = (LONG ? 120 : 15) * S
+const STEADY_TOTAL_MS = LONG ? 600 * S : STEADY_PRE_MS + READER_GAP_MS * 2 + READER_MS + 25 * S
+
+const DB = `bench_pressure_${process.pid}`
+const log = (line: string) => process.stderr.write(`${line}\n`)
+
+// ---- claim latency: the time of every claim statement (a tracer keeps only those)
+let claimSamples: Array<{ at: number; ms: number }> = []
+const origin = performance.timeOrigin
+class ClaimSpan extends Tracer.NativeSpan {
+  override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
+    if (this.status._tag === "Started") {
+      const text = this._attributes?.get("db.query.text")
+      if (typeof text === "string" && text.includes("SKIP LOCKED")) {
+        const ms = Number(endTime - this.status.startTime) / 1e6
+        claimSamples.push({ at: Number(endTime) / 1e6 - origin, ms })
+      }
+    }
+    super.end(endTime, exit)
+  }
+}
+const claimTracer = Tracer.make({ span: (options) => new ClaimSpan(options) })
+
+let handled = 0
+const Payload = Schema.Struct({ i: Schema.Number })
+const Work = Job.make("PressureJob", { payload: Payload, queue: "bench" }, () =>
+  Effect.sync(() => {
+    handled++
+  })
+)
+
+const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
+const tracing = Layer.succeed(Tracer.Tracer, claimTracer)
+
+interface Sample {
+  readonly t: number
+  readonly done: number
+  readonly backlog: number
+  readonly deadTuples: number
+  readonly probeBuffers: number
+  readonly probeMs: number
+  readonly readers: number
+}
+
+/** An open REPEATABLE READ transaction that has taken its snapshot. */
+const openReader = async (): Promise<PgClientLike> => {
+  const c = await monitorClient(DB)
+  await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+  await c.query("SELECT count(*) FROM pgbus.queues")
+  return c
+}
+
+const main = async () => {
+  await resetDatabase(DB)
+  const runtime = ManagedRuntime.make(
+    Layer.mergeAll(quiet, tracing, PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide(quiet)))
+  )
+  const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
+    runtime.runPromise(
+      effect.pipe(
+        Effect.provideService(References.MinimumLogLevel, "Warn"),
+        Effect.provideService(Tracer.Tracer, claimTracer)
+      )
+    )
+  const mon = await monitorClient(DB)
+  const readers: Array<PgClientLike> = []
+  try {
+    await runP(PgBus.migrate)
+    await runP(JobClient.use((client) => client.ensureQueue("bench")))
+    const rel = (
+      await mon.query<{ n: string }>(
+        "SELECT c.relname AS n FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = 'pgbus' AND c.relname LIKE 'q\\_%bench' AND c.relkind = 'r'"
+      )
+    ).rows[0]?.n
+    if (rel === undefined) throw new Error("no queue table for bench")
+    const capsule = {
+      name: "bench",
+      queues: ["bench"],
+      concurrency: CONCURRENCY,
+      ...(READ_AHEAD === undefined ? {} : { readAhead: Number(READ_AHEAD) })
+    }
+    const fiber = runtime.runFork(
+      Supervisor.runWith({ capsules: [capsule] }).pipe(
+        Effect.provide(Registry.layer([Work])),
+        Effect.provideService(References.MinimumLogLevel, "Warn"),
+        Effect.provideService(Tracer.Tracer, claimTracer)
+      )
+    )
+
+    let enqueued = 0
+    const enqueue = async (n: number) => {
+      const payloads = Array.from({ length: n }, (_, k) => ({ i: enqueued + k }))
+      enqueued += n
+      await runP(Work.enqueueMany(payloads))
+    }
+
+    const probe = async (): Promise<{ buffers: number; ms: number }> => {
+      try {
+        await mon.query("BEGIN")
+        const { rows } = await mon.query<{ "QUERY PLAN": Array<Record<string, unknown>> }>(
+          `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT msg_id FROM pgbus.${rel} WHERE vt <= now() ORDER BY msg_id LIMIT 11 FOR UPDATE SKIP LOCKED`
+        )
+        await mon.query("ROLLBACK")
+        const top = rows[0]?.["QUERY PLAN"]?.[0] as { Plan: Record<string, number>; "Execution Time": number }
+        return {
+          buffers: (top.Plan["Shared Hit Blocks"] ?? 0) + (top.Plan["Shared Read Blocks"] ?? 0),
+          ms: top["Execution Time"]
+        }
+      } catch (e) {
+        await mon.query("ROLLBACK").catch(() => undefined)
+        log(`probe: ${e instanceof Error ? e.message : String(e)}`)
+        return { buffers: Number.NaN, ms: Number.NaN }
+      }
+    }
+    const deadTuples = async (): Promise<number> =>
+      Number(
+        (
+          await mon.query<{ n: string }>(`SELECT n_dead_tup::text AS n FROM pg_stat_user_tables WHERE relname = $1`, [
+            rel
+          ])
+        ).rows[0]?.n ?? Number.NaN
+      )
+
+    /** Runs `ms` of a scenario: `tick` every 20 ms (the producer), a sample every second. */
+    const runFor = async (
+      ms: number,
+      tick: (elapsed: number) => Promise<void>,
+      samples: Array<Sample>,
+      t0: number
+    ): Promise<void> => {
+      const end = now() + ms
+      let nextSample = now() + 1000
+      let lastDone = handled
+      while (now() < end) {
+        await tick(now() - t0)
+        if (now() >= nextSample) {
+          nextSample += 1000
+          const p = await probe()
+          samples.push({
+            t: Math.round((now() - t0) / 100) / 10,
+            done: handled - lastDone,
+            backlog: enqueued - handled,
+            deadTuples: await deadTuples(),
+            probeBuffers: p.buffers,
+            probeMs: round2(p.ms),
+            readers: readers.length
+          })
+          lastDone = handled
+        }
+        await sleep(20)
+      }
+    }
+
+    const windowOf = (samples: ReadonlyArray<Sample>, from: number, to: number, t0: number) => {
+      const ss = samples.filter((s) => s.t > from / 1000 && s.t <= to / 1000)
+      const claims = claimSamples.filter((c) => c.at - t0 > from && c.at - t0 <= to).map((c) => c.ms)
+      claims.sort((a, b) => a - b)
+      const secs = ss.length || 1
+      return {
+        jobsPerS: Math.round(ss.reduce((n, s) => n + s.done, 0) / secs),
+        claimP50Ms: claims.length ? round2(percentile(claims, 50)) : null,
+        claimP99Ms: claims.length ? round2(percentile(claims, 99)) : null,
+        claims: claims.length,
+        backlogMax: Math.max(0, ...ss.map((s) => s.backlog)),
+        backlogEnd: ss.at(-1)?.backlog ?? null,
+        deadTuplesMax: Math.max(0, ...ss.map((s) => s.deadTuples).filter(Number.isFinite)),
+        probeBuffersMax: Math.max(0, ...ss.map((s) => s.probeBuffers).filter(Number.isFinite)),
+        probeMsMax: Math.max(0, ...ss.map((s) => s.probeMs).filter(Number.isFinite))
+      }
+    }
+
+    const out: Record<string, unknown> = {}
+    const lines: Array<string> = []
+    const p = (s = "") => lines.push(s)
+    const row = (name: string, w: ReturnType<typeof windowOf>) =>
+      p(
+        `| ${name} | ${w.jobsPerS} | ${w.claimP50Ms ?? "n/a"} | ${w.claimP99Ms ?? "n/a"} | ${w.backlogMax} | ${w.backlogEnd ?? "n/a"} | ${w.deadTuplesMax} | ${w.probeBuffersMax} | ${w.probeMsMax} |`
+      )
+    const header = () => {
+      p(
+        "| window | jobs/s | claim p50 ms | claim p99 ms | backlog max | backlog at end | dead tuples max (q_ table) | full-walk probe buffers max | full-walk probe ms max |"
+      )
+      p("|---|---|---|---|---|---|---|---|---|")
+    }
+
+    // ---- 1. saturated
+    if (ONLY === undefined || ONLY === "saturated") {
+      log(`saturated: backlog ≥ ${BACKLOG}, ${SAT_CLEAN_MS / S} s clean, then ${SAT_HELD_MS / S} s with one reader`)
+      await enqueue(BACKLOG)
+      await sleep(2000) // warm up
+      claimSamples = []
+      const samples: Array<Sample> = []
+      const t0 = now()
+      const topUp = async () => {
+        const backlog = enqueued - handled
+        if (backlog < BACKLOG) await enqueue(Math.min(BACKLOG, BACKLOG * 2 - backlog))
+      }
+      await runFor(SAT_CLEAN_MS, topUp, samples, t0)
+      readers.push(await openReader())
+      await runFor(SAT_HELD_MS, topUp, samples, t0)
+      await readers.pop()?.end()
+      const clean = windowOf(samples, 0, SAT_CLEAN_MS, t0)
+      const held = windowOf(samples, SAT_CLEAN_MS, SAT_CLEAN_MS + SAT_HELD_MS, t0)
+      const ratio = clean.jobsPerS > 0 ? round2(held.jobsPerS / clean.jobsPerS) : null
+      p(`### saturated (W1-like, backlog kept ≥ ${BACKLOG}): one REPEATABLE READ reader held ${SAT_HELD_MS / S} s`)
+      p()
+      header()
+      row(`clean (${SAT_CLEAN_MS / S} s)`, clean)
+      row(`reader held (${SAT_HELD_MS / S} s)`, held)
+      p()
+      p(`held / clean throughput: **${ratio}**`)
+      p()
+      if (!RATE_SET && clean.jobsPerS > 0) RATE = Math.max(50, Math.round(clean.jobsPerS / 2))
+      out.saturated_clean_jobs_per_s = clean.jobsPerS
+      out.saturated_held_jobs_per_s = held.jobsPerS
+      out.saturated_ratio = ratio
+      out.saturated_clean_claim_p99_ms = clean.claimP99Ms
+      out.saturated_held_claim_p99_ms = held.claimP99Ms
+      out.saturated_dead_tuples_max = held.deadTuplesMax
+      // drain before the next scenario; let autovacuum clear the dead rows of this one
+      while (enqueued - handled > 0) await sleep(50)
+      await mon.query(`VACUUM pgbus.${rel}`).catch(() => undefined)
+    }
+
+    // ---- 2. steady
+    if (ONLY === undefined || ONLY === "steady") {
+      const starts = [0, 1, 2].map((k) => STEADY_PRE_MS + k * READER_GAP_MS)
+      const lastEnd = starts[2]! + READER_MS
+      log(
+        `steady: ${RATE} jobs/s for ${STEADY_TOTAL_MS / S} s; readers of ${READER_MS / S} s at ${starts.map((s) => s / S).join(", ")} s`
+      )
+      claimSamples = []
+      const samples: Array<Sample> = []
+      const t0 = now()
+      let sent = 0
+      const open: Array<{ end: number; c: PgClientLike }> = []
+      let startedReaders = 0
+      const tick = async (elapsed: number) => {
+        const due = Math.floor((elapsed / 1000) * RATE) - sent
+        if (due > 0) {
+          sent += due
+          await enqueue(due)
+        }
+        if (startedReaders < starts.length && elapsed >= starts[startedReaders]!) {
+          const c = await openReader()
+          readers.push(c)
+          open.push({ end: starts[startedReaders]! + READER_MS, c })
+          startedReaders++
+        }
+        for (const r of [...open]) {
+          if (elapsed >= r.end) {
+            open.splice(open.indexOf(r), 1)
+            readers.splice(readers.indexOf(r.c), 1)
+            await r.c.end()
+          }
+        }
+      }
+      await runFor(STEADY_TOTAL_MS, tick, samples, t0)
+      const before = windowOf(samples, 0, STEADY_PRE_MS, t0)
+      const during = windowOf(samples, STEADY_PRE_MS, lastEnd, t0)
+      const after = windowOf(samples, lastEnd, STEADY_TOTAL_MS, t0)
+      // recovered: the first second after the last reader from which a 5-s window runs within
+      // 10 % of the rate and the backlog stays under one second's worth
+      let recoveredS: number | null = null
+      const post = samples.filter((s) => s.t > lastEnd / 1000)
+      for (let i = 0; i + 5 <= post.length; i++) {
+        const w = post.slice(i, i + 5)
+        const rate = w.reduce((n, s) => n + s.done, 0) / 5
+        if (Math.abs(rate - RATE) <= RATE * 0.1 && w.every((s) => s.backlog <= RATE)) {
+          recoveredS = round2(post[i]!.t - lastEnd / 1000)
+          break
+        }
+      }
+      p(
+        `### steady (${RATE} jobs/s; three REPEATABLE READ readers of ${READER_MS / S} s started ${READER_GAP_MS / S} s apart, the first at ${STEADY_PRE_MS / S} s; ${STEADY_TOTAL_MS / S} s in all)`
+      )
+      p()
+      header()
+      row(`before (0-${STEADY_PRE_MS / S} s)`, before)
+      row(`during (${STEADY_PRE_MS / S}-${lastEnd / S} s)`, during)
+      row(`after (${lastEnd / S}-${STEADY_TOTAL_MS / S} s)`, after)
+      p()
+      p(
+        `recovered (5-s throughput within 10 % of the rate, backlog ≤ 1 s of load) ${recoveredS === null ? "**not within the run**" : `${recoveredS} s after the last reader ended`}`
+      )
+      p()
+      p("Per second (t s: jobs done, backlog, dead tuples, probe buffers, readers open):")
+      p()
+      p("```")
+      p(samples.map((s) => `${s.t}: ${s.done} ${s.backlog} ${s.deadTuples} ${s.probeBuffers} ${s.readers}`).join("\n"))
+      p("```")
+      p()
+      Object.assign(out, {
+        steady_rate: RATE,
+        steady_before_jobs_per_s: before.jobsPerS,
+        steady_during_jobs_per_s: during.jobsPerS,
+        steady_after_jobs_per_s: after.jobsPerS,
+        steady_before_claim_p99_ms: before.claimP99Ms,
+        steady_during_claim_p99_ms: during.claimP99Ms,
+        steady_after_claim_p99_ms: after.claimP99Ms,
+        steady_backlog_max: during.backlogMax,
+        steady_dead_tuples_max: Math.max(during.deadTuplesMax, after.deadTuplesMax),
+        steady_recovered_after_s: recoveredS
+      })
+    }
+
+    await runtime.runPromise(Fiber.interrupt(fiber))
+    const header0 = [
+      `## bench:pressure: effect-pgbus under MVCC pressure${LONG ? " (10-minute version)" : " (short)"}`,
+      "",
+      `- Machine: ${machine()}`,
+      `- PostgreSQL: ${await serverInfo()}`,
+      `- effect-pgbus: one capsule on \`bench\`, concurrency ${CONCURRENCY}, read-ahead ${READ_AHEAD ?? "default"}, pool max ${POOL_MAX}, no-op handler, archive on success (default). Claim latency = the claim statements' time seen by the client (a tracer keeps only them: the library makes spans when one is installed, in every window alike).`,
+      ""
+    ]
+    process.stdout.write(
+      `${[...header0, ...lines].join("\n")}\n${JSON.stringify({ bench: "pressure", long: LONG, ...out })}\n`
+    )
+  } finally {
+    for (const r of readers) await r.end().catch(() => undefined)
+    await mon.end().catch(() => undefined)
+    await runtime.dispose()
+    await dropDatabase(DB).catch(() => undefined)
+  }
+}
+
+await main()
+process.exit(0)

@@ -1,0 +1,63 @@
+/**
+ * Adaptive read-ahead (issue 24, item 1): how many messages a worker claims beyond its free
+ * slots, decided from what it sees, so that users need not tune it.
+ *
+ * - Backlog (the last claim left claimable messages behind): enough buffered to keep the slots busy for several claim round trips, so one claim
+ *   (one statement, one commit) feeds many jobs: `concurrency × HORIZON × claim time / job time`.
+ *   Short jobs get large batches, long jobs small ones (fairness between workers: a job bought
+ *   by one worker waits in its buffer while another may be idle).
+ * - Bounded: at most `MAX_PER_SLOT × concurrency`, and never more than the slots can run within
+ *   a quarter of the visibility timeout (a buffered message's lease runs while it waits).
+ * - Grows by doubling (from `concurrency`) while backlogged. A drained queue keeps it (a claim
+ *   of a drained queue takes what there is, so it costs no latency; halving it there cost W3 a
+ *   fifth of its throughput), only brought down to what the jobs' time warrants.
+ *
+ * An explicit `readAhead` (capsule or config) overrides it.
+ *
+ * @since 0.1.0
+ */
+
+/** The read-ahead covers this many claim round trips of the slots' work. */
+export const HORIZON = 4
+/** Upper bound per slot of concurrency. */
+export const MAX_PER_SLOT = 64
+/** Weight of a new sample in the moving averages. */
+const ALPHA = 0.2
+
+/** A worker's read-ahead controller. */
+export interface ReadAhead {
+  /** The read-ahead to use for the next claim. */
+  readonly current: () => number
+  /** A claim took `ms` and `more` says whether it left claimable messages behind. */
+  readonly claimed: (ms: number, more: boolean) => void
+  /** A job ran for `ms` (handler and completion). */
+  readonly ran: (ms: number) => void
+}
+
+/** A fixed read-ahead (the explicit override). */
+export const fixed = (n: number): ReadAhead => ({ current: () => n, claimed: () => {}, ran: () => {} })
+
+/** The adaptive controller for `concurrency` slots and a visibility timeout of `visibilityMs`. */
+export const adaptive = (concurrency: number, visibilityMs: number): ReadAhead => {
+  let ra = 0
+  let claimMs: number | undefined
+  let jobMs: number | undefined
+  const ewma = (avg: number | undefined, x: number) => (avg === undefined ? x : avg + ALPHA * (x - avg))
+  const target = (): number => {
+    const job = Math.max(jobMs ?? 1, 0.01)
+    const claim = Math.max(claimMs ?? 1, 0.1)
+    const want = Math.ceil((concurrency * HORIZON * claim) / job)
+    const byLease = Math.floor((concurrency * visibilityMs) / (4 * job)) - concurrency
+    return Math.max(0, Math.min(want, MAX_PER_SLOT * concurrency, byLease))
+  }
+  return {
+    current: () => ra,
+    claimed: (ms, more) => {
+      claimMs = ewma(claimMs, ms)
+      ra = more ? Math.min(target(), Math.max(ra * 2, concurrency)) : Math.min(ra, target())
+    },
+    ran: (ms) => {
+      jobMs = ewma(jobMs, ms)
+    }
+  }
+}

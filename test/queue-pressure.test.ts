@@ -1,0 +1,104 @@
+/**
+ * The queue under MVCC pressure (issue 24): while a REPEATABLE READ reader holds its snapshot,
+ * vacuum cannot remove the rows finished jobs leave, so a worker's claims start near its last
+ * claim rather than at the start of the queue (ClaimCursor). What lies below that floor and comes
+ * due later (a delayed job, a retry) must still run.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Deferred, Effect, Fiber, Ref, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import { MIGRATION_FILES } from "../src/internal/MigrationFiles.ts"
+import { splitStatements } from "../src/internal/splitStatements.ts"
+import * as Job from "../src/Job/Job.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { eventually, startSupervisor } from "./support/jobs.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+const Payload = Schema.Struct({ n: Schema.Number })
+
+describe("claims under a held snapshot", () => {
+  it.live("jobs below the claim floor that come due later (delayed, retried) run; every job runs once", () =>
+    TestDatabase.onFreshDatabase({ pollingInterval: "100 millis", workers: "pressure: 5" }, () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const store = yield* QueueStore
+        const ran = yield* Ref.make<ReadonlyArray<number>>([])
+        const failedOnce = yield* Ref.make(false)
+        const Work = Job.make(
+          "PressureWork",
+          { payload: Payload, queue: "pressure", retry: { maxRetries: 3, backoff: "1 second", jitter: 0 } },
+          ({ n }) =>
+            Effect.gen(function* () {
+              // job 1 fails its first attempt: its retry comes due 1 s later, far below the floor
+              if (n === 1 && !(yield* Ref.getAndSet(failedOnce, true))) return yield* Effect.fail("first attempt")
+              yield* Ref.update(ran, (all) => [...all, n])
+            })
+        )
+        const opened = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const reader = yield* sql
+          .withTransaction(
+            Effect.gen(function* () {
+              yield* sql`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`
+              yield* sql`SELECT count(*) FROM pgbus.queues`
+              yield* Deferred.succeed(opened, undefined)
+              yield* Deferred.await(release)
+            })
+          )
+          .pipe(Effect.forkChild)
+        yield* Deferred.await(opened)
+        // the lowest ids: a job due in 1.5 s, and job 1 (fails once); then far more than the
+        // floor's lag, so that later claims start well past both
+        yield* Work.enqueue({ n: 0 }, { delay: "1500 millis" })
+        yield* Work.enqueue({ n: 1 })
+        const total = 2000
+        yield* Work.enqueueMany(Array.from({ length: total - 2 }, (_, i) => ({ n: i + 2 })))
+        yield* startSupervisor([Work])
+        yield* eventually(
+          "every job ran",
+          Effect.map(Ref.get(ran), (all) => all.length >= total),
+          "60 seconds"
+        )
+        const all = yield* Ref.get(ran)
+        assert.strictEqual(new Set(all).size, total, "each job once")
+        assert.includeMembers([...all], [0, 1])
+        yield* eventually(
+          "the queue is empty",
+          Effect.map(store.metrics("pressure"), (m) => m.depth === 0),
+          "20 seconds"
+        )
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(reader)
+      })
+    )
+  )
+
+  it.live("queue tables are created without vacuum truncation; migration 0022 sets it on queues made before", () =>
+    TestDatabase.onFreshDatabase({}, () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const store = yield* QueueStore
+        yield* store.create("fresh_q")
+        yield* store.create("old_q")
+        const options = (table: string) =>
+          Effect.map(
+            sql<{ readonly o: ReadonlyArray<string> | null }>`SELECT c.reloptions AS o FROM pg_class c
+              JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgbus' AND c.relname = ${table}`,
+            (rows) => rows[0]?.o ?? []
+          )
+        assert.include(yield* options("q_pgbus_fresh_q"), "vacuum_truncate=false")
+        // a queue as created before 0022: no options at all
+        yield* sql`ALTER TABLE pgbus.q_pgbus_old_q RESET (vacuum_truncate, autovacuum_vacuum_scale_factor,
+          autovacuum_vacuum_cost_delay, autovacuum_analyze_scale_factor)`
+        assert.notInclude(yield* options("q_pgbus_old_q"), "vacuum_truncate=false")
+        const migration = MIGRATION_FILES.find((f) => f.file.startsWith("0022_"))!
+        for (const statement of splitStatements(migration.text.replaceAll("{{schema}}", '"pgbus"')))
+          yield* sql.unsafe(statement)
+        assert.includeMembers(
+          [...(yield* options("q_pgbus_old_q"))],
+          ["vacuum_truncate=false", "autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_cost_delay=0"]
+        )
+      })
+    )
+  )
+})

@@ -1,0 +1,74 @@
+/** Adaptive read-ahead and claim floors (issue 24): the decisions, step by step. */
+import { assert, describe, it } from "@effect/vitest"
+import * as ClaimCursor from "../src/Queue/ClaimCursor.ts"
+import * as ReadAhead from "../src/Supervisor/ReadAhead.ts"
+
+describe("adaptive read-ahead", () => {
+  it("short jobs in a backlog grow it by doubling to the bound; a drained queue keeps it until jobs grow longer", () => {
+    const ra = ReadAhead.adaptive(10, 30_000)
+    assert.strictEqual(ra.current(), 0)
+    for (let i = 0; i < 50; i++) ra.ran(0.05)
+    const seen: Array<number> = []
+    for (let i = 0; i < 8; i++) {
+      ra.claimed(5, true)
+      seen.push(ra.current())
+    }
+    assert.deepStrictEqual(seen, [10, 20, 40, 80, 160, 320, 640, 640])
+    // drained: a claim takes what there is, the read-ahead costs nothing and stays
+    ra.claimed(1, false)
+    assert.strictEqual(ra.current(), 640)
+    // the jobs became long: it comes down to what they warrant, backlog or not
+    for (let i = 0; i < 50; i++) ra.ran(400)
+    ra.claimed(5, false)
+    assert.strictEqual(ra.current(), 1)
+  })
+
+  it("long jobs get a small read-ahead (fairness between workers), bounded by the visibility timeout", () => {
+    const ra = ReadAhead.adaptive(10, 30_000)
+    for (let i = 0; i < 50; i++) ra.ran(200)
+    for (let i = 0; i < 10; i++) ra.claimed(5, true)
+    // 10 slots × 4 claim round trips × 5 ms / 200 ms per job
+    assert.strictEqual(ra.current(), 1)
+    const slow = ReadAhead.adaptive(10, 30_000)
+    for (let i = 0; i < 50; i++) slow.ran(5_000)
+    for (let i = 0; i < 10; i++) slow.claimed(2_000, true)
+    // the slots run 10 × 7.5 s / 5 s = 15 jobs in a quarter of the lease: 5 beyond the slots
+    assert.strictEqual(slow.current(), 5)
+  })
+
+  it("an explicit read-ahead is kept whatever happens", () => {
+    const ra = ReadAhead.fixed(190)
+    ra.ran(0.01)
+    ra.claimed(50, true)
+    ra.claimed(1, false)
+    assert.strictEqual(ra.current(), 190)
+  })
+})
+
+describe("claim floors", () => {
+  it("a claim starts below the last claim's lowest id, with a full claim at least every second", () => {
+    const c = ClaimCursor.make()
+    assert.strictEqual(c.start("q", 0), 0n)
+    c.claimed("q", 0n, 0, 2, [1000n, 1001n, 1002n])
+    assert.strictEqual(c.start("q", 10), 1000n - ClaimCursor.LAG)
+    c.claimed("q", 1000n - ClaimCursor.LAG, 10, 1, [2000n, 2001n])
+    assert.strictEqual(c.start("q", 20), 2000n - ClaimCursor.LAG)
+    // nothing claimed: the floor stays
+    c.claimed("q", 2000n - ClaimCursor.LAG, 30, 1, [])
+    assert.strictEqual(c.start("q", 40), 2000n - ClaimCursor.LAG)
+    // a second after the last full claim: a full one (finds retries and lapsed leases below)
+    assert.strictEqual(c.start("q", 1000), 0n)
+    // small ids are not cut below 0; other queues have their own floor
+    c.claimed("q", 0n, 1000, 2, [100n])
+    assert.strictEqual(c.start("q", 1001), 0n)
+    assert.strictEqual(c.start("other", 1001), 0n)
+  })
+
+  it("a slow full claim (a walk over dead rows) comes at most every 20 times its duration", () => {
+    const c = ClaimCursor.make()
+    c.claimed("q", 0n, 0, 400, [5000n])
+    assert.strictEqual(c.start("q", 1000), 5000n - ClaimCursor.LAG)
+    assert.strictEqual(c.start("q", 7999), 5000n - ClaimCursor.LAG)
+    assert.strictEqual(c.start("q", 8000), 0n)
+  })
+})
