@@ -65,7 +65,12 @@ export interface VerbInput extends Change {
   readonly step?: string | undefined
   /** `reschedule`: when the scheduled step runs. */
   readonly at?: Date | undefined
+  /** `cancel`: also cancel the run's child runs that have not ended (and theirs). */
+  readonly cancelChildren?: boolean | undefined
 }
+
+/** The child runs a run's detail lists (a parent has one per child step). */
+const CHILDREN_SHOWN = 500
 
 /** A signal to send. */
 export interface SignalInput {
@@ -160,6 +165,11 @@ export const makeWorkflows = (deps: Deps) => {
       createdAt: iso(row.created_at),
       updatedAt: iso(row.updated_at),
       finishedAt: isoOrNull(row.finished_at),
+      priority: row.priority,
+      singleton: row.singleton,
+      scheduledFor: isoOrNull(row.scheduled_for),
+      parentRunId: row.parent_run_id ?? null,
+      parentStep: row.parent_step ?? null,
       description: describeRun(row),
       availableActions: States.availableActions(row.status)
     }
@@ -236,6 +246,9 @@ export const makeWorkflows = (deps: Deps) => {
         client.signals(id),
         client.events(id)
       ]).pipe(Effect.catchTag("InvalidInput", (error) => Effect.fail(new InvalidRequest({ reason: error.message }))))
+      const children = yield* workflowSql
+        .runChildren(id, view.resourceId ?? null, CHILDREN_SHOWN)
+        .pipe(Effect.mapError(toDatabaseError("read child workflow runs")))
       return {
         run: {
           ...summaryOf(row, payloads),
@@ -283,7 +296,8 @@ export const makeWorkflows = (deps: Deps) => {
           reason: e.reason ?? null,
           details: payloads ? (e.details ?? null) : redactDetails(e.details),
           at: iso(e.at)
-        }))
+        })),
+        children: children.map((c) => ({ id: c.id, workflow: c.workflow, step: c.parent_step, status: c.status }))
       }
     })
 
@@ -521,7 +535,7 @@ export const makeWorkflows = (deps: Deps) => {
           return yield* run(client.resumeAt(id, input.step, options))
         }
         case "cancel":
-          return yield* run(client.cancel(id, options))
+          return yield* run(client.cancel(id, { ...options, cancelChildren: input.cancelChildren }))
         case "run_now":
           return yield* run(client.runNow(id, options))
         case "reschedule": {
