@@ -216,6 +216,7 @@ layer(testLayer, { excludeTestServices: true, timeout: "60 seconds" })("pgbus op
       const other = yield* family()
       const both = yield* pgbus("workflows", "cancel", other.parentId, "--cancel-children", "--reason", "all of it")
       assert.strictEqual(both.exitCode, 0, both.stderr)
+      assert.include(both.stdout, "it is cancelled (and 1 live child run(s))")
       assert.strictEqual((yield* (yield* WorkflowClient).get(other.childId)).info.status, "cancelled")
       const event = (yield* (yield* WorkflowClient).events(other.childId)).find((e) => e.type === "cancelled")
       assert.match(event?.actor ?? "", /^cli(:|$)/)

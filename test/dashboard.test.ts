@@ -321,6 +321,8 @@ layer(Operations.layer.pipe(Layer.provideMerge(TestDatabase.layer({ pollingInter
           writer
         )
         assert.strictEqual(done.status, 303)
+        const flash = decodeURIComponent(/pgbus_flash=([^;]+)/.exec(done.headers.get("set-cookie") ?? "")?.[1] ?? "")
+        assert.include(flash, "(and 1 live child run(s))")
         assert.strictEqual((yield* (yield* WorkflowClient).get(other.childId)).info.status, "cancelled")
         const event = (yield* (yield* WorkflowClient).events(other.childId)).find((e) => e.type === "cancelled")
         assert.deepStrictEqual([event?.actor, event?.reason], ["dashboard:carol", "whole order"])

@@ -406,6 +406,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               writer
             )
             assert.strictEqual(both.status, 200, both.text)
+            assert.include(both.json.summary, "it is cancelled (and 1 live child run(s))")
             const gone = yield* call("GET", `${api}/workflows/${second.parentId}`, undefined, reader)
             assert.strictEqual(gone.json.children[0].status, "cancelled")
             const kid = yield* call("GET", `${api}/workflows/${second.childId}`, undefined, reader)

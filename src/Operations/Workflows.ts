@@ -232,6 +232,18 @@ export const makeWorkflows = (deps: Deps) => {
       return row
     })
 
+  /** A run's child runs (scoped), oldest first. */
+  const childrenOf = (id: string, view: View) =>
+    workflowSql
+      .runChildren(id, view.resourceId ?? null, CHILDREN_SHOWN)
+      .pipe(Effect.mapError(toDatabaseError("read child workflow runs")))
+
+  /** The ids of a run's children that have not ended. */
+  const liveChildren = (id: string, view: View) =>
+    Effect.map(childrenOf(id, view), (rows) =>
+      rows.filter((c) => (States.OngoingStatuses as ReadonlyArray<string>).includes(c.status)).map((c) => c.id)
+    )
+
   /** One run as the list shows it. */
   const summary = (id: string, view: View = {}) =>
     Effect.map(rowOf(id, view), (row) => summaryOf(row, view.payloads === true))
@@ -246,9 +258,7 @@ export const makeWorkflows = (deps: Deps) => {
         client.signals(id),
         client.events(id)
       ]).pipe(Effect.catchTag("InvalidInput", (error) => Effect.fail(new InvalidRequest({ reason: error.message }))))
-      const children = yield* workflowSql
-        .runChildren(id, view.resourceId ?? null, CHILDREN_SHOWN)
-        .pipe(Effect.mapError(toDatabaseError("read child workflow runs")))
+      const children = yield* childrenOf(id, view)
       return {
         run: {
           ...summaryOf(row, payloads),
@@ -556,13 +566,21 @@ export const makeWorkflows = (deps: Deps) => {
     input: VerbInput,
     view: View = {}
   ): Effect.Effect<VerbResult, OperationsError> =>
-    Effect.flatMap(perform(id, verb, input, view), (runId) =>
-      Effect.map(summary(runId, view), (run) => ({
+    Effect.gen(function* () {
+      // a cancel of the children says how many it ended (those live before that are cancelled after)
+      const withChildren = verb === "cancel" && input.cancelChildren === true && UUID.test(id)
+      const liveBefore = withChildren ? yield* liveChildren(id, view) : []
+      const runId = yield* perform(id, verb, input, view)
+      const run = yield* summary(runId, view)
+      const ended = withChildren
+        ? (yield* childrenOf(id, view)).filter((c) => c.status === "cancelled" && liveBefore.includes(c.id)).length
+        : 0
+      return {
         verb,
         run,
-        summary: `${DONE[verb]} run ${id}${runId !== id ? ` as ${runId}` : ""}: it is ${run.status}`
-      }))
-    )
+        summary: `${DONE[verb]} run ${id}${runId !== id ? ` as ${runId}` : ""}: it is ${run.status}${withChildren ? ` (and ${ended} live child run(s))` : ""}`
+      }
+    })
 
   /** Sends a signal to one run (its payload checked against the workflow's declared Schema when registered here). */
   const signal = (
