@@ -145,7 +145,7 @@ layer(envLayer, { excludeTestServices: true, timeout: "120 seconds" })("dashboar
         await page.locator("a#parent-run").click()
         await page.waitForURL(`**/workflows/${parentId}`)
         const row = page.locator("#children tr", { hasText: childId })
-        assert.include(await row.innerText(), "kid")
+        assert.include((await row.textContent()) ?? "", "kid")
         await row.getByRole("link").click()
         await page.waitForURL(`**/workflows/${childId}`)
       })
