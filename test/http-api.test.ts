@@ -365,6 +365,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               ],
               [2, true, null, null]
             )
+            assert.include(parent.json.run.description, "Waiting for its child run at `kid`")
             assert.deepStrictEqual(parent.json.children, [
               { id: childId, workflow: "FamilyKid", step: "kid", status: "ready" }
             ])

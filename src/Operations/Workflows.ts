@@ -13,6 +13,7 @@ import type { RunHandle, RunInfo } from "../Workflow/Client.ts"
 import type { RunListRow, RunQuery, StuckClock, StuckReason } from "../Workflow/QuerySql.ts"
 import * as States from "../Workflow/States.ts"
 import type { InvalidInput, SignalError, StartError, VerbError } from "../Workflow/WorkflowError.ts"
+import { CHILD_WAIT_PREFIX } from "../Workflow/WorkflowSql.ts"
 import {
   BULK_LIMIT,
   type Change,
@@ -112,6 +113,9 @@ export const describeRun = (row: RunListRow): string => {
       const deadline = row.step_timeout_at ? `, deadline in ${inWords(row.step_timeout_at.getTime() - now)}` : ""
       if (row.step_wait_for === "pgbus.fan_out") {
         return `Waiting for its fan-out batch${row.step_batch_id ? ` ${row.step_batch_id}` : ""} at ${step ?? "a step"}${ago(row.step_waiting_since)}`
+      }
+      if (row.step_wait_for?.startsWith(CHILD_WAIT_PREFIX) === true) {
+        return `Waiting for its child run at ${step ?? "a step"}${ago(row.step_waiting_since)}`
       }
       if (row.step_wait_for === "pgbus.poll") return `Polling at ${step ?? "a step"}${ago(row.step_waiting_since)}`
       return row.step_wait_for === null
