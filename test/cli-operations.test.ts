@@ -14,6 +14,7 @@ import { Processes } from "../src/Supervisor/Processes.ts"
 import { performNextStep } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
+import { family } from "./support/family.ts"
 import { eventually } from "./support/jobs.ts"
 import { freePort } from "./support/ports.ts"
 import { urlFor } from "./support/server.ts"
@@ -235,6 +236,43 @@ layer(testLayer, { excludeTestServices: true, timeout: "60 seconds" })("pgbus op
       const cancelled = yield* pgbus("workflows", "cancel", run.id, "--expected-status", "ready")
       assert.strictEqual(cancelled.exitCode, 0, cancelled.stderr)
       assert.strictEqual((yield* (yield* WorkflowClient).get(run.id)).info.status, "cancelled")
+    })
+  )
+
+  it.effect("workflows list and show priority, parent and children; cancel --cancel-children ends the live child", () =>
+    Effect.gen(function* () {
+      const { parentId, childId } = yield* family({ singleton: true })
+      const list = yield* pgbus("workflows", "list", "--workflow", "FamilyKid")
+      assert.strictEqual(list.exitCode, 0, list.stderr)
+      const header = list.stdout.split("\n")[0]!
+      assert.match(header, /STATUS\s+PRIORITY\s+PARENT/)
+      const row = list.stdout.split("\n").find((l) => l.startsWith(childId))
+      assert.match(row ?? "", new RegExp(`ready\\s+2\\s+${parentId}:kid`))
+
+      const show = yield* pgbus("workflows", "show", parentId)
+      assert.include(show.stdout, "priority      2")
+      assert.include(show.stdout, "singleton     yes")
+      assert.match(show.stdout, new RegExp(`children:\\n.*\\n${childId}\\s+FamilyKid\\s+kid\\s+ready`))
+      const child = yield* pgbus("workflows", "show", childId)
+      assert.include(child.stdout, `parent        ${parentId} (step kid)`)
+
+      const misplaced = yield* pgbus("workflows", "pause", parentId, "--cancel-children")
+      assert.strictEqual(misplaced.exitCode, 1)
+      assert.include(misplaced.stderr, "--cancel-children goes with cancel only")
+      assert.strictEqual((yield* (yield* WorkflowClient).get(parentId)).info.status, "waiting", "nothing was done")
+
+      const alone = yield* pgbus("workflows", "cancel", parentId, "--reason", "parent only")
+      assert.strictEqual(alone.exitCode, 0, alone.stderr)
+      assert.strictEqual((yield* (yield* WorkflowClient).get(childId)).info.status, "ready")
+
+      const other = yield* family()
+      const both = yield* pgbus("workflows", "cancel", other.parentId, "--cancel-children", "--reason", "all of it")
+      assert.strictEqual(both.exitCode, 0, both.stderr)
+      assert.include(both.stdout, "it is cancelled (and 1 live child run(s))")
+      assert.strictEqual((yield* (yield* WorkflowClient).get(other.childId)).info.status, "cancelled")
+      const event = (yield* (yield* WorkflowClient).events(other.childId)).find((e) => e.type === "cancelled")
+      assert.match(event?.actor ?? "", /^cli(:|$)/)
+      assert.strictEqual(event?.reason, "all of it")
     })
   )
 

@@ -18,6 +18,7 @@ import {
   serveDashboard,
   supervise
 } from "./support/dashboard.ts"
+import { family } from "./support/family.ts"
 import { eventually } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -132,6 +133,24 @@ layer(envLayer, { excludeTestServices: true, timeout: "120 seconds" })("dashboar
       }
       assert.deepStrictEqual(errors, [], "no error in the browser (CSP violations included)")
     })
+  )
+
+  it.effect("a child run's page links its parent; following the link shows the child in the parent's list", () =>
+    Effect.gen(function* () {
+      const { base, browser } = yield* Env
+      const { parentId, childId } = yield* family()
+      const { page, errors } = yield* open(browser, "read")
+      yield* Effect.promise(async () => {
+        await page.goto(`${base}/workflows/${childId}`)
+        await page.locator("a#parent-run").click()
+        await page.waitForURL(`**/workflows/${parentId}`)
+        const row = page.locator("#children tr", { hasText: childId })
+        assert.include((await row.textContent()) ?? "", "kid")
+        await row.getByRole("link").click()
+        await page.waitForURL(`**/workflows/${childId}`)
+      })
+      assert.deepStrictEqual(errors, [])
+    }).pipe(Effect.scoped)
   )
 
   it.effect("clicking Retry on a dead letter puts it back on its queue and it leaves the list", () =>

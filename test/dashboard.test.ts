@@ -22,6 +22,7 @@ import { Operations } from "../src/Operations/Operations.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { HOSTILE, Order, serveDashboard } from "./support/dashboard.ts"
+import { family } from "./support/family.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import { freePort } from "./support/ports.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
@@ -272,6 +273,64 @@ layer(Operations.layer.pipe(Layer.provideMerge(TestDatabase.layer({ pollingInter
         )
         assert.include(flashOf(released), `Released key n-1 of DashOnce (it was held by ${held.id})`)
         assert.include((yield* get(`${base}/flow`, writer)).text, "no uniqueness key is held")
+      })
+  )
+
+  it.effect(
+    "a run page links parent and children, shows priority and singleton; the cancel form's checkbox cancels the live children",
+    () =>
+      Effect.gen(function* () {
+        const base = yield* serveDashboard(access)
+        const writer = { "x-role": "write" }
+        const { parentId, childId } = yield* family({ singleton: true })
+        const parent = yield* get(`${base}/workflows/${parentId}`, writer)
+        assert.strictEqual(parent.status, 200)
+        assert.include(parent.text, `<a href="/pgbus/workflows/${childId}"><code>${childId}</code></a>`)
+        assert.include(parent.text, "<dt>priority</dt><dd>2</dd>")
+        assert.include(parent.text, "yes (one live run of the class at a time)")
+        assert.include(parent.text, 'name="cancelChildren"', "the run has a live child: the cancel form offers it")
+        assert.include(parent.text, "also cancel its 1 live child run(s)")
+        const child = yield* get(`${base}/workflows/${childId}`, writer)
+        assert.include(child.text, `<a id="parent-run" href="/pgbus/workflows/${parentId}">${parentId}</a>`)
+        assert.include(child.text, "at step <code>kid</code>")
+        assert.include(child.text, "no child run")
+        assert.notInclude(child.text, 'name="cancelChildren"', "no live child: no checkbox")
+
+        // unticked: the parent alone
+        const token = tokenIn(parent.text)!
+        yield* post(
+          `${base}/workflows/${parentId}/act/cancel`,
+          { _csrf: token, back: `/pgbus/workflows/${parentId}`, expectedStatus: "waiting", reason: "parent only" },
+          writer
+        )
+        assert.strictEqual((yield* (yield* WorkflowClient).get(parentId)).info.status, "cancelled")
+        assert.strictEqual((yield* (yield* WorkflowClient).get(childId)).info.status, "ready")
+
+        // ticked: the child too, on the audit trail as the dashboard's actor
+        const other = yield* family()
+        const page = yield* get(`${base}/workflows/${other.parentId}`, writer)
+        const done = yield* post(
+          `${base}/workflows/${other.parentId}/act/cancel`,
+          {
+            _csrf: tokenIn(page.text)!,
+            back: `/pgbus/workflows/${other.parentId}`,
+            expectedStatus: "waiting",
+            cancelChildren: "yes",
+            reason: "whole order"
+          },
+          writer
+        )
+        assert.strictEqual(done.status, 303)
+        const flash = decodeURIComponent(/pgbus_flash=([^;]+)/.exec(done.headers.get("set-cookie") ?? "")?.[1] ?? "")
+        assert.include(flash, "(and 1 live child run(s))")
+        assert.strictEqual((yield* (yield* WorkflowClient).get(other.childId)).info.status, "cancelled")
+        const event = (yield* (yield* WorkflowClient).events(other.childId)).find((e) => e.type === "cancelled")
+        assert.deepStrictEqual([event?.actor, event?.reason], ["dashboard:carol", "whole order"])
+        const after = yield* get(`${base}/workflows/${other.parentId}`, writer)
+        assert.match(
+          after.text,
+          new RegExp(`${other.childId}</code></a></td><td>FamilyKid</td><td>kid</td><td>[^]*?cancelled`)
+        )
       })
   )
 

@@ -8,6 +8,7 @@ import { Registry } from "../src/Registry.ts"
 import { performNextStep } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
+import { family, familyRegistry } from "./support/family.ts"
 import { type Call, webCaller } from "./support/http.ts"
 import { freePort } from "./support/ports.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
@@ -345,6 +346,76 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           const badBody = yield* call("POST", `${run}/pause`, { expectedStatus: "sleeping" }, writer)
           assert.deepStrictEqual([badBody.status, badBody.json.error], [400, "validation"])
         })
+      )
+
+      it.effect(
+        "a run shows priority, singleton, schedule slot, parent and children; cancel leaves children, cancelChildren ends them (audited)",
+        () =>
+          Effect.gen(function* () {
+            const call = yield* withApi(hooked).pipe(Effect.provide(familyRegistry))
+            const { parentId, childId } = yield* family({ singleton: true })
+            const parent = yield* call("GET", `${api}/workflows/${parentId}`, undefined, reader)
+            assert.strictEqual(parent.status, 200, parent.text)
+            assert.deepStrictEqual(
+              [
+                parent.json.run.priority,
+                parent.json.run.singleton,
+                parent.json.run.scheduledFor,
+                parent.json.run.parentRunId
+              ],
+              [2, true, null, null]
+            )
+            assert.include(parent.json.run.description, "Waiting for its child run at `kid`")
+            assert.deepStrictEqual(parent.json.children, [
+              { id: childId, workflow: "FamilyKid", step: "kid", status: "ready" }
+            ])
+            const child = yield* call("GET", `${api}/workflows/${childId}`, undefined, reader)
+            assert.deepStrictEqual(
+              [child.json.run.parentRunId, child.json.run.parentStep, child.json.run.priority, child.json.children],
+              [parentId, "kid", 2, []],
+              "a child inherits its parent's priority"
+            )
+            const listed = yield* call("GET", `${api}/workflows?workflow=FamilyKid`, undefined, reader)
+            const row = (
+              listed.json.runs as ReadonlyArray<{ id: string; parentRunId: string; parentStep: string }>
+            ).find((r) => r.id === childId)
+            assert.deepStrictEqual([row?.parentRunId, row?.parentStep], [parentId, "kid"])
+
+            const badFlag = yield* call(
+              "POST",
+              `${api}/workflows/${parentId}/cancel`,
+              { cancelChildren: "yes" },
+              writer
+            )
+            assert.deepStrictEqual([badFlag.status, badFlag.json.error], [400, "validation"])
+            const alone = yield* call(
+              "POST",
+              `${api}/workflows/${parentId}/cancel`,
+              { reason: "only the parent" },
+              writer
+            )
+            assert.strictEqual(alone.status, 200, alone.text)
+            assert.strictEqual(alone.json.run.status, "cancelled")
+            const after = yield* call("GET", `${api}/workflows/${parentId}`, undefined, reader)
+            assert.strictEqual(after.json.children[0].status, "ready", "without cancelChildren the child runs on")
+
+            const second = yield* family()
+            const both = yield* call(
+              "POST",
+              `${api}/workflows/${second.parentId}/cancel`,
+              { reason: "the whole family", cancelChildren: true },
+              writer
+            )
+            assert.strictEqual(both.status, 200, both.text)
+            assert.include(both.json.summary, "it is cancelled (and 1 live child run(s))")
+            const gone = yield* call("GET", `${api}/workflows/${second.parentId}`, undefined, reader)
+            assert.strictEqual(gone.json.children[0].status, "cancelled")
+            const kid = yield* call("GET", `${api}/workflows/${second.childId}`, undefined, reader)
+            const cancelled = (kid.json.events as ReadonlyArray<{ type: string; actor: string; reason: string }>).find(
+              (e) => e.type === "cancelled"
+            )
+            assert.deepStrictEqual([cancelled?.actor, cancelled?.reason], ["api:alice", "the whole family"])
+          })
       )
 
       it.effect("a bulk verb of 600 runs is refused; on a filter it is capped at 500, already-moved-on counted", () =>

@@ -11,6 +11,7 @@ import { Registry } from "../src/Registry.ts"
 import { performNextStep } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
+import { family } from "./support/family.ts"
 import { webCaller } from "./support/http.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -254,6 +255,62 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           )
           assert.deepStrictEqual([cancel.ok, cancel.workflow.status], [true, "cancelled"])
         }).pipe(Effect.scoped)
+      )
+
+      it.effect(
+        "a run shows its parent, priority and children; cancel with cancelChildren ends the live child, as mcp:<client>",
+        () =>
+          Effect.gen(function* () {
+            const mcp = yield* client({ mcpWriteTools: true, mcpAllowPayloads: false })
+            const { parentId, childId } = yield* family()
+            const parent = structured(
+              yield* mcp.callTool({ name: "pgbus_workflow", arguments: { workflowId: parentId } })
+            )
+            assert.deepStrictEqual(
+              [parent.run.priority, parent.run.singleton, parent.run.parentRunId],
+              [2, false, null]
+            )
+            assert.deepStrictEqual(parent.children, [
+              { id: childId, workflow: "FamilyKid", step: "kid", status: "ready" }
+            ])
+            const child = structured(
+              yield* mcp.callTool({ name: "pgbus_workflow", arguments: { workflowId: childId } })
+            )
+            assert.deepStrictEqual([child.run.parentRunId, child.run.parentStep], [parentId, "kid"])
+
+            const { tools } = yield* mcp.listTools()
+            const cancelTool = tools.find((t) => t.name === "pgbus_workflow_cancel")
+            assert.property(
+              (cancelTool?.inputSchema as { properties?: Record<string, unknown> } | undefined)?.properties ?? {},
+              "cancelChildren"
+            )
+            const cancel = structured(
+              yield* mcp.callTool({
+                name: "pgbus_workflow_cancel",
+                arguments: {
+                  workflowId: parentId,
+                  reason: "order withdrawn",
+                  expectedStatus: "waiting",
+                  cancelChildren: true
+                }
+              })
+            )
+            assert.deepStrictEqual([cancel.ok, cancel.workflow.status], [true, "cancelled"])
+            const kid = (yield* (yield* WorkflowClient).get(childId)).info
+            assert.strictEqual(kid.status, "cancelled")
+            const event = (yield* (yield* WorkflowClient).events(childId)).find((e) => e.type === "cancelled")
+            assert.deepStrictEqual([event?.actor, event?.reason], ["mcp:claude", "order withdrawn"])
+
+            const other = yield* family()
+            const alone = structured(
+              yield* mcp.callTool({
+                name: "pgbus_workflow_cancel",
+                arguments: { workflowId: other.parentId, reason: "just the parent", expectedStatus: "waiting" }
+              })
+            )
+            assert.isTrue(alone.ok, alone.reason)
+            assert.strictEqual((yield* (yield* WorkflowClient).get(other.childId)).info.status, "ready")
+          }).pipe(Effect.scoped)
       )
 
       it.effect(

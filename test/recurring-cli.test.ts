@@ -1,7 +1,7 @@
 /** `pgbus recurring list | run-now` and `pgbus start --scheduler-only`, in-process against a fresh database. */
 import { NodeServices } from "@effect/platform-node"
 import { assert, layer } from "@effect/vitest"
-import { Context, Effect, Fiber, Layer, Schema } from "effect"
+import { Context, Effect, Fiber, Layer, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Cli from "../src/Cli/Cli.ts"
 import { PgBusConfig } from "../src/Config.ts"
@@ -11,6 +11,8 @@ import { QueueStore } from "../src/Queue/QueueStore.ts"
 import * as Recurring from "../src/Recurring/Recurring.ts"
 import { RecurringScheduler } from "../src/Recurring/Scheduler.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
+import { WorkflowClient } from "../src/Workflow/Client.ts"
+import { CliSync } from "./fixtures/workflow-schedule-app.ts"
 import { eventually } from "./support/jobs.ts"
 import { urlFor } from "./support/server.ts"
 import { freshDatabase } from "./support/TestDatabase.ts"
@@ -93,6 +95,48 @@ layer(testLayer, { excludeTestServices: true, timeout: "60 seconds" })("pgbus re
         assert.strictEqual(unknown.exitCode, 1)
         assert.include(unknown.stderr, "no recurring task no-such-task")
         assert.strictEqual((yield* (yield* QueueStore).browse("nightly")).length, 1, "nothing more enqueued")
+      })
+  )
+
+  it.effect(
+    "run-now of a workflow's schedule: without --app a typed error naming the cure; with it a run starts (a singleton's held slot skips)",
+    () =>
+      Effect.gen(function* () {
+        const task = Recurring.fromWorkflow(CliSync)
+        assert.isTrue(Result.isSuccess(task))
+        yield* (yield* RecurringScheduler).sync([Result.getOrThrow(task)!])
+        const sql = yield* SqlClient.SqlClient
+        const fires = () =>
+          Effect.map(
+            sql<{ readonly manual: boolean }>`SELECT manual FROM pgbus.recurring_executions
+              WHERE task_key = 'workflow:CliSync'`,
+            (rows) => rows.map((r) => r.manual)
+          )
+        const client = yield* WorkflowClient
+        const runs = () => Effect.map(client.list({ workflow: "CliSync" }), (page) => page.runs)
+
+        const bare = yield* pgbus("recurring", "run-now", "workflow:CliSync")
+        assert.strictEqual(bare.exitCode, 1)
+        assert.include(bare.stderr, "starts workflow CliSync, whose definition is not loaded here")
+        assert.include(bare.stderr, "--app MODULE")
+        assert.deepStrictEqual(yield* fires(), [], "nothing recorded")
+        assert.strictEqual((yield* runs()).length, 0, "no run started")
+
+        const app = "test/fixtures/workflow-schedule-app.ts"
+        const ran = yield* pgbus("recurring", "run-now", "workflow:CliSync", "--app", app)
+        assert.strictEqual(ran.exitCode, 0, ran.stderr)
+        const [run] = yield* runs()
+        assert.isDefined(run)
+        assert.include(ran.stdout, `started workflow:CliSync now as run ${run!.id}`)
+        const info = (yield* client.get(run!.id)).info
+        assert.deepStrictEqual([info.singleton, info.scheduledFor !== undefined], [true, true])
+        assert.deepStrictEqual(yield* fires(), [true], "one manual fire in the ledger")
+
+        // the first run (ready, never worked here) holds the singleton's slot: the second fire is skipped
+        const again = yield* pgbus("recurring", "run-now", "workflow:CliSync", "--app", app)
+        assert.strictEqual(again.exitCode, 0, again.stderr)
+        assert.include(again.stdout, `skipped workflow:CliSync: run ${run!.id} holds its singleton workflow's slot`)
+        assert.strictEqual((yield* runs()).length, 1)
       })
   )
 

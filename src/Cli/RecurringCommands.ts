@@ -1,17 +1,31 @@
 /**
  * `pgbus recurring list` (the tasks the scheduler's leader synced, with their last and next fire)
- * and `pgbus recurring run-now KEY` (enqueue a task's job now, recorded in the ledger).
+ * and `pgbus recurring run-now KEY` (enqueue a task's job now, recorded in the ledger; a
+ * workflow's schedule starts its run from the app's definition, `--app MODULE`).
  *
  * @since 0.1.0
  */
-import { Console, Effect } from "effect"
-import { Argument, Command } from "effect/cli"
-import { RecurringScheduler } from "../Recurring/Scheduler.ts"
+import { Config, Console, Effect, Option } from "effect"
+import { Argument, Command, Flag } from "effect/cli"
+import type { RecurringTask } from "../Recurring/Recurring.ts"
+import { type Fire, RecurringScheduler } from "../Recurring/Scheduler.ts"
+import { Registry } from "../Registry.ts"
+import { loadRegistry } from "./App.ts"
 import type { WithBus } from "./Commands.ts"
 import { json, table } from "./Format.ts"
 import { jsonFlag } from "./Operate.ts"
 
 const iso = (d: Date | null) => (d === null ? "-" : d.toISOString())
+
+/** What a manual fire did, in words. */
+const describeFire = (key: string, fire: Fire): string => {
+  const at = `(recorded at ${fire.runAt.toISOString()})`
+  if (fire.skippedFor !== undefined) {
+    return `skipped ${key}: run ${fire.skippedFor} holds its singleton workflow's slot ${at}`
+  }
+  if (fire.runId !== undefined) return `started ${key} now as run ${fire.runId} on ${fire.queue} ${at}`
+  return `enqueued ${key} now as ${fire.queue}:${fire.msgId} ${at}`
+}
 
 /** Builds the commands on the CLI's `withBus`. */
 export const makeRecurringCommands = (withBus: WithBus) => {
@@ -48,17 +62,43 @@ export const makeRecurringCommands = (withBus: WithBus) => {
 
   const runNow = Command.make(
     "run-now",
-    { key: Argument.String("task").pipe(Argument.withDescription("The task's key")) },
-    ({ key }) =>
-      withBus(
-        Effect.gen(function* () {
-          const fire = yield* (yield* RecurringScheduler).runNow(key)
-          yield* Console.log(
-            `enqueued ${key} now as ${fire.queue}:${fire.msgId} (recorded at ${fire.runAt.toISOString()})`
-          )
-        })
+    {
+      key: Argument.String("task").pipe(Argument.withDescription("The task's key")),
+      app: Flag.String("app").pipe(
+        Flag.withDescription(
+          "Module whose default export (or `registry`) is the app's Registry layer; a workflow's schedule (workflow:<name>) needs it; env PGBUS_APP"
+        ),
+        Flag.optional
       )
-  ).pipe(Command.withDescription("Enqueue a recurring task's job now (its schedule is unchanged)"))
+    },
+    ({ key, app }) =>
+      Effect.gen(function* () {
+        const fromEnv = yield* Config.option(Config.String("PGBUS_APP")).pipe(Effect.orElseSucceed(() => Option.none()))
+        const module = Option.orElse(app, () => fromEnv)
+        const registry = Option.isSome(module) ? Option.some(yield* loadRegistry(module.value)) : Option.none()
+        const fireOf = (tasks: ReadonlyArray<RecurringTask> | undefined) =>
+          Effect.gen(function* () {
+            return yield* (yield* RecurringScheduler).runNow(key, { tasks })
+          })
+        const fire: Fire = yield* withBus(
+          Option.match(registry, {
+            onNone: () => fireOf(undefined),
+            onSome: (layer) =>
+              Effect.provide(
+                Effect.gen(function* () {
+                  return yield* fireOf((yield* Registry).recurring)
+                }),
+                layer
+              )
+          })
+        )
+        yield* Console.log(describeFire(key, fire))
+      })
+  ).pipe(
+    Command.withDescription(
+      "Fire a recurring task now (its schedule is unchanged): enqueue its job, or start its workflow's run (--app)"
+    )
+  )
 
   return Command.make("recurring").pipe(
     Command.withDescription("Inspect recurring tasks and run one now"),

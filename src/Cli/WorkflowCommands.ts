@@ -60,13 +60,25 @@ const timeOf = (name: string, text: Option.Option<string>) =>
     }
   })
 
+/** A child run's parent as `<run id>:<step>`, else `-`. */
+const parentOf = (r: RunSummary): string => (r.parentRunId === null ? "-" : `${r.parentRunId}:${r.parentStep ?? "?"}`)
+
 /** Runs as a table. */
 export const renderRuns = (runs: ReadonlyArray<RunSummary>): string =>
   runs.length === 0
     ? "no runs"
     : table(
-        ["ID", "WORKFLOW", "STATUS", "SUBJECT", "CREATED", "WHAT"],
-        runs.map((r) => [r.id, r.workflow, r.status, r.subject ?? "-", r.createdAt, r.description])
+        ["ID", "WORKFLOW", "STATUS", "PRIORITY", "PARENT", "SUBJECT", "CREATED", "WHAT"],
+        runs.map((r) => [
+          r.id,
+          r.workflow,
+          r.status,
+          r.priority === null ? "-" : String(r.priority),
+          parentOf(r),
+          r.subject ?? "-",
+          r.createdAt,
+          r.description
+        ])
       )
 
 /** One run with its trail. */
@@ -81,6 +93,10 @@ export const renderRun = (detail: RunDetail): string => {
       ["subject", r.subject ?? "-"],
       ["resource", r.resourceId ?? "-"],
       ["current step", r.currentStep ?? "-"],
+      ["priority", r.priority === null ? "- (the config's default)" : String(r.priority)],
+      ["singleton", r.singleton ? "yes" : "no"],
+      ["slot", r.scheduledFor === null ? "-" : `${r.scheduledFor} (its schedule)`],
+      ["parent", r.parentRunId === null ? "-" : `${r.parentRunId} (step ${r.parentStep ?? "?"})`],
       ["error", r.error ? `${r.error.class}: ${r.error.message}` : "-"],
       ["actions", r.availableActions.join(", ") || "-"],
       ["created", r.createdAt],
@@ -98,6 +114,12 @@ export const renderRun = (detail: RunDetail): string => {
             s.dueAt,
             s.durationMs === null ? "-" : `${s.durationMs}ms`
           ])
+        )}`,
+    detail.children.length === 0
+      ? "children: none"
+      : `children:\n${table(
+          ["ID", "WORKFLOW", "STEP", "STATUS"],
+          detail.children.map((c) => [c.id, c.workflow, c.step, c.status])
         )}`,
     detail.signals.length === 0
       ? "signals: none"
@@ -230,15 +252,23 @@ export const makeWorkflowCommands = (withBus: WithBus) => {
         expectedStatus: Flag.Literals("expected-status", RunStatuses).pipe(
           Flag.withDescription("Act only if the run is in this status"),
           Flag.optional
+        ),
+        cancelChildren: Flag.Boolean("cancel-children").pipe(
+          Flag.withDescription("cancel: also cancel the run's child runs that have not ended (and theirs)"),
+          Flag.withDefault(false)
         )
       },
-      ({ id, reason, expectedStatus }) =>
+      ({ id, reason, expectedStatus, cancelChildren }) =>
         withOps(
           Effect.gen(function* () {
+            if (cancelChildren && name !== "cancel") {
+              return yield* new InvalidRequest({ reason: "--cancel-children goes with cancel only" })
+            }
             const result = yield* (yield* Operations).act(id, verbName, {
               actor: cliActor(),
               reason: Option.getOrUndefined(reason),
-              expectedStatus: Option.getOrUndefined(expectedStatus)
+              expectedStatus: Option.getOrUndefined(expectedStatus),
+              cancelChildren: cancelChildren || undefined
             })
             yield* Console.log(result.summary)
           })

@@ -241,7 +241,19 @@ const workflows = HttpApiGroup.make("workflows")
   .add(HttpApiEndpoint.get("get", "/workflows/:id", { params: RunId, success: Model.RunDetail, error: ReadErrors }))
   .add(verb("pause", "/workflows/:id/pause", "Pause the run"))
   .add(verb("resume", "/workflows/:id/resume", "Resume a paused run"))
-  .add(verb("cancel", "/workflows/:id/cancel", "Cancel the run"))
+  .add(
+    HttpApiEndpoint.post("cancel", "/workflows/:id/cancel", {
+      params: RunId,
+      payload: Schema.Struct({
+        ...VerbBody.fields,
+        cancelChildren: Schema.optional(Schema.Boolean).annotate({
+          description: "Also cancel the run's child runs that have not ended (and theirs); default false"
+        })
+      }),
+      success: Model.VerbResult,
+      error: WriteErrors
+    }).annotate(OpenApi.Description, "Cancel the run (and, with cancelChildren, its live child runs)")
+  )
   .add(verb("runNow", "/workflows/:id/run-now", "Cut a scheduled step's wait short"))
   .add(verb("rerun", "/workflows/:id/rerun", "Start a new run with the same subject and payload"))
   .add(verb("skip", "/workflows/:id/skip", "Skip the step the run waits at"))

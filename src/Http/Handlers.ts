@@ -209,10 +209,20 @@ export const handlers = (
           payload
         }: {
           readonly params: { readonly id: string }
-          readonly payload: { readonly reason?: string | undefined; readonly expectedStatus?: RunStatus | undefined }
+          readonly payload: {
+            readonly reason?: string | undefined
+            readonly expectedStatus?: RunStatus | undefined
+            readonly cancelChildren?: boolean | undefined
+          }
         }) =>
           write(
-            (change, view) => ops.act(params.id, name, { ...change, expectedStatus: payload.expectedStatus }, view),
+            (change, view) =>
+              ops.act(
+                params.id,
+                name,
+                { ...change, expectedStatus: payload.expectedStatus, cancelChildren: payload.cancelChildren },
+                view
+              ),
             { clusterWide: false },
             payload.reason
           )

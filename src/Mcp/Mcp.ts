@@ -132,11 +132,18 @@ const writeHandlers = Effect.gen(function* () {
       readonly reason: string
       readonly expectedStatus: RunSummary["status"]
       readonly step?: string | undefined
+      readonly cancelChildren?: boolean | undefined
     }) =>
       Effect.gen(function* () {
         const actor = yield* actorOf
         return yield* ops
-          .act(p.workflowId, name, { actor, reason: p.reason.trim(), expectedStatus: p.expectedStatus, step: p.step })
+          .act(p.workflowId, name, {
+            actor,
+            reason: p.reason.trim(),
+            expectedStatus: p.expectedStatus,
+            step: p.step,
+            cancelChildren: p.cancelChildren
+          })
           .pipe(
             Effect.map((r): WriteResult => ({ ok: true, reason: r.summary, workflow: r.run })),
             Effect.catch((error) => refused(p.workflowId, error))

@@ -188,7 +188,17 @@ const write = <const Name extends string, P extends Schema.Struct.Fields>(
     .annotate(Tool.OpenWorld, false)
 
 export const Resume = write("pgbus_workflow_resume", "Resume a paused run", verbParameters)
-export const Cancel = write("pgbus_workflow_cancel", "Cancel a run", verbParameters, true)
+export const Cancel = write(
+  "pgbus_workflow_cancel",
+  "Cancel a run (with cancelChildren, also its child runs that have not ended)",
+  {
+    ...verbParameters,
+    cancelChildren: Schema.optional(Schema.Boolean).annotate({
+      description: "Also cancel the run's live child runs (and theirs); default false: they run on"
+    })
+  },
+  true
+)
 export const SkipStep = write("pgbus_workflow_skip_step", "Skip the step a waiting run waits at", verbParameters)
 export const ResumeAt = write("pgbus_workflow_resume_at", "Resume a paused run at a named step (a new attempt)", {
   ...verbParameters,

@@ -227,6 +227,15 @@ export const RunSummary = Schema.Struct({
   createdAt: Schema.String,
   updatedAt: Schema.String,
   finishedAt: NullableString,
+  /** The run's priority sub-queue (0 highest); null: the config's default. */
+  priority: NullableNumber,
+  /** A singleton workflow's run (at most one ready, performing or waiting run of the workflow). */
+  singleton: Schema.Boolean,
+  /** The schedule's slot, for a run its workflow's schedule started. */
+  scheduledFor: NullableString,
+  /** A child run: the run whose `Workflow.child` step started it, and that step. */
+  parentRunId: NullableString,
+  parentStep: NullableString,
   /** What the run is doing and what happens next, in words. */
   description: Schema.String,
   /** The outside verbs the transition table allows now. */
@@ -279,7 +288,16 @@ export const AuditEventView = Schema.Struct({
   at: Schema.String
 })
 
-/** A run with its payload and output, its attempts (newest 100), signals and audit trail. */
+/** A child run of a run: the step that started it, and where it is. */
+export const ChildRunView = Schema.Struct({
+  id: Schema.String,
+  workflow: Schema.String,
+  step: Schema.String,
+  status: RunStatus
+})
+export type ChildRunView = typeof ChildRunView.Type
+
+/** A run with its payload and output, its attempts (newest 100), signals, audit trail and child runs (first 500). */
 export const RunDetail = Schema.Struct({
   run: Schema.Struct({
     ...RunSummary.fields,
@@ -292,7 +310,8 @@ export const RunDetail = Schema.Struct({
   }),
   steps: Schema.Array(StepAttemptView),
   signals: Schema.Array(SignalView),
-  events: Schema.Array(AuditEventView)
+  events: Schema.Array(AuditEventView),
+  children: Schema.Array(ChildRunView)
 })
 export type RunDetail = typeof RunDetail.Type
 

@@ -13,6 +13,7 @@ import type { RunHandle, RunInfo } from "../Workflow/Client.ts"
 import type { RunListRow, RunQuery, StuckClock, StuckReason } from "../Workflow/QuerySql.ts"
 import * as States from "../Workflow/States.ts"
 import type { InvalidInput, SignalError, StartError, VerbError } from "../Workflow/WorkflowError.ts"
+import { CHILD_WAIT_PREFIX } from "../Workflow/WorkflowSql.ts"
 import {
   BULK_LIMIT,
   type Change,
@@ -65,7 +66,12 @@ export interface VerbInput extends Change {
   readonly step?: string | undefined
   /** `reschedule`: when the scheduled step runs. */
   readonly at?: Date | undefined
+  /** `cancel`: also cancel the run's child runs that have not ended (and theirs). */
+  readonly cancelChildren?: boolean | undefined
 }
+
+/** The child runs a run's detail lists (a parent has one per child step). */
+const CHILDREN_SHOWN = 500
 
 /** A signal to send. */
 export interface SignalInput {
@@ -107,6 +113,9 @@ export const describeRun = (row: RunListRow): string => {
       const deadline = row.step_timeout_at ? `, deadline in ${inWords(row.step_timeout_at.getTime() - now)}` : ""
       if (row.step_wait_for === "pgbus.fan_out") {
         return `Waiting for its fan-out batch${row.step_batch_id ? ` ${row.step_batch_id}` : ""} at ${step ?? "a step"}${ago(row.step_waiting_since)}`
+      }
+      if (row.step_wait_for?.startsWith(CHILD_WAIT_PREFIX) === true) {
+        return `Waiting for its child run at ${step ?? "a step"}${ago(row.step_waiting_since)}`
       }
       if (row.step_wait_for === "pgbus.poll") return `Polling at ${step ?? "a step"}${ago(row.step_waiting_since)}`
       return row.step_wait_for === null
@@ -160,6 +169,11 @@ export const makeWorkflows = (deps: Deps) => {
       createdAt: iso(row.created_at),
       updatedAt: iso(row.updated_at),
       finishedAt: isoOrNull(row.finished_at),
+      priority: row.priority,
+      singleton: row.singleton,
+      scheduledFor: isoOrNull(row.scheduled_for),
+      parentRunId: row.parent_run_id ?? null,
+      parentStep: row.parent_step ?? null,
       description: describeRun(row),
       availableActions: States.availableActions(row.status)
     }
@@ -222,6 +236,18 @@ export const makeWorkflows = (deps: Deps) => {
       return row
     })
 
+  /** A run's child runs (scoped), oldest first. */
+  const childrenOf = (id: string, view: View) =>
+    workflowSql
+      .runChildren(id, view.resourceId ?? null, CHILDREN_SHOWN)
+      .pipe(Effect.mapError(toDatabaseError("read child workflow runs")))
+
+  /** The ids of a run's children that have not ended. */
+  const liveChildren = (id: string, view: View) =>
+    Effect.map(childrenOf(id, view), (rows) =>
+      rows.filter((c) => (States.OngoingStatuses as ReadonlyArray<string>).includes(c.status)).map((c) => c.id)
+    )
+
   /** One run as the list shows it. */
   const summary = (id: string, view: View = {}) =>
     Effect.map(rowOf(id, view), (row) => summaryOf(row, view.payloads === true))
@@ -236,6 +262,7 @@ export const makeWorkflows = (deps: Deps) => {
         client.signals(id),
         client.events(id)
       ]).pipe(Effect.catchTag("InvalidInput", (error) => Effect.fail(new InvalidRequest({ reason: error.message }))))
+      const children = yield* childrenOf(id, view)
       return {
         run: {
           ...summaryOf(row, payloads),
@@ -283,7 +310,8 @@ export const makeWorkflows = (deps: Deps) => {
           reason: e.reason ?? null,
           details: payloads ? (e.details ?? null) : redactDetails(e.details),
           at: iso(e.at)
-        }))
+        })),
+        children: children.map((c) => ({ id: c.id, workflow: c.workflow, step: c.parent_step, status: c.status }))
       }
     })
 
@@ -521,7 +549,7 @@ export const makeWorkflows = (deps: Deps) => {
           return yield* run(client.resumeAt(id, input.step, options))
         }
         case "cancel":
-          return yield* run(client.cancel(id, options))
+          return yield* run(client.cancel(id, { ...options, cancelChildren: input.cancelChildren }))
         case "run_now":
           return yield* run(client.runNow(id, options))
         case "reschedule": {
@@ -542,13 +570,21 @@ export const makeWorkflows = (deps: Deps) => {
     input: VerbInput,
     view: View = {}
   ): Effect.Effect<VerbResult, OperationsError> =>
-    Effect.flatMap(perform(id, verb, input, view), (runId) =>
-      Effect.map(summary(runId, view), (run) => ({
+    Effect.gen(function* () {
+      // a cancel of the children says how many it ended (those live before that are cancelled after)
+      const withChildren = verb === "cancel" && input.cancelChildren === true && UUID.test(id)
+      const liveBefore = withChildren ? yield* liveChildren(id, view) : []
+      const runId = yield* perform(id, verb, input, view)
+      const run = yield* summary(runId, view)
+      const ended = withChildren
+        ? (yield* childrenOf(id, view)).filter((c) => c.status === "cancelled" && liveBefore.includes(c.id)).length
+        : 0
+      return {
         verb,
         run,
-        summary: `${DONE[verb]} run ${id}${runId !== id ? ` as ${runId}` : ""}: it is ${run.status}`
-      }))
-    )
+        summary: `${DONE[verb]} run ${id}${runId !== id ? ` as ${runId}` : ""}: it is ${run.status}${withChildren ? ` (and ${ended} live child run(s))` : ""}`
+      }
+    })
 
   /** Sends a signal to one run (its payload checked against the workflow's declared Schema when registered here). */
   const signal = (

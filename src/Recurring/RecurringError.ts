@@ -34,3 +34,20 @@ export class UnknownRecurringTask extends Schema.TaggedError<UnknownRecurringTas
     return `no recurring task ${this.task}`
   }
 }
+
+/**
+ * `runNow` of a workflow's schedule (`workflow:<name>`) without the workflow's definition: the
+ * stored task lacks what a start needs (the payload's Schema, the singleton flag), so the run is
+ * started from the app's own task. Give the app's tasks (`runNow(key, { tasks })`; on the command
+ * line, `pgbus recurring run-now --app MODULE` or PGBUS_APP). Nothing is written.
+ *
+ * @category errors
+ */
+export class WorkflowScheduleNotLoaded extends Schema.TaggedError<WorkflowScheduleNotLoaded>()(
+  "WorkflowScheduleNotLoaded",
+  { task: Schema.String, workflow: Schema.String }
+) {
+  override get message(): string {
+    return `recurring task ${this.task} starts workflow ${this.workflow}, whose definition is not loaded here: load the app that defines it (pgbus recurring run-now ${this.task} --app MODULE, or PGBUS_APP) or pass its tasks to runNow`
+  }
+}

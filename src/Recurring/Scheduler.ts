@@ -15,7 +15,7 @@ import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { WorkflowClient } from "../Workflow/Client.ts"
 import type { RecurringTask, WorkflowTask } from "./Recurring.ts"
-import { InvalidRecurringTask, UnknownRecurringTask } from "./RecurringError.ts"
+import { type InvalidRecurringTask, UnknownRecurringTask, WorkflowScheduleNotLoaded } from "./RecurringError.ts"
 import { makeRecurringSql, type TaskRow } from "./RecurringSql.ts"
 import { type CatchUp, dueSlots } from "./Schedule.ts"
 
@@ -90,10 +90,18 @@ export class RecurringScheduler extends Context.Service<
     readonly sync: (tasks: ReadonlyArray<RecurringTask>) => Effect.Effect<SyncReport, DatabaseError>
     /** Syncs, then gives a session whose `runOnce` fires the due slots (its first tick applies catch-up). */
     readonly session: (tasks: ReadonlyArray<RecurringTask>) => Effect.Effect<SchedulerSession, DatabaseError>
-    /** Enqueues a task's job now from its stored definition (a manual fire, recorded in the ledger). */
+    /**
+     * Enqueues a task's job now from its stored definition (a manual fire, recorded in the ledger).
+     * A workflow's schedule starts its run from the app's task of that key (`options.tasks`): the
+     * stored row lacks the payload's Schema and the singleton flag.
+     */
     readonly runNow: (
-      key: string
-    ) => Effect.Effect<Fire, UnknownRecurringTask | InvalidRecurringTask | DatabaseError | QueueError>
+      key: string,
+      options?: { readonly tasks?: ReadonlyArray<RecurringTask> | undefined }
+    ) => Effect.Effect<
+      Fire,
+      UnknownRecurringTask | InvalidRecurringTask | WorkflowScheduleNotLoaded | DatabaseError | QueueError
+    >
     /** Every stored task with its last and next fire. */
     readonly list: Effect.Effect<ReadonlyArray<TaskSummary>, DatabaseError>
     /** Deletes ledger rows past the retention (each task's latest scheduled fire stays). */
@@ -146,18 +154,20 @@ export class RecurringScheduler extends Context.Service<
 
       // A workflow's slot: the ledger row and the run commit together. A singleton whose slot a
       // run holds skips the fire (seed 004's overlap rule): the ledger row stays, the slot is done.
-      const startScheduled = (task: WorkflowTask, runAt: Date, now: Date | null) =>
+      // A manual fire (run-now) records the statement's now as its slot, marked manual.
+      const startScheduled = (task: WorkflowTask, slot: Date | null, now: Date | null) =>
         Effect.gen(function* () {
           const [row] = yield* statements
-            .executionInsert(task.key, runAt, false, queueOf(task), now)
+            .executionInsert(task.key, slot, slot === null, queueOf(task), now)
             .pipe(Effect.mapError(toDatabaseError("record a recurring fire")))
           if (row === undefined) return undefined
+          const runAt = row.run_at
           const started = yield* workflows
             .start(task.workflow, task.payload, {
               scheduledFor: runAt,
-              idempotencyKey: `schedule:${runAt.toISOString()}`,
-              actor: "schedule",
-              reason: `slot ${runAt.toISOString()}`
+              idempotencyKey: `schedule:${slot === null ? "manual:" : ""}${runAt.toISOString()}`,
+              actor: slot === null ? "schedule:run-now" : "schedule",
+              reason: `${slot === null ? "run now, " : ""}slot ${runAt.toISOString()}`
             })
             .pipe(
               Effect.map((handle) => ({ runId: handle.id, skippedFor: undefined })),
@@ -269,7 +279,7 @@ export class RecurringScheduler extends Context.Service<
           return { runOnce } satisfies SchedulerSession
         })
 
-      const runNow = (key: string) =>
+      const runNow = (key: string, options?: { readonly tasks?: ReadonlyArray<RecurringTask> | undefined }) =>
         withTransaction(
           sql,
           Effect.gen(function* () {
@@ -278,12 +288,13 @@ export class RecurringScheduler extends Context.Service<
               .taskFind(key)
               .pipe(Effect.mapError(toDatabaseError("find a recurring task")))
             if (task === undefined) return yield* new UnknownRecurringTask({ task: key })
-            // the stored row lacks what a start needs (the payload Schema, singleton): start the workflow itself
+            // the stored row lacks what a start needs (the payload Schema, singleton): the app's task has it
             if (task.kind === "workflow") {
-              return yield* new InvalidRecurringTask({
-                task: key,
-                reason: `is workflow ${task.job}'s schedule: start a run with the workflow (or its ref) instead`
-              })
+              const loaded = options?.tasks?.find((t): t is WorkflowTask => t.key === key && t.kind === "workflow")
+              if (loaded === undefined) return yield* new WorkflowScheduleNotLoaded({ task: key, workflow: task.job })
+              const fired = yield* startScheduled(loaded, null, now)
+              if (fired === undefined) return yield* Effect.die(new Error("two run-now fires at one instant"))
+              return fired
             }
             const [row] = yield* statements
               .executionInsert(key, null, true, task.queue, now)

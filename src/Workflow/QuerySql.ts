@@ -177,6 +177,18 @@ export const makeWorkflowQuerySql = (sql: SqlClient.SqlClient, schema: string) =
       ${where(conditionsOf(q, c))}
       ORDER BY ru.created_at, ru.id LIMIT ${limit}`
 
+  /** A run's child runs (oldest first, at most `limit`), scoped to a resource when given. */
+  const runChildren = (parentRunId: string, resourceId: string | null, limit: number) =>
+    sql<{
+      readonly id: string
+      readonly workflow: string
+      readonly parent_step: string
+      readonly status: RunStatus
+    }>`SELECT id::text AS id, workflow, parent_step, status FROM ${runs}
+      WHERE parent_run_id = ${parentRunId}::uuid
+        AND (${resourceId}::text IS NULL OR resource_id = ${resourceId}::text)
+      ORDER BY created_at, id LIMIT ${limit}`
+
   /** How many runs a filter matches. */
   const runCountMatching = (q: Omit<RunQuery, "before" | "limit">, c: StuckClock) =>
     sql<{ readonly n: bigint }>`SELECT count(*) AS n FROM ${runs} ru ${where(conditionsOf(q, c))}`
@@ -282,6 +294,7 @@ export const makeWorkflowQuerySql = (sql: SqlClient.SqlClient, schema: string) =
     runListFiltered,
     runIdsMatching,
     runCountMatching,
+    runChildren,
     runCountsByStatus,
     runCountsStuck,
     runAttentionGroups,

@@ -135,8 +135,21 @@ const actionsOf = (ctx: PageContext, detail: RunDetail): Html => {
           reason: true
         })
       }
+      case "cancel": {
+        const live = detail.children.filter((c) => (OngoingStatuses as ReadonlyArray<string>).includes(c.status)).length
+        return postForm(ctx, path, {
+          label: LABELS[v],
+          hidden: expected,
+          fields:
+            live > 0
+              ? html`<label><input type="checkbox" name="cancelChildren" value="yes"> also cancel its ${num(live)} live child run(s)</label> `
+              : undefined,
+          reason: true,
+          danger: true
+        })
+      }
       default:
-        return postForm(ctx, path, { label: LABELS[v], hidden: expected, reason: true, danger: v === "cancel" })
+        return postForm(ctx, path, { label: LABELS[v], hidden: expected, reason: true })
     }
   })}`
 }
@@ -285,10 +298,30 @@ ${facts([
   ["created", ago(run.createdAt, ctx.now)],
   ["updated", ago(run.updatedAt, ctx.now)],
   ["finished", ago(run.finishedAt, ctx.now)],
+  [
+    "parent",
+    run.parentRunId === null
+      ? "—"
+      : html`<a id="parent-run" href="${ctx.base}/workflows/${run.parentRunId}">${run.parentRunId}</a> at step <code>${run.parentStep ?? "?"}</code>`
+  ],
+  ["priority", run.priority === null ? "default" : num(run.priority)],
+  ["singleton", run.singleton ? "yes (one live run of the class at a time)" : "no"],
+  ["schedule slot", run.scheduledFor === null ? "—" : run.scheduledFor],
   ["rerun of", run.rerunOf === null ? "—" : html`<a href="${ctx.base}/workflows/${run.rerunOf}">${run.rerunOf}</a>`],
   ["idempotency key", run.idempotencyKey ?? "—"],
   ["version", `engine ${run.engineVersion}${run.definitionVersion ? `, definition ${run.definitionVersion}` : ""}`]
 ])}
+<h2>Child runs</h2>
+${table(
+  ["run", "class", "step", "status"],
+  detail.children.map((c) => [
+    html`<a href="${ctx.base}/workflows/${c.id}"><code>${c.id}</code></a>`,
+    c.workflow,
+    c.step,
+    badge(c.status)
+  ]),
+  { empty: "no child run", id: "children" }
+)}
 <h2>Timeline</h2>${timelineOf(detail, ctx.now)}
 <h2>Attempts <small class="muted">newest 100</small></h2>
 ${table(
@@ -371,7 +404,8 @@ ${table(
               ...change,
               expectedStatus: expected as RunStatus | undefined,
               step: field(form, "step"),
-              at: yield* timeOf("at", field(form, "at"))
+              at: yield* timeOf("at", field(form, "at")),
+              cancelChildren: verb === "cancel" && field(form, "cancelChildren") === "yes" ? true : undefined
             },
             view
           )
