@@ -14,7 +14,7 @@ import type { Capsule } from "../src/Supervisor/Capsule.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import * as Supervisor from "../src/Supervisor/Supervisor.ts"
 import { bundledFixture, type Child, spawnSupervisor } from "./support/child.ts"
-import { eventually } from "./support/jobs.ts"
+import { eventually, startSupervisor } from "./support/jobs.ts"
 import { onFreshDatabase } from "./support/TestDatabase.ts"
 
 const Key = Schema.Struct({ key: Schema.String })
@@ -177,6 +177,83 @@ describe("single active consumer", () => {
         }).pipe(Effect.onError(() => Effect.logError(outputs(children))))
       }),
     180_000
+  )
+})
+
+describe("single active consumer, two processes", () => {
+  it.live(
+    "a standby in the enqueuing process takes nothing, not even by local dispatch, until the holder is SIGKILLed",
+    () =>
+      onFreshDatabase(
+        { processHeartbeatInterval: "200 millis", staleProcessThreshold: "1500 millis", pollingInterval: "100 millis" },
+        (url) => {
+          const children: Array<Child> = []
+          return Effect.gen(function* () {
+            const queue = "ordered_local"
+            yield* createLog
+            yield* (yield* QueueStore).create(queue)
+            const processes = yield* Processes
+            const bundle = yield* bundledFixture("test/fixtures/supervisor-child.ts")
+            children.push(yield* spawnSupervisor(childEnv(url, queue, { CHILD_SINGLE_ACTIVE: "1" }), bundle))
+            const [holder] = children as [Child]
+            const role = `consumer:${queue}`
+            const holders = Effect.map(processes.list, (rows) => rows.filter((r) => r.leads.includes(role))).pipe(
+              Effect.orDie
+            )
+            yield* eventually(
+              "the child holds the queue",
+              Effect.map(holders, (rows) => rows.length === 1 && rows[0]!.pid === holder.process.pid),
+              "60 seconds"
+            )
+            // this process: the same job, logging as this process, in a standby capsule
+            const Sleepy = Job.make("Sleepy", { payload: Key, queue }, ({ key }) =>
+              Effect.gen(function* () {
+                const sql = yield* SqlClient.SqlClient
+                yield* sql`INSERT INTO child_log (key, event, pid) VALUES (${key}, 'started', ${process.pid})`
+                yield* sql`INSERT INTO child_log (key, event, pid) VALUES (${key}, 'completed', ${process.pid})`
+              }).pipe(Effect.orDie)
+            )
+            yield* startSupervisor([Sleepy], {
+              capsules: [{ name: "standby", queues: [queue], concurrency: 1, singleActiveConsumer: true }],
+              roles: ["workers"]
+            })
+            yield* eventually(
+              "two processes",
+              Effect.map(processes.list, (rows) => rows.length === 2).pipe(Effect.orDie),
+              "30 seconds"
+            )
+            // one at a time from this process: each enqueue due now may be handed to a local worker
+            for (let i = 0; i < 20; i++) yield* Sleepy.enqueue({ key: String(i).padStart(4, "0") })
+            yield* eventually(
+              "20 done",
+              Effect.map(completedCount, (n) => n >= 20),
+              "60 seconds"
+            )
+            assert.deepStrictEqual(
+              [...new Set((yield* started).map((r) => r.pid))],
+              [holder.process.pid],
+              "the standby in the sending process ran none"
+            )
+            // a backlog the holder is working through when it dies
+            yield* enqueue(queue, 100)
+            yield* eventually(
+              "the holder runs the backlog",
+              Effect.map(completedCount, (n) => n >= 25),
+              "30 seconds"
+            )
+            const takeover = yield* killAndTime(holder)
+            assert.strictEqual(takeover.pid, process.pid, "the standby took over")
+            assert.isBelow(takeover.tookMs, 5000, `the standby took over ${takeover.tookMs} ms after the kill`)
+            yield* Effect.logInfo(`single active consumer (two processes): took over ${takeover.tookMs} ms`)
+            yield* eventually(
+              "this process holds the queue",
+              Effect.map(holders, (rows) => rows.length === 1 && rows[0]!.pid === process.pid),
+              "10 seconds"
+            )
+          }).pipe(Effect.onError(() => Effect.logError(outputs(children))))
+        }
+      ),
+    120_000
   )
 })
 
