@@ -9,6 +9,10 @@
  * work at once (it can no longer prove it holds the lock); the work is written to be safe if
  * two leaders overlap for a moment (guarded transitions, SKIP LOCKED, unique ledgers).
  *
+ * The same campaign elects the single active consumer of a queue (role `consumer:<queue>`), and
+ * holds the shared locks of this process's ranked consumers (consumer priority) and reads, from
+ * `pg_locks`, whether a live session outranks them.
+ *
  * @since 0.1.0
  */
 import os from "node:os"
