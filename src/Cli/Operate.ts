@@ -39,7 +39,10 @@ export const renderProcesses = (processes: ReadonlyArray<ProcessSummary>): strin
     p.statusText
   ])
   const capsules = processes.flatMap((p) =>
-    p.capsules.map((c) => `  ${p.id.slice(0, 8)} capsule ${c.name}: ${c.queues.join(", ")} × ${c.concurrency}`)
+    p.capsules.map(
+      (c) =>
+        `  ${p.id.slice(0, 8)} capsule ${c.name}: ${c.queues.join(", ")} × ${c.concurrency}${c.singleActiveConsumer === true ? " (single active consumer)" : ""}${c.consumerPriority === undefined ? "" : ` (consumer priority ${c.consumerPriority})`}`
+    )
   )
   return [table(["PROCESS", "HOST", "ROLES", "LEADS", "BUSY", "JOBS/S", "BEAT", "STATUS"], rows), ...capsules].join(
     "\n"

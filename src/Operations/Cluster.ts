@@ -25,6 +25,8 @@ interface CapsuleInfo {
   readonly name: string
   readonly queues: ReadonlyArray<string>
   readonly concurrency: number
+  readonly consumerPriority?: number
+  readonly singleActiveConsumer?: boolean
 }
 
 const capsulesOf = (row: ProcessRow): ReadonlyArray<CapsuleInfo> =>
@@ -35,7 +37,11 @@ const capsulesOf = (row: ProcessRow): ReadonlyArray<CapsuleInfo> =>
               {
                 name: (c as CapsuleInfo).name,
                 queues: Array.isArray((c as CapsuleInfo).queues) ? (c as CapsuleInfo).queues : [],
-                concurrency: Number((c as CapsuleInfo).concurrency ?? 0)
+                concurrency: Number((c as CapsuleInfo).concurrency ?? 0),
+                ...(typeof (c as CapsuleInfo).consumerPriority === "number"
+                  ? { consumerPriority: (c as CapsuleInfo).consumerPriority! }
+                  : {}),
+                ...((c as CapsuleInfo).singleActiveConsumer === true ? { singleActiveConsumer: true } : {})
               }
             ]
           : []

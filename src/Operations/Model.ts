@@ -145,10 +145,21 @@ export const ProcessSummary = Schema.Struct({
   pid: Schema.Number,
   host: Schema.String,
   roles: Schema.Array(Schema.String),
-  /** The maintenance roles it leads now (dispatcher, scheduler): its session holds their locks. */
+  /**
+   * The roles it holds now (dispatcher, scheduler, `consumer:<queue>` for the single active
+   * consumer of a queue): its session holds their locks.
+   */
   leads: Schema.Array(Schema.String),
   capsules: Schema.Array(
-    Schema.Struct({ name: Schema.String, queues: Schema.Array(Schema.String), concurrency: Schema.Number })
+    Schema.Struct({
+      name: Schema.String,
+      queues: Schema.Array(Schema.String),
+      concurrency: Schema.Number,
+      /** Its rank among its queues' consumers (consumer priority), when it has one. */
+      consumerPriority: Schema.optionalKey(Schema.Number),
+      /** Whether one process at a time reads its queues. */
+      singleActiveConsumer: Schema.optionalKey(Schema.Boolean)
+    })
   ),
   busy: Schema.Number,
   capacity: Schema.Number,

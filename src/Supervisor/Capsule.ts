@@ -26,7 +26,18 @@ export interface Capsule {
   readonly readAhead?: number | undefined
   /** Most messages in flight (default: the config's `prefetchLimit`). */
   readonly prefetchLimit?: number | undefined
+  /**
+   * Its rank among the consumers of its queues (default: none, not ranked): while a live
+   * process runs a capsule reading one of these queues at a higher priority, this capsule
+   * claims nothing from that queue.
+   */
+  readonly consumerPriority?: number | undefined
+  /** One process at a time reads each of its queues (a session advisory lock per queue). */
+  readonly singleActiveConsumer?: boolean | undefined
 }
+
+/** Bounds of `consumerPriority` (it is kept in an advisory lock key). */
+export const CONSUMER_PRIORITY_RANGE = { min: -1_000_000, max: 1_000_000 } as const
 
 const fail = (rule: string, value: string) => new ConfigurationError({ key: "workers", rule, value })
 
@@ -51,8 +62,51 @@ export const validateCapsule = (capsule: Capsule): Effect.Effect<Capsule, Config
   if (capsule.prefetchLimit !== undefined && (!Number.isInteger(capsule.prefetchLimit) || capsule.prefetchLimit < 1)) {
     return Effect.fail(fail("prefetchLimit must be an integer of at least 1", label))
   }
+  const priority = capsule.consumerPriority
+  if (
+    priority !== undefined &&
+    (!Number.isInteger(priority) || priority < CONSUMER_PRIORITY_RANGE.min || priority > CONSUMER_PRIORITY_RANGE.max)
+  ) {
+    return Effect.fail(
+      fail(
+        `consumerPriority must be an integer from ${CONSUMER_PRIORITY_RANGE.min} to ${CONSUMER_PRIORITY_RANGE.max} (got ${String(priority)})`,
+        label
+      )
+    )
+  }
+  if (capsule.singleActiveConsumer !== undefined && typeof capsule.singleActiveConsumer !== "boolean") {
+    return Effect.fail(fail("singleActiveConsumer must be true or false", label))
+  }
+  // a ranked standby holding the lock would keep the queue from its better-ranked peer
+  if (capsule.singleActiveConsumer === true && priority !== undefined) {
+    return Effect.fail(fail("a capsule is either singleActiveConsumer or ranked by consumerPriority, not both", label))
+  }
   return Effect.succeed(capsule)
 }
+
+/**
+ * Checks the capsules of one process together: a queue read by a single-active-consumer capsule
+ * is read by no other capsule of the process that is not one (it would read beside the lock).
+ */
+export const validateCapsules = (
+  capsules: ReadonlyArray<Capsule>
+): Effect.Effect<ReadonlyArray<Capsule>, ConfigurationError> =>
+  Effect.gen(function* () {
+    const checked: Array<Capsule> = []
+    for (const capsule of capsules) checked.push(yield* validateCapsule(capsule))
+    const single = new Set(checked.flatMap((c) => (c.singleActiveConsumer === true ? c.queues : [])))
+    for (const capsule of checked) {
+      if (capsule.singleActiveConsumer === true) continue
+      const shared = capsule.queues.find((q) => single.has(q))
+      if (shared !== undefined) {
+        return yield* fail(
+          `queue ${shared} is read by a singleActiveConsumer capsule: every capsule that reads it must be one`,
+          `${capsule.name}: ${capsule.queues.join(",")}`
+        )
+      }
+    }
+    return checked as ReadonlyArray<Capsule>
+  })
 
 /**
  * Parses the string form: capsules separated by `;`, each `queue, queue: concurrency` (the

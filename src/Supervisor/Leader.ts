@@ -9,6 +9,10 @@
  * work at once (it can no longer prove it holds the lock); the work is written to be safe if
  * two leaders overlap for a moment (guarded transitions, SKIP LOCKED, unique ledgers).
  *
+ * The same campaign elects the single active consumer of a queue (role `consumer:<queue>`), and
+ * holds the shared locks of this process's ranked consumers (consumer priority) and reads, from
+ * `pg_locks`, whether a live session outranks them.
+ *
  * @since 0.1.0
  */
 import os from "node:os"
@@ -17,11 +21,44 @@ import { PgBusConfig } from "../Config.ts"
 import { dedicatedClient, statementNow } from "../Database.ts"
 import { type LeaderRow, makeProcessSql } from "./ProcessSql.ts"
 
-/** The maintenance roles that have one leader across the cluster. */
-export type LeaderRole = "dispatcher" | "scheduler"
+/**
+ * The roles that have one holder across the cluster: the maintenance roles, and the single
+ * active consumer of a queue (`consumer:<queue>`).
+ */
+export type LeaderRole = "dispatcher" | "scheduler" | `consumer:${string}`
 
-/** Each role's second lock key (the first is `hashtext(schema)`). */
-export const LOCK_IDS: Readonly<Record<LeaderRole, number>> = { dispatcher: 1, scheduler: 2 }
+/** The maintenance roles' second lock key (the first is `hashtext(schema)`). */
+export const LOCK_IDS: Readonly<Record<"dispatcher" | "scheduler", number>> = { dispatcher: 1, scheduler: 2 }
+
+/** The role of the single active consumer of a queue. */
+export const consumerRole = (queue: string): LeaderRole => `consumer:${queue}`
+
+/** The queue of a consumer role, if it is one. */
+export const queueOfRole = (role: LeaderRole): string | undefined =>
+  role.startsWith("consumer:") ? role.slice("consumer:".length) : undefined
+
+/** Consumer roles' lock ids start here (above the maintenance roles'). */
+const CONSUMER_LOCK_BASE = 1000
+
+/**
+ * A role's second lock key: fixed for the maintenance roles, a 31-bit hash (FNV-1a) of the
+ * queue for a consumer role (two queues that share one are served one at a time together).
+ */
+export const lockIdOf = (role: LeaderRole): number => {
+  const queue = queueOfRole(role)
+  if (queue === undefined) return LOCK_IDS[role as "dispatcher" | "scheduler"]
+  let hash = 0x811c9dc5
+  for (const byte of new TextEncoder().encode(queue)) hash = Math.imul(hash ^ byte, 0x01000193) >>> 0
+  return CONSUMER_LOCK_BASE + (hash % (2_147_483_647 - CONSUMER_LOCK_BASE))
+}
+
+/** A ranked consumer (consumer priority): a capsule of this process reads `queue` at `priority`. */
+export interface Rank {
+  readonly queue: string
+  readonly priority: number
+}
+
+const rankKey = (rank: Rank) => `${rank.queue}\u0000${rank.priority}`
 
 /** What a campaign tells the rest of the process. */
 export interface Campaign {
@@ -34,6 +71,21 @@ export interface Campaign {
    * when it loses it, started again when it takes it again. Never returns (unless `work` fails).
    */
   readonly whileLeading: <A, E, R>(role: LeaderRole, work: Effect.Effect<A, E, R>) => Effect.Effect<never, E, R>
+  /** Whether this process holds the role now (synchronous: read on a worker's claim path). */
+  readonly leadsNow: (role: LeaderRole) => boolean
+  /**
+   * Whether a live session holds a higher priority than the rank on its queue (synchronous).
+   * True until the first check answers, and while this process cannot check.
+   */
+  readonly outranked: (rank: Rank) => boolean
+}
+
+/** How a campaign runs beside its roles. */
+export interface CampaignOptions {
+  /** Interval between checks (default: the config's `leaderCheckInterval`). */
+  readonly every?: Duration.Duration | undefined
+  /** Ranked consumers of this process: each holds its rank's shared lock, and learns whether it is outranked. */
+  readonly ranks?: ReadonlyArray<Rank> | undefined
 }
 
 const messageOf = (u: unknown): string => (u instanceof Error ? u.message : String(u))
@@ -53,11 +105,28 @@ interface RoleState {
  */
 export const campaign = (
   processId: string,
-  roles: ReadonlyArray<LeaderRole>
+  roles: ReadonlyArray<LeaderRole>,
+  options: CampaignOptions = {}
 ): Effect.Effect<Campaign, never, PgBusConfig | Scope.Scope> =>
   Effect.gen(function* () {
     const config = yield* PgBusConfig
-    const every = config.leaderCheckInterval
+    const every = options.every ?? config.leaderCheckInterval
+    const ranks = options.ranks ?? []
+    // a ranked consumer is outranked until a check says otherwise (it claims nothing meanwhile);
+    // no entry yet: its first answer is logged either way
+    const outranked = new Map<string, boolean>()
+    const setOutranked = (rank: Rank, by: number | null) =>
+      Effect.suspend(() => {
+        const now = by !== null && by > rank.priority
+        const was = outranked.get(rankKey(rank))
+        if (was === now) return Effect.void
+        outranked.set(rankKey(rank), now)
+        return now
+          ? Effect.logInfo(
+              `[pgbus] consumer of ${rank.queue} at priority ${rank.priority} backs off: a consumer at priority ${String(by)} is active`
+            )
+          : Effect.logInfo(`[pgbus] consumer of ${rank.queue} at priority ${rank.priority} is active`)
+      })
     const states = new Map<LeaderRole, RoleState>()
     for (const role of roles) states.set(role, { leading: false, changed: yield* Deferred.make<void>() })
     // the backend (session) each led role was taken on
@@ -102,7 +171,7 @@ export const campaign = (
         roles,
         (role) =>
           Effect.gen(function* () {
-            const lockId = LOCK_IDS[role]
+            const lockId = lockIdOf(role)
             const [row] = yield* statements.leaderTryLock(lockId)
             const held = led.get(role)
             if (row === undefined || !row.locked) {
@@ -123,6 +192,18 @@ export const campaign = (
           }),
         { discard: true }
       ).pipe(
+        Effect.andThen(
+          Effect.forEach(
+            ranks,
+            (rank) =>
+              Effect.gen(function* () {
+                yield* statements.rankLock(rank.queue, rank.priority)
+                const [top] = yield* statements.rankTop(rank.queue)
+                yield* setOutranked(rank, top?.top ?? null)
+              }),
+            { discard: true }
+          )
+        ),
         Effect.timeoutOrElse({
           duration: checkTimeout(every),
           orElse: () => Effect.fail(new Error("the leader's lock check did not answer"))
@@ -132,7 +213,7 @@ export const campaign = (
       return yield* Effect.andThen(round, Effect.sleep(every)).pipe(Effect.forever)
     }).pipe(Effect.scoped)
 
-    if (roles.length === 0) yield* Deferred.succeed(firstRound, undefined)
+    if (roles.length === 0 && ranks.length === 0) yield* Deferred.succeed(firstRound, undefined)
     else {
       // A failed session ends every leadership of this process (its locks go with the
       // session), then a new one campaigns again after a pause.
@@ -142,6 +223,9 @@ export const campaign = (
             yield* Deferred.succeed(firstRound, undefined)
             const why = `its connection failed (${messageOf(Cause.squash(cause))})`
             for (const role of [...led.keys()]) yield* stop(role, why)
+            // its shared locks went with the session: it cannot tell who is active
+            for (const key of outranked.keys()) outranked.set(key, true)
+            if (ranks.length > 0) yield* Effect.logWarning(`[pgbus] ranked consumers back off: ${why}`)
             yield* Effect.logDebug(`pgbus: leader campaign: ${Cause.pretty(cause)}`)
             yield* Effect.sleep(every)
           })
@@ -153,7 +237,9 @@ export const campaign = (
     return {
       leading: Effect.sync(() => new Set([...states].flatMap(([role, state]) => (state.leading ? [role] : [])))),
       firstRound: Deferred.await(firstRound),
-      whileLeading
+      whileLeading,
+      leadsNow: (role) => states.get(role)?.leading === true,
+      outranked: (rank) => outranked.get(rankKey(rank)) !== false
     } satisfies Campaign
   })
 

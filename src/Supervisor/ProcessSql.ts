@@ -120,7 +120,33 @@ export const makeProcessSql = (sql: SqlClient.SqlClient, schema: string) => {
     sql<LeaderRow>`SELECT l.role, l.process_id, l.backend_pid, l.host, l.pid, l.acquired_at, ${liveLeader} AS live
       FROM ${leaders} l ORDER BY l.role`
 
+  // Consumer priority: each ranked capsule's process holds a shared session lock keyed
+  // (hashtext('<schema>/consumer/<queue>'), priority); a consumer is outranked while a lock of a
+  // higher priority on its queue is granted in this database (its holder's session is alive).
+  // pg_locks shows the int4 key as an oid (unsigned): read back as signed for the comparison.
+  const rankKey = (queue: string) => sql`hashtext(${`${schema}/consumer/${queue}`})`
+
+  /** Whether this session holds the rank's shared lock, taking it when it does not (not stacked). */
+  const rankLock = (queue: string, priority: number) =>
+    sql<{ readonly backend_pid: number }>`SELECT pg_backend_pid() AS backend_pid,
+      CASE WHEN EXISTS (SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
+          AND k.pid = pg_backend_pid() AND k.mode = 'ShareLock'
+          AND k.classid = (${rankKey(queue)}::int8 & 4294967295)::oid AND k.objid = (${priority}::int8 & 4294967295)::oid)
+        THEN true
+        ELSE (SELECT true FROM pg_advisory_lock_shared(${rankKey(queue)}, ${priority}::int4)) END AS held`
+
+  /** The highest priority a live session holds on the queue, if any (every database's lock of this one). */
+  const rankTop = (queue: string) =>
+    sql<{
+      readonly top: number | null
+    }>`SELECT max(k.objid::int8 - CASE WHEN k.objid::int8 >= 2147483648 THEN 4294967296 ELSE 0 END)::int4 AS top
+      FROM pg_locks k WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
+        AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND k.classid = (${rankKey(queue)}::int8 & 4294967295)::oid`
+
   return {
+    rankLock,
+    rankTop,
     processRegister,
     processBeat,
     processDelete,

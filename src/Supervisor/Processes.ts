@@ -24,6 +24,8 @@ export interface ProcessInfo {
     readonly name: string
     readonly queues: ReadonlyArray<string>
     readonly concurrency: number
+    readonly consumerPriority?: number | undefined
+    readonly singleActiveConsumer?: boolean | undefined
   }>
   readonly capacity: number
   readonly appRevision: string | undefined

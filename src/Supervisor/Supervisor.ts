@@ -40,10 +40,10 @@ import { RecurringScheduler } from "../Recurring/Scheduler.ts"
 import { Registry } from "../Registry.ts"
 import { VERSION } from "../version.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
-import { type Capsule, parseWorkers, validateCapsule } from "./Capsule.ts"
+import { type Capsule, parseWorkers, validateCapsules } from "./Capsule.ts"
 import { databaseState, gateReads, watchConnection } from "./ConnectionWatch.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
-import { campaign, describeLeaders, type LeaderRole } from "./Leader.ts"
+import { campaign, consumerRole, describeLeaders, type LeaderRole, type Rank } from "./Leader.ts"
 import { DEGRADED_FOR_MS, type LoopBlock, watchEventLoop } from "./LoopWatch.ts"
 import { Processes } from "./Processes.ts"
 import { serveUnserved, unservedQueues } from "./Unserved.ts"
@@ -170,7 +170,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const readiness = yield* Ref.make<Readiness>("BOOTING")
     const roles: ReadonlyArray<Role> = options.roles ?? ["workers", "dispatcher", "scheduler"]
     const allCapsules = options.capsules
-      ? yield* Effect.forEach(options.capsules, validateCapsule)
+      ? yield* validateCapsules(options.capsules)
       : yield* parseWorkers(config.workers)
     const selected = options.capsule === undefined ? allCapsules : allCapsules.filter((c) => c.name === options.capsule)
     if (options.capsule !== undefined && selected.length === 0) {
@@ -190,7 +190,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       options.capsule === undefined && runsWorkers
         ? yield* serveUnserved(config, unservedQueues(registry.queueUsers, [...selected, ...consumers]), selected)
         : []
-    const capsules = [...selected, ...extra, ...consumers]
+    const capsules: ReadonlyArray<Capsule> = [...selected, ...extra, ...consumers]
     const processId = crypto.randomUUID()
     const capacity = runsWorkers ? capsules.reduce((n, c) => n + c.concurrency, 0) : 0
     yield* checkPool(config, capacity, runsWorkers)
@@ -240,7 +240,28 @@ export const runWith = (options: SupervisorOptions = {}) =>
       ...(roles.includes("dispatcher") ? (["dispatcher"] as const) : []),
       ...(runsScheduler ? (["scheduler"] as const) : [])
     ]
-    const leadership = yield* campaign(processId, leaderRoles)
+    // single active consumers campaign for their queues' locks, ranked consumers hold their
+    // ranks, on the same connection, checked every poll tick (a standby takes over within one)
+    const consumerRoles = runsWorkers
+      ? [...new Set(capsules.flatMap((c) => (c.singleActiveConsumer === true ? c.queues : [])))].map(consumerRole)
+      : []
+    const ranks: ReadonlyArray<Rank> = runsWorkers
+      ? capsules.flatMap((c) =>
+          c.consumerPriority === undefined ? [] : c.queues.map((queue) => ({ queue, priority: c.consumerPriority! }))
+        )
+      : []
+    const consumes = consumerRoles.length > 0 || ranks.length > 0
+    const leadership = yield* campaign(processId, [...leaderRoles, ...consumerRoles], {
+      ranks,
+      every: consumes ? Duration.min(config.leaderCheckInterval, config.pollingInterval) : undefined
+    })
+    /** Whether a capsule may claim from one of its queues now (its lock held, not outranked). */
+    const mayReadOf = (capsule: Capsule): ((queue: string) => boolean) | undefined =>
+      capsule.singleActiveConsumer === true
+        ? (queue) => leadership.leadsNow(consumerRole(queue))
+        : capsule.consumerPriority === undefined
+          ? undefined
+          : (queue) => !leadership.outranked({ queue, priority: capsule.consumerPriority! })
     if (runsScheduler) {
       yield* Effect.forkScoped(
         leadership.whileLeading("scheduler", runScheduler(scheduler, recurring, config.recurringScheduleInterval))
@@ -257,7 +278,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       ...(runsWorkers
         ? capsules.map(
             (c) =>
-              `boot: capsule=${c.name} queues=${c.queues.join(",")} concurrency=${c.concurrency} read_ahead=${c.readAhead ?? config.readAhead ?? "adaptive"}`
+              `boot: capsule=${c.name} queues=${c.queues.join(",")} concurrency=${c.concurrency} read_ahead=${c.readAhead ?? config.readAhead ?? "adaptive"}${c.singleActiveConsumer === true ? " single_active_consumer=true" : ""}${c.consumerPriority === undefined ? "" : ` consumer_priority=${c.consumerPriority}`}`
           )
         : [])
     ]
@@ -275,7 +296,13 @@ export const runWith = (options: SupervisorOptions = {}) =>
       pid: process.pid,
       host: os.hostname(),
       roles,
-      capsules: capsules.map((c) => ({ name: c.name, queues: c.queues, concurrency: c.concurrency })),
+      capsules: capsules.map((c) => ({
+        name: c.name,
+        queues: c.queues,
+        concurrency: c.concurrency,
+        ...(c.consumerPriority === undefined ? {} : { consumerPriority: c.consumerPriority }),
+        ...(c.singleActiveConsumer === true ? { singleActiveConsumer: true } : {})
+      })),
       capacity,
       appRevision: config.appRevision,
       version: VERSION
@@ -434,6 +461,11 @@ export const runWith = (options: SupervisorOptions = {}) =>
         `[pgbus] boot: leaders ${yield* describeLeaders(processes.leaders, processId, leaderRoles)}`
       )
     }
+    if (consumerRoles.length > 0) {
+      yield* Effect.logInfo(
+        `[pgbus] boot: single active consumers ${yield* describeLeaders(processes.leaders, processId, consumerRoles)}`
+      )
+    }
 
     if (config.healthPort !== undefined) {
       const report = Effect.map(
@@ -489,7 +521,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
                   paused,
                   recordStats: jobStats.record,
                   uniqueKeys,
-                  debouncer
+                  debouncer,
+                  mayRead: mayReadOf(capsule)
                 },
                 stats[i]!
               )

@@ -69,6 +69,12 @@ export interface WorkerDeps {
   readonly uniqueKeys?: UniqueKeys | undefined
   /** Debounced jobs' windows: a first delivery runs only if it is still its key's last. */
   readonly debouncer?: Debouncer | undefined
+  /**
+   * Whether the worker may claim from a queue of its capsule now (the capsule's name of it):
+   * false while another process is its single active consumer, or while a consumer of a higher
+   * priority is active. Read at every claim; the poll tick notices a change.
+   */
+  readonly mayRead?: ((queue: string) => boolean) | undefined
 }
 
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
@@ -198,7 +204,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       paused,
       recordStats,
       uniqueKeys,
-      debouncer
+      debouncer,
+      mayRead
     } = deps
     let onFirstClaim = deps.onFirstClaim
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
@@ -215,6 +222,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       const fair = !isLimited && !ordered && readsFairly(config, registry, q)
       return servedQueues(config, q).map((queue) => ({
         queue,
+        logical: q,
         cursor: fair ? new FairCursor() : undefined,
         limited: isLimited,
         ordered
@@ -257,6 +265,9 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       return prefetchLimit === undefined ? free : Math.min(free, prefetchLimit - inFlight.size)
     }
     const isPaused = (queue: string) => paused?.isPaused(QueueName.physicalOf(config.queuePrefix, queue)) === true
+    /** Physical queue -> the capsule's name of it (the consumer gate is by the capsule's queue). */
+    const logicalOf = new Map(reads.map((r) => [QueueName.physicalOf(config.queuePrefix, r.queue), r.logical]))
+    const gated = (logical: string | undefined) => mayRead !== undefined && logical !== undefined && !mayRead(logical)
     const refillAt = () => Math.max(1, Math.floor(total() / 2))
     /** While the queues have more: claim once half the room is free, or when nothing is buffered. */
     const worthClaiming = () => {
@@ -594,13 +605,13 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         let claimed = 0
         let more = false
         const read = new Set<string>()
-        for (const { queue, cursor, limited, ordered } of reads) {
+        for (const { queue, logical, cursor, limited, ordered } of reads) {
           // full before the last queues: those may have more
           if (want <= 0) {
             more = true
             break
           }
-          if (isPaused(queue)) continue
+          if (isPaused(queue) || gated(logical)) continue
           if (cursor === undefined) read.add(queue)
           const got = yield* readOne(queue, cursor, limited, want, withArchive, ordered)
           for (const m of got.messages) inFlight.add(m)
@@ -707,7 +718,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           // with more to read, only a worker of one queue (no priority order to keep), and only
           // for a message that may overtake the others (a woken step, not a job)
           if (stopping || room() <= 0 || (queuesMayHaveMore && (reads.length > 1 || request.inOrder))) return undefined
-          if (paused?.isPaused(physicalQueue) === true) return undefined
+          if (paused?.isPaused(physicalQueue) === true || gated(logicalOf.get(physicalQueue))) return undefined
           // a message this process cannot run goes the usual way, to a process that can
           const known =
             "job" in request.runs ? registry.jobs.has(request.runs.job) : registry.workflows.has(request.runs.workflow)
