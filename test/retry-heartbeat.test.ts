@@ -10,7 +10,9 @@ layer(
   TestDatabase.layer({
     pollingInterval: "50 millis",
     visibilityTimeout: "30 seconds",
-    visibilityHeartbeatInterval: "2 millis"
+    visibilityHeartbeatInterval: "2 millis",
+    // 40 failures in a row on purpose: the queue's circuit breaker would pause it
+    circuitBreakerExempt: "flakybeat"
   }),
   { excludeTestServices: true }
 )("retries and the visibility heartbeat", (it) => {

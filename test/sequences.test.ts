@@ -107,7 +107,9 @@ layer(
         }
         assert.strictEqual(ordered.log.overlap(), 1, "never two of one key at once")
         assert.isAbove(unordered.log.overlap(), 1, "the unordered run does overlap keys (the check can fail)")
-        assert.isBelow(ordered.ms, unordered.ms * 3 + 2000, `ordered ${ordered.ms} ms vs unordered ${unordered.ms} ms`)
+        // no starvation: idle it is about 2.5x (1.6 s vs 0.63 s); CI's embedded pass under a full
+        // parallel suite once read 10.2 s vs 2.5 s, so the bound leaves room for that load
+        assert.isBelow(ordered.ms, unordered.ms * 5 + 5000, `ordered ${ordered.ms} ms vs unordered ${unordered.ms} ms`)
       }),
     { timeout: 120_000 }
   )
