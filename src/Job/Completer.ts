@@ -204,7 +204,7 @@ export const runExclusive = (
     Effect.map(Random.next, (random) => decide(Exit.failCause(cause), m.readCt, policy, random))
   return uniqueKeys.acquireRun(name, key, m, holder).pipe(
     Effect.matchEffect({
-      // the key could not be looked at: the delivery fails and is retried as any failure
+      // the key could not be looked at: the delivery fails and is retried like every other failure
       onFailure: (error) => refused(Cause.fail(error)),
       onSuccess: (acquired): Effect.Effect<Outcome> => {
         if (acquired) {

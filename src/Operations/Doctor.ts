@@ -66,7 +66,7 @@ const describeHolder = (h: XminHolderRow): string =>
 
 /**
  * Runs every check. `liveness: false` skips process liveness (at `start --doctor`, before this
- * process has any worker running). `longTransactionSeconds`: a transaction open longer than this
+ * process runs a worker). `longTransactionSeconds`: a transaction open longer than this
  * that holds a snapshot is warned about (default 60).
  */
 export const run = (
