@@ -57,6 +57,17 @@ const authorize: Streams.RoutesOptions<never>["authorize"] = ({ request }) =>
 const shown = (p: Page) => Effect.promise(() => p.locator("#log li").allTextContents())
 const evaluate = <A>(p: Page, script: string) => Effect.promise(() => p.evaluate(script) as Promise<A>)
 
+/** A wait that, when it times out, says what the page's client went through (a rare CI timeout). */
+const explained =
+  (tab: Page) =>
+  <A, E, R>(wait: Effect.Effect<A, E, R>) =>
+    Effect.catchDefect(wait, (defect) =>
+      Effect.flatMap(
+        evaluate<string>(tab, "JSON.stringify({ lifecycle: window.lifecycle, received: window.received })"),
+        (page) => Effect.die(new Error(`${defect instanceof Error ? defect.message : String(defect)}; page: ${page}`))
+      )
+    )
+
 layer(TestDatabase.layer(), { excludeTestServices: true, timeout: "60 seconds" })("streams in a browser", (it) => {
   describe("a page", () => {
     it.effect(
@@ -107,13 +118,13 @@ layer(TestDatabase.layer(), { excludeTestServices: true, timeout: "60 seconds" }
             "four shown",
             Effect.map(shown(tab), (texts) => texts.length >= 4),
             "30 seconds"
-          )
+          ).pipe(explained(tab))
           yield* send("five")
           yield* eventually(
             "five shown",
             Effect.map(shown(tab), (texts) => texts.length >= 5),
             "30 seconds"
-          )
+          ).pipe(explained(tab))
           assert.deepStrictEqual(yield* shown(tab), ["one", "two", "three", "four", "five"])
           const ids = yield* evaluate<ReadonlyArray<number>>(tab, "window.received.map((d) => d.msgId)")
           assert.deepStrictEqual(
