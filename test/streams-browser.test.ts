@@ -4,6 +4,7 @@
  * hub and HTTP server over the same database) and shows what it missed in order, once; two tabs
  * on a presence stream see each other come and go.
  */
+import * as net from "node:net"
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
@@ -67,6 +68,38 @@ const explained =
         (page) => Effect.die(new Error(`${defect instanceof Error ? defect.message : String(defect)}; page: ${page}`))
       )
     )
+
+/**
+ * A TCP proxy to `port` on a free port; `blackhole` makes its open sockets stop passing bytes
+ * both ways without closing them (a half-open connection); later sockets pass again.
+ */
+const proxyTo = (port: number) =>
+  Effect.acquireRelease(
+    Effect.callback<{ readonly url: string; readonly blackhole: () => void; readonly close: () => void }>((resume) => {
+      const open = new Set<net.Socket>()
+      const server = net.createServer((client) => {
+        const upstream = net.connect(port, "127.0.0.1")
+        open.add(client)
+        client.on("data", (chunk) => (open.has(client) ? upstream.write(chunk) : undefined))
+        upstream.on("data", (chunk) => (open.has(client) ? client.write(chunk) : undefined))
+        client.on("error", () => upstream.destroy())
+        upstream.on("error", () => client.destroy())
+        client.on("close", () => upstream.destroy())
+        upstream.on("close", () => client.destroy())
+      })
+      server.listen(0, "127.0.0.1", () => {
+        const address = server.address() as net.AddressInfo
+        resume(
+          Effect.succeed({
+            url: `http://127.0.0.1:${address.port}`,
+            blackhole: () => open.clear(),
+            close: () => server.close()
+          })
+        )
+      })
+    }),
+    (proxy) => Effect.sync(proxy.close)
+  )
 
 layer(TestDatabase.layer(), { excludeTestServices: true, timeout: "60 seconds" })("streams in a browser", (it) => {
   describe("a page", () => {
@@ -139,6 +172,53 @@ layer(TestDatabase.layer(), { excludeTestServices: true, timeout: "60 seconds" }
           )
           assert.strictEqual(connects, 2, "one reconnect")
         })
+    )
+
+    it.effect("a stream gone silent without closing (a half-open socket) is aborted and reconnected", () =>
+      Effect.gen(function* () {
+        const browser = yield* launchBrowser
+        const tab = yield* Effect.promise(() => browser.newPage())
+        const stream = "room:silent"
+        const worker = yield* broadcasterContext
+        const send = (text: string) => Streams.broadcast(stream, { text }).pipe(Effect.provide(worker))
+        const server = yield* startServer({ streams: { heartbeatInterval: "500 millis" }, extra: PageRoute })
+        const proxy = yield* proxyTo(server.port)
+        yield* Effect.promise(() => tab.goto(`${proxy.url}/page?stream=${stream}`))
+        const connects = evaluate<number>(tab, "window.lifecycle.filter((e) => e.type === 'pgbus:connected').length")
+        yield* eventually(
+          "connected",
+          Effect.map(connects, (n) => n === 1)
+        )
+        const heartbeatMs = yield* evaluate<number>(
+          tab,
+          "window.lifecycle.find((e) => e.type === 'pgbus:connected').detail.heartbeatMs"
+        )
+        assert.strictEqual(heartbeatMs, 500)
+        yield* send("before")
+        yield* eventually(
+          "before shown",
+          Effect.map(shown(tab), (texts) => texts.length === 1)
+        )
+
+        proxy.blackhole()
+        yield* send("during")
+        // two heartbeats and 5 s of silence: the client gives up on the socket and reconnects
+        yield* eventually(
+          "reconnected",
+          Effect.map(connects, (n) => n === 2),
+          "20 seconds"
+        ).pipe(explained(tab))
+        yield* eventually(
+          "during shown",
+          Effect.map(shown(tab), (texts) => texts.length === 2)
+        ).pipe(explained(tab))
+        assert.deepStrictEqual(yield* shown(tab), ["before", "during"])
+        const reasons = yield* evaluate<ReadonlyArray<string>>(
+          tab,
+          "window.lifecycle.filter((e) => e.type === 'pgbus:close').map((e) => e.detail.reason)"
+        )
+        assert.deepStrictEqual(reasons, ["stale"])
+      })
     )
 
     it.effect("two tabs join a presence stream; one closes and the other sees it leave within a second", () =>

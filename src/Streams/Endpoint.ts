@@ -9,7 +9,7 @@
  * @since 0.1.0
  */
 import { NodeFileSystem } from "@effect/platform-node"
-import { Clock, Effect, FileSystem, Option, Schema } from "effect"
+import { Clock, Duration, Effect, FileSystem, Option, Schema } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import type { Connection } from "./Connection.ts"
@@ -144,7 +144,12 @@ export const routes = <R = never>(options: RoutesOptions<R> = {}) =>
           connection.push(
             frame(
               CONNECTED_EVENT,
-              JSON.stringify({ connectionId: connection.id, seat: seat ?? null, position: Cursor.format(position) })
+              JSON.stringify({
+                connectionId: connection.id,
+                seat: seat ?? null,
+                position: Cursor.format(position),
+                heartbeatMs: Duration.toMillis(config.heartbeatInterval)
+              })
             ),
             now
           )

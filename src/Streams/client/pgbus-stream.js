@@ -2,13 +2,18 @@
 // It reads the SSE endpoint with fetch (so every event name arrives, and status codes are
 // seen), keeps the position of the last frame, reconnects with backoff sending it as
 // Last-Event-ID, and reports what happens as DOM events on its element (they bubble):
-//   pgbus:open, pgbus:connected {connectionId, seat, position}, pgbus:gap-detected,
+//   pgbus:open, pgbus:connected {connectionId, seat, position, heartbeatMs}, pgbus:gap-detected,
 //   pgbus:message {msgId, event, data}, pgbus:event {event, data, msgId}, pgbus:<event>
 //   {data, msgId}, pgbus:presence, pgbus:close {reason, status, willReconnect}.
 // msgId is the broadcast's id (a Number, or a string past 2^53); null for an ephemeral one.
 
 const MIN_BACKOFF_MS = 250
 const MAX_BACKOFF_MS = 10_000
+// a request that has no answer by then, or a stream silent for two heartbeats and this slack, is
+// dead (a half-open socket, a server that stopped without closing it): abort and reconnect
+const CONNECT_TIMEOUT_MS = 10_000
+const STALE_SLACK_MS = 5_000
+const DEFAULT_HEARTBEAT_MS = 15_000
 
 /** One SSE field line into the event being built; returns a finished event on a blank line. */
 function parseLine(state, line) {
@@ -63,6 +68,17 @@ export class PgbusStream {
     this.stopped = false
     this.controller = undefined
     this.timer = undefined
+    this.watchdog = undefined
+    this.heartbeatMs = DEFAULT_HEARTBEAT_MS
+  }
+
+  /** Aborts `controller`'s request when `ms` pass before the next call (or the request ends). */
+  watch(controller, ms) {
+    clearTimeout(this.watchdog)
+    this.watchdog = setTimeout(() => {
+      this.stale = true
+      controller.abort()
+    }, ms)
   }
 
   start() {
@@ -73,6 +89,7 @@ export class PgbusStream {
   stop() {
     this.stopped = true
     if (this.timer !== undefined) clearTimeout(this.timer)
+    clearTimeout(this.watchdog)
     this.controller?.abort()
   }
 
@@ -99,6 +116,8 @@ export class PgbusStream {
     if (this.lastEventId !== undefined) headers["Last-Event-ID"] = this.lastEventId
     let status = 0
     let retryAfterMs = 0
+    this.stale = false
+    this.watch(controller, CONNECT_TIMEOUT_MS)
     try {
       const response = await fetch(this.url(), {
         headers,
@@ -115,11 +134,14 @@ export class PgbusStream {
         return
       }
       this.emit("pgbus:open", { url: String(this.url()) })
-      await this.read(response.body)
+      await this.read(response.body, controller)
       this.emit("pgbus:close", { reason: "ended", status, willReconnect: !this.stopped })
     } catch (error) {
       if (this.stopped) return
-      this.emit("pgbus:close", { reason: "error", status, message: String(error), willReconnect: true })
+      const reason = this.stale ? "stale" : "error"
+      this.emit("pgbus:close", { reason, status, message: String(error), willReconnect: true })
+    } finally {
+      clearTimeout(this.watchdog)
     }
     this.schedule(retryAfterMs)
   }
@@ -132,11 +154,13 @@ export class PgbusStream {
     this.timer = setTimeout(() => this.connect(), delay)
   }
 
-  async read(body) {
+  async read(body, controller) {
     const reader = body.pipeThrough(new TextDecoderStream()).getReader()
     const state = { event: "", data: undefined, id: undefined, retry: undefined }
     let buffer = ""
     while (true) {
+      // heartbeats keep a live stream from falling silent this long
+      this.watch(controller, 2 * this.heartbeatMs + STALE_SLACK_MS)
       const { value, done } = await reader.read()
       if (done) return
       buffer += value
@@ -156,6 +180,7 @@ export class PgbusStream {
       case "pgbus:connected":
         this.attempt = 0
         this.connectionId = data.connectionId
+        if (typeof data.heartbeatMs === "number" && data.heartbeatMs > 0) this.heartbeatMs = data.heartbeatMs
         // the position after the replay: a reconnect resumes from here even if no broadcast came
         if (typeof data.position === "string") this.lastEventId = data.position
         this.emit("pgbus:connected", data)
