@@ -114,7 +114,9 @@ layer(TestDatabase.layer(), { excludeTestServices: true, timeout: "60 seconds" }
           // broadcasts come from a process without a hub, as from a worker
           const worker = yield* broadcasterContext
           const send = (text: string) => Streams.broadcast(stream, { text }).pipe(Effect.provide(worker))
-          const first = yield* startServer({ extra: PageRoute })
+          // a short heartbeat: a reconnect stuck on the stopping server is given up in 7 s, not 35
+          const streams = { heartbeatInterval: "1 second" } as const
+          const first = yield* startServer({ streams, extra: PageRoute })
           yield* Effect.promise(() => tab.goto(`${first.url}/page?stream=${stream}`))
           yield* eventually(
             "connected",
@@ -146,7 +148,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true, timeout: "60 seconds" }
           yield* sql.withTransaction(Effect.andThen(send("never again"), Effect.fail("rollback"))).pipe(Effect.ignore)
           yield* send("four")
 
-          yield* startServer({ extra: PageRoute, port: first.port })
+          yield* startServer({ streams, extra: PageRoute, port: first.port })
           yield* eventually(
             "four shown",
             Effect.map(shown(tab), (texts) => texts.length >= 4),
