@@ -243,37 +243,45 @@ export const makeWorkflowCommands = (withBus: WithBus) => {
       )
   ).pipe(Command.withDescription("Stuck runs grouped by class, step, stuck reason and error class"))
 
-  const verb = (name: "pause" | "resume" | "cancel", verbName: ActVerb, description: string) =>
-    Command.make(
-      name,
-      {
-        id: idArgument,
-        reason: reasonFlag,
-        expectedStatus: Flag.Literals("expected-status", RunStatuses).pipe(
-          Flag.withDescription("Act only if the run is in this status"),
-          Flag.optional
-        ),
-        cancelChildren: Flag.Boolean("cancel-children").pipe(
-          Flag.withDescription("cancel: also cancel the run's child runs that have not ended (and theirs)"),
-          Flag.withDefault(false)
-        )
-      },
-      ({ id, reason, expectedStatus, cancelChildren }) =>
-        withOps(
-          Effect.gen(function* () {
-            if (cancelChildren && name !== "cancel") {
-              return yield* new InvalidRequest({ reason: "--cancel-children goes with cancel only" })
-            }
-            const result = yield* (yield* Operations).act(id, verbName, {
-              actor: cliActor(),
-              reason: Option.getOrUndefined(reason),
-              expectedStatus: Option.getOrUndefined(expectedStatus),
-              cancelChildren: cancelChildren || undefined
-            })
-            yield* Console.log(result.summary)
-          })
-        )
-    ).pipe(Command.withDescription(description))
+  const actFlags = {
+    id: idArgument,
+    reason: reasonFlag,
+    expectedStatus: Flag.Literals("expected-status", RunStatuses).pipe(
+      Flag.withDescription("Act only if the run is in this status"),
+      Flag.optional
+    )
+  }
+  const act = (
+    verbName: ActVerb,
+    flags: { id: string; reason: Option.Option<string>; expectedStatus: Option.Option<RunStatus> },
+    cancelChildren: boolean
+  ) =>
+    withOps(
+      Effect.gen(function* () {
+        const result = yield* (yield* Operations).act(flags.id, verbName, {
+          actor: cliActor(),
+          reason: Option.getOrUndefined(flags.reason),
+          expectedStatus: Option.getOrUndefined(flags.expectedStatus),
+          cancelChildren: cancelChildren || undefined
+        })
+        yield* Console.log(result.summary)
+      })
+    )
+
+  const verb = (name: "pause" | "resume", verbName: ActVerb, description: string) =>
+    Command.make(name, actFlags, (flags) => act(verbName, flags, false)).pipe(Command.withDescription(description))
+
+  const cancel = Command.make(
+    "cancel",
+    {
+      ...actFlags,
+      cancelChildren: Flag.Boolean("cancel-children").pipe(
+        Flag.withDescription("Also cancel the run's child runs that have not ended (and theirs)"),
+        Flag.withDefault(false)
+      )
+    },
+    (flags) => act("cancel", flags, flags.cancelChildren)
+  ).pipe(Command.withDescription("Cancel a run"))
 
   const signal = Command.make(
     "signal",
@@ -316,7 +324,7 @@ export const makeWorkflowCommands = (withBus: WithBus) => {
       attention,
       verb("pause", "pause", "Pause a run"),
       verb("resume", "resume", "Resume a paused run"),
-      verb("cancel", "cancel", "Cancel a run"),
+      cancel,
       signal
     ])
   )
