@@ -331,6 +331,27 @@ layer(Operations.layer.pipe(Layer.provideMerge(TestDatabase.layer({ pollingInter
           after.text,
           new RegExp(`${other.childId}</code></a></td><td>FamilyKid</td><td>kid</td><td>[^]*?cancelled`)
         )
+
+        // the bulk cancel on a filter offers it too
+        const third = yield* family()
+        const list = yield* get(`${base}/workflows?workflow=FamilyParent`, writer)
+        assert.include(list.text, "and their live child runs")
+        const bulk = yield* post(
+          `${base}/workflows/bulk/cancel`,
+          {
+            _csrf: tokenIn(list.text)!,
+            back: "/pgbus/workflows",
+            workflow: "FamilyParent",
+            status: "ready,performing,waiting,paused",
+            confirm: "yes",
+            cancelChildren: "yes",
+            reason: "bulk"
+          },
+          writer
+        )
+        assert.strictEqual(bulk.status, 303)
+        assert.strictEqual((yield* (yield* WorkflowClient).get(third.parentId)).info.status, "cancelled")
+        assert.strictEqual((yield* (yield* WorkflowClient).get(third.childId)).info.status, "cancelled")
       })
   )
 

@@ -415,6 +415,26 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               (e) => e.type === "cancelled"
             )
             assert.deepStrictEqual([cancelled?.actor, cancelled?.reason], ["api:alice", "the whole family"])
+
+            // in bulk too; and only with cancel
+            const third = yield* family()
+            const pauseWith = yield* call(
+              "POST",
+              `${api}/workflows/bulk/pause`,
+              { ids: [third.parentId], cancelChildren: true },
+              writer
+            )
+            assert.deepStrictEqual([pauseWith.status, pauseWith.json.error], [400, "validation"], pauseWith.text)
+            const bulk = yield* call(
+              "POST",
+              `${api}/workflows/bulk/cancel`,
+              { ids: [third.parentId], cancelChildren: true, reason: "bulk family" },
+              writer
+            )
+            assert.strictEqual(bulk.status, 200, bulk.text)
+            assert.strictEqual(bulk.json.moved, 1)
+            const thirdKid = yield* call("GET", `${api}/workflows/${third.childId}`, undefined, reader)
+            assert.strictEqual(thirdKid.json.run.status, "cancelled", "the bulk cancel ended the child too")
           })
       )
 

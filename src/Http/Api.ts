@@ -232,7 +232,9 @@ const workflows = HttpApiGroup.make("workflows")
       payload: Schema.Struct({
         ids: Schema.optional(Schema.Array(Schema.String)),
         filter: Schema.optional(RunFilterBody),
-        reason: Reason
+        reason: Reason,
+        /** cancel: also cancel each run's child runs that have not ended (and theirs). */
+        cancelChildren: Schema.optional(Schema.Boolean)
       }),
       success: Model.BulkResult,
       error: WriteErrors

@@ -241,7 +241,13 @@ export const handlers = (
           Effect.gen(function* () {
             const filter = payload.filter === undefined ? undefined : yield* filterOf(payload.filter)
             return yield* write(
-              (change, view) => ops.actMany(params.verb, { ids: payload.ids, filter }, change, view),
+              (change, view) =>
+                ops.actMany(
+                  params.verb,
+                  { ids: payload.ids, filter },
+                  { ...change, cancelChildren: payload.cancelChildren },
+                  view
+                ),
               { clusterWide: false },
               payload.reason
             )

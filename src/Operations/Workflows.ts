@@ -622,12 +622,15 @@ export const makeWorkflows = (deps: Deps) => {
   const bulk = (
     verb: ActVerb,
     target: { readonly ids?: ReadonlyArray<string> | undefined; readonly filter?: RunFilter | undefined },
-    input: Change,
+    input: Change & { readonly cancelChildren?: boolean | undefined },
     view: View = {}
   ): Effect.Effect<BulkResult, OperationsError> =>
     Effect.gen(function* () {
       if (verb === "resume_at" || verb === "reschedule") {
         return yield* new InvalidRequest({ reason: `${verb} is not a bulk verb` })
+      }
+      if (input.cancelChildren === true && verb !== "cancel") {
+        return yield* new InvalidRequest({ reason: "cancelChildren goes with cancel only" })
       }
       let ids: ReadonlyArray<string>
       let capped = false

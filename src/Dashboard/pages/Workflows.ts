@@ -89,7 +89,10 @@ const bulkForm = (ctx: PageContext, verb: "resume" | "cancel", filter: Record<st
     label: verb === "resume" ? "Resume" : "Cancel",
     danger: verb === "cancel",
     hidden: filter,
-    fields: confirmBox(`${verb} ${count}`),
+    fields:
+      verb === "cancel"
+        ? html`${confirmBox(`${verb} ${count}`)}<label><input type="checkbox" name="cancelChildren" value="yes"> and their live child runs</label> `
+        : confirmBox(`${verb} ${count}`),
     reason: true
   })
 
@@ -380,7 +383,8 @@ ${table(
             return yield* new InvalidRequest({ reason: "tick the confirmation to act on every matching run" })
           }
           const filter = yield* runFilterOf(form)
-          const r = yield* (yield* Operations).actMany(verb, { filter }, change, view)
+          const cancelChildren = verb === "cancel" && field(form, "cancelChildren") === "yes" ? true : undefined
+          const r = yield* (yield* Operations).actMany(verb, { filter }, { ...change, cancelChildren }, view)
           return ok(r.summary)
         })
     },
