@@ -34,15 +34,15 @@ import { type FairIndexStatus, makeQueueIndexes } from "./QueueIndexes.ts"
 import * as QueueName from "./QueueName.ts"
 import { makeQueueOrderSql } from "./QueueOrderSql.ts"
 import { makeQueueOutcomes, type QueueOutcomes } from "./QueueOutcomes.ts"
-import {
-  type ClaimedMessageRow,
-  type EncodedMessage,
-  type FairMessageRow,
-  type MessageCtes,
-  type MessageRow,
-  makeQueueSql,
-  type ReceiptParams
-} from "./QueueSql.ts"
+import type {
+  ClaimedMessageRow,
+  EncodedMessage,
+  FairMessageRow,
+  MessageCtes,
+  MessageRow,
+  ReceiptParams
+} from "./QueueRows.ts"
+import { makeQueueSql } from "./QueueSql.ts"
 
 export type { RateOverride } from "./QueueControls.ts"
 
