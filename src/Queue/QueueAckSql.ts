@@ -1,7 +1,7 @@
 /**
- * The queue statements of what a worker does with its claimed messages: archive, delete, set visibility, release,
- * record a failure, and releasing the claims of dead processes. Part of `QueueSql.ts` (which assembles
- * every family into one set of statements for a schema).
+ * The queue statements of what a worker does with its claimed messages: archive, delete, set
+ * visibility, release, record a failure, and releasing the claims of dead processes.
+ * Part of `QueueSql.ts`, which assembles every family into one set of statements for a schema.
  *
  * @since 0.1.0
  */

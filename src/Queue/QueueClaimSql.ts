@@ -1,7 +1,7 @@
 /**
- * The queue statements of the claims of `q_<queue>`: the plain read (PGMQ's), archive-and-read in one statement, and
- * the fair read. Part of `QueueSql.ts` (which assembles
- * every family into one set of statements for a schema).
+ * The queue statements of the claims of `q_<queue>`: the plain read (PGMQ's), archive-and-read
+ * in one statement, and the fair read.
+ * Part of `QueueSql.ts`, which assembles every family into one set of statements for a schema.
  *
  * @since 0.1.0
  */

@@ -1,6 +1,6 @@
 /**
- * The queue statements of moving a message to its dead-letter queue and retrying dead letters. Part of `QueueSql.ts` (which assembles
- * every family into one set of statements for a schema).
+ * The queue statements of moving a message to its dead-letter queue and retrying dead letters.
+ * Part of `QueueSql.ts`, which assembles every family into one set of statements for a schema.
  *
  * @since 0.1.0
  */

@@ -1,7 +1,8 @@
 /**
- * The queue statements of inserts into `q_<queue>`: single sends, a claimed send (local dispatch), batches, the CTEs
- * other modules' statements insert with, the next id, and which ids are still queued. Part of `QueueSql.ts` (which assembles
- * every family into one set of statements for a schema).
+ * The queue statements of inserts into `q_<queue>`: single sends, a claimed send (local
+ * dispatch), batches, the CTEs other modules' statements insert with, the next id, and which
+ * ids are still queued.
+ * Part of `QueueSql.ts`, which assembles every family into one set of statements for a schema.
  *
  * @since 0.1.0
  */

@@ -1,7 +1,7 @@
 /**
- * The queue statements of the flow-controlled claim (concurrency limits, rate buckets) and its run-time rates
- * (`rate_overrides`), counts, lock and wake-up. Part of `QueueSql.ts` (which assembles
- * every family into one set of statements for a schema).
+ * The queue statements of the flow-controlled claim (concurrency limits, rate buckets) and its
+ * run-time rates (`rate_overrides`), counts, lock and wake-up.
+ * Part of `QueueSql.ts`, which assembles every family into one set of statements for a schema.
  *
  * @since 0.1.0
  */

@@ -1,7 +1,7 @@
 /**
- * The queue statements of reads and upkeep of one queue: purge, get, browse, the archive (lookup, retention), payload
- * search, locate, metrics. Part of `QueueSql.ts` (which assembles
- * every family into one set of statements for a schema).
+ * The queue statements of reads and upkeep of one queue: purge, get, browse, the archive
+ * (lookup, retention), payload search, locate, metrics.
+ * Part of `QueueSql.ts`, which assembles every family into one set of statements for a schema.
  *
  * @since 0.1.0
  */

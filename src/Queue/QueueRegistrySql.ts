@@ -1,7 +1,7 @@
 /**
- * The queue statements of the registry (`<schema>.queues`) and each queue's tables: DDL, the queue lock, the fair index,
- * registration, listing. Part of `QueueSql.ts` (which assembles
- * every family into one set of statements for a schema).
+ * The queue statements of the registry (`<schema>.queues`) and each queue's tables: DDL, the
+ * queue lock, the fair index, registration, listing.
+ * Part of `QueueSql.ts`, which assembles every family into one set of statements for a schema.
  *
  * @since 0.1.0
  */
