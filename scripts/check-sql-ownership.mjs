@@ -4,7 +4,16 @@ import { readdirSync, readFileSync, statSync } from "node:fs"
 import { join } from "node:path"
 
 const owners = new Set([
-  "src/Queue/QueueSql.ts", // queue registry, q_<queue>, a_<queue>
+  // queue registry, q_<queue>, a_<queue>: one file per statement family (QueueSql.ts assembles them)
+  "src/Queue/QueueSql.ts", // the assembled statements of a schema
+  "src/Queue/QueueSqlContext.ts", // the shared fragments (tables, NOTIFY, receipts, clock, message expressions)
+  "src/Queue/QueueRegistrySql.ts", // the registry and each queue's tables: DDL, locks, the fair index
+  "src/Queue/QueueEnqueueSql.ts", // inserts: sends, batches, the insert CTEs other modules use
+  "src/Queue/QueueClaimSql.ts", // claims: the plain read, archive-and-read, the fair read
+  "src/Queue/QueueLimitSql.ts", // the flow-controlled claim, rate_buckets, rate_overrides
+  "src/Queue/QueueAckSql.ts", // archive, delete, visibility, release, failures
+  "src/Queue/QueueDeadLetterSql.ts", // dead-lettering and retrying dead letters
+  "src/Queue/QueueLookupSql.ts", // purge, get, browse, archive lookup and retention, locate, metrics
   "src/Queue/QueueFeedSql.ts", // q_<queue>, a_<queue> read as feeds (streams)
   "src/Queue/QueueOrderSql.ts", // q_<queue>: ordered (per-key FIFO) claims and their index
   "src/Queue/QueueOutcomeSql.ts", // q_<queue>, a_<queue>: archive with an outcome, snooze, find an outcome

@@ -1,12 +1,9 @@
-import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Context, Deferred, Effect, Fiber, Layer, Schema } from "effect"
+import { Deferred, Effect, Fiber, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Cli from "../src/Cli/Cli.ts"
 import { table } from "../src/Cli/Format.ts"
-import { PgBusConfig } from "../src/Config.ts"
 import * as Job from "../src/Job/Job.ts"
-import * as PgBus from "../src/PgBus.ts"
 import type { Failure } from "../src/Queue/Message.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Registry } from "../src/Registry.ts"
@@ -14,29 +11,12 @@ import { Processes } from "../src/Supervisor/Processes.ts"
 import { performNextStep } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
+import { pgbus, testLayer } from "./support/cli.ts"
 import { family } from "./support/family.ts"
 import { eventually } from "./support/jobs.ts"
 import { freePort } from "./support/ports.ts"
 import { urlFor } from "./support/server.ts"
-import { emptyDatabase, freshDatabase } from "./support/TestDatabase.ts"
-
-class TestDb extends Context.Service<TestDb, { readonly url: string }>()("test/cli-operations/TestDb") {}
-
-const testLayer = Layer.unwrap(
-  Effect.map(freshDatabase, (name) =>
-    Layer.mergeAll(
-      PgBus.layerFrom(PgBusConfig.layerWithoutEnvironment({ databaseUrl: urlFor(name) })),
-      Layer.succeed(TestDb, { url: urlFor(name) }),
-      NodeServices.layer
-    )
-  )
-).pipe(Layer.orDie)
-
-const pgbus = (...args: ReadonlyArray<string>) =>
-  Effect.gen(function* () {
-    const { url } = yield* TestDb
-    return yield* Cli.capture([...args, "--database-url", url])
-  })
+import { emptyDatabase } from "./support/TestDatabase.ts"
 
 const failure: Failure = { errorClass: "SmtpError", message: "refused", attempt: 1 }
 const Payload = Schema.Struct({ id: Schema.Number })

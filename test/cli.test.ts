@@ -5,39 +5,17 @@ import { join } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Cause, ConfigProvider, Context, Effect, Exit, Layer, Option } from "effect"
+import { Cause, ConfigProvider, Effect, Exit, Option } from "effect"
 import * as Cli from "../src/Cli/Cli.ts"
 import { filterSensitive, table } from "../src/Cli/Format.ts"
-import { PgBusConfig } from "../src/Config.ts"
-import * as PgBus from "../src/PgBus.ts"
 import { DEAD_LETTER_HEADER, DLQ_RETRIES_HEADER, type Failure } from "../src/Queue/Message.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import { VERSION } from "../src/version.ts"
+import { pgbus, TestDb, testLayer } from "./support/cli.ts"
 import { eventually } from "./support/jobs.ts"
 import { urlFor } from "./support/server.ts"
-import { emptyDatabase, freshDatabase } from "./support/TestDatabase.ts"
-
-/** The database the CLI under test is pointed at (with `--database-url`). */
-class TestDb extends Context.Service<TestDb, { readonly url: string }>()("test/cli/TestDb") {}
-
-/** PgBus on a fresh migrated database, its URL, and Node's services for the CLI. */
-const testLayer = Layer.unwrap(
-  Effect.map(freshDatabase, (name) =>
-    Layer.mergeAll(
-      PgBus.layerFrom(PgBusConfig.layerWithoutEnvironment({ databaseUrl: urlFor(name) })),
-      Layer.succeed(TestDb, { url: urlFor(name) }),
-      NodeServices.layer
-    )
-  )
-).pipe(Layer.orDie)
-
-/** Runs `pgbus <args> --database-url <the test database>` in-process. */
-const pgbus = (...args: ReadonlyArray<string>) =>
-  Effect.gen(function* () {
-    const { url } = yield* TestDb
-    return yield* Cli.capture([...args, "--database-url", url])
-  })
+import { emptyDatabase } from "./support/TestDatabase.ts"
 
 let n = 0
 const unique = (base: string) => `${base}_${n++}`

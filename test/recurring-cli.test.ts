@@ -1,39 +1,15 @@
-/** `pgbus recurring list | run-now` and `pgbus start --scheduler-only`, in-process against a fresh database. */
-import { NodeServices } from "@effect/platform-node"
 import { assert, layer } from "@effect/vitest"
-import { Context, Effect, Fiber, Layer, Result, Schema } from "effect"
+import { Effect, Fiber, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import * as Cli from "../src/Cli/Cli.ts"
-import { PgBusConfig } from "../src/Config.ts"
 import * as Job from "../src/Job/Job.ts"
-import * as PgBus from "../src/PgBus.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import * as Recurring from "../src/Recurring/Recurring.ts"
 import { RecurringScheduler } from "../src/Recurring/Scheduler.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { CliSync } from "./fixtures/workflow-schedule-app.ts"
+import { pgbus, testLayer } from "./support/cli.ts"
 import { eventually } from "./support/jobs.ts"
-import { urlFor } from "./support/server.ts"
-import { freshDatabase } from "./support/TestDatabase.ts"
-
-class TestDb extends Context.Service<TestDb, { readonly url: string }>()("test/recurring-cli/TestDb") {}
-
-const testLayer = Layer.unwrap(
-  Effect.map(freshDatabase, (name) =>
-    Layer.mergeAll(
-      PgBus.layerFrom(PgBusConfig.layerWithoutEnvironment({ databaseUrl: urlFor(name) })),
-      Layer.succeed(TestDb, { url: urlFor(name) }),
-      NodeServices.layer
-    )
-  )
-).pipe(Layer.orDie)
-
-const pgbus = (...args: ReadonlyArray<string>) =>
-  Effect.gen(function* () {
-    const { url } = yield* TestDb
-    return yield* Cli.capture([...args, "--database-url", url])
-  })
 
 const Nightly = Job.make(
   "Nightly",

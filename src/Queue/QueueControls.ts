@@ -13,7 +13,8 @@ import { statementNow, withTransaction } from "../Database.ts"
 import type { Message } from "./Message.ts"
 import { InvalidMessage, type QueueError } from "./QueueError.ts"
 import type * as QueueName from "./QueueName.ts"
-import type { MessageRow, QueueSql, RateOverrideRow, ReceiptParams } from "./QueueSql.ts"
+import type { MessageRow, RateOverrideRow, ReceiptParams } from "./QueueRows.ts"
+import type { QueueSql } from "./QueueSql.ts"
 
 /** A job's rate set at run time. */
 export interface RateOverride {

@@ -1,7 +1,7 @@
 /**
  * A queue's optional read indexes, built on demand on a populated queue: the fair read's
  * (`q_<queue>_fair_idx`) and the ordered read's (`q_<queue>_order_idx`), CONCURRENTLY so that
- * writes go on. Their statements are QueueSql's and QueueOrderSql's.
+ * writes go on. Their statements are QueueRegistrySql's and QueueOrderSql's.
  *
  * @since 0.1.0
  */

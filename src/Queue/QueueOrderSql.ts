@@ -10,7 +10,7 @@
  */
 import { PgTypes } from "@effect/sql-pg"
 import type { SqlClient } from "effect/sql"
-import type { MessageRow } from "./QueueSql.ts"
+import type { MessageRow } from "./QueueRows.ts"
 
 /** The ordering key of a message, spelled as the order index's expression so that the planner matches it. */
 export const ORDER_KEY_EXPR = "(message ->> 'pgbus_order_key')"

@@ -177,7 +177,7 @@ export const makeQueueQuerySql = (sql: SqlClient.SqlClient, schema: string) => {
       WHERE message ? 'pgbus_limit_key'
       GROUP BY 1`
 
-  // The rate buckets (owned with the claim by QueueSql.ts; read here for operators), their
+  // The rate buckets (owned with the claim by QueueLimitSql.ts; read here for operators), their
   // tokens as the last claim left them.
   const rateBucketList = () =>
     sql<RateBucketRow>`SELECT queue, key, tokens, refilled_at FROM ${sql(`${schema}.rate_buckets`)}

@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import type { MessageCtes as QueueMessageCtes } from "../../Queue/QueueSql.ts"
+import type { MessageCtes as QueueMessageCtes } from "../../Queue/QueueRows.ts"
 import type { RunStatus, StepStatus } from "../States.ts"
 
 /** A run row. */

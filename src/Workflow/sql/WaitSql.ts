@@ -6,7 +6,7 @@
  */
 import { PgTypes } from "@effect/sql-pg"
 import type { Statement } from "effect/sql"
-import type { ClaimedMessageRow } from "../../Queue/QueueSql.ts"
+import type { ClaimedMessageRow } from "../../Queue/QueueRows.ts"
 import type { RunStatus, Verb } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
 import type { ClaimRow, OnTimeout, SignalRow, StepRow } from "./Rows.ts"

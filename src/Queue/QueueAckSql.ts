@@ -1,0 +1,110 @@
+/**
+ * The queue statements of what a worker does with its claimed messages: archive, delete, set
+ * visibility, release, record a failure, and releasing the claims of dead processes.
+ * Part of `QueueSql.ts`, which assembles every family into one set of statements for a schema.
+ *
+ * @since 0.1.0
+ */
+import { PgTypes } from "@effect/sql-pg"
+import type { ReceiptParams } from "./QueueRows.ts"
+import { NOW, type QueueSqlContext, typedArray } from "./QueueSqlContext.ts"
+
+/** Builds the acknowledgement statements on the shared context. */
+export const makeQueueAckSql = ({ sql, messages, archive, notifyFilter, receipts, receiptMatch }: QueueSqlContext) => {
+  const messageArchiveReceipts = (physical: string, r: ReceiptParams, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`WITH d AS (
+        DELETE FROM ${messages(physical)} q USING ${receipts(r)}
+        WHERE ${receiptMatch(r)}
+        RETURNING q.*)
+      INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
+      SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
+      RETURNING msg_id`
+
+  const messageArchiveIds = (physical: string, ids: ReadonlyArray<bigint>, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`WITH d AS (
+        DELETE FROM ${messages(physical)} WHERE msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[])
+        RETURNING *)
+      INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
+      SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
+      RETURNING msg_id`
+
+  const messageDeleteReceipts = (physical: string, r: ReceiptParams) =>
+    sql<{ readonly msg_id: bigint }>`DELETE FROM ${messages(physical)} q USING ${receipts(r)}
+      WHERE ${receiptMatch(r)} RETURNING q.msg_id`
+
+  const messageDeleteIds = (physical: string, ids: ReadonlyArray<bigint>) =>
+    sql<{ readonly msg_id: bigint }>`DELETE FROM ${messages(physical)}
+      WHERE msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[]) RETURNING msg_id`
+
+  const messageSetVisibilityReceipts = (physical: string, r: ReceiptParams, delayMs: number, now: Date | null) =>
+    sql<{ readonly msg_id: bigint; readonly vt: Date }>`UPDATE ${messages(physical)} q
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(delayMs)} * interval '1 millisecond'
+      FROM ${receipts(r)}
+      WHERE ${receiptMatch(r)}
+      RETURNING q.msg_id, q.vt`
+
+  const messageSetVisibilityIds = (physical: string, ids: ReadonlyArray<bigint>, delayMs: number, now: Date | null) =>
+    sql<{ readonly msg_id: bigint; readonly vt: Date }>`UPDATE ${messages(physical)}
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(delayMs)} * interval '1 millisecond'
+      WHERE msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[])
+      RETURNING msg_id, vt`
+
+  const messageReleaseReceipts = (physical: string, r: ReceiptParams, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`UPDATE ${messages(physical)} q
+      SET vt = ${NOW(sql, now)}, claimed_by = NULL
+      FROM ${receipts(r)}
+      WHERE ${receiptMatch(r)}
+      RETURNING q.msg_id`
+
+  // Fast recovery: the claims of processes found dead become visible at once. A message whose
+  // vt already lapsed, or that a live process re-claimed since, is left alone. A claim's mark is
+  // `<process id>#<n>` (a worker's claim or local hand-over, see messageReleaseClaim) or the id alone.
+  // Both releases wake the queue's readers when they released any (as a send does).
+  const messageReleaseClaimedBy = (physical: string, processIds: ReadonlyArray<string>, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`WITH r AS (
+        UPDATE ${messages(physical)}
+        SET vt = ${NOW(sql, now)}, claimed_by = NULL
+        WHERE split_part(claimed_by, '#', 1) = ANY(${typedArray(processIds, PgTypes.OID.text)}::text[])
+          AND vt > ${NOW(sql, now)}
+        RETURNING msg_id)
+      SELECT msg_id FROM r ${notifyFilter(physical)}`
+
+  // The messages of one claim, by its mark, become visible at once: a claim whose reply was lost
+  // with its connection may have committed, and no one else would release them before their vt.
+  const messageReleaseClaim = (physical: string, claimedBy: string, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`WITH r AS (
+        UPDATE ${messages(physical)}
+        SET vt = ${NOW(sql, now)}, claimed_by = NULL
+        WHERE claimed_by = ${claimedBy} AND vt > ${NOW(sql, now)}
+        RETURNING msg_id)
+      SELECT msg_id FROM r ${notifyFilter(physical)}`
+
+  const messageRecordFailure = (
+    physical: string,
+    msgId: bigint,
+    readCt: number,
+    retryDelayMs: number,
+    error: string,
+    now: Date | null
+  ) =>
+    sql<{ readonly msg_id: bigint; readonly vt: Date }>`UPDATE ${messages(physical)}
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(retryDelayMs)} * interval '1 millisecond',
+          claimed_by = NULL,
+          last_error = ${error}::jsonb || jsonb_build_object('error_recorded_at',
+            to_char(${NOW(sql, now)} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+      WHERE msg_id = ${msgId} AND read_ct = ${readCt}
+      RETURNING msg_id, vt`
+
+  return {
+    messageArchiveReceipts,
+    messageArchiveIds,
+    messageDeleteReceipts,
+    messageDeleteIds,
+    messageSetVisibilityReceipts,
+    messageSetVisibilityIds,
+    messageReleaseReceipts,
+    messageReleaseClaimedBy,
+    messageReleaseClaim,
+    messageRecordFailure
+  }
+}

@@ -1,0 +1,152 @@
+/**
+ * The queue statements of the claims of `q_<queue>`: the plain read (PGMQ's), archive-and-read
+ * in one statement, and the fair read.
+ * Part of `QueueSql.ts`, which assembles every family into one set of statements for a schema.
+ *
+ * @since 0.1.0
+ */
+import { PgTypes } from "@effect/sql-pg"
+import type { FairMessageRow, MessageRow, ReceiptParams } from "./QueueRows.ts"
+import {
+  FAIR_KEY_EXPR,
+  FAIR_WEIGHT_EXPR,
+  NOW,
+  type QueueSqlContext,
+  READ_COUNT_NEXT_EXPR,
+  typedArray
+} from "./QueueSqlContext.ts"
+
+/** Builds the claim statements on the shared context. */
+export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMatch }: QueueSqlContext) => {
+  // PGMQ's read: oldest visible first, rows locked by another reader skipped, vt moved on.
+  // The claimed rows are updated by id (= ANY of the locked ids), not by a join with the CTE:
+  // in the prepared statement's generic plan (the LIMIT unknown) the join was a hash join over
+  // a sequential scan of the whole queue table, dead rows included, and Postgres picks that
+  // plan when the table is small enough (claims of messages without headers ran about 2x
+  // slower). By id it is an index scan in every plan.
+  // `from`: the lowest id read (ClaimCursor: a worker's claim starts near its last one, so it
+  // does not walk the dead rows of finished jobs that a held snapshot keeps from vacuum).
+  const messageRead = (
+    physical: string,
+    limit: number,
+    visibilityMs: number,
+    claimedBy: string | null,
+    now: Date | null,
+    from = 0n
+  ) =>
+    // one row more than the limit is locked (not claimed): `more` says whether the read left any
+    sql<MessageRow & { readonly more: boolean }>`WITH c AS (
+        SELECT msg_id FROM ${messages(physical)}
+        WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)}
+        ORDER BY msg_id
+        LIMIT ${limit + 1}
+        FOR UPDATE SKIP LOCKED),
+      t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
+      UPDATE ${messages(physical)} q
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
+          read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
+          claimed_by = ${claimedBy}
+      WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))
+      RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
+        (SELECT count(*) FROM c) > ${limit} AS more`
+
+  // Archives a worker's finished messages and claims the next ones in one statement (one round
+  // trip where a flush and a read took two). The claim skips every row the receipts name: a
+  // row modified twice in one statement would end in either state.
+  const messageArchiveAndRead = (
+    physical: string,
+    r: ReceiptParams,
+    limit: number,
+    visibilityMs: number,
+    claimedBy: string | null,
+    now: Date | null,
+    from = 0n
+  ) =>
+    sql<MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }>`WITH d AS (
+        DELETE FROM ${messages(physical)} q USING ${receipts(r)}
+        WHERE ${receiptMatch(r)}
+        RETURNING q.*),
+      a AS (
+        INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
+        SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
+        RETURNING msg_id),
+      c AS (
+        SELECT msg_id FROM ${messages(physical)}
+        WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)} AND msg_id <> ALL(${typedArray(r.ids, PgTypes.OID.int8)}::int8[])
+        ORDER BY msg_id
+        LIMIT ${limit + 1}
+        FOR UPDATE SKIP LOCKED),
+      t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit}),
+      u AS (
+        UPDATE ${messages(physical)} q
+        SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
+            read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
+            claimed_by = ${claimedBy}
+        WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error)
+      SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::int8 AS archived,
+        NULL::bool AS more FROM u
+      UNION ALL
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a), (SELECT count(*) FROM c) > ${limit}`
+
+  // The fair read (see FairShare.ts): the keys present are found by a skip scan of the fair
+  // index (one probe per key); each key with visible messages ranks its `limit` oldest, rank r
+  // of weight w starting at credit + (r - 1) / w; the lowest starts are claimed, ties to the
+  // oldest, with PGMQ's lock, skip and visibility update. Credits are the reader's memory.
+  // Candidates are sorted before the join to the table, so the lock stops at `limit` rows
+  // (about 2.5 times faster than sorting after it with 200 keys).
+  const messageReadFair = (
+    physical: string,
+    limit: number,
+    visibilityMs: number,
+    claimedBy: string | null,
+    credits: { readonly keys: ReadonlyArray<string>; readonly credits: ReadonlyArray<number> },
+    now: Date | null
+  ) => {
+    const q = messages(physical)
+    const key = sql.literal(FAIR_KEY_EXPR)
+    return sql<FairMessageRow>`WITH RECURSIVE keys(k) AS (
+        (SELECT ${key} FROM ${q} ORDER BY 1 LIMIT 1)
+        UNION ALL
+        SELECT (SELECT ${key} FROM ${q} WHERE ${key} > keys.k ORDER BY 1 LIMIT 1)
+        FROM keys WHERE keys.k IS NOT NULL),
+      heads AS (
+        SELECT keys.k, h.w, coalesce(m.credit, 0) AS credit
+        FROM keys
+        CROSS JOIN LATERAL (
+          SELECT ${sql.literal(FAIR_WEIGHT_EXPR)} AS w FROM ${q}
+          WHERE ${key} = keys.k AND vt <= ${NOW(sql, now)}
+          ORDER BY vt, msg_id LIMIT 1) h
+        LEFT JOIN unnest(${typedArray(credits.keys, PgTypes.OID.text)}::text[],
+                         ${typedArray(credits.credits, PgTypes.OID.float8)}::float8[]) AS m(k, credit)
+          ON m.k = keys.k),
+      cand AS (
+        SELECT r.msg_id, heads.k, heads.w, heads.credit + (r.rn - 1) / heads.w AS start
+        FROM heads
+        CROSS JOIN LATERAL (
+          SELECT s.msg_id, row_number() OVER (ORDER BY s.vt, s.msg_id) AS rn
+          FROM (SELECT msg_id, vt FROM ${q}
+                WHERE ${key} = heads.k AND vt <= ${NOW(sql, now)}
+                ORDER BY vt, msg_id LIMIT ${limit}) s) r),
+      c AS (
+        SELECT t.msg_id, cand.k, cand.w, cand.start
+        FROM (SELECT * FROM cand ORDER BY start, msg_id) cand JOIN ${q} t ON t.msg_id = cand.msg_id
+        WHERE t.vt <= ${NOW(sql, now)}
+        ORDER BY cand.start, cand.msg_id
+        LIMIT ${limit}
+        FOR UPDATE OF t SKIP LOCKED)
+      UPDATE ${q} q
+      SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
+          read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
+          claimed_by = ${claimedBy}
+      FROM c WHERE q.msg_id = c.msg_id
+      RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
+        c.k AS fair_key, c.w AS fair_weight, c.start AS fair_start`
+  }
+
+  return {
+    messageRead,
+    messageArchiveAndRead,
+    messageReadFair
+  }
+}

@@ -1,0 +1,205 @@
+/**
+ * Claims: the plain, ordered, fair and limited reads, archive-and-read in one round trip (with
+ * the claim cursor), and the read that waits for messages.
+ * Part of the queue store (`QueueStore.ts` assembles it).
+ *
+ * @since 0.1.0
+ */
+import { Clock, Duration, Effect } from "effect"
+import { statementNow } from "../Database.ts"
+import { hotSpan } from "../internal/span.ts"
+import * as ClaimCursor from "./ClaimCursor.ts"
+import { FairCursor } from "./FairShare.ts"
+import type { Message, Receipt } from "./Message.ts"
+import { pollDelay } from "./Notifier.ts"
+import type { makeQueueControls } from "./QueueControls.ts"
+import { InvalidMessage, type QueueError } from "./QueueError.ts"
+import type { PollOptions, ReadOptions, Target } from "./QueueStore.ts"
+import {
+  byMsgId,
+  byStart,
+  claimOf,
+  type QueueStoreContext,
+  splitTargets,
+  toMessage,
+  toNumber
+} from "./QueueStoreContext.ts"
+
+/** What the claims need of the rest of the store: the archive and the flow-controlled claim. */
+export interface ClaimsDeps {
+  readonly archive: (queue: string, targets: ReadonlyArray<Target>) => Effect.Effect<number, QueueError>
+  readonly readLimited: ReturnType<typeof makeQueueControls>["readLimited"]
+}
+
+/** Builds this part of the queue store on its shared context. */
+export const makeQueueClaims = (
+  {
+    config,
+    notifier,
+    statements,
+    orderStatements,
+    defaultVisibilityMs,
+    validateName,
+    fail,
+    durationMs
+  }: QueueStoreContext,
+  { archive, readLimited }: ClaimsDeps
+) => {
+  /** A read's checked inputs: the queue's name, the limit, the visibility timeout and the statement time. */
+  const readParams = (queue: string, options: ReadOptions | undefined) =>
+    Effect.gen(function* () {
+      const name = yield* validateName(queue)
+      const limit = options?.limit ?? 1
+      if (!Number.isInteger(limit) || limit < 1) {
+        return yield* new InvalidMessage({ queue, reason: "limit must be a positive integer" })
+      }
+      const vtMs = yield* durationMs(queue, options?.visibilityTimeout, defaultVisibilityMs, "visibilityTimeout")
+      const now = yield* statementNow
+      return { name, limit, vtMs, now }
+    })
+
+  const read = (queue: string, options?: ReadOptions) =>
+    Effect.gen(function* () {
+      const { name, limit, vtMs, now } = yield* readParams(queue, options)
+      if (options?.limited === true) {
+        const claimed = yield* readLimited(
+          queue,
+          name.physical,
+          limit,
+          vtMs,
+          options.claimedBy ?? null,
+          now,
+          options.onRateWait
+        )
+        return claimed.messages
+      }
+      const fair = options?.fair
+      if (fair !== undefined && fair !== false) {
+        return yield* readFair(queue, name.physical, limit, vtMs, options?.claimedBy ?? null, fair, now)
+      }
+      const rows = yield* (
+        options?.ordered === true
+          ? orderStatements.messageReadOrdered(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
+          : statements.messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now)
+      ).pipe(Effect.mapError(fail("read from", queue)))
+      return rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
+    }).pipe(hotSpan("QueueStore.read", { queue }))
+
+  // where each plain claim of this store starts (see ClaimCursor)
+  const floors = ClaimCursor.make()
+  const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) =>
+    Effect.gen(function* () {
+      const fair = options?.fair
+      if (options?.limited === true) {
+        // the limited claim archives the successes in its own statement (their slots free)
+        const p = yield* readParams(queue, options)
+        const claimed = yield* readLimited(
+          queue,
+          p.name.physical,
+          p.limit,
+          p.vtMs,
+          options.claimedBy ?? null,
+          p.now,
+          options.onRateWait,
+          splitTargets(receipts).receipts
+        )
+        return { ...claimed, more: claimed.messages.length >= p.limit }
+      }
+      // fair and ordered reads archive first, then claim: an ordered claim must see its key's
+      // head gone to hand the key on
+      if ((fair !== undefined && fair !== false) || options?.ordered === true) {
+        const archived = receipts.length === 0 ? 0 : yield* archive(queue, receipts)
+        const messages = yield* read(queue, options)
+        return { archived, messages, more: messages.length >= (options?.limit ?? 1) }
+      }
+      const { name, limit, vtMs, now } = yield* readParams(queue, options)
+      const startedAt = yield* Clock.currentTimeMillis
+      const from = floors.start(name.physical, startedAt)
+      const ended = (messages: ReadonlyArray<Message>) =>
+        Effect.map(Clock.currentTimeMillis, (at) =>
+          floors.claimed(
+            name.physical,
+            from,
+            startedAt,
+            at - startedAt,
+            messages.map((m) => m.msgId)
+          )
+        )
+      if (receipts.length === 0) {
+        const claimed = yield* statements
+          .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now, from)
+          .pipe(Effect.mapError(fail("read from", queue)))
+        const messages = claimed.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
+        yield* ended(messages)
+        return { archived: 0, messages, more: claimed[0]?.more === true }
+      }
+      const rows = yield* statements
+        .messageArchiveAndRead(
+          name.physical,
+          splitTargets(receipts).receipts,
+          limit,
+          vtMs,
+          options?.claimedBy ?? null,
+          now,
+          from
+        )
+        .pipe(Effect.mapError(fail("archive and read in", queue)))
+      let archived = 0
+      let more = false
+      const messages: Array<Message> = []
+      for (const row of rows) {
+        if (row.archived !== null) {
+          archived = toNumber(row.archived)
+          more = row.more === true
+        } else messages.push(toMessage(queue, row))
+      }
+      yield* ended(messages)
+      return { archived, messages: messages.sort(byMsgId) as ReadonlyArray<Message>, more }
+    }).pipe(hotSpan("QueueStore.archiveAndRead", { queue }))
+
+  const readFair = (
+    queue: string,
+    physical: string,
+    limit: number,
+    vtMs: number,
+    claimedBy: string | null,
+    fair: true | FairCursor,
+    now: Date | null
+  ) =>
+    Effect.gen(function* () {
+      const cursor = fair === true ? new FairCursor() : fair
+      const rows = yield* statements
+        .messageReadFair(physical, limit, vtMs, claimedBy, cursor.snapshot(), now)
+        .pipe(Effect.mapError(fail("read from", queue)))
+      // claim order: by start tag, ties to the oldest (the executors take them in this order)
+      const ordered = [...rows].sort(byStart)
+      cursor.advance(ordered.map(claimOf), rows.length < limit)
+      return ordered.map((row) => toMessage(queue, row)) as ReadonlyArray<Message>
+    })
+
+  const readWithPoll = (queue: string, options: PollOptions) =>
+    Effect.gen(function* () {
+      const name = yield* validateName(queue)
+      const maxWaitMs = yield* durationMs(queue, options.maxWait, 0, "maxWait")
+      const pollMs = yield* durationMs(
+        queue,
+        options.pollInterval,
+        Duration.toMillis(config.pollingInterval),
+        "pollInterval"
+      )
+      // subscribe before the first read, so a send committed in between still wakes us
+      const wakeups = yield* notifier.subscribe([name.physical])
+      const deadline = (yield* Clock.currentTimeMillis) + maxWaitMs
+      while (true) {
+        const messages = yield* read(queue, options)
+        if (messages.length > 0) return messages
+        const remaining = deadline - (yield* Clock.currentTimeMillis)
+        if (remaining <= 0) return messages
+        const status = yield* notifier.status
+        const wait = Duration.min(Duration.millis(remaining), pollDelay(status, Duration.millis(pollMs)))
+        yield* wakeups.await(wait)
+      }
+    }).pipe(Effect.scoped, Effect.withSpan("QueueStore.readWithPoll"))
+
+  return { read, archiveAndRead, readWithPoll }
+}
