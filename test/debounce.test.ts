@@ -1,6 +1,7 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Clock, Effect, Schema } from "effect"
+import { Clock, Effect, Metric, Schema } from "effect"
 import * as Job from "../src/Job/Job.ts"
+import { jobCount } from "../src/Job/JobMetrics.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
@@ -54,6 +55,43 @@ layer(TestDatabase.layer({ visibilityTimeout: "30 seconds", pollingInterval: "10
         [1]
       )
     })
+  )
+
+  it.effect(
+    "a superseded enqueue did not run: its awaiter gets JobDiscarded (Superseded), the metrics count it superseded, not completed",
+    () =>
+      Effect.gen(function* () {
+        const queue = fresh("debounce")
+        const Render = Job.make(
+          "DebouncedRender",
+          {
+            payload: Edit,
+            success: Schema.Struct({ rendered: Schema.Number }),
+            queue,
+            debounce: { key: (p) => p.doc, period: "300 millis" }
+          },
+          ({ rev }) => Effect.succeed({ rendered: rev })
+        )
+        yield* startSupervisor([Render], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+        const refs = yield* Effect.forEach([1, 2, 3], (rev) => Render.enqueue({ doc: "a", rev }))
+        assert.deepStrictEqual(yield* Render.awaitResult(refs[2]!, { timeout: "10 seconds" }), { rendered: 3 })
+        for (const ref of refs.slice(0, 2)) {
+          const error = yield* Render.awaitResult(ref, { timeout: "10 seconds" }).pipe(Effect.flip)
+          assert.strictEqual(error._tag, "JobDiscarded")
+          if (error._tag === "JobDiscarded") assert.strictEqual(error.errorClass, "Superseded")
+        }
+        const count = (status: string) =>
+          Effect.map(
+            Metric.value(jobCount.pipe(Metric.withAttributes({ queue, job: "DebouncedRender", status }))),
+            (state) => state.count
+          )
+        yield* eventually(
+          "two superseded counted",
+          Effect.map(count("superseded"), (n) => n === 2)
+        )
+        assert.strictEqual(yield* count("completed"), 1, "only the delivery that ran completed")
+        assert.strictEqual(yield* count("failed"), 0, "a superseded delivery is not a failure")
+      })
   )
 
   it.effect("an enqueue after the run opens a new window; maxWait bounds a burst that never goes quiet", () =>

@@ -62,6 +62,11 @@ export type Outcome =
   | { readonly _tag: "Abandoned" }
   /** A typed error the job's `discardOn` names: archive the message with a `discarded` mark, no retry, no DLQ. */
   | { readonly _tag: "Discarded"; readonly failure: Failure }
+  /**
+   * A debounced delivery that a later enqueue of its key replaced: archived without running,
+   * with a discarded mark whose error class is `Superseded` (its awaiters get `JobDiscarded`).
+   */
+  | { readonly _tag: "Superseded" }
   /** The handler snoozed (`Job.snooze`): back in the queue after `delayMs`, the attempt not counted. */
   | { readonly _tag: "Snoozed"; readonly delayMs: number }
 
@@ -176,7 +181,7 @@ export const runDebounced = (
   return debouncer.close(name, key, m).pipe(
     Effect.matchEffect({
       onFailure: (error) => Effect.map(Random.next, (random) => decide(Exit.fail(error), m.readCt, policy, random)),
-      onSuccess: (last): Effect.Effect<Outcome> => (last ? run : Effect.succeed({ _tag: "Succeeded" }))
+      onSuccess: (last): Effect.Effect<Outcome> => (last ? run : Effect.succeed({ _tag: "Superseded" }))
     })
   )
 }
@@ -396,6 +401,23 @@ export const makeCompleter = ({ store, registry, recordBatchOutcomes, uniqueKeys
           Effect.tap((archived) => releaseKeys(archived ? [m] : [])),
           Effect.asVoid,
           Effect.catch((error) => Effect.logError("pgbus: discarding a job failed", error))
+        )
+      case "Superseded":
+        return retryTransient(
+          store.outcomes.archiveWith(m.queue, receipt, {
+            [DISCARDED_HEADER]: encodeFailure({
+              errorClass: "Superseded",
+              message: "a later enqueue of its debounce key replaced it: it did not run",
+              attempt: m.readCt
+            })
+          })
+        ).pipe(
+          // as before this outcome had its name: a batch counts a superseded member as done
+          Effect.tap((archived) => endBatchMembers(archived ? [m] : [], "completed")),
+          Effect.tap((archived) => releaseKeys(archived ? [m] : [])),
+          Effect.tap((archived) => (archived ? notifyOutcome(m) : Effect.void)),
+          Effect.asVoid,
+          Effect.catch((error) => Effect.logError("pgbus: archiving a superseded job failed", error))
         )
       case "Snoozed":
         return retryTransient(store.outcomes.snooze(m.queue, receipt, outcome.delayMs)).pipe(

@@ -76,6 +76,7 @@ const breakerVerdict: { readonly [K in Outcome["_tag"]]: boolean | undefined } =
   DeadLetter: true,
   Abandoned: undefined,
   Discarded: undefined,
+  Superseded: undefined,
   Snoozed: undefined
 }
 

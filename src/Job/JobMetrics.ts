@@ -1,7 +1,8 @@
 /**
  * The job metrics, recorded by the worker for every delivery that ends: counts by queue, job
  * and status (`completed`, `failed`, and of the failures `retried`, `dead_lettered` or `discarded`), and run
- * times by queue and job. Names as seed 002 gives them.
+ * times by queue and job; and `superseded`, a debounced delivery replaced by a later enqueue of
+ * its key (it did not run). Names as seed 002 gives them.
  *
  * @since 0.1.0
  */
@@ -9,12 +10,12 @@ import { type Context, Effect, Metric } from "effect"
 import { boundedMemo } from "../internal/memo.ts"
 
 /** What ended a delivery, as the counter's `status` label says it. */
-export type JobStatus = "completed" | "failed" | "retried" | "dead_lettered" | "discarded"
+export type JobStatus = "completed" | "failed" | "retried" | "dead_lettered" | "discarded" | "superseded"
 
 /** Job deliveries by queue, job and status. */
 export const jobCount = Metric.counter("pgbus_queue_job_count", {
   description:
-    "job deliveries that ended, by queue, job and status (completed, failed; failed ones also retried, dead_lettered or discarded)"
+    "job deliveries that ended, by queue, job and status (completed, failed; failed ones also retried, dead_lettered or discarded; superseded: a debounced delivery replaced by a later one, not run)"
 })
 
 /** Run time of job deliveries, in milliseconds, by queue and job. */
@@ -49,10 +50,11 @@ export const recordJobUnsafe = (
   context: Context.Context<never>,
   queue: string,
   job: string,
-  status: "completed" | "retried" | "dead_lettered" | "discarded",
+  status: "completed" | "retried" | "dead_lettered" | "discarded" | "superseded",
   ms: number
 ): void => {
-  if (status !== "completed") counterOf(`${queue}\u0000${job}\u0000failed`).updateUnsafe(1, context)
+  if (status !== "completed" && status !== "superseded")
+    counterOf(`${queue}\u0000${job}\u0000failed`).updateUnsafe(1, context)
   counterOf(`${queue}\u0000${job}\u0000${status}`).updateUnsafe(1, context)
   durationOf(`${queue}\u0000${job}`).updateUnsafe(ms, context)
 }

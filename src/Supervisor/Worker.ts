@@ -77,6 +77,15 @@ export interface WorkerDeps {
   readonly mayRead?: ((queue: string) => boolean) | undefined
 }
 
+/** The metrics' status of each outcome that ends a delivery. */
+const STATUS_OF = {
+  Succeeded: "completed",
+  Retry: "retried",
+  DeadLetter: "dead_lettered",
+  Discarded: "discarded",
+  Superseded: "superseded"
+} as const
+
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
 const FLUSH_DEFER = Duration.millis(250)
 
@@ -348,6 +357,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           stats.abandoned++
           break
         case "Discarded":
+        case "Superseded":
         case "Snoozed":
           break
       }
@@ -369,23 +379,17 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
 
     /** Counts and times a delivery that ended (an abandoned one did not). */
     const recordOutcome = (m: Message, outcome: Outcome, startedAt: number) => {
-      // an abandoned or snoozed delivery did not end; a discarded one is in the metrics only (job_stats has no column for it)
+      // an abandoned or snoozed delivery did not end; a discarded or superseded one is in the
+      // metrics only (job_stats has no column for it; a superseded one did not run)
       if (outcome._tag === "Abandoned" || outcome._tag === "Snoozed") return
-      const status =
-        outcome._tag === "Succeeded"
-          ? "completed"
-          : outcome._tag === "Retry"
-            ? "retried"
-            : outcome._tag === "Discarded"
-              ? "discarded"
-              : "dead_lettered"
+      const status = STATUS_OF[outcome._tag]
       const now = clock.currentTimeMillisUnsafe()
       const ms = now - startedAt
-      readAhead.ran(ms)
+      if (status !== "superseded") readAhead.ran(ms)
       const name = jobOf(registry, m).name
       recordJobUnsafe(metricsContext, m.queue, name, status, ms)
       // pickup latency of a first delivery: enqueued -> started (a scheduled job's delay included)
-      if (status !== "discarded") {
+      if (status !== "discarded" && status !== "superseded") {
         recordStats?.(m.queue, name, status, ms, m.readCt === 1 ? startedAt - m.enqueuedAt.getTime() : undefined, now)
       }
     }
