@@ -24,6 +24,7 @@ import { Operations } from "../Operations/Operations.ts"
 import type { OperationsError } from "../Operations/OperationsError.ts"
 import type { QueueStates } from "../Queue/QueueStates.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
+import type { RecurringScheduler } from "../Recurring/Scheduler.ts"
 import type { Processes } from "../Supervisor/Processes.ts"
 import type { WorkflowClient } from "../Workflow/Client.ts"
 import { CSRF_FIELD, makeCsrf } from "./Csrf.ts"
@@ -55,6 +56,7 @@ export type DashboardRequirements =
   | QueueStates
   | Processes
   | WorkflowClient
+  | RecurringScheduler
 
 /**
  * `serve` was asked to listen beyond the loopback without an `authorize` hook.

@@ -13,6 +13,7 @@ import { insights } from "./pages/Insights.ts"
 import { overview } from "./pages/Overview.ts"
 import { processes } from "./pages/Processes.ts"
 import { queues } from "./pages/Queues.ts"
+import { recurring } from "./pages/Recurring.ts"
 import { workflows } from "./pages/Workflows.ts"
 
 /** Every page module, in navigation order. */
@@ -21,6 +22,7 @@ export const pageModules: ReadonlyArray<PageModule> = [
   queues,
   deadLetters,
   flow,
+  recurring,
   processes,
   events,
   batches,

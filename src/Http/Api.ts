@@ -368,19 +368,41 @@ const flow = HttpApiGroup.make("flow")
     }).annotate(OpenApi.Description, "Drop a job's run-time rate: back to its definition's (null: it has none)")
   )
 
+const recurring = HttpApiGroup.make("recurring")
+  .add(
+    HttpApiEndpoint.get("list", "/recurring", {
+      success: Schema.Array(Model.RecurringTaskView),
+      error: ReadErrors
+    }).annotate(
+      OpenApi.Description,
+      "Every recurring task the scheduler's leader stored: its schedule, the job or workflow it fires, its queue, catch-up, last and next fire, and its fires in the ledger"
+    )
+  )
+  .add(
+    HttpApiEndpoint.post("runNow", "/recurring/:key/run-now", {
+      params: { key: Schema.String },
+      payload: Schema.Struct({ reason: Reason }),
+      success: Model.RecurringFireView,
+      error: WriteErrors
+    }).annotate(
+      OpenApi.Description,
+      "Fire a recurring task now (a manual fire in the ledger; its schedule is unchanged): enqueue its job, or start its workflow's run (the workflow must be registered in the serving process). Unknown key: 404"
+    )
+  )
+
 /**
  * The API, unprefixed (`Http.layer` mounts it under its path).
  *
  * @category models
  */
 export const PgBusApi = HttpApi.make("pgbus")
-  .add(health, queues, deadLetters, workflows, bus, flow)
+  .add(health, queues, deadLetters, workflows, bus, flow, recurring)
   .middleware(ApiAccess)
   .annotate(OpenApi.Title, "effect-pgbus operations API")
   .annotate(OpenApi.Version, VERSION)
   .annotate(
     OpenApi.Description,
-    "Queues, jobs, dead letters, processes, workflows, events, the outbox, batches and flow-control locks and rates. Write routes need the app's authorize hook."
+    "Queues, jobs, dead letters, processes, workflows, events, the outbox, batches, flow-control locks and rates, and recurring tasks. Write routes need the app's authorize hook."
   )
 
 /** The API mounted under a path (every route prefixed). */

@@ -12,6 +12,7 @@ import { locksView } from "../Operations/Locks.ts"
 import { Operations } from "../Operations/Operations.ts"
 import { NotFound, type OperationsError } from "../Operations/OperationsError.ts"
 import { jobRateView } from "../Operations/Rates.ts"
+import { recurringFireView, recurringTaskView } from "../Operations/Recurring.ts"
 import type { RunFilter } from "../Operations/Workflows.ts"
 import { type RunStatus, RunStatuses } from "../Workflow/States.ts"
 import { type ApiAccess, Caller, type CallerShape, requireClusterWide, requireWrite } from "./Access.ts"
@@ -135,7 +136,8 @@ export const handlers = (
   | HttpApiGroup.Service<"pgbus", "deadLetters">
   | HttpApiGroup.Service<"pgbus", "workflows">
   | HttpApiGroup.Service<"pgbus", "bus">
-  | HttpApiGroup.Service<"pgbus", "flow">,
+  | HttpApiGroup.Service<"pgbus", "flow">
+  | HttpApiGroup.Service<"pgbus", "recurring">,
   never,
   Operations | ApiAccess
 > => {
@@ -351,5 +353,22 @@ export const handlers = (
     })
   )
 
-  return Layer.mergeAll(health, queues, deadLetters, workflows, bus, flow)
+  const recurring = HttpApiBuilder.group(api, "recurring", (h) =>
+    Effect.gen(function* () {
+      const ops = yield* Operations
+      return h
+        .handle("list", () =>
+          clusterWide(() => Effect.map(ops.recurringTasks, (tasks) => tasks.map(recurringTaskView)))
+        )
+        .handle("runNow", ({ params, payload }) =>
+          write(
+            (change) => Effect.map(ops.runRecurringNow(params.key, change), recurringFireView),
+            { clusterWide: true },
+            payload.reason
+          )
+        )
+    })
+  )
+
+  return Layer.mergeAll(health, queues, deadLetters, workflows, bus, flow, recurring)
 }

@@ -17,6 +17,7 @@ import type { PgBusConfig } from "../Config.ts"
 import { Operations } from "../Operations/Operations.ts"
 import type { QueueStates } from "../Queue/QueueStates.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
+import type { RecurringScheduler } from "../Recurring/Scheduler.ts"
 import type { Processes } from "../Supervisor/Processes.ts"
 import type { WorkflowClient } from "../Workflow/Client.ts"
 import { type AccessOptions, layerAccess } from "./Access.ts"
@@ -34,7 +35,14 @@ export interface ApiOptions extends AccessOptions {
 }
 
 /** What the API needs of `PgBus.layer`. */
-export type ApiRequirements = PgBusConfig | SqlClient.SqlClient | QueueStore | QueueStates | Processes | WorkflowClient
+export type ApiRequirements =
+  | PgBusConfig
+  | SqlClient.SqlClient
+  | QueueStore
+  | QueueStates
+  | Processes
+  | WorkflowClient
+  | RecurringScheduler
 
 /** The mount path of the API. */
 export const pathOf = (options: ApiOptions): `/${string}` => options.path ?? "/pgbus/api"

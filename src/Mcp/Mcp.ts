@@ -19,6 +19,7 @@ import type { RunSummary } from "../Operations/Model.ts"
 import { type ActVerb, Operations } from "../Operations/Operations.ts"
 import type { OperationsError } from "../Operations/OperationsError.ts"
 import { jobRateView } from "../Operations/Rates.ts"
+import { recurringFireView, recurringTaskView } from "../Operations/Recurring.ts"
 import { VERSION } from "../version.ts"
 import { AllTools, ReadTools, type WriteResult } from "./Tools.ts"
 
@@ -87,7 +88,8 @@ const readHandlers = Effect.gen(function* () {
     pgbus_workflow_stats: (p: { readonly workflowClass: string; readonly windowMs?: number | undefined }) =>
       ops.workflowStats(p.workflowClass, { windowMs: p.windowMs }),
     pgbus_locks: () => Effect.map(ops.locks, locksView),
-    pgbus_job_rates: () => Effect.map(ops.jobRates, (rates) => ({ items: rates.map(jobRateView) }))
+    pgbus_job_rates: () => Effect.map(ops.jobRates, (rates) => ({ items: rates.map(jobRateView) })),
+    pgbus_recurring: () => Effect.map(ops.recurringTasks, (tasks) => ({ items: tasks.map(recurringTaskView) }))
   }
 })
 
@@ -242,6 +244,17 @@ const writeHandlers = Effect.gen(function* () {
               workflow: null
             })
           ),
+          Effect.catch((error) => refused(undefined, error))
+        )
+      }),
+    pgbus_recurring_run_now: (p: { readonly key: string; readonly reason: string }) =>
+      Effect.gen(function* () {
+        const actor = yield* actorOf
+        return yield* ops.runRecurringNow(p.key, { actor, reason: p.reason.trim() }).pipe(
+          Effect.map((fire): WriteResult => {
+            const view = recurringFireView(fire)
+            return { ok: true, reason: view.summary, workflow: null, fire: view }
+          }),
           Effect.catch((error) => refused(undefined, error))
         )
       })

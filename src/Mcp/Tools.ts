@@ -1,8 +1,9 @@
 /**
  * The MCP tools: read tools for health, queues, dead letters, processes, workflows, one
- * workflow, needs attention, workflow definitions and stats, flow-control locks and job rates
- * (annotated read-only), and the write tools (resume, cancel, skip step, resume at, run now,
- * signal, dead-letter retry, set a job's rate, release a uniqueness key), each
+ * workflow, needs attention, workflow definitions and stats, flow-control locks, job rates and
+ * recurring tasks (annotated read-only), and the write tools (resume, cancel, skip step, resume
+ * at, run now, signal, dead-letter retry, set a job's rate, release a uniqueness key, run a
+ * recurring task now), each
  * requiring a `reason` (1 to 500 characters after trimming) and the `expectedStatus` the agent
  * read, annotated destructive (cancel also idempotent). There are no bulk tools: one audited
  * call per run.
@@ -125,6 +126,13 @@ export const JobRates = read(
   Items(Model.JobRateView)
 )
 
+export const RecurringTasks = read(
+  "pgbus_recurring",
+  "Every recurring task: its schedule (cron, zone), the job or workflow it fires, its queue, catch-up, last and next fire, fires in the ledger",
+  Tool.EmptyParams,
+  Items(Model.RecurringTaskView)
+)
+
 /** The read tools. */
 export const ReadTools = Toolkit.make(
   Health,
@@ -137,7 +145,8 @@ export const ReadTools = Toolkit.make(
   Definitions,
   Stats,
   Locks,
-  JobRates
+  JobRates,
+  RecurringTasks
 )
 
 // ---- write tools ----
@@ -160,7 +169,9 @@ export const WriteResult = Schema.Struct({
   status: Schema.optional(Schema.String),
   allowed: Schema.optional(Schema.Array(Schema.String)),
   /** A rate tool: the job's rate after (null: it has none). */
-  rate: Schema.optional(Schema.NullOr(Model.JobRateView))
+  rate: Schema.optional(Schema.NullOr(Model.JobRateView)),
+  /** The recurring run-now tool: what the fire did. */
+  fire: Schema.optional(Model.RecurringFireView)
 })
 export type WriteResult = typeof WriteResult.Type
 
@@ -234,6 +245,12 @@ export const ReleaseUniqueKey = write(
   { job: Schema.String, key: Schema.String, reason: Reason }
 )
 
+export const RecurringRunNow = write(
+  "pgbus_recurring_run_now",
+  "Fire a recurring task now (its schedule is unchanged; recorded in the ledger as a manual fire): enqueue its job, or start its workflow's run when the workflow is registered in this server's process",
+  { key: Schema.String.annotate({ description: "the task's key, as pgbus_recurring lists it" }), reason: Reason }
+)
+
 /** The write tools (present only when `mcpWriteTools` is on). */
 export const WriteTools = Toolkit.make(
   Resume,
@@ -244,7 +261,8 @@ export const WriteTools = Toolkit.make(
   Signal,
   DeadLetterRetry,
   SetJobRate,
-  ReleaseUniqueKey
+  ReleaseUniqueKey,
+  RecurringRunNow
 )
 
 /** Every tool. */

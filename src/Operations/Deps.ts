@@ -15,6 +15,7 @@ import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
 import { makeQueueQuerySql } from "../Queue/QueueQuerySql.ts"
 import type { QueueStates } from "../Queue/QueueStates.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
+import type { RecurringScheduler } from "../Recurring/Scheduler.ts"
 import type { Registry } from "../Registry.ts"
 import type { Processes } from "../Supervisor/Processes.ts"
 import type { WorkflowClient } from "../Workflow/Client.ts"
@@ -30,6 +31,7 @@ export interface Deps {
   readonly states: QueueStates["Service"]
   readonly processes: Processes["Service"]
   readonly workflows: WorkflowClient["Service"]
+  readonly recurring: RecurringScheduler["Service"]
   readonly registry: Option.Option<Registry["Service"]>
   readonly queueSql: ReturnType<typeof makeQueueQuerySql>
   readonly workflowSql: ReturnType<typeof makeWorkflowQuerySql>

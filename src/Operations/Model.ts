@@ -505,7 +505,9 @@ export const Overview = Schema.Struct({
   processes: Schema.Array(ProcessSummary),
   workflows: Schema.Struct({ ongoing: Schema.Number, paused: Schema.Number, stuck: Schema.Number }),
   outboxPending: Schema.Number,
-  batchesPending: Schema.Number
+  batchesPending: Schema.Number,
+  /** Recurring tasks stored, and the soonest next fire among them. */
+  recurring: Schema.Struct({ total: Schema.Number, nextTask: NullableString, nextRunAt: NullableString })
 })
 export type Overview = typeof Overview.Type
 
@@ -617,3 +619,46 @@ export type JobRateView = typeof JobRateView.Type
 
 /** A uniqueness key released by hand, and the message that held it. */
 export const ReleasedKey = Schema.Struct({ job: Schema.String, key: Schema.String, holder: Schema.String })
+
+// ---- recurring tasks ----
+
+/** A recurring task as the scheduler's leader stored it, with its last and next fire. */
+export const RecurringTaskView = Schema.Struct({
+  key: Schema.String,
+  /** As written in code (a cron, a macro or a phrase). */
+  schedule: Schema.String,
+  cron: Schema.String,
+  timeZone: Schema.String,
+  /** `job`: each fire enqueues `job`; `workflow`: each fire starts a run of `workflow`. */
+  kind: Schema.Literals(["job", "workflow"]),
+  job: NullableString,
+  workflow: NullableString,
+  queue: Schema.String,
+  description: NullableString,
+  /** Slots missed while no scheduler ran: the newest fires (`one`), none, or all. */
+  catchUp: Schema.Literals(["one", "none", "all"]),
+  /** Since when its schedule (cron and zone) is the one stored. */
+  activeSince: Schema.String,
+  /** Its latest fire, scheduled or run now. */
+  lastRunAt: NullableString,
+  /** Its next slot after now (null when the stored cron cannot be read). */
+  nextRunAt: NullableString,
+  /** Fires in the ledger (kept for the retention). */
+  fires: Schema.Number
+})
+export type RecurringTaskView = typeof RecurringTaskView.Type
+
+/** What a run-now did: the job's message, the run it started, or the singleton run holding the slot. */
+export const RecurringFireView = Schema.Struct({
+  task: Schema.String,
+  /** The manual fire's time, as recorded in the ledger. */
+  runAt: Schema.String,
+  queue: Schema.String,
+  /** `<queue>:<msg_id>` of the job's message (null for a workflow's schedule). */
+  messageId: NullableString,
+  runId: NullableString,
+  skippedFor: NullableString,
+  /** What it did, in words. */
+  summary: Schema.String
+})
+export type RecurringFireView = typeof RecurringFireView.Type

@@ -12,6 +12,7 @@ import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
+import { RecurringScheduler } from "../Recurring/Scheduler.ts"
 import { Registry } from "../Registry.ts"
 import { Processes } from "../Supervisor/Processes.ts"
 import { WorkflowClient } from "../Workflow/Client.ts"
@@ -24,6 +25,7 @@ import type { Overview } from "./Model.ts"
 import type { OperationsError } from "./OperationsError.ts"
 import { makeQueues } from "./Queues.ts"
 import { makeRates } from "./Rates.ts"
+import { makeRecurring } from "./Recurring.ts"
 import { makeStats } from "./Stats.ts"
 import { makeWorkflows } from "./Workflows.ts"
 
@@ -40,6 +42,7 @@ const build = (deps: Deps) => {
   const stats = makeStats(deps)
   const rates = makeRates(deps)
   const locks = makeLocks(deps)
+  const recurring = makeRecurring(deps)
 
   /** The home page: the verdict, and one number per area. */
   const overview: Effect.Effect<Overview, OperationsError> = Effect.gen(function* () {
@@ -49,6 +52,13 @@ const build = (deps: Deps) => {
     const counts = yield* workflows.counts({ ongoingOnly: true })
     const outbox = yield* bus.outbox({ limit: 1 })
     const batches = yield* bus.batches({ limit: 1 })
+    const tasks = yield* recurring.recurringTasks
+    const next = tasks
+      .filter((t) => t.nextRunAt !== null)
+      .reduce<(typeof tasks)[number] | undefined>(
+        (soonest, t) => (soonest === undefined || t.nextRunAt! < soonest.nextRunAt! ? t : soonest),
+        undefined
+      )
     const sum = (f: (q: (typeof summaries)[number]) => number) => summaries.reduce((n, q) => n + f(q), 0)
     const by = counts.byStatus
     return {
@@ -68,7 +78,12 @@ const build = (deps: Deps) => {
         stuck: Object.values(counts.stuck).reduce((n, c) => n + c, 0)
       },
       outboxPending: outbox.counts.pending + outbox.counts.failing,
-      batchesPending: batches.counts.pending
+      batchesPending: batches.counts.pending,
+      recurring: {
+        total: tasks.length,
+        nextTask: next?.key ?? null,
+        nextRunAt: next?.nextRunAt?.toISOString() ?? null
+      }
     }
   })
 
@@ -112,7 +127,9 @@ const build = (deps: Deps) => {
     locks: locks.locks,
     releaseUniqueKey: locks.releaseUniqueKey,
     blockedKeys: queues.blockedKeys,
-    releaseKey: queues.releaseKey
+    releaseKey: queues.releaseKey,
+    recurringTasks: recurring.recurringTasks,
+    runRecurringNow: recurring.runRecurringNow
   }
 }
 
@@ -127,12 +144,13 @@ export type OperationsShape = ReturnType<typeof build>
 export class Operations extends Context.Service<Operations, OperationsShape>()("effect-pgbus/Operations") {
   /**
    * The service on `PgBus.layer`'s services. A `Registry` present when it is built is used to
-   * tell loaded workflow classes and to check signal payloads against their declared Schemas.
+   * tell loaded workflow classes, to check signal payloads against their declared Schemas, and
+   * to start a workflow's schedule run now.
    */
   static readonly layer: Layer.Layer<
     Operations,
     never,
-    PgBusConfig | SqlClient.SqlClient | QueueStore | QueueStates | Processes | WorkflowClient
+    PgBusConfig | SqlClient.SqlClient | QueueStore | QueueStates | Processes | WorkflowClient | RecurringScheduler
   > = Layer.effect(
     Operations,
     Effect.gen(function* () {
@@ -145,6 +163,7 @@ export class Operations extends Context.Service<Operations, OperationsShape>()("
         states: yield* QueueStates,
         processes: yield* Processes,
         workflows: yield* WorkflowClient,
+        recurring: yield* RecurringScheduler,
         registry: yield* Effect.serviceOption(Registry),
         ...statementsOf(sql, config.schema)
       })

@@ -9,13 +9,23 @@ import { Schema } from "effect"
 import { DatabaseError } from "../Database.ts"
 
 /**
- * The queue, job, dead letter, run or batch does not exist (or, for a run, belongs to another
+ * The queue, job, dead letter, run, batch or recurring task does not exist (or, for a run, belongs to another
  * resource than the caller's).
  *
  * @category errors
  */
 export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", {
-  kind: Schema.Literals(["queue", "job", "dead letter", "run", "batch", "step", "uniqueness key", "blocked key"]),
+  kind: Schema.Literals([
+    "queue",
+    "job",
+    "dead letter",
+    "run",
+    "batch",
+    "step",
+    "uniqueness key",
+    "blocked key",
+    "recurring task"
+  ]),
   id: Schema.String
 }) {
   override get message(): string {

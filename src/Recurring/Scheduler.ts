@@ -62,6 +62,8 @@ export interface TaskSummary {
   readonly schedule: string
   readonly cron: string
   readonly timeZone: string
+  /** `job` (enqueues `job`) or `workflow` (a workflow's schedule: `job` names the workflow). */
+  readonly kind: "job" | "workflow"
   readonly job: string
   readonly queue: string
   readonly description: string | null
@@ -321,6 +323,7 @@ export class RecurringScheduler extends Context.Service<
           schedule: row.schedule,
           cron: row.cron,
           timeZone: row.time_zone,
+          kind: row.kind,
           job: row.job,
           queue: row.queue,
           description: row.description,

@@ -8,7 +8,7 @@
 import { Effect } from "effect"
 import { Operations } from "../../Operations/Operations.ts"
 import { sparkline } from "../Charts.ts"
-import { num } from "../Format.ts"
+import { ago, num } from "../Format.ts"
 import { html } from "../Html.ts"
 import type { PageModule } from "../Page.ts"
 import { card } from "../Views.ts"
@@ -45,6 +45,7 @@ ${card("Processes", `${o.verdict.processes.healthy}/${o.processes.length}`, `hea
 ${card("Workflows needing attention", num(o.workflows.stuck), `${num(o.workflows.ongoing)} ongoing, ${num(o.workflows.paused)} paused`, link("/workflows/attention"))}
 ${card("Outbox", num(o.outboxPending), "entries not yet published", link("/events"))}
 ${card("Batches", num(o.batchesPending), "pending batches", link("/batches"))}
+${card("Recurring tasks", num(o.recurring.total), o.recurring.nextRunAt === null ? "none scheduled: a supervisor with tasks syncs them" : html`next fire ${ago(o.recurring.nextRunAt, ctx.now)}: <code>${o.recurring.nextTask}</code>`, link("/recurring"))}
 </div>
 <h2>The last hour</h2>
 <div class="grid2">${sparkline(

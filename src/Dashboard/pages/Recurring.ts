@@ -1,0 +1,78 @@
+/**
+ * Recurring tasks: every task the scheduler's leader stored, with its schedule in words and as
+ * cron, what it fires (a job, or a workflow's run) on which queue, its catch-up, when it last
+ * fired and when it fires next, and a Run now button (with a reason) that fires it at once
+ * through the scheduler's ledger, its schedule unchanged.
+ *
+ * @since 0.1.0
+ */
+import { Effect } from "effect"
+import { Operations } from "../../Operations/Operations.ts"
+import { describeFire, recurringTaskView } from "../../Operations/Recurring.ts"
+import { ago, num } from "../Format.ts"
+import { html } from "../Html.ts"
+import { field, ok, type PageModule, postForm } from "../Page.ts"
+import { card, n, table } from "../Views.ts"
+
+/** What each catch-up setting does, in words. */
+const catchUpText = {
+  one: "after downtime, fires the newest missed slot",
+  none: "after downtime, skips missed slots",
+  all: "after downtime, fires every missed slot"
+} as const
+
+export const recurring: PageModule = {
+  pages: [
+    {
+      path: "/recurring",
+      nav: "Recurring",
+      clusterWide: true,
+      title: () => "Recurring tasks",
+      view: (ctx) =>
+        Effect.gen(function* () {
+          const tasks = (yield* (yield* Operations).recurringTasks).map(recurringTaskView)
+          const upcoming = tasks
+            .filter((t) => t.nextRunAt !== null)
+            .sort((a, b) => (a.nextRunAt! < b.nextRunAt! ? -1 : 1))[0]
+          const fires = tasks.reduce((s, t) => s + t.fires, 0)
+          return html`<h1>Recurring tasks</h1>
+<div class="cards">
+${card("tasks", num(tasks.length), "stored by the scheduler's leader (a supervisor with tasks syncs them)")}
+${card("next fire", upcoming === undefined ? "—" : ago(upcoming.nextRunAt, ctx.now), upcoming === undefined ? "no task is scheduled" : html`<code>${upcoming.key}</code>`)}
+${card("fires", num(fires), "in the ledger (kept for the retention; each task's latest stays)")}
+</div>
+${table(
+  ["task", "schedule", "runs", "queue", "catch-up", "last run", "next run", n("fires"), ""],
+  tasks.map((t) => [
+    html`<code>${t.key}</code>${t.description === null ? "" : html`<br><small class="muted">${t.description}</small>`}`,
+    html`${t.schedule}${t.schedule === t.cron ? "" : html` <small class="muted">(${t.cron})</small>`}<br><small class="muted">${t.timeZone}</small>`,
+    t.kind === "job" ? html`job ${t.job}` : html`a run of workflow ${t.workflow}`,
+    t.queue,
+    html`<span title="${catchUpText[t.catchUp]}">${t.catchUp}</span>`,
+    t.lastRunAt === null ? "never" : ago(t.lastRunAt, ctx.now),
+    t.nextRunAt === null ? "—" : ago(t.nextRunAt, ctx.now),
+    num(t.fires),
+    postForm(ctx, "/recurring/run-now", { label: "Run now", reason: true, hidden: { key: t.key } })
+  ]),
+  {
+    empty: "no recurring task (a supervisor with tasks syncs them when it leads the scheduler)",
+    id: "recurring-tasks"
+  }
+)}
+<p class="muted">Run now fires a task at once, recorded in the ledger as a manual fire; its schedule is unchanged. A workflow's schedule starts its run only where the workflow is registered (the app's Registry layer).</p>`
+        })
+    }
+  ],
+  actions: [
+    {
+      path: "/recurring/run-now",
+      clusterWide: true,
+      run: ({ form, change }) =>
+        Effect.gen(function* () {
+          const fire = yield* (yield* Operations).runRecurringNow(field(form, "key") ?? "", change)
+          const text = describeFire(fire)
+          return ok(`${text.charAt(0).toUpperCase()}${text.slice(1)}`)
+        })
+    }
+  ]
+}
