@@ -1,9 +1,12 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect, Layer, Schema } from "effect"
+import { Effect, Layer, Result, Schema } from "effect"
+import { SqlClient } from "effect/sql"
 import * as Http from "../src/Http/Http.ts"
 import * as Job from "../src/Job/Job.ts"
 import type { Failure } from "../src/Queue/Message.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import * as Recurring from "../src/Recurring/Recurring.ts"
+import { RecurringScheduler } from "../src/Recurring/Scheduler.ts"
 import { Registry } from "../src/Registry.ts"
 import { performNextStep } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
@@ -97,7 +100,8 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             `/workflows/${runId}`,
             "/events",
             "/outbox?state=pending",
-            "/batches?status=pending"
+            "/batches?status=pending",
+            "/recurring"
           ]
           for (const route of routes) {
             const answer = yield* call("GET", `${api}${route}`)
@@ -122,6 +126,8 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           assert.strictEqual(openapi.json.info.title, "effect-pgbus operations API")
           assert.property(openapi.json.paths, `${api}/workflows/{id}/cancel`)
           assert.property(openapi.json.paths, `${api}/queues/{queue}/pause`)
+          assert.property(openapi.json.paths, `${api}/recurring`)
+          assert.property(openapi.json.paths, `${api}/recurring/{key}/run-now`)
           const docs = yield* call("GET", `${api}/docs`)
           assert.strictEqual(docs.status, 200)
           assert.include(docs.contentType, "text/html")
@@ -277,6 +283,106 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           assert.strictEqual(reset.status, 200, reset.text)
           assert.deepStrictEqual([reset.json.override, reset.json.effective], [null, { limit: 5, periodMs: 1000 }])
         })
+      )
+
+      it.effect(
+        "recurring tasks: listed with last and next fire; run-now enqueues (the ledger row names its message), starts a registered workflow's schedule, refuses bad keys and tenants",
+        () =>
+          Effect.gen(function* () {
+            const queue = unique("recq")
+            const Nightly = Job.make(unique("HttpNightly"), { payload: Payload, queue }, () => Effect.void)
+            const Sync = Workflow.make(
+              "HttpSync",
+              { payload: Payload, schedule: "every day at 3am", schedulePayload: { id: 9 } },
+              function* (run) {
+                return yield* Workflow.step("sync", Effect.succeed(run.payload.id))
+              }
+            )
+            const nightly = Recurring.make("http-nightly", {
+              schedule: "0 2 * * *",
+              timezone: "Europe/Berlin",
+              job: Nightly,
+              payload: { id: 1 },
+              description: "the nightly report"
+            })
+            const sync = Result.getOrThrow(Recurring.fromWorkflow(Sync))!
+            yield* (yield* RecurringScheduler).sync([nightly, sync])
+            const sql = yield* SqlClient.SqlClient
+            const ledger = (key: string) =>
+              sql<{ readonly manual: boolean; readonly msg_id: bigint | null }>`SELECT manual, msg_id
+                FROM pgbus.recurring_executions WHERE task_key = ${key}`
+            const bare = yield* withApi(hooked)
+            const loaded = yield* withApi(hooked).pipe(Effect.provide(Registry.layer([Sync])))
+
+            const listed = yield* bare("GET", `${api}/recurring`, undefined, reader)
+            assert.strictEqual(listed.status, 200, listed.text)
+            const row = listed.json.find((t: { key: string }) => t.key === "http-nightly")
+            assert.deepStrictEqual(
+              [row.kind, row.job, row.workflow, row.queue, row.timeZone, row.description, row.lastRunAt, row.fires],
+              ["job", Nightly.name, null, queue, "Europe/Berlin", "the nightly report", null, 0]
+            )
+            // 02:00 in Berlin is 00:00 or 01:00 UTC
+            assert.match(row.nextRunAt, /T0[01]:00:00\.000Z$/)
+            const flowRow = listed.json.find((t: { key: string }) => t.key === "workflow:HttpSync")
+            assert.deepStrictEqual([flowRow.kind, flowRow.job, flowRow.workflow], ["workflow", null, "HttpSync"])
+            const tenant = yield* bare("GET", `${api}/recurring`, undefined, { ...reader, "x-tenant": "acme" })
+            assert.strictEqual(tenant.status, 403)
+            const overview = yield* bare("GET", `${api}/overview`, undefined, reader)
+            assert.strictEqual(overview.json.recurring.total, 2)
+            assert.include(["http-nightly", "workflow:HttpSync"], overview.json.recurring.nextTask)
+
+            const run = `${api}/recurring/http-nightly/run-now`
+            assert.strictEqual((yield* bare("POST", run, { reason: "x" }, reader)).status, 403, "a reader")
+            const scoped = yield* bare("POST", run, { reason: "x" }, { ...writer, "x-tenant": "acme" })
+            assert.deepStrictEqual([scoped.status, scoped.json.error], [403, "forbidden"], "a tenant-scoped caller")
+            assert.strictEqual((yield* ledger("http-nightly")).length, 0, "refused: nothing fired")
+            const fired = yield* bare("POST", run, { reason: "report needed now" }, writer)
+            assert.strictEqual(fired.status, 200, fired.text)
+            const messages = yield* (yield* QueueStore).browse(queue)
+            assert.deepStrictEqual(
+              messages.map((m) => m.message),
+              [{ job: Nightly.name, payload: { id: 1 } }],
+              "one message: the refused calls enqueued nothing"
+            )
+            assert.deepStrictEqual(
+              [fired.json.task, fired.json.messageId, fired.json.runId],
+              ["http-nightly", `${queue}:${messages[0]!.msgId}`, null]
+            )
+            assert.include(fired.json.summary, "enqueued http-nightly now")
+            const rows = yield* ledger("http-nightly")
+            assert.deepStrictEqual(
+              rows.map((r) => [r.manual, r.msg_id]),
+              [[true, messages[0]!.msgId]]
+            )
+            const after = yield* bare("GET", `${api}/recurring`, undefined, reader)
+            const ranRow = after.json.find((t: { key: string }) => t.key === "http-nightly")
+            assert.deepStrictEqual([ranRow.lastRunAt, ranRow.fires], [fired.json.runAt, 1])
+
+            const unknown = yield* bare("POST", `${api}/recurring/no-such-task/run-now`, {}, writer)
+            assert.deepStrictEqual([unknown.status, unknown.json.error], [404, "not_found"])
+            assert.include(unknown.json.message, "recurring task no-such-task not found")
+            const blank = yield* bare("POST", `${api}/recurring/%20/run-now`, {}, writer)
+            assert.deepStrictEqual([blank.status, blank.json.error], [400, "validation"])
+
+            const flowRun = `${api}/recurring/${encodeURIComponent("workflow:HttpSync")}/run-now`
+            const notLoaded = yield* bare("POST", flowRun, {}, writer)
+            assert.deepStrictEqual([notLoaded.status, notLoaded.json.error], [400, "validation"])
+            assert.include(notLoaded.json.message, "not registered in this process")
+            assert.include(notLoaded.json.message, "Registry.layer")
+            assert.strictEqual((yield* ledger("workflow:HttpSync")).length, 0, "nothing recorded")
+            const started = yield* loaded("POST", flowRun, { reason: "sync now" }, writer)
+            assert.strictEqual(started.status, 200, started.text)
+            const runs = (yield* (yield* WorkflowClient).list({ workflow: "HttpSync" })).runs
+            assert.deepStrictEqual(
+              runs.map((r) => r.id),
+              [started.json.runId]
+            )
+            assert.isNull(started.json.messageId)
+            assert.deepStrictEqual(
+              (yield* ledger("workflow:HttpSync")).map((r) => r.manual),
+              [true]
+            )
+          })
       )
 
       it.effect("every workflow verb goes through its guard; an illegal one is 409 with the current status", () =>

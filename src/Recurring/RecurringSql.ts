@@ -82,10 +82,13 @@ export const makeRecurringSql = (sql: SqlClient.SqlClient, schema: string) => {
   /** One definition, locked for a run-now. */
   const taskFind = (key: string) => sql<TaskRow>`SELECT * FROM ${tasks} WHERE key = ${key} FOR SHARE`
 
-  /** Records a fire; no row back when the slot already fired (the unique key). */
+  /**
+   * Records a fire; no row back when the slot already fired (the unique key). A manual fire's
+   * time is cut to milliseconds: it comes back as a JS Date, which later statements match on.
+   */
   const executionInsert = (key: string, runAt: Date | null, manual: boolean, queue: string, now: Date | null) =>
     sql<{ readonly run_at: Date }>`INSERT INTO ${executions} (task_key, run_at, manual, queue, created_at)
-      VALUES (${key}, coalesce(${runAt}::timestamptz, ${NOW(now)}), ${manual}, ${queue}, ${NOW(now)})
+      VALUES (${key}, coalesce(${runAt}::timestamptz, date_trunc('milliseconds', ${NOW(now)})), ${manual}, ${queue}, ${NOW(now)})
       ON CONFLICT (task_key, run_at) DO NOTHING RETURNING run_at`
 
   /** The message a fire enqueued (same transaction as the insert). */
