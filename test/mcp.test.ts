@@ -1,12 +1,14 @@
 import { spawn } from "node:child_process"
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect, Redacted, Schema } from "effect"
+import { Effect, Redacted, Result, Schema } from "effect"
 import { McpTest } from "effect/ai"
 import { PgBusConfig } from "../src/Config.ts"
 import * as Job from "../src/Job/Job.ts"
 import * as Mcp from "../src/Mcp/Mcp.ts"
 import type { Failure } from "../src/Queue/Message.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import * as Recurring from "../src/Recurring/Recurring.ts"
+import { RecurringScheduler } from "../src/Recurring/Scheduler.ts"
 import { Registry } from "../src/Registry.ts"
 import { performNextStep } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
@@ -52,6 +54,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             "pgbus_locks",
             "pgbus_processes",
             "pgbus_queues",
+            "pgbus_recurring",
             "pgbus_workflow",
             "pgbus_workflow_definitions",
             "pgbus_workflow_stats",
@@ -369,6 +372,75 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               })
             )
             assert.deepStrictEqual([reset.ok, reset.rate], [true, null], "no definition here: no rate left")
+          }).pipe(Effect.scoped)
+      )
+
+      it.effect(
+        "recurring tools: tasks listed; run-now enqueues (a write tool, reason required); unknown, blank and unloaded-workflow keys refused",
+        () =>
+          Effect.gen(function* () {
+            const Report = Job.make("McpReport", { payload: Payload, queue: "mcp_recurring" }, () => Effect.void)
+            const Nightly = Workflow.make(
+              "McpNightly",
+              { payload: Payload, schedule: "0 4 * * *", schedulePayload: { id: 3 } },
+              function* () {
+                yield* Workflow.step("work", Effect.succeed(1))
+              }
+            )
+            const report = Recurring.make("mcp-report", { schedule: "@hourly", job: Report, payload: { id: 5 } })
+            const nightly = Result.getOrThrow(Recurring.fromWorkflow(Nightly))!
+            yield* (yield* RecurringScheduler).sync([report, nightly])
+
+            const mcp = yield* client({ mcpWriteTools: true, mcpAllowPayloads: false })
+            const { tools } = yield* mcp.listTools()
+            const runNow = tools.find((t) => t.name === "pgbus_recurring_run_now")
+            assert.deepStrictEqual(
+              [runNow?.annotations?.readOnlyHint, runNow?.annotations?.destructiveHint],
+              [false, true]
+            )
+            const listed = structured(yield* mcp.callTool({ name: "pgbus_recurring", arguments: {} }))
+            assert.deepStrictEqual(
+              listed.items.map((t: { key: string; kind: string; job: string | null }) => [t.key, t.kind, t.job]),
+              [
+                ["mcp-report", "job", "McpReport"],
+                ["workflow:McpNightly", "workflow", null]
+              ]
+            )
+            assert.isString(listed.items[0].nextRunAt)
+
+            const noReason = yield* Effect.result(
+              mcp.callTool({ name: "pgbus_recurring_run_now", arguments: { key: "mcp-report", reason: " " } })
+            )
+            assert.isTrue(noReason._tag === "Failure" || noReason.success.isError === true, "a reason is required")
+            const fired = structured(
+              yield* mcp.callTool({
+                name: "pgbus_recurring_run_now",
+                arguments: { key: "mcp-report", reason: "the agent needs a fresh report" }
+              })
+            )
+            assert.isTrue(fired.ok, fired.reason)
+            const messages = yield* (yield* QueueStore).browse("mcp_recurring")
+            assert.deepStrictEqual(
+              messages.map((m) => m.message),
+              [{ job: "McpReport", payload: { id: 5 } }]
+            )
+            assert.strictEqual(fired.fire.messageId, `mcp_recurring:${messages[0]!.msgId}`)
+            assert.include(fired.reason, "enqueued mcp-report now")
+
+            for (const [key, code, text] of [
+              ["no-such-task", "NotFound", "recurring task no-such-task not found"],
+              ["", "InvalidRequest", "key is required"],
+              ["k".repeat(300), "InvalidRequest", "key is required"],
+              ["workflow:McpNightly", "InvalidRequest", "not registered in this process"]
+            ] as const) {
+              const refused = structured(
+                yield* mcp.callTool({ name: "pgbus_recurring_run_now", arguments: { key, reason: "try" } })
+              )
+              assert.deepStrictEqual([refused.ok, refused.code], [false, code], key)
+              assert.include(refused.reason, text)
+            }
+            assert.strictEqual((yield* (yield* QueueStore).browse("mcp_recurring")).length, 1, "nothing more")
+            assert.strictEqual((yield* (yield* WorkflowClient).list({ workflow: "McpNightly" })).runs.length, 0)
           }).pipe(Effect.scoped)
       )
     })
