@@ -9,7 +9,7 @@ import { tmpdir } from "node:os"
 import { join as joinPath } from "node:path"
 import { NodeServices } from "@effect/platform-node"
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Effect, Exit, Layer, Schema } from "effect"
+import { Effect, Exit, Layer, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { loadAccess } from "../src/Cli/App.ts"
 import { capture } from "../src/Cli/Cli.ts"
@@ -20,7 +20,10 @@ import * as Job from "../src/Job/Job.ts"
 import { bucketOf, HISTOGRAM_SIZE, percentileOf } from "../src/Job/JobStats.ts"
 import { Operations } from "../src/Operations/Operations.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import * as Recurring from "../src/Recurring/Recurring.ts"
+import { RecurringScheduler } from "../src/Recurring/Scheduler.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
+import * as Workflow from "../src/Workflow/Workflow.ts"
 import { HOSTILE, Order, serveDashboard } from "./support/dashboard.ts"
 import { family } from "./support/family.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
@@ -273,6 +276,88 @@ layer(Operations.layer.pipe(Layer.provideMerge(TestDatabase.layer({ pollingInter
         )
         assert.include(flashOf(released), `Released key n-1 of DashOnce (it was held by ${held.id})`)
         assert.include((yield* get(`${base}/flow`, writer)).text, "no uniqueness key is held")
+      })
+  )
+
+  it.effect(
+    "recurring: the page lists tasks with last and next run in words, the Overview card links it; Run now enqueues; bad keys flash why",
+    () =>
+      Effect.gen(function* () {
+        const Report = Job.make(
+          "DashReport",
+          { payload: Schema.Struct({ n: Schema.Number }), queue: "dash_rec" },
+          () => Effect.void
+        )
+        const Sync = Workflow.make(
+          "DashSync",
+          { payload: Schema.Struct({ n: Schema.Number }), schedule: "*/5 * * * *", schedulePayload: { n: 1 } },
+          function* () {
+            yield* Workflow.step("work", Effect.succeed(1))
+          }
+        )
+        const report = Recurring.make("dash-report", {
+          schedule: "every day at 2am",
+          job: Report,
+          payload: { n: 4 },
+          description: "the <b>daily</b> report"
+        })
+        yield* (yield* RecurringScheduler).sync([report, Result.getOrThrow(Recurring.fromWorkflow(Sync))!])
+        const base = yield* serveDashboard(access)
+        const writer = { "x-role": "write" }
+
+        const reader = yield* get(`${base}/recurring`, { "x-role": "read" })
+        assert.strictEqual(reader.status, 200)
+        assert.include(reader.text, "<code>dash-report</code>")
+        assert.include(reader.text, "the &lt;b&gt;daily&lt;/b&gt; report", "the description is escaped")
+        assert.include(reader.text, 'every day at 2am <small class="muted">(0 2 * * *)</small>')
+        assert.include(reader.text, "job DashReport")
+        assert.include(reader.text, "a run of workflow DashSync")
+        assert.include(reader.text, ">never<", "no fire yet")
+        assert.match(reader.text, /<time datetime="[^"]+" title="[^"]+">in \d/, "the next run in words")
+        assert.include(reader.text, `href="/pgbus/recurring" class="here">Recurring</a>`)
+        assert.notInclude(reader.text, 'method="post"', "a reader sees no buttons")
+        assert.strictEqual((yield* get(`${base}/recurring`, { "x-role": "read", "x-tenant": "acme" })).status, 403)
+
+        const overview = yield* get(`${base}/`, { "x-role": "read" })
+        assert.match(
+          overview.text,
+          /<a href="\/pgbus\/recurring">Recurring tasks<\/a><\/div><div class="v">2<\/div><p>next fire <time[^>]*>in [^<]+<\/time>: <code>workflow:DashSync<\/code>/
+        )
+
+        const page = yield* get(`${base}/recurring`, writer)
+        const token = tokenIn(page.text)!
+        assert.include(page.text, 'action="/pgbus/recurring/run-now"')
+        assert.include(page.text, '<input type="hidden" name="key" value="dash-report">')
+        const flashOf = (r: Response) =>
+          decodeURIComponent(/pgbus_flash=([^;]+)/.exec(r.headers.get("set-cookie") ?? "")?.[1] ?? "")
+        const form = { _csrf: token, back: "/pgbus/recurring" }
+        const tenant = yield* post(
+          `${base}/recurring/run-now`,
+          { ...form, key: "dash-report" },
+          { ...writer, "x-tenant": "acme" }
+        )
+        assert.strictEqual(tenant.status, 403, "a tenant-scoped writer")
+        const ran = yield* post(`${base}/recurring/run-now`, { ...form, key: "dash-report", reason: "now" }, writer)
+        assert.strictEqual(ran.status, 303)
+        const messages = yield* (yield* QueueStore).browse("dash_rec")
+        assert.deepStrictEqual(
+          messages.map((m) => m.message),
+          [{ job: "DashReport", payload: { n: 4 } }]
+        )
+        assert.include(flashOf(ran), `Enqueued dash-report now as dash_rec:${messages[0]!.msgId}`)
+        for (const [key, text] of [
+          ["nope", "recurring task nope not found"],
+          ["", "key is required"],
+          ["workflow:DashSync", "not registered in this process"]
+        ] as const) {
+          const refused = yield* post(`${base}/recurring/run-now`, { ...form, key }, writer)
+          assert.include(flashOf(refused), text, key)
+        }
+        assert.strictEqual((yield* (yield* QueueStore).browse("dash_rec")).length, 1, "nothing more enqueued")
+        const after = yield* get(`${base}/recurring`, writer)
+        const row = after.text.split("<tr>").find((r) => r.includes("<code>dash-report</code>"))
+        assert.match(row ?? "", /<td><time [^>]*>\d+ms ago<\/time><\/td>|<td><time [^>]*>\d+s ago<\/time><\/td>/)
+        assert.notInclude(row ?? "", ">never<", "the task's last run is shown")
       })
   )
 
