@@ -6,6 +6,7 @@
 import { mkdirSync } from "node:fs"
 import { assert, layer } from "@effect/vitest"
 import { Context, Effect, Layer } from "effect"
+import { SqlClient } from "effect/sql"
 import type { Browser, BrowserContext, Page } from "playwright-core"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
@@ -83,6 +84,7 @@ layer(envLayer, { excludeTestServices: true, timeout: "120 seconds" })("dashboar
         ["dead-letter", `/dead-letters/${seeded.deadLetterIds[0]}`, `Dead letter ${seeded.deadLetterIds[0]}`],
         ["processes", "/processes", "Processes"],
         ["flow", "/flow", "Flow control"],
+        ["recurring", "/recurring", "Recurring tasks"],
         ["events", "/events", "Events and outbox"],
         ["batches", "/batches", "Batches"],
         ["workflows", "/workflows", "Workflows"],
@@ -200,6 +202,51 @@ layer(envLayer, { excludeTestServices: true, timeout: "120 seconds" })("dashboar
       assert.deepStrictEqual([rate?.limit, rate?.periodMs, rate?.actor], [25, 30_000, "dashboard:alice"])
       assert.deepStrictEqual(errors, [])
     })
+  )
+
+  it.effect(
+    "recurring: the Overview card leads to the Recurring page; Run now enqueues the task's job and the row shows its last run",
+    () =>
+      Effect.gen(function* () {
+        const { base, browser } = yield* Env
+        const { page, errors } = yield* open(browser, "write")
+        yield* Effect.promise(async () => {
+          await page.goto(`${base}/`)
+          const card = page.locator(".card", { hasText: "Recurring tasks" })
+          assert.strictEqual(await card.locator(".v").innerText(), "2")
+          assert.match(await card.locator("p").innerText(), /^next fire in .+: hourly-digest$/)
+          await card.getByRole("link", { name: "Recurring tasks" }).click()
+          await page.waitForURL(`${base}/recurring`)
+          const row = page.locator("#recurring-tasks tr", { hasText: "nightly-report" })
+          const before = await row.innerText()
+          assert.include(before, "the nightly sales report")
+          assert.include(before, "every day at 2am (0 2 * * *)")
+          assert.include(before, "Europe/Berlin")
+          assert.include(before, "job NightlyReport")
+          assert.include(before, "never")
+          assert.match(before, /\bin \d+h \d+m\b|\bin \d+m \d+s\b/, "the next run in words")
+          await row.locator('input[name="reason"]').fill("finance asked for it now")
+          await row.getByRole("button", { name: "Run now" }).click()
+          await page.waitForURL(`${base}/recurring`)
+          assert.match(await page.locator(".flash.ok").innerText(), /^Enqueued nightly-report now as reports:\d+$/)
+          const after = await page.locator("#recurring-tasks tr", { hasText: "nightly-report" }).innerText()
+          assert.notInclude(after, "never")
+          assert.match(after, /\d+(ms|s) ago/)
+        })
+        const messages = yield* (yield* QueueStore).browse("reports")
+        assert.deepStrictEqual(
+          messages.map((m) => m.message),
+          [{ job: "NightlyReport", payload: { full: true } }]
+        )
+        const sql = yield* SqlClient.SqlClient
+        const ledger = yield* sql<{ readonly manual: boolean; readonly msg_id: bigint | null }>`SELECT manual, msg_id
+          FROM pgbus.recurring_executions WHERE task_key = 'nightly-report'`
+        assert.deepStrictEqual(
+          ledger.map((r) => [r.manual, r.msg_id]),
+          [[true, messages[0]!.msgId]]
+        )
+        assert.deepStrictEqual(errors, [])
+      })
   )
 
   it.effect("bulk resume of a needs-attention group: every paused run resumed, recorded as dashboard:alice", () =>

@@ -15,6 +15,8 @@ import { bucketOf, HISTOGRAM_SIZE } from "../../src/Job/JobStats.ts"
 import { makeJobStatsSql } from "../../src/Job/JobStatsSql.ts"
 import type { Failure } from "../../src/Queue/Message.ts"
 import { QueueStore } from "../../src/Queue/QueueStore.ts"
+import * as Recurring from "../../src/Recurring/Recurring.ts"
+import { RecurringScheduler } from "../../src/Recurring/Scheduler.ts"
 import { Registry } from "../../src/Registry.ts"
 import { performNextStep } from "../../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../../src/Workflow/Client.ts"
@@ -60,6 +62,13 @@ export const Signup = Workflow.make(
     yield* Workflow.step("activate", Effect.succeed(payload.user))
     return payload.user
   }
+)
+
+/** A recurring task's job on a queue no process serves (its run-now messages stay to be seen). */
+export const Report = Job.make(
+  "NightlyReport",
+  { payload: Schema.Struct({ full: Schema.Boolean }), queue: "reports" },
+  () => Effect.void
 )
 
 const failure: Failure = { errorClass: "SmtpError", message: `connection refused ${HOSTILE}`, attempt: 5 }
@@ -162,6 +171,17 @@ export const seed = Effect.gen(function* () {
   // flow control: a uniqueness key held by a queued import, a rate set at run time
   yield* ImportOrder.enqueue({ orderId: "A-1042" })
   yield* store.setRate("SyncPartner", { limit: 100, periodMs: 60_000 }, { actor: "cli:ops", reason: "partner quota" })
+  // recurring tasks, as a scheduler's leader would have stored them
+  yield* (yield* RecurringScheduler).sync([
+    Recurring.make("nightly-report", {
+      schedule: "every day at 2am",
+      timezone: "Europe/Berlin",
+      job: Report,
+      payload: { full: true },
+      description: "the nightly sales report"
+    }),
+    Recurring.make("hourly-digest", { schedule: "@hourly", job: Report, payload: { full: false } })
+  ])
   return { pausedRuns, waitingRun: waiting.id, deadLetterIds } satisfies Seeded
 })
 
