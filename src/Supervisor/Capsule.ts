@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Effect } from "effect"
+import { Duration, Effect } from "effect"
 import { ConfigurationError, IDENTIFIER_PATTERN } from "../Config.ts"
 
 /** Concurrency of a capsule whose string form names none. */
@@ -34,6 +34,17 @@ export interface Capsule {
   readonly consumerPriority?: number | undefined
   /** One process at a time reads each of its queues (a session advisory lock per queue). */
   readonly singleActiveConsumer?: boolean | undefined
+  /**
+   * Runs the capsule in this many child processes of the supervisor instead of in its own
+   * (default: none, in-process): a CPU-bound or leaky job then stalls or bloats only its child.
+   */
+  readonly processes?: number | undefined
+  /** A child process is replaced (drained, then a new one started) after this many jobs. */
+  readonly maxJobsPerProcess?: number | undefined
+  /** A child process is replaced once its resident memory (RSS) passes this many megabytes. */
+  readonly maxMemoryMb?: number | undefined
+  /** A child process is replaced once it has run this long. */
+  readonly maxLifetime?: Duration.Input | undefined
 }
 
 /** Bounds of `consumerPriority` (it is kept in an advisory lock key). */
@@ -80,6 +91,30 @@ export const validateCapsule = (capsule: Capsule): Effect.Effect<Capsule, Config
   // a ranked standby holding the lock would keep the queue from its better-ranked peer
   if (capsule.singleActiveConsumer === true && priority !== undefined) {
     return Effect.fail(fail("a capsule is either singleActiveConsumer or ranked by consumerPriority, not both", label))
+  }
+  const processes = capsule.processes
+  if (processes !== undefined && (!Number.isInteger(processes) || processes < 1)) {
+    return Effect.fail(fail(`processes must be an integer of at least 1 (got ${String(processes)})`, label))
+  }
+  const recycles =
+    capsule.maxJobsPerProcess !== undefined || capsule.maxMemoryMb !== undefined || capsule.maxLifetime !== undefined
+  // recycling replaces a child process: an in-process capsule has none to replace
+  if (recycles && processes === undefined) {
+    return Effect.fail(fail("maxJobsPerProcess, maxMemoryMb and maxLifetime need processes (child processes)", label))
+  }
+  const maxJobs = capsule.maxJobsPerProcess
+  if (maxJobs !== undefined && (!Number.isInteger(maxJobs) || maxJobs < 1)) {
+    return Effect.fail(fail(`maxJobsPerProcess must be an integer of at least 1 (got ${String(maxJobs)})`, label))
+  }
+  const maxMemory = capsule.maxMemoryMb
+  if (maxMemory !== undefined && (!Number.isFinite(maxMemory) || maxMemory <= 0)) {
+    return Effect.fail(fail(`maxMemoryMb must be a positive number (got ${String(maxMemory)})`, label))
+  }
+  if (capsule.maxLifetime !== undefined) {
+    const lifetime = Duration.fromInput(capsule.maxLifetime)
+    if (lifetime._tag === "None" || Duration.toMillis(lifetime.value) <= 0 || !Duration.isFinite(lifetime.value)) {
+      return Effect.fail(fail(`maxLifetime must be a positive duration (got ${String(capsule.maxLifetime)})`, label))
+    }
   }
   return Effect.succeed(capsule)
 }

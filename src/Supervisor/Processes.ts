@@ -62,6 +62,11 @@ export class Processes extends Context.Service<
     readonly leaders: Effect.Effect<ReadonlyArray<LeaderRow>, DatabaseError>
     /** Finds processes silent past the threshold, releases their claims, deletes them. */
     readonly reapStale: Effect.Effect<ReapReport, DatabaseError | QueueError>
+    /**
+     * Releases the claims of processes known to be dead (a child process that exited without
+     * draining: its parent saw it go) and deletes their rows, without waiting for the threshold.
+     */
+    readonly releaseDead: (ids: ReadonlyArray<string>) => Effect.Effect<ReapReport, DatabaseError | QueueError>
   }
 >()("effect-pgbus/Processes") {
   static readonly layer: Layer.Layer<Processes, never, PgBusConfig | SqlClient.SqlClient | QueueStore> = Layer.effect(
@@ -101,6 +106,17 @@ export class Processes extends Context.Service<
       const unregister = (id: string) =>
         statements.processDelete([id]).pipe(Effect.asVoid, Effect.mapError(toDatabaseError("unregister process")))
 
+      /** Releases the claims and uniqueness keys of dead processes, deletes their rows. */
+      const release = (ids: ReadonlyArray<string>) =>
+        Effect.gen(function* () {
+          const released = yield* store.releaseClaimsOf(ids)
+          const uniqueKeysReleased = yield* uniqueKeys.releaseHeldBy(ids)
+          yield* statements.processDelete(ids).pipe(Effect.mapError(toDatabaseError("delete dead processes")))
+          const total = released.reduce((n, r) => n + r.released, 0)
+          if (total > 0) yield* Metric.update(recoveredMessages, total)
+          return { deadProcesses: ids, released, uniqueKeysReleased } satisfies ReapReport
+        })
+
       const reapStale = Effect.gen(function* () {
         const now = yield* statementNow
         const stale = yield* statements
@@ -108,15 +124,12 @@ export class Processes extends Context.Service<
           .pipe(Effect.mapError(toDatabaseError("find stale processes")))
         if (stale.length === 0) return { deadProcesses: [], released: [] } satisfies ReapReport
         const ids = stale.map((p) => p.id)
-        const released = yield* store.releaseClaimsOf(ids)
-        const uniqueKeysReleased = yield* uniqueKeys.releaseHeldBy(ids)
-        yield* statements.processDelete(ids).pipe(Effect.mapError(toDatabaseError("delete stale processes")))
-        const total = released.reduce((n, r) => n + r.released, 0)
-        if (total > 0) yield* Metric.update(recoveredMessages, total)
+        const report = yield* release(ids)
+        const total = report.released.reduce((n, r) => n + r.released, 0)
         yield* Effect.logWarning(
           `pgbus: ${ids.length} process(es) stopped beating (${stale.map((p) => `${p.host}:${p.pid}`).join(", ")}); released ${total} claimed message(s)`
         )
-        return { deadProcesses: ids, released, uniqueKeysReleased } satisfies ReapReport
+        return report
       })
 
       return Processes.of({
@@ -125,7 +138,8 @@ export class Processes extends Context.Service<
         unregister,
         list: statements.processList().pipe(Effect.mapError(toDatabaseError("list processes"))),
         leaders: statements.leaderList().pipe(Effect.mapError(toDatabaseError("list maintenance leaders"))),
-        reapStale
+        reapStale,
+        releaseDead: release
       })
     })
   )

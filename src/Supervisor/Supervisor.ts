@@ -8,7 +8,7 @@
  */
 
 import os from "node:os"
-import { Cause, Clock, Deferred, Duration, Effect, Exit, Layer, Ref, Runtime, Schedule } from "effect"
+import { Cause, Clock, Deferred, Duration, Effect, Exit, Layer, Option, Ref, Runtime, Schedule } from "effect"
 import { SqlClient } from "effect/sql"
 import { Batches, BatchSweep } from "../Batch/Batch.ts"
 import {
@@ -41,6 +41,15 @@ import { Registry } from "../Registry.ts"
 import { VERSION } from "../version.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsules } from "./Capsule.ts"
+import {
+  awaitRecycle,
+  type ChildEntry,
+  childRole,
+  disconnectFromParent,
+  ownEntry,
+  superviseChildren,
+  tellParent
+} from "./ChildCapsule.ts"
 import { databaseState, gateReads, watchConnection } from "./ConnectionWatch.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
 import { campaign, consumerRole, describeLeaders, type LeaderRole, type Rank } from "./Leader.ts"
@@ -60,6 +69,11 @@ export interface SupervisorOptions {
   readonly capsule?: string | undefined
   /** Roles to run (default: all). */
   readonly roles?: ReadonlyArray<Role> | undefined
+  /**
+   * What child processes of `processes` capsules run (default: this process's own main module,
+   * arguments and Node flags); it must run this supervisor with the same registry and capsules.
+   */
+  readonly childEntry?: ChildEntry | undefined
 }
 
 /** Archive retention runs at most this often. */
@@ -142,12 +156,26 @@ const checkPool = (config: PgBusConfigShape, capacity: number, runsWorkers: bool
     )
   })
 
+/** The recycling limits of a capsule, for the banner. */
+const recycleLimits = (c: Capsule): string =>
+  [
+    c.maxJobsPerProcess === undefined ? "" : ` max_jobs=${c.maxJobsPerProcess}`,
+    c.maxMemoryMb === undefined ? "" : ` max_memory_mb=${c.maxMemoryMb}`,
+    c.maxLifetime === undefined ? "" : ` max_lifetime=${Duration.format(Duration.fromInputUnsafe(c.maxLifetime))}`
+  ].join("")
+
 /**
  * Runs the supervisor until interrupted, then drains. Provide `Registry.layer([...jobs])` and
  * `PgBus.layer()`; run it with `Supervisor.runMain` so a drained shutdown exits 0.
  */
-export const runWith = (options: SupervisorOptions = {}) =>
+export const runWith = (given: SupervisorOptions = {}) =>
   Effect.gen(function* () {
+    // a child process of a `processes` capsule runs that capsule alone, in-process, workers only
+    const child = Option.getOrUndefined(yield* childRole)
+    const options: SupervisorOptions =
+      child === undefined ? given : { ...given, capsule: child.capsule, roles: ["workers"] }
+    // added first, so it runs last: a drained child's event loop empties and it exits
+    if (child !== undefined) yield* Effect.addFinalizer(() => disconnectFromParent)
     const config = yield* PgBusConfig
     const breaker = breakerOf(config)
     const maintain = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) =>
@@ -191,10 +219,14 @@ export const runWith = (options: SupervisorOptions = {}) =>
         ? yield* serveUnserved(config, unservedQueues(registry.queueUsers, [...selected, ...consumers]), selected)
         : []
     const capsules: ReadonlyArray<Capsule> = [...selected, ...extra, ...consumers]
-    const processId = crypto.randomUUID()
-    const capacity = runsWorkers ? capsules.reduce((n, c) => n + c.concurrency, 0) : 0
+    // capsules of `processes` run in child processes (ChildCapsule.ts); the others, and a
+    // child's own capsule, here
+    const childCapsules = child === undefined ? capsules.filter((c) => c.processes !== undefined) : []
+    const local = child === undefined ? capsules.filter((c) => c.processes === undefined) : capsules
+    const processId = child?.processId ?? crypto.randomUUID()
+    const capacity = runsWorkers ? local.reduce((n, c) => n + c.concurrency, 0) : 0
     yield* checkPool(config, capacity, runsWorkers)
-    const stats: Array<WorkerStats> = runsWorkers ? capsules.map(makeStats) : []
+    const stats: Array<WorkerStats> = runsWorkers ? local.map(makeStats) : []
     // At boot the workers claim first and the dispatcher's rounds start after their first
     // claims (1 s at most): a process (or a fleet) restarting with a backlog puts its work
     // ahead of sweeps and retention, which otherwise compete with the first claims for the
@@ -204,9 +236,9 @@ export const runWith = (options: SupervisorOptions = {}) =>
     const firstClaimOf = (i: number) =>
       Effect.suspend(() => {
         claimedOnce.add(i)
-        return claimedOnce.size >= capsules.length ? Deferred.succeed(firstClaims, undefined) : Effect.void
+        return claimedOnce.size >= local.length ? Deferred.succeed(firstClaims, undefined) : Effect.void
       })
-    if (!runsWorkers || capsules.length === 0) yield* Deferred.succeed(firstClaims, undefined)
+    if (!runsWorkers || local.length === 0) yield* Deferred.succeed(firstClaims, undefined)
     // (the dispatcher's loops: they run while this process leads the role, see Leader.ts)
     const afterFirstClaims = <A, E>(loop: Effect.Effect<A, E>) =>
       Effect.suspend(() =>
@@ -243,10 +275,10 @@ export const runWith = (options: SupervisorOptions = {}) =>
     // single active consumers campaign for their queues' locks, ranked consumers hold their
     // ranks, on the same connection, checked every poll tick (a standby takes over within one)
     const consumerRoles = runsWorkers
-      ? [...new Set(capsules.flatMap((c) => (c.singleActiveConsumer === true ? c.queues : [])))].map(consumerRole)
+      ? [...new Set(local.flatMap((c) => (c.singleActiveConsumer === true ? c.queues : [])))].map(consumerRole)
       : []
     const ranks: ReadonlyArray<Rank> = runsWorkers
-      ? capsules.flatMap((c) =>
+      ? local.flatMap((c) =>
           c.consumerPriority === undefined ? [] : c.queues.map((queue) => ({ queue, priority: c.consumerPriority! }))
         )
       : []
@@ -278,9 +310,10 @@ export const runWith = (options: SupervisorOptions = {}) =>
       ...(runsWorkers
         ? capsules.map(
             (c) =>
-              `boot: capsule=${c.name} queues=${c.queues.join(",")} concurrency=${c.concurrency} read_ahead=${c.readAhead ?? config.readAhead ?? "adaptive"}${c.singleActiveConsumer === true ? " single_active_consumer=true" : ""}${c.consumerPriority === undefined ? "" : ` consumer_priority=${c.consumerPriority}`}`
+              `boot: capsule=${c.name} queues=${c.queues.join(",")} concurrency=${c.concurrency} read_ahead=${c.readAhead ?? config.readAhead ?? "adaptive"}${c.singleActiveConsumer === true ? " single_active_consumer=true" : ""}${c.consumerPriority === undefined ? "" : ` consumer_priority=${c.consumerPriority}`}${childCapsules.includes(c) ? ` processes=${c.processes}${recycleLimits(c)}` : ""}`
           )
-        : [])
+        : []),
+      ...(child === undefined ? [] : [`boot: child process ${child.slot} of capsule ${child.capsule}`])
     ]
     for (const line of banner) yield* Effect.logInfo(`[pgbus] ${line}`)
 
@@ -296,7 +329,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       pid: process.pid,
       host: os.hostname(),
       roles,
-      capsules: capsules.map((c) => ({
+      capsules: local.map((c) => ({
         name: c.name,
         queues: c.queues,
         concurrency: c.concurrency,
@@ -467,7 +500,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
       )
     }
 
-    if (config.healthPort !== undefined) {
+    // a child's health is its parent's business (and the port is the parent's)
+    if (config.healthPort !== undefined && child === undefined) {
       const report = Effect.map(
         Effect.all([
           Ref.get(readiness),
@@ -495,6 +529,7 @@ export const runWith = (options: SupervisorOptions = {}) =>
       yield* Effect.logInfo(`[pgbus] health endpoints on http://${config.healthBind}:${config.healthPort}`)
     }
 
+    let recycle: Effect.Effect<void> = Effect.never
     if (runsWorkers) {
       const paused = yield* queueStates.watch
       // the per-queue circuit breaker of this process's workers (failures in a row, by queue)
@@ -502,9 +537,16 @@ export const runWith = (options: SupervisorOptions = {}) =>
       const workerStore = gateReads(store, config)
       // created before the workers are forked, so its last flush runs after they drained
       const jobStats = yield* JobStats.make
+      // a child recycled after maxJobsPerProcess: its worker takes no more than that, and says
+      // when all of them ended
+      const budgetSpent = yield* Deferred.make<void>()
+      const jobBudget = (capsule: Capsule) =>
+        child === undefined || capsule.maxJobsPerProcess === undefined
+          ? undefined
+          : { limit: capsule.maxJobsPerProcess, onSpent: () => Deferred.doneUnsafe(budgetSpent, Effect.void) }
       yield* Effect.forkScoped(
         Effect.forEach(
-          capsules,
+          local,
           (capsule, i) =>
             Effect.scoped(
               runWorker(
@@ -522,7 +564,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
                   recordStats: jobStats.record,
                   uniqueKeys,
                   debouncer,
-                  mayRead: mayReadOf(capsule)
+                  mayRead: mayReadOf(capsule),
+                  jobBudget: jobBudget(capsule)
                 },
                 stats[i]!
               )
@@ -549,6 +592,35 @@ export const runWith = (options: SupervisorOptions = {}) =>
           { concurrency: "unbounded", discard: true }
         )
       )
+      if (child !== undefined) {
+        const capsule = local[0]!
+        recycle = awaitRecycle(capsule, budgetSpent).pipe(
+          Effect.tap((reason) =>
+            reason === undefined
+              ? Effect.logWarning("[pgbus] the parent process is gone: draining")
+              : tellParent(reason).pipe(
+                  Effect.andThen(Effect.logInfo(`[pgbus] recycling this child process (${reason}): draining`))
+                )
+          ),
+          Effect.asVoid
+        )
+      }
+      // the children of `processes` capsules: each drains with this process (their scope closes
+      // with it: SIGTERM, then their drain is waited for)
+      const entry = options.childEntry ?? ownEntry()
+      for (const capsule of childCapsules) {
+        yield* Effect.forkScoped(
+          superviseChildren(capsule, {
+            entry,
+            drainTimeout: config.drainTimeout,
+            releaseDead: (id) =>
+              processes.releaseDead([id]).pipe(
+                Effect.map((r) => r.released.reduce((n, q) => n + q.released, 0)),
+                Effect.catch((e) => Effect.as(Effect.logWarning("pgbus: releasing a dead child's claims failed", e), 0))
+              )
+          }).pipe(Effect.annotateLogs({ capsule: capsule.name }))
+        )
+      }
     }
     // Added after the workers were forked, so on shutdown it runs first: readiness says
     // DRAINING while the workers drain; the health server closes after them.
@@ -557,7 +629,8 @@ export const runWith = (options: SupervisorOptions = {}) =>
     )
     yield* Ref.set(readiness, "OK")
     yield* Effect.logInfo("[pgbus] ready")
-    return yield* Effect.never
+    // a child returns when it recycles (or its parent is gone): its scope closes, it drains
+    return yield* recycle
   }).pipe(Effect.scoped)
 
 /** Runs the supervisor with the config's capsules and every role. */

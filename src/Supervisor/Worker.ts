@@ -75,6 +75,12 @@ export interface WorkerDeps {
    * priority is active. Read at every claim; the poll tick notices a change.
    */
   readonly mayRead?: ((queue: string) => boolean) | undefined
+  /**
+   * Most messages the worker takes (a child process's `maxJobsPerProcess`): it claims no more
+   * than what is left, so that it never holds a job it will not run, and calls `onSpent` once
+   * every one it took has ended.
+   */
+  readonly jobBudget?: { readonly limit: number; readonly onSpent: () => void } | undefined
 }
 
 /** The metrics' status of each outcome that ends a delivery. */
@@ -214,7 +220,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       recordStats,
       uniqueKeys,
       debouncer,
-      mayRead
+      mayRead,
+      jobBudget
     } = deps
     let onFirstClaim = deps.onFirstClaim
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
@@ -269,9 +276,20 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
         : ReadAhead.fixed(explicitReadAhead)
     const total = () => capsule.concurrency + readAhead.current()
     /** Free room for claims: slots not running or buffered, read-ahead included, within the prefetch limit. */
+    /** Messages taken against the job budget (claimed, or reserved by local dispatch). */
+    let taken = 0
     const room = () => {
       const free = total() - stats.running - stats.buffered
-      return prefetchLimit === undefined ? free : Math.min(free, prefetchLimit - inFlight.size)
+      const within = jobBudget === undefined ? free : Math.min(free, jobBudget.limit - taken)
+      return prefetchLimit === undefined ? within : Math.min(within, prefetchLimit - inFlight.size)
+    }
+    /** The budget is spent once every message it took has ended. */
+    let spent = false
+    const checkBudget = () => {
+      if (jobBudget === undefined || spent || taken < jobBudget.limit) return
+      if (stats.running > 0 || stats.buffered > 0) return
+      spent = true
+      jobBudget.onSpent()
     }
     const isPaused = (queue: string) => paused?.isPaused(QueueName.physicalOf(config.queuePrefix, queue)) === true
     /** Physical queue -> the capsule's name of it (the consumer gate is by the capsule's queue). */
@@ -412,6 +430,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
             Effect.sync(() => {
               stats.running--
               running.delete(m)
+              checkBudget()
               if (queuesMayHaveMore) {
                 if (worthClaiming()) capacityFreed.openUnsafe()
               } else if (wokenWhileFull) {
@@ -619,6 +638,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           if (cursor === undefined) read.add(queue)
           const got = yield* readOne(queue, cursor, limited, want, withArchive, ordered)
           for (const m of got.messages) inFlight.add(m)
+          taken += got.messages.length
           stats.buffered += got.messages.length
           yield* Queue.offerAll(work, got.messages)
           want -= got.messages.length
@@ -733,6 +753,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           const step = "workflow" in request.runs
           if (step && stats.running + stats.buffered >= capsule.concurrency) return undefined
           stats.buffered++
+          taken++
           let open = true
           const close = () => {
             if (!open) return false
@@ -753,6 +774,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
                 }
                 // drained meanwhile (or no executor free for a step): give it back at once
                 stats.buffered = Math.max(0, stats.buffered - 1)
+                taken--
                 return (beforeGiveBack ?? Effect.void).pipe(
                   Effect.andThen(store.release(m.queue, [receiptOf(m)])),
                   Effect.catch((e) => Effect.logWarning("pgbus: release failed", e)),
@@ -760,7 +782,10 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
                 )
               }),
             cancel: () => {
-              if (close()) stats.buffered = Math.max(0, stats.buffered - 1)
+              if (close()) {
+                stats.buffered = Math.max(0, stats.buffered - 1)
+                taken--
+              }
             }
           }
         }

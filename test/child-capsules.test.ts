@@ -1,0 +1,251 @@
+/**
+ * Child-process capsules (issue 23 item 3): a capsule of `processes: N` runs in child processes
+ * of the supervisor that re-run its entry module; each has its row in the processes table; it is
+ * recycled (drained, then replaced) after maxJobsPerProcess jobs without losing or running a job
+ * twice; a SIGKILLed child's claims come back at once; SIGTERM of the parent drains the children.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import * as Job from "../src/Job/Job.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { Processes } from "../src/Supervisor/Processes.ts"
+import { bundledFixture, type Child, spawnSupervisor } from "./support/child.ts"
+import { eventually } from "./support/jobs.ts"
+import { onFreshDatabase } from "./support/TestDatabase.ts"
+
+const FIXTURE = "test/fixtures/child-capsule-app.ts"
+const Key = Schema.Struct({ key: Schema.String })
+
+/** The parent's environment: beats every 200 ms, dead after 2 s, polls every 100 ms. */
+const appEnv = (url: string, extra: Record<string, string>) => ({
+  DATABASE_URL: url,
+  PGBUS_PROCESS_HEARTBEAT_INTERVAL: "0.2",
+  PGBUS_STALE_PROCESS_THRESHOLD: "2",
+  PGBUS_POLLING_INTERVAL: "0.1",
+  PGBUS_VISIBILITY_TIMEOUT: "30",
+  ...extra
+})
+
+interface LogRow {
+  readonly key: string
+  readonly event: string
+  readonly pid: number
+  readonly at: Date
+}
+
+const createLog = Effect.flatMap(
+  SqlClient.SqlClient,
+  (sql) =>
+    sql`CREATE TABLE child_log (key text NOT NULL, event text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`
+)
+
+const logRows = (event: string) =>
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => sql<LogRow>`SELECT key, event, pid, at FROM child_log WHERE event = ${event} ORDER BY at`
+  ).pipe(Effect.orDie)
+
+const count = (event: string) => Effect.map(logRows(event), (rows) => rows.length)
+
+/** Enqueues `n` jobs of the app's job `name` on `kids`, keys in order. */
+const enqueue = (name: string, n: number, from = 0) =>
+  Job.make(name, { payload: Key, queue: "kids" }, () => Effect.void).enqueueMany(
+    Array.from({ length: n }, (_, i) => ({ key: String(from + i).padStart(5, "0") }))
+  )
+
+const kidsQueue = Effect.flatMap(QueueStore, (store) => store.metrics("kids")).pipe(Effect.orDie)
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+const recycleLines = (parent: Child) =>
+  parent
+    .output()
+    .split("\n")
+    .filter((l) => l.includes("recycled (max_jobs)"))
+
+describe("child-process capsules", () => {
+  it.live(
+    "2,000 jobs through one child process of at most 200 jobs: 10 recycles, every job run and archived exactly once",
+    () =>
+      onFreshDatabase({}, (url) => {
+        let parent: Child | undefined
+        return Effect.gen(function* () {
+          yield* createLog
+          const total = 2000
+          const perChild = 200
+          yield* (yield* QueueStore).create("kids")
+          yield* enqueue("Tracked", total)
+          const bundle = yield* bundledFixture(FIXTURE)
+          parent = yield* spawnSupervisor(
+            appEnv(url, { CHILD_PROCESSES: "1", CHILD_CONCURRENCY: "5", CHILD_MAX_JOBS: String(perChild) }),
+            bundle
+          )
+          const startedAt = performance.now()
+          // the child has its own row in the processes table, beside its parent's
+          const processes = yield* Processes
+          yield* eventually(
+            "a child's row beside its parent's",
+            Effect.map(processes.list, (rows) => rows.some((r) => r.pid !== parent!.process.pid)).pipe(Effect.orDie),
+            "60 seconds"
+          )
+          yield* eventually(
+            "every job completed",
+            Effect.map(count("completed"), (n) => n >= total),
+            "180 seconds"
+          )
+          yield* eventually(
+            "10 recycles logged",
+            Effect.sync(() => recycleLines(parent!).length >= 10),
+            "30 seconds"
+          )
+          const seconds = (performance.now() - startedAt) / 1000
+          yield* Effect.logInfo(`child-capsules: ${total} jobs, 10 recycles in ${seconds.toFixed(1)} s`)
+
+          const started = yield* logRows("started")
+          const completed = yield* logRows("completed")
+          assert.strictEqual(started.length, total, "no job started twice")
+          assert.strictEqual(new Set(started.map((r) => r.key)).size, total, "every job started")
+          assert.strictEqual(completed.length, total, "no job completed twice")
+          const perPid = new Map<number, number>()
+          for (const r of started) perPid.set(r.pid, (perPid.get(r.pid) ?? 0) + 1)
+          assert.deepStrictEqual(
+            [...perPid.values()],
+            Array.from({ length: total / perChild }, () => perChild),
+            "ten child processes ran 200 jobs each"
+          )
+          assert.notInclude([...perPid.keys()], parent!.process.pid, "the parent ran none")
+          // recycled children exited; the eleventh waits for work
+          assert.strictEqual(recycleLines(parent!).length, 10, parent!.output())
+          for (const pid of perPid.keys()) {
+            yield* eventually(
+              `child ${pid} exited`,
+              Effect.sync(() => !alive(pid)),
+              "20 seconds"
+            )
+          }
+          yield* eventually(
+            "every job archived",
+            Effect.map(kidsQueue, (q) => q.archiveSize === total && q.depth === 0),
+            "20 seconds"
+          )
+          // the parent and its live child: the recycled children unregistered
+          yield* eventually(
+            "two processes registered",
+            Effect.map(processes.list, (rows) => rows.length === 2).pipe(Effect.orDie),
+            "20 seconds"
+          )
+        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
+      }),
+    300_000
+  )
+
+  it.live(
+    "SIGKILL of a child mid-job: its claim is released at once and the job runs again within seconds",
+    () =>
+      onFreshDatabase({}, (url) => {
+        let parent: Child | undefined
+        return Effect.gen(function* () {
+          yield* createLog
+          yield* (yield* QueueStore).create("kids")
+          const bundle = yield* bundledFixture(FIXTURE)
+          parent = yield* spawnSupervisor(
+            appEnv(url, { CHILD_PROCESSES: "2", CHILD_CONCURRENCY: "1", CHILD_READ_AHEAD: "0", CHILD_JOB_MS: "3000" }),
+            bundle
+          )
+          yield* eventually(
+            "two children ready",
+            Effect.sync(() => parent!.output().split("boot: child process").length - 1 >= 2),
+            "60 seconds"
+          )
+          yield* enqueue("Tracked", 2)
+          yield* eventually(
+            "both jobs started",
+            Effect.map(count("started"), (n) => n >= 2),
+            "30 seconds"
+          )
+          const [victim] = yield* logRows("started")
+          const killedAt = Date.now()
+          process.kill(victim!.pid, "SIGKILL")
+          yield* eventually(
+            "the killed job starts again in another process",
+            Effect.map(logRows("started"), (rows) => rows.some((r) => r.key === victim!.key && r.pid !== victim!.pid)),
+            "20 seconds"
+          )
+          const again = (yield* logRows("started")).find((r) => r.key === victim!.key && r.pid !== victim!.pid)!
+          const tookMs = again.at.getTime() - killedAt
+          yield* Effect.logInfo(`child-capsules: the killed child's job started again ${tookMs} ms after SIGKILL`)
+          // the visibility timeout is 30 s and the stale threshold 2 s: the parent released it
+          assert.isBelow(tookMs, 5000, `started again ${tookMs} ms after the kill`)
+          assert.include(parent!.output(), "exited without a drain (SIGKILL); released 1 claimed message(s)")
+          yield* eventually(
+            "both jobs completed",
+            Effect.map(count("completed"), (n) => n >= 2),
+            "30 seconds"
+          )
+          const completed = yield* logRows("completed")
+          assert.deepStrictEqual(completed.map((r) => r.key).toSorted(), ["00000", "00001"], "each completed once")
+          // the slot was restarted: two live children again
+          yield* eventually(
+            "a replacement child",
+            Effect.sync(() => parent!.output().split("boot: child process").length - 1 >= 3),
+            "30 seconds"
+          )
+        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
+      }),
+    120_000
+  )
+
+  it.live(
+    "SIGTERM of the parent drains its children: running jobs finish, every process exits, no row is left",
+    () =>
+      onFreshDatabase({}, (url) => {
+        let parent: Child | undefined
+        return Effect.gen(function* () {
+          yield* createLog
+          yield* (yield* QueueStore).create("kids")
+          const bundle = yield* bundledFixture(FIXTURE)
+          parent = yield* spawnSupervisor(
+            appEnv(url, { CHILD_PROCESSES: "2", CHILD_CONCURRENCY: "1", CHILD_READ_AHEAD: "0", CHILD_JOB_MS: "2000" }),
+            bundle
+          )
+          yield* eventually(
+            "two children ready",
+            Effect.sync(() => parent!.output().split("boot: child process").length - 1 >= 2),
+            "60 seconds"
+          )
+          yield* enqueue("Tracked", 4)
+          yield* eventually(
+            "two jobs started",
+            Effect.map(count("started"), (n) => n >= 2),
+            "30 seconds"
+          )
+          const children = [...new Set((yield* logRows("started")).map((r) => r.pid))]
+          assert.strictEqual(children.length, 2)
+          parent.process.kill("SIGTERM")
+          const exit = yield* parent.exited
+          assert.deepStrictEqual(exit, { code: 0, signal: null }, parent.output())
+          for (const pid of children) assert.isFalse(alive(pid), `child ${pid} exited with its parent`)
+          const started = yield* logRows("started")
+          const completed = yield* logRows("completed")
+          assert.strictEqual(started.length, 2, "nothing more was claimed once the drain began")
+          assert.deepStrictEqual(
+            completed.map((r) => r.key).toSorted(),
+            started.map((r) => r.key).toSorted(),
+            "the running jobs finished"
+          )
+          assert.strictEqual((yield* kidsQueue).depth, 2, "the two jobs not started wait in the queue")
+          const rows = yield* Effect.orDie((yield* Processes).list)
+          assert.strictEqual(rows.length, 0, "every process unregistered")
+        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
+      }),
+    120_000
+  )
+})
