@@ -248,4 +248,81 @@ describe("child-process capsules", () => {
       }),
     120_000
   )
+
+  it.live(
+    "a CPU-bound job blocks its child's event loop for 10 s: the parent keeps its claim (no redelivery) and its other capsule keeps claiming",
+    () =>
+      onFreshDatabase({}, (url) => {
+        let parent: Child | undefined
+        return Effect.gen(function* () {
+          yield* createLog
+          yield* (yield* QueueStore).create("kids")
+          yield* (yield* QueueStore).create("local")
+          const bundle = yield* bundledFixture(FIXTURE)
+          // a visibility timeout of 3 s and a stale threshold of 2 s: without the parent's keeping,
+          // the blocked child's claim would come back (reaped, or lapsed) and the other child run it
+          parent = yield* spawnSupervisor(
+            appEnv(url, {
+              CHILD_PROCESSES: "2",
+              CHILD_CONCURRENCY: "1",
+              CHILD_READ_AHEAD: "0",
+              CHILD_BURN_MS: "10000",
+              PGBUS_VISIBILITY_TIMEOUT: "3"
+            }),
+            bundle
+          )
+          yield* eventually(
+            "two children ready",
+            Effect.sync(() => parent!.output().split("boot: child process").length - 1 >= 2),
+            "60 seconds"
+          )
+          yield* Job.make("Burn", { payload: Key, queue: "kids" }, () => Effect.void).enqueue({ key: "burn" })
+          yield* eventually(
+            "the burn started",
+            Effect.map(count("started"), (n) => n >= 1),
+            "30 seconds"
+          )
+          const [burn] = yield* logRows("started")
+          // meanwhile the parent's in-process capsule claims and runs a job every 300 ms
+          const Local = Job.make("Local", { payload: Key, queue: "local" }, () => Effect.void)
+          for (let i = 0; i < 20; i++) {
+            yield* Local.enqueue({ key: `local-${i}` })
+            yield* Effect.sleep("300 millis")
+          }
+          yield* eventually(
+            "the burn completed",
+            Effect.map(count("completed"), (n) => n >= 1),
+            "30 seconds"
+          )
+          const [done] = yield* logRows("completed")
+          const during = (yield* logRows("local")).filter(
+            (r) => r.at.getTime() > burn!.at.getTime() && r.at.getTime() < done!.at.getTime()
+          )
+          const blockedMs = done!.at.getTime() - burn!.at.getTime()
+          yield* Effect.logInfo(
+            `child-capsules: the burn held its loop ${blockedMs} ms; ${during.length} local jobs ran meanwhile`
+          )
+          assert.isAtLeast(blockedMs, 10_000)
+          assert.isAtLeast(during.length, 15, "the parent's capsule kept claiming during the block")
+          // past another visibility timeout: still one delivery, archived once
+          yield* Effect.sleep("4 seconds")
+          const started = yield* logRows("started")
+          assert.deepStrictEqual(
+            started.map((r) => [r.key, r.pid]),
+            [["burn", burn!.pid]],
+            "the blocking job was not delivered again"
+          )
+          assert.strictEqual(yield* count("completed"), 1)
+          const kids = yield* kidsQueue
+          assert.deepStrictEqual([kids.depth, kids.archiveSize], [0, 1], "archived once")
+          assert.match(
+            parent!.output(),
+            /silent for \d+ ms \(its event loop is blocked\): the parent keeps its 1 claim/
+          )
+          assert.match(parent!.output(), /answers again after \d+ ms/)
+          assert.include(parent!.output(), "event loop blocked for", "the child's own watchdog logged the block")
+        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
+      }),
+    120_000
+  )
 })

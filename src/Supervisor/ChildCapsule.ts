@@ -21,6 +21,7 @@
  */
 import { type ChildProcess, fork } from "node:child_process"
 import { Config, Data, Deferred, Duration, Effect, Metric, Option, Schedule, Schema } from "effect"
+import type { Message, Receipt } from "../Queue/Message.ts"
 import type { Capsule } from "./Capsule.ts"
 
 /** Names the capsule a child process runs (set by the parent; its presence makes a child). */
@@ -50,9 +51,29 @@ export const childRole: Effect.Effect<Option.Option<ChildRole>> = Effect.gen(fun
 export const RecycleReason = Schema.Literals(["max_jobs", "max_memory", "max_lifetime"])
 export type RecycleReason = typeof RecycleReason.Type
 
-/** The message a child sends its parent before it drains to be replaced. */
-const RecycleMessage = Schema.Struct({ pgbus: Schema.Literal("recycle"), reason: RecycleReason })
-const decodeRecycle = Schema.decodeUnknownOption(RecycleMessage)
+/** What a child tells its parent over the IPC channel. */
+const ChildMessage = Schema.Union([
+  // before it drains to be replaced
+  Schema.Struct({ pgbus: Schema.Literal("recycle"), reason: RecycleReason }),
+  // its claims in flight: after each claim (before the claimed jobs run) and every ALIVE_EVERY
+  Schema.Struct({
+    pgbus: Schema.Literal("claims"),
+    claims: Schema.Array(
+      Schema.Struct({
+        queue: Schema.String,
+        msgId: Schema.String.check(Schema.isPattern(/^\d+$/)),
+        readCt: Schema.Int
+      })
+    )
+  })
+])
+const decodeChildMessage = Schema.decodeUnknownOption(ChildMessage)
+
+/** A claim of a child, as its parent keeps it. */
+export interface ChildClaim {
+  readonly queue: string
+  readonly receipt: Receipt
+}
 
 /** Child processes replaced, by capsule and reason. */
 export const childReplacements = Metric.counter("pgbus_child_replacements_total", {
@@ -116,6 +137,25 @@ export const tellParent = (reason: RecycleReason): Effect.Effect<void> =>
     if (send !== undefined && process.connected) send({ pgbus: "recycle", reason })
   })
 
+/** How often a child tells its parent its claims (and so that it is alive: its event loop runs). */
+const ALIVE_EVERY = Duration.millis(250)
+
+/** Sends the parent the claims in flight; nothing without a parent. */
+export const reportClaims = (inFlight: ReadonlySet<Message>): void => {
+  const send = process.send?.bind(process)
+  if (send === undefined || !process.connected) return
+  const claims = [...inFlight].map((m) => ({ queue: m.queue, msgId: String(m.msgId), readCt: m.readCt }))
+  send({ pgbus: "claims", claims })
+}
+
+/**
+ * Tells the parent the claims in flight every 250 ms, until interrupted: its silence is how the
+ * parent knows that this child's event loop is blocked. Fork it before the workers, so that it
+ * stops after their drain.
+ */
+export const tellClaimsWhileAlive = (inFlight: () => ReadonlySet<Message>): Effect.Effect<void> =>
+  Effect.sync(() => reportClaims(inFlight())).pipe(Effect.repeat(Schedule.spaced(ALIVE_EVERY)), Effect.asVoid)
+
 /** Closes the IPC channel at the very end, so that a drained child's event loop can empty and it exits. */
 export const disconnectFromParent: Effect.Effect<void> = Effect.sync(() => {
   const disconnect = process.disconnect?.bind(process)
@@ -145,6 +185,13 @@ export interface ChildDeps {
   readonly drainTimeout: Duration.Duration
   /** Releases the claims of a child that died without draining, and deletes its row. */
   readonly releaseDead: (processId: string) => Effect.Effect<number>
+  /**
+   * Keeps a silent child's claims: beats its process row and extends the visibility of the
+   * claims it last reported (never fails: a failure is logged).
+   */
+  readonly keepClaims: (processId: string, claims: ReadonlyArray<ChildClaim>) => Effect.Effect<void>
+  /** How often a silent child's claims are kept (the workers' visibility heartbeat). */
+  readonly keepEvery: Duration.Duration
 }
 
 /** Margin over `drainTimeout` before a draining child is killed: its boot and its own finalizers. */
@@ -160,6 +207,9 @@ interface Running {
   readonly child: ChildProcess
   readonly exited: Deferred.Deferred<{ readonly code: number | null; readonly signal: string | null }>
   readonly reason: () => RecycleReason | undefined
+  /** When the child last spoke (performance.now()); undefined before its workers started. */
+  readonly lastHeard: () => number | undefined
+  readonly claims: () => ReadonlyArray<ChildClaim>
 }
 
 /** Starts one child; closing the scope stops it (SIGTERM, its drain, then SIGKILL). */
@@ -167,6 +217,8 @@ const spawnChild = (capsule: Capsule, slot: number, processId: string, deps: Chi
   Effect.acquireRelease(
     Effect.sync((): Running => {
       let reason: RecycleReason | undefined
+      let lastHeard: number | undefined
+      let claims: ReadonlyArray<ChildClaim> = []
       const exited = Deferred.makeUnsafe<{ readonly code: number | null; readonly signal: string | null }>()
       const child = fork(deps.entry.module, [...deps.entry.args], {
         execArgv: [...deps.entry.execArgv],
@@ -182,12 +234,18 @@ const spawnChild = (capsule: Capsule, slot: number, processId: string, deps: Chi
         stdio: ["ignore", "inherit", "inherit", "ipc"]
       })
       child.on("message", (message) => {
-        const decoded = decodeRecycle(message)
-        if (Option.isSome(decoded)) reason = decoded.value.reason
+        const decoded = decodeChildMessage(message)
+        if (Option.isNone(decoded)) return
+        lastHeard = performance.now()
+        const said = decoded.value
+        if (said.pgbus === "recycle") reason = said.reason
+        else {
+          claims = said.claims.map((c) => ({ queue: c.queue, receipt: { msgId: BigInt(c.msgId), readCt: c.readCt } }))
+        }
       })
       child.once("exit", (code, signal) => Deferred.doneUnsafe(exited, Effect.succeed({ code, signal })))
       child.once("error", () => Deferred.doneUnsafe(exited, Effect.succeed({ code: null, signal: null })))
-      return { child, exited, reason: () => reason }
+      return { child, exited, reason: () => reason, lastHeard: () => lastHeard, claims: () => claims }
     }),
     (running) =>
       Effect.gen(function* () {
@@ -207,6 +265,51 @@ const spawnChild = (capsule: Capsule, slot: number, processId: string, deps: Chi
       })
   )
 
+/** A child silent this long has a blocked event loop (it speaks every 250 ms). */
+const SILENT_AFTER_MS = 1_000
+
+/** How often the parent looks for a silent child. */
+const KEEPER_TICK = Duration.millis(250)
+
+/**
+ * Keeps the claims of a child whose event loop is blocked (a CPU-bound job): while it is
+ * silent, its process row is beaten (no process reaps it) and the claims it last reported are
+ * extended every `keepEvery`, by the parent, whose loop is free. One line when it falls silent,
+ * one when it speaks again. A child that never speaks again is the operator's to kill (its
+ * claims are released at once when it dies).
+ */
+const keepWhileSilent = (capsule: Capsule, slot: number, processId: string, running: Running, deps: ChildDeps) =>
+  Effect.gen(function* () {
+    let silentSince: number | undefined
+    let keptAt = 0
+    while (true) {
+      yield* Effect.sleep(KEEPER_TICK)
+      const heard = running.lastHeard()
+      const now = performance.now()
+      if (heard === undefined) continue
+      if (now - heard < SILENT_AFTER_MS) {
+        if (silentSince !== undefined) {
+          yield* Effect.logInfo(
+            `[pgbus] capsule ${capsule.name}: child ${slot} (pid ${running.child.pid}) answers again after ${Math.round(now - silentSince)} ms`
+          )
+          silentSince = undefined
+        }
+        continue
+      }
+      if (silentSince === undefined) {
+        silentSince = heard
+        keptAt = 0
+        yield* Effect.logWarning(
+          `[pgbus] capsule ${capsule.name}: child ${slot} (pid ${running.child.pid}) silent for ${Math.round(now - heard)} ms (its event loop is blocked): the parent keeps its ${running.claims().length} claim(s) and its process row`
+        )
+      }
+      if (now - keptAt >= Duration.toMillis(deps.keepEvery)) {
+        keptAt = now
+        yield* deps.keepClaims(processId, running.claims())
+      }
+    }
+  })
+
 /** Runs one child until it exits: its recycle reason, or `ChildExited` when it died without one. */
 const runChildOnce = (capsule: Capsule, slot: number, deps: ChildDeps) =>
   Effect.gen(function* () {
@@ -215,6 +318,8 @@ const runChildOnce = (capsule: Capsule, slot: number, deps: ChildDeps) =>
     const { ended, pid, reason } = yield* Effect.scoped(
       Effect.gen(function* () {
         const running = yield* spawnChild(capsule, slot, processId, deps)
+        // interrupted before the child is stopped: a draining child is not kept
+        yield* Effect.forkScoped(keepWhileSilent(capsule, slot, processId, running, deps))
         const ended = yield* Deferred.await(running.exited)
         return { ended, pid: running.child.pid, reason: running.reason() }
       })

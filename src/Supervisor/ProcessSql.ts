@@ -70,6 +70,11 @@ export const makeProcessSql = (sql: SqlClient.SqlClient, schema: string) => {
         jobs_per_second = ${f.jobsPerSecond}::float8, last_beat_at = ${NOW(now)}
       WHERE id = ${id} RETURNING id`
 
+  // the beat a parent writes for its child while the child's event loop is blocked (ChildCapsule.ts):
+  // the time alone, the figures are the child's to write
+  const processTouch = (id: string, now: Date | null) =>
+    sql<{ readonly id: string }>`UPDATE ${processes} SET last_beat_at = ${NOW(now)} WHERE id = ${id} RETURNING id`
+
   const processDelete = (ids: ReadonlyArray<string>) =>
     sql<{ readonly id: string }>`DELETE FROM ${processes} WHERE id = ANY(${[...ids]}::text[]) RETURNING id`
 
@@ -149,6 +154,7 @@ export const makeProcessSql = (sql: SqlClient.SqlClient, schema: string) => {
     rankTop,
     processRegister,
     processBeat,
+    processTouch,
     processDelete,
     processListStale,
     processList,

@@ -56,6 +56,8 @@ export class Processes extends Context.Service<
     readonly register: (info: ProcessInfo) => Effect.Effect<void, DatabaseError>
     /** Records a beat and the process's figures; false if the row is gone (this process was taken for dead). */
     readonly beat: (id: string, figures: BeatFigures) => Effect.Effect<boolean, DatabaseError>
+    /** Records a beat of another process (a child whose event loop is blocked), without its figures; false if the row is gone. */
+    readonly touch: (id: string) => Effect.Effect<boolean, DatabaseError>
     readonly unregister: (id: string) => Effect.Effect<void, DatabaseError>
     readonly list: Effect.Effect<ReadonlyArray<ProcessRow>, DatabaseError>
     /** The recorded leader of each maintenance role, and whether it still holds the role's lock. */
@@ -103,6 +105,12 @@ export class Processes extends Context.Service<
           Effect.mapError(toDatabaseError("process heartbeat"))
         )
 
+      const touch = (id: string) =>
+        Effect.flatMap(statementNow, (now) => statements.processTouch(id, now)).pipe(
+          Effect.map((rows) => rows.length > 0),
+          Effect.mapError(toDatabaseError("child process heartbeat"))
+        )
+
       const unregister = (id: string) =>
         statements.processDelete([id]).pipe(Effect.asVoid, Effect.mapError(toDatabaseError("unregister process")))
 
@@ -135,6 +143,7 @@ export class Processes extends Context.Service<
       return Processes.of({
         register,
         beat,
+        touch,
         unregister,
         list: statements.processList().pipe(Effect.mapError(toDatabaseError("list processes"))),
         leaders: statements.leaderList().pipe(Effect.mapError(toDatabaseError("list maintenance leaders"))),

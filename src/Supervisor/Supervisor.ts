@@ -31,6 +31,7 @@ import * as JobStats from "../Job/JobStats.ts"
 import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
 import { makeUniqueKeys } from "../Job/Uniqueness.ts"
 import { checkSchemaVersion, requireMigrated } from "../Migrations.ts"
+import type { Message, Receipt } from "../Queue/Message.ts"
 import { Notifier } from "../Queue/Notifier.ts"
 import { makeQueueBreaker, QueueBreaker } from "../Queue/QueueBreaker.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
@@ -47,7 +48,9 @@ import {
   childRole,
   disconnectFromParent,
   ownEntry,
+  reportClaims,
   superviseChildren,
+  tellClaimsWhileAlive,
   tellParent
 } from "./ChildCapsule.ts"
 import { databaseState, gateReads, watchConnection } from "./ConnectionWatch.ts"
@@ -544,6 +547,18 @@ export const runWith = (given: SupervisorOptions = {}) =>
         child === undefined || capsule.maxJobsPerProcess === undefined
           ? undefined
           : { limit: capsule.maxJobsPerProcess, onSpent: () => Deferred.doneUnsafe(budgetSpent, Effect.void) }
+      // a child tells its parent its claims after each claim and every 250 ms: while it is silent
+      // (a job blocks its event loop) the parent keeps them (ChildCapsule.ts); forked before the
+      // workers, so that it speaks until they drained
+      let inFlight: ReadonlySet<Message> = new Set()
+      const tellClaims =
+        child === undefined
+          ? undefined
+          : (claims: ReadonlySet<Message>) => {
+              inFlight = claims
+              reportClaims(claims)
+            }
+      if (child !== undefined) yield* Effect.forkScoped(tellClaimsWhileAlive(() => inFlight))
       yield* Effect.forkScoped(
         Effect.forEach(
           local,
@@ -565,7 +580,8 @@ export const runWith = (given: SupervisorOptions = {}) =>
                   uniqueKeys,
                   debouncer,
                   mayRead: mayReadOf(capsule),
-                  jobBudget: jobBudget(capsule)
+                  jobBudget: jobBudget(capsule),
+                  reportClaims: tellClaims
                 },
                 stats[i]!
               )
@@ -613,6 +629,21 @@ export const runWith = (given: SupervisorOptions = {}) =>
           superviseChildren(capsule, {
             entry,
             drainTimeout: config.drainTimeout,
+            // as often as the child would beat its row or extend its claims, whichever is sooner
+            keepEvery: Duration.min(
+              config.processHeartbeatInterval,
+              config.visibilityHeartbeatInterval ??
+                Duration.millis(Math.max(1, Duration.toMillis(config.visibilityTimeout) / 3))
+            ),
+            keepClaims: (id, claims) =>
+              Effect.gen(function* () {
+                yield* processes.touch(id)
+                const byQueue = new Map<string, Array<Receipt>>()
+                for (const c of claims) byQueue.set(c.queue, [...(byQueue.get(c.queue) ?? []), c.receipt])
+                for (const [queue, receipts] of byQueue) {
+                  yield* store.setVisibility(queue, receipts, config.visibilityTimeout)
+                }
+              }).pipe(Effect.catch((e) => Effect.logWarning("pgbus: keeping a silent child's claims failed", e))),
             releaseDead: (id) =>
               processes.releaseDead([id]).pipe(
                 Effect.map((r) => r.released.reduce((n, q) => n + q.released, 0)),

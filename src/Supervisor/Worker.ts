@@ -81,6 +81,11 @@ export interface WorkerDeps {
    * every one it took has ended.
    */
   readonly jobBudget?: { readonly limit: number; readonly onSpent: () => void } | undefined
+  /**
+   * Hears of the messages in flight right after each claim, before any of them runs (a child
+   * process tells its parent, which keeps their claims while a job blocks the child's event loop).
+   */
+  readonly reportClaims?: ((inFlight: ReadonlySet<Message>) => void) | undefined
 }
 
 /** The metrics' status of each outcome that ends a delivery. */
@@ -221,7 +226,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       uniqueKeys,
       debouncer,
       mayRead,
-      jobBudget
+      jobBudget,
+      reportClaims
     } = deps
     let onFirstClaim = deps.onFirstClaim
     // strict order between the queues (and priority sub-queues); a fair queue's reads share a cursor
@@ -638,6 +644,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
           if (cursor === undefined) read.add(queue)
           const got = yield* readOne(queue, cursor, limited, want, withArchive, ordered)
           for (const m of got.messages) inFlight.add(m)
+          if (got.messages.length > 0) reportClaims?.(inFlight)
           taken += got.messages.length
           stats.buffered += got.messages.length
           yield* Queue.offerAll(work, got.messages)
@@ -770,6 +777,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
                 // this slot counts in `buffered`: with it, no more than the executors
                 if (!stopping && (!step || stats.running + stats.buffered <= capsule.concurrency)) {
                   inFlight.add(m)
+                  reportClaims?.(inFlight)
                   return Queue.offer(work, m).pipe(Effect.as(true))
                 }
                 // drained meanwhile (or no executor free for a step): give it back at once
