@@ -155,6 +155,12 @@ export const keys = {
     section: "connection",
     readme: true
   }),
+  poolTimeout: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
+    default: null,
+    doc: "Longest a statement or transaction waits for a free connection of the pool; past it, it fails with a retryable `DatabaseError` naming the pool's state (`pool timeout: no connection free after 5s (pool size 10: 10 in use, 3 waiting)`). Unset (`none`), it waits as long as it takes (the driver's pool has no timeout of its own).",
+    defaultDoc: "none",
+    section: "connection"
+  }),
   statementTimeout: key(Kinds.optional(Kinds.duration(PositiveDuration)), {
     default: "60 seconds",
     doc: "The server cancels a statement of a pooled connection that runs longer (`statement_timeout`, sent when the connection opens; migrations are exempt). `none` turns it off.",

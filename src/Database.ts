@@ -13,6 +13,7 @@ import { effectivePoolSize, PgBusConfig, type PgBusConfigShape } from "./Config.
 import { targetOf, tlsOptions } from "./Connection.ts"
 import { type Breaker, breakerFor } from "./internal/ConnectionBreaker.ts"
 import { openSocket } from "./internal/PoolCensus.ts"
+import { withAcquireTimeout } from "./internal/PoolTimeout.ts"
 
 /**
  * A database operation failed for a reason that is not part of the domain (connection lost,
@@ -228,7 +229,16 @@ export const layer: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, Databas
               retryable: false
             })
         ),
-        Effect.flatMap((options) => PgClient.make(options).pipe(Effect.mapError(toDatabaseError("connect"))))
+        Effect.flatMap((options) => PgClient.make(options).pipe(Effect.mapError(toDatabaseError("connect")))),
+        // the driver's pool waits for a free connection without a bound: poolTimeout adds one
+        Effect.flatMap((client) =>
+          config.poolTimeout === undefined
+            ? Effect.succeed(client)
+            : Effect.map(
+                withAcquireTimeout(client, effectivePoolSize(config), config.poolTimeout),
+                (timed) => timed.client
+              )
+        )
       )
     )
   )
