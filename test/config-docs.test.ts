@@ -4,6 +4,8 @@ import { assert, describe, it } from "@effect/vitest"
 import { targets, withTable } from "../scripts/config-table.ts"
 import { environmentVariables, envName, keys } from "../src/Config.ts"
 import { envNames as streamsEnvNames } from "../src/Streams/StreamsConfig.ts"
+import { CHILD_CAPSULE_ENV, CHILD_PROCESS_ID_ENV, CHILD_SLOT_ENV } from "../src/Supervisor/ChildCapsule.ts"
+
 
 const read = (file: string) => readFileSync(new URL(`../${file}`, import.meta.url), "utf8")
 const documents = ["README.md", ...readdirSync(new URL("../docs/", import.meta.url)).map((f) => `docs/${f}`)].filter(
@@ -48,7 +50,11 @@ describe("configuration docs", () => {
     const known = new Set([
       ...environmentVariables,
       ...Object.values(streamsEnvNames).filter((e) => e !== undefined),
-      "PGBUS_APP"
+      "PGBUS_APP",
+      // set by a supervisor for its child processes (read by the child's supervisor, not settings)
+      CHILD_CAPSULE_ENV,
+      CHILD_PROCESS_ID_ENV,
+      CHILD_SLOT_ENV
     ])
     for (const file of documents) {
       for (const [name] of read(file).matchAll(/PGBUS_[A-Z_]*[A-Z](?![A-Z_])/g)) {
