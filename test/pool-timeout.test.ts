@@ -48,6 +48,23 @@ describe("poolTimeout", () => {
     )
   )
 
+  it.live("a burst of checkouts at once: those beyond the pool's size are bounded too", () =>
+    onFreshDatabase({ poolSize: 2, poolTimeout: "300 millis" }, () =>
+      Effect.gen(function* () {
+        const started = performance.now()
+        const exits = yield* Effect.all(
+          Array.from({ length: 5 }, () => Effect.exit(hold(1500))),
+          { concurrency: "unbounded" }
+        )
+        const failed = exits.filter(Exit.isFailure)
+        assert.strictEqual(exits.length - failed.length, 2, "the pool's two connections served two")
+        assert.strictEqual(failed.length, 3, "the three beyond it timed out, none waited unbounded")
+        for (const exit of failed) assert.include(String(exit.cause), "pool timeout")
+        assert.isBelow(performance.now() - started, 4000)
+      })
+    )
+  )
+
   it.live("a waiter that gets a connection within poolTimeout runs; a rolled-back transaction stays rolled back", () =>
     onFreshDatabase({ poolSize: 1, poolTimeout: "3 seconds" }, () =>
       Effect.gen(function* () {

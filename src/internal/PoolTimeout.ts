@@ -66,40 +66,43 @@ export const withAcquireTimeout = (
 > =>
   Effect.gen(function* () {
     let inUse = 0
+    /** Checkouts not yet served (each waits for a free connection, or for one to open). */
     let waiting = 0
     const state = (): PoolState => ({ size, inUse, waiting })
-    const acquire: Effect.Effect<Connection, SqlError, Scope.Scope> = Effect.suspend(() => {
-      waiting++
-      return inner.reserve.pipe(
-        Effect.timeoutOrElse({
-          duration: timeout,
-          orElse: () => {
-            const message = poolTimeoutMessage(timeout, state())
-            return Effect.fail(
-              new SqlError({
-                reason: new ConnectionError({ cause: new Error(message), message, operation: "acquire" })
-              })
-            )
-          }
+    const lease = Effect.tap(inner.reserve, () =>
+      Effect.andThen(
+        Effect.sync(() => {
+          inUse++
         }),
-        Effect.ensuring(
+        Effect.addFinalizer(() =>
           Effect.sync(() => {
-            waiting--
+            inUse--
           })
-        ),
-        Effect.tap(() =>
-          Effect.andThen(
-            Effect.sync(() => {
-              inUse++
-            }),
-            Effect.addFinalizer(() =>
-              Effect.sync(() => {
-                inUse--
-              })
-            )
-          )
         )
       )
+    )
+    const acquire: Effect.Effect<Connection, SqlError, Scope.Scope> = Effect.suspend(() => {
+      // while leases and checkouts leave room in the pool, no race with a timer: the common case
+      // costs what the pool's own checkout does (a connect is bounded by its own timeout)
+      const bounded = inUse + waiting >= size
+      waiting++
+      const served = Effect.ensuring(
+        lease,
+        Effect.sync(() => {
+          waiting--
+        })
+      )
+      if (!bounded) return served
+      return Effect.timeoutOrElse(served, {
+        duration: timeout,
+        orElse: () => {
+          // this checkout was given up already (its wait interrupted): it counts among the waiting
+          const message = poolTimeoutMessage(timeout, { size, inUse, waiting: waiting + 1 })
+          return Effect.fail(
+            new SqlError({ reason: new ConnectionError({ cause: new Error(message), message, operation: "acquire" }) })
+          )
+        }
+      })
     })
     const config = inner.config
     const outer = yield* Client.make({
