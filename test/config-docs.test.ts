@@ -6,7 +6,6 @@ import { environmentVariables, envName, keys } from "../src/Config.ts"
 import { envNames as streamsEnvNames } from "../src/Streams/StreamsConfig.ts"
 import { CHILD_CAPSULE_ENV, CHILD_PROCESS_ID_ENV, CHILD_SLOT_ENV } from "../src/Supervisor/ChildCapsule.ts"
 
-
 const read = (file: string) => readFileSync(new URL(`../${file}`, import.meta.url), "utf8")
 const documents = ["README.md", ...readdirSync(new URL("../docs/", import.meta.url)).map((f) => `docs/${f}`)].filter(
   (f) => f.endsWith(".md")
