@@ -253,6 +253,46 @@ describe("child-process capsules", () => {
   )
 
   it.live(
+    "SIGKILL of the parent: its children see the IPC channel close, drain and exit",
+    () =>
+      onFreshDatabase({}, (url) => {
+        let parent: Child | undefined
+        return Effect.gen(function* () {
+          yield* createLog
+          yield* (yield* QueueStore).create("kids")
+          const bundle = yield* bundledFixture(FIXTURE)
+          parent = yield* spawnSupervisor(appEnv(url, { CHILD_PROCESSES: "2", CHILD_CONCURRENCY: "1" }), bundle)
+          const processes = yield* Processes
+          const childRows = Effect.map(processes.list, (rows) =>
+            rows.filter((r) => r.pid !== parent!.process.pid)
+          ).pipe(Effect.orDie)
+          yield* eventually(
+            "two children registered",
+            Effect.map(childRows, (rows) => rows.length === 2),
+            "60 seconds"
+          )
+          const children = (yield* childRows).map((r) => r.pid)
+          parent.process.kill("SIGKILL")
+          yield* parent.exited
+          for (const pid of children) {
+            yield* eventually(
+              `child ${pid} exited`,
+              Effect.sync(() => !alive(pid)),
+              "20 seconds"
+            )
+          }
+          // they drained: their rows are gone (the parent's is left to the stale threshold)
+          yield* eventually(
+            "the children unregistered",
+            Effect.map(childRows, (rows) => rows.length === 0),
+            "5 seconds"
+          )
+        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
+      }),
+    120_000
+  )
+
+  it.live(
     "a CPU-bound job blocks its child's event loop for 10 s: the parent keeps its claim (no redelivery) and its other capsule keeps claiming",
     () =>
       onFreshDatabase({}, (url) => {
