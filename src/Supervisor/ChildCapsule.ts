@@ -335,7 +335,7 @@ const runChildOnce = (capsule: Capsule, slot: number, deps: ChildDeps) =>
     // it drained nothing: what it had claimed goes back now, not after the stale threshold
     const released = yield* deps.releaseDead(processId)
     yield* Effect.logError(
-      `[pgbus] capsule ${capsule.name}: child ${slot} (pid ${pid}) exited without a drain (${ended.signal ?? `code ${ended.code}`}); released ${released} claimed message(s); restarting`
+      `[pgbus] capsule ${capsule.name}: child ${slot} (pid ${pid}) ${ended.code === 0 ? "exited on its own (code 0)" : `exited without a drain (${ended.signal ?? `code ${ended.code}`})`}; released ${released} claimed message(s); restarting`
     )
     if (performance.now() - startedAt >= Duration.toMillis(HEALTHY_RUN)) return
     return yield* new ChildExited({ capsule: capsule.name, slot, code: ended.code, signal: ended.signal })
