@@ -44,6 +44,7 @@ import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { type Capsule, parseWorkers, validateCapsules } from "./Capsule.ts"
 import {
   awaitRecycle,
+  type ChildDeps,
   type ChildEntry,
   childRole,
   disconnectFromParent,
@@ -166,6 +167,39 @@ const recycleLimits = (c: Capsule): string =>
     c.maxMemoryMb === undefined ? "" : ` max_memory_mb=${c.maxMemoryMb}`,
     c.maxLifetime === undefined ? "" : ` max_lifetime=${Duration.format(Duration.fromInputUnsafe(c.maxLifetime))}`
   ].join("")
+
+/**
+ * What the parent needs to run its children (ChildCapsule.ts): how to stop them, how to release
+ * a dead one's claims, and how to keep a silent one's.
+ */
+const childDeps = (
+  config: PgBusConfigShape,
+  processes: Processes["Service"],
+  store: QueueStore["Service"],
+  entry: ChildEntry
+): ChildDeps => ({
+  entry,
+  drainTimeout: config.drainTimeout,
+  // as often as the child would beat its row or extend its claims, whichever is sooner
+  keepEvery: Duration.min(
+    config.processHeartbeatInterval,
+    config.visibilityHeartbeatInterval ?? Duration.millis(Math.max(1, Duration.toMillis(config.visibilityTimeout) / 3))
+  ),
+  keepClaims: (id, claims) =>
+    Effect.gen(function* () {
+      yield* processes.touch(id)
+      const byQueue = new Map<string, Array<Receipt>>()
+      for (const c of claims) byQueue.set(c.queue, [...(byQueue.get(c.queue) ?? []), c.receipt])
+      for (const [queue, receipts] of byQueue) {
+        yield* store.setVisibility(queue, receipts, config.visibilityTimeout)
+      }
+    }).pipe(Effect.catch((e) => Effect.logWarning("pgbus: keeping a silent child's claims failed", e))),
+  releaseDead: (id) =>
+    processes.releaseDead([id]).pipe(
+      Effect.map((r) => r.released.reduce((n, q) => n + q.released, 0)),
+      Effect.catch((e) => Effect.as(Effect.logWarning("pgbus: releasing a dead child's claims failed", e), 0))
+    )
+})
 
 /**
  * Runs the supervisor until interrupted, then drains. Provide `Registry.layer([...jobs])` and
@@ -626,30 +660,9 @@ export const runWith = (given: SupervisorOptions = {}) =>
       const entry = options.childEntry ?? ownEntry()
       for (const capsule of childCapsules) {
         yield* Effect.forkScoped(
-          superviseChildren(capsule, {
-            entry,
-            drainTimeout: config.drainTimeout,
-            // as often as the child would beat its row or extend its claims, whichever is sooner
-            keepEvery: Duration.min(
-              config.processHeartbeatInterval,
-              config.visibilityHeartbeatInterval ??
-                Duration.millis(Math.max(1, Duration.toMillis(config.visibilityTimeout) / 3))
-            ),
-            keepClaims: (id, claims) =>
-              Effect.gen(function* () {
-                yield* processes.touch(id)
-                const byQueue = new Map<string, Array<Receipt>>()
-                for (const c of claims) byQueue.set(c.queue, [...(byQueue.get(c.queue) ?? []), c.receipt])
-                for (const [queue, receipts] of byQueue) {
-                  yield* store.setVisibility(queue, receipts, config.visibilityTimeout)
-                }
-              }).pipe(Effect.catch((e) => Effect.logWarning("pgbus: keeping a silent child's claims failed", e))),
-            releaseDead: (id) =>
-              processes.releaseDead([id]).pipe(
-                Effect.map((r) => r.released.reduce((n, q) => n + q.released, 0)),
-                Effect.catch((e) => Effect.as(Effect.logWarning("pgbus: releasing a dead child's claims failed", e), 0))
-              )
-          }).pipe(Effect.annotateLogs({ capsule: capsule.name }))
+          superviseChildren(capsule, childDeps(config, processes, store, entry)).pipe(
+            Effect.annotateLogs({ capsule: capsule.name })
+          )
         )
       }
     }
