@@ -38,6 +38,8 @@ const testLayer = Operations.layer.pipe(
   Layer.provideMerge(
     TestDatabase.layer({
       visibilityTimeout: "30 seconds",
+      // two beats, 500 ms, is the floor of a slot's lease (`limit.duration`)
+      visibilityHeartbeatInterval: "250 millis",
       pollingInterval: "5 seconds",
       processHeartbeatInterval: "200 millis",
       staleProcessThreshold: "1 second"
@@ -179,6 +181,101 @@ layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
     })
   )
 
+  it.effect("duration: a slot whose holder stops heartbeating comes back after the lease, not before", () =>
+    Effect.gen(function* () {
+      const queue = fresh("lease")
+      const runs: Array<{ i: number; start: number; end: number }> = []
+      const job = Job.make(
+        "LeasedOne",
+        { payload: Task, queue, limit: { to: 1, key: (p) => p.key, duration: "2 seconds" } },
+        ({ i }) =>
+          Effect.gen(function* () {
+            const start = yield* Clock.currentTimeMillis
+            yield* Effect.sleep("20 millis")
+            runs.push({ i, start, end: yield* Clock.currentTimeMillis })
+          })
+      )
+      yield* job.enqueueMany([
+        { key: "k", i: 1 },
+        { key: "k", i: 2 }
+      ])
+      const store = yield* QueueStore
+      // a holder no process row knows (fast recovery cannot find it) claims the slot, then goes silent
+      const before = yield* Clock.currentTimeMillis
+      const held = yield* store.read(queue, { limit: 5, limited: true, claimedBy: "ghost#1" })
+      assert.strictEqual(held.length, 1, "one slot: the second job is parked")
+      const leaseMs = held[0]!.vt.getTime() - before
+      assert.isAtLeast(leaseMs, 1_900, "the claim's lease is the job's duration")
+      assert.isBelow(leaseMs, 5_000, "not the 30 s visibility timeout")
+      yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
+      yield* eventually(
+        "both ran",
+        Effect.sync(() => runs.length === 2),
+        "15 seconds"
+      )
+      const first = Math.min(...runs.map((r) => r.start))
+      assert.isAtLeast(first - before, 1_900, "nothing of the key started while the silent holder's lease ran")
+      // back by the lease (and the next poll, 5 s), not by the 30 s visibility timeout
+      assert.isBelow(first - before, 9_000)
+      assert.strictEqual(mostAtOnce(runs), 1)
+      assert.deepStrictEqual(runs.map((r) => r.i).sort(), [1, 2], "the silent holder's job ran again too")
+    })
+  )
+
+  it.effect("duration: a lease shorter than two heartbeats is raised to them", () =>
+    Effect.gen(function* () {
+      const queue = fresh("floor")
+      const job = Job.make(
+        "LeasedShort",
+        { payload: Task, queue, limit: { to: 1, duration: "10 millis" } },
+        () => Effect.void
+      )
+      yield* job.enqueue({ key: "k", i: 1 })
+      const store = yield* QueueStore
+      const before = yield* Clock.currentTimeMillis
+      const [held] = yield* store.read(queue, { limit: 1, limited: true, claimedBy: "probe#1" })
+      const leaseMs = held!.vt.getTime() - before
+      // two beats of 250 ms, not 10 ms (nor the 30 s visibility timeout)
+      assert.isAtLeast(leaseMs, 450)
+      assert.isBelow(leaseMs, 3_000)
+      // the slot stays taken for the raised lease
+      yield* job.enqueue({ key: "k", i: 2 })
+      assert.lengthOf(yield* store.read(queue, { limit: 1, limited: true, claimedBy: "probe#2" }), 0)
+    })
+  )
+
+  it.effect("duration: a running job's heartbeat renews its slot past the lease: never two at once, none twice", () =>
+    Effect.gen(function* () {
+      const queue = fresh("renew")
+      const runs: Array<{ i: number; start: number; end: number }> = []
+      const job = Job.make(
+        "LeasedLong",
+        { payload: Task, queue, limit: { to: 1, key: (p) => p.key, duration: "1 second" } },
+        ({ i }) =>
+          Effect.gen(function* () {
+            const start = yield* Clock.currentTimeMillis
+            yield* Effect.sleep("2500 millis")
+            runs.push({ i, start, end: yield* Clock.currentTimeMillis })
+          })
+      )
+      yield* job.enqueueMany([
+        { key: "k", i: 1 },
+        { key: "k", i: 2 }
+      ])
+      const capsules = [{ name: "c", queues: [queue], concurrency: 2 }]
+      yield* startSupervisor([job], { capsules })
+      yield* startSupervisor([job], { capsules, roles: ["workers"] })
+      yield* eventually(
+        "both ran",
+        Effect.sync(() => runs.length === 2),
+        "20 seconds"
+      )
+      // each run outlived its 1 s lease, renewed by the heartbeat every 250 ms
+      assert.strictEqual(mostAtOnce(runs), 1)
+      assert.deepStrictEqual(runs.map((r) => r.i).sort(), [1, 2])
+    })
+  )
+
   it.effect("the operations service shows slots held, keys at their limit, parked jobs and uniqueness keys", () =>
     Effect.gen(function* () {
       const queue = fresh("seeing")
@@ -279,7 +376,15 @@ layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
       assert.throws(define({ to: 0 }), /limit.to/)
       assert.throws(define({ to: 1.5 }), /limit.to/)
       assert.throws(define({ to: 1, onConflict: "drop" }), /onConflict must be block, discard or raise/)
-      assert.throws(define({ to: 1, duration: "1 minute" }), /unknown limit option/)
+      assert.throws(define({ to: 1, lease: "1 minute" }), /unknown limit option lease/)
+      assert.throws(define({ to: 1, duration: "soon" }), /limit\.duration must be a finite duration/)
+      assert.throws(define({ to: 1, duration: -5 }), /limit\.duration/)
+      assert.throws(define({ to: 1, duration: 0 }), /limit\.duration/)
+      assert.throws(define({ to: 1, duration: Number.POSITIVE_INFINITY }), /limit\.duration/)
+      assert.throws(define({ to: 1, key: "account" }), /limit\.key must be a function/)
+      // a valid one is accepted as any Duration input
+      assert.doesNotThrow(define({ to: 1, duration: "15 minutes" }))
+      assert.doesNotThrow(define({ to: 1, duration: 90_000 }))
     })
 
     it.effect("a key function that throws fails the enqueue with InvalidLimitKey; nothing is written", () =>

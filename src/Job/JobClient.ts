@@ -49,6 +49,7 @@ export type TaggedEnvelope = Envelope & {
   readonly pgbus_unique_key?: string
   readonly pgbus_limit_key?: string
   readonly pgbus_limit_to?: number
+  readonly pgbus_limit_lease_ms?: number
   readonly pgbus_rate_key?: string
   readonly pgbus_rate_limit?: number
   readonly pgbus_rate_period_ms?: number

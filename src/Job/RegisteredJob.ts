@@ -138,7 +138,8 @@ export const registerJobs = (
               limit: {
                 to: job.limit.to,
                 key: job.limit.key as ((payload: unknown) => string) | undefined,
-                onConflict: job.limit.onConflict
+                onConflict: job.limit.onConflict,
+                ...(job.limit.leaseMs === undefined ? {} : { duration: Duration.millis(job.limit.leaseMs) })
               }
             }),
         ...(job.rate === undefined

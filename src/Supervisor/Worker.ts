@@ -28,6 +28,7 @@ import { pollDelay } from "../Queue/Notifier.ts"
 import * as QueueName from "../Queue/QueueName.ts"
 import type { PausedQueues } from "../Queue/QueueStates.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
+import { claimLeaseMs, heartbeatIntervalMs, leaseFloorMs } from "../Queue/SlotLease.ts"
 import type { Registry } from "../Registry.ts"
 import type { Capsule } from "./Capsule.ts"
 import { isBreakerOpen } from "./ConnectionWatch.ts"
@@ -114,6 +115,26 @@ const groupByQueue = (messages: Iterable<Message>): Map<string, Array<Receipt>> 
   const out = new Map<string, Array<Receipt>>()
   for (const [queue, list] of groupMessagesByQueue(messages)) out.set(queue, list.map(receiptOf))
   return out
+}
+
+/**
+ * The receipts of `messages` by queue and by claim lease (a limited job's `limit.duration`, or
+ * the visibility timeout): one heartbeat statement per group, usually one per queue.
+ */
+const groupByQueueAndLease = (
+  messages: Iterable<Message>,
+  visibilityMs: number,
+  floorMs: number
+): Array<{ readonly queue: string; readonly leaseMs: number; readonly receipts: Array<Receipt> }> => {
+  const out = new Map<string, { readonly queue: string; readonly leaseMs: number; readonly receipts: Array<Receipt> }>()
+  for (const m of messages) {
+    const leaseMs = claimLeaseMs(m, visibilityMs, floorMs)
+    const key = `${m.queue}\u0000${leaseMs}`
+    const group = out.get(key)
+    if (group === undefined) out.set(key, { queue: m.queue, leaseMs, receipts: [receiptOf(m)] })
+    else group.receipts.push(receiptOf(m))
+  }
+  return [...out.values()]
 }
 
 /**
@@ -481,15 +502,17 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
       })
     )
 
-    const heartbeatEvery = config.visibilityHeartbeatInterval ?? Duration.millis(Math.max(1, visibilityMs / 3))
+    const heartbeatEvery = Duration.millis(heartbeatIntervalMs(config))
+    // a limited job's own slot lease (`limit.duration`) is renewed as such, raised to two beats
+    const leaseFloor = leaseFloorMs(config)
     // under the flush lock: a message archived while its visibility is being extended is not lost
     const heartbeat = flushLock
       .withPermit(
         Effect.gen(function* () {
           if (inFlight.size === 0) return
-          for (const [queue, receipts] of groupByQueue(inFlight)) {
+          for (const { queue, leaseMs, receipts } of groupByQueueAndLease(inFlight, visibilityMs, leaseFloor)) {
             const extended = yield* store
-              .setVisibility(queue, receipts, config.visibilityTimeout)
+              .setVisibility(queue, receipts, Duration.millis(leaseMs))
               .pipe(
                 Effect.catch((error) => Effect.as(Effect.logWarning("pgbus: heartbeat failed", error), receipts.length))
               )
