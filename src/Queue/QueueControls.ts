@@ -1,6 +1,6 @@
 /**
  * The queue store's flow controls: the limited claim (concurrency limits and rate buckets, see
- * `QueueSql.messageReadLimited`), jobs' rates set at run time, waking a queue's readers, and
+ * `QueueLimitSql.messageReadLimited`), jobs' rates set at run time, waking a queue's readers, and
  * which messages are still in a queue. Part of the queue store (`QueueStore.ts` builds it with
  * its statements), in a module of its own.
  *
@@ -33,6 +33,8 @@ export interface QueueControlsDeps {
   readonly validateName: (queue: string) => Effect.Effect<QueueName.QueueName, QueueError>
   readonly fail: (operation: string, queue: string) => (error: SqlError) => QueueError
   readonly toMessage: (queue: string, row: MessageRow) => Message
+  /** The shortest slot lease a limited job's own `duration` gets (SlotLease.ts). */
+  readonly leaseFloorMs: number
 }
 
 const byMsgId = (a: Message, b: Message) => (a.msgId < b.msgId ? -1 : a.msgId > b.msgId ? 1 : 0)
@@ -47,7 +49,14 @@ const toOverride = (row: RateOverrideRow): RateOverride => ({
 })
 
 /** Builds the controls on the queue store's statements. */
-export const makeQueueControls = ({ sql, statements, validateName, fail, toMessage }: QueueControlsDeps) => {
+export const makeQueueControls = ({
+  sql,
+  statements,
+  validateName,
+  fail,
+  toMessage,
+  leaseFloorMs
+}: QueueControlsDeps) => {
   // The limited claim counts the running messages of each key: under the queue's lock, in a
   // statement of its own, so that it sees every committed claim and no concurrent one.
   const readLimited = (
@@ -64,7 +73,7 @@ export const makeQueueControls = ({ sql, statements, validateName, fail, toMessa
       sql,
       Effect.andThen(
         statements.queueLockLimits(physical),
-        statements.messageReadLimited(physical, limit, vtMs, claimedBy, now, receipts)
+        statements.messageReadLimited(physical, limit, vtMs, leaseFloorMs, claimedBy, now, receipts)
       )
     ).pipe(
       Effect.mapError(fail("read from", queue)),

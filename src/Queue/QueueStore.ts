@@ -26,6 +26,7 @@ import * as QueueName from "./QueueName.ts"
 import { makeQueueOutcomes, type QueueOutcomes } from "./QueueOutcomes.ts"
 import type { ClaimedMessageRow, MessageCtes } from "./QueueRows.ts"
 import { claimedMessage, makeQueueStoreContext, toMessage } from "./QueueStoreContext.ts"
+import { leaseFloorMs } from "./SlotLease.ts"
 
 export type { RateOverride } from "./QueueControls.ts"
 
@@ -343,7 +344,8 @@ export class QueueStore extends Context.Service<
         statements,
         validateName,
         fail,
-        toMessage
+        toMessage,
+        leaseFloorMs: leaseFloorMs(config)
       })
       const claims = makeQueueClaims(context, { archive: acks.archive, readLimited })
 

@@ -9,6 +9,7 @@
  * @since 0.1.0
  */
 import { Duration } from "effect"
+import { MAX_DURATION_MS } from "../Input.ts"
 import type { Message } from "./Message.ts"
 
 /** The envelope field carrying a limited job's slot lease in milliseconds (`limit.duration`). */
@@ -40,5 +41,5 @@ export const leaseOfMessage = (m: Pick<Message, "message">): number | undefined 
 /** How long a claim (or a heartbeat) of `m` keeps it invisible: its own lease raised to the floor, else `visibilityMs`. */
 export const claimLeaseMs = (m: Pick<Message, "message">, visibilityMs: number, floorMs: number): number => {
   const own = leaseOfMessage(m)
-  return own === undefined ? visibilityMs : Math.max(own, floorMs)
+  return own === undefined ? visibilityMs : Math.min(Math.max(own, floorMs), MAX_DURATION_MS)
 }
