@@ -4,6 +4,7 @@
  *
  * @since 0.1.0
  */
+import { LEASE_COMMIT } from "../../internal/leaseCommit.ts"
 import { StepOutcomeVerbs } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
 import type { ClaimFirstEntry, ClaimRow } from "./Rows.ts"
@@ -26,7 +27,11 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
     openSteps
   } = ctx
 
-  /** Claims a scheduled, due step of a ready run: step → in_progress, run → performing. */
+  /**
+   * Claims a scheduled, due step of a ready run: step → in_progress, run → performing. Its own
+   * transaction, committed without waiting for the WAL flush (a lease: lost in a server crash,
+   * the step is scheduled again and its message redelivered; see internal/leaseCommit.ts).
+   */
   const stepClaim = (p: {
     readonly runId: string
     readonly stepId: bigint
@@ -44,7 +49,7 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
         WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'scheduled' AND st.due_at <= ${NOW(p.now)}
         RETURNING ${claimedStepColumns}),
       ${claimRest(p.runId, p.now)}
-      SELECT ${claimColumns} FROM r, s`
+      SELECT ${claimColumns} FROM r, s WHERE ${sql.literal(LEASE_COMMIT)}`
 
   /** Claims a ready run with no open step, to find its next step by replay (start, resume). */
   const runClaimContinue = (runId: string, now: Date | null) =>
