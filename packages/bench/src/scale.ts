@@ -1,0 +1,470 @@
+/**
+ * bench:scale (issue 24, item 3): is a claim's cost flat as the tables grow? W1 (no-op jobs, one
+ * capsule at default settings) drains BENCH_SCALE_JOBS jobs from a backlog of each size in
+ * BENCH_SCALE_SIZES, beside an archive of BENCH_SCALE_ARCHIVE rows; then W3 (a 3-step no-op
+ * workflow, BENCH_SCALE_WF_RUNS runs) runs with no finished run in the tables and with
+ * BENCH_SCALE_WF_FINISHED finished runs (each with the steps and events of a real one).
+ * Backlogs and archives are filled with one INSERT ... SELECT generate_series each (copies of a
+ * row the API wrote), not through the API. One database, one process; every size repeated
+ * BENCH_SCALE_REPEATS times, sizes in turn (10k, 100k, 1M, 10k, ...; a smaller size truncates the queue and fills it again), medians [min-max].
+ *
+ * Per size: jobs/s (first job handled -> the BENCH_SCALE_JOBS-th), the claim statement (the
+ * worker's own `messageRead`, as QueueSql builds it, limit BENCH_SCALE_CLAIM_LIMIT) under
+ * EXPLAIN (ANALYZE, BUFFERS) in a rolled-back transaction, three times before the run (median
+ * execution time, shared buffers hit + read), and the queue table's and its indexes' buffers
+ * (pg_statio) per claim during the run. Before each run the backlog is topped up to its size and
+ * vacuumed (as autovacuum would have).
+ *
+ *   npm run bench:scale
+ *   BENCH_SCALE_SIZES=10000,100000 BENCH_SCALE_ARCHIVE=0 BENCH_SCALE_WF_FINISHED=0 npm run bench:scale
+ *
+ * Knobs (env): BENCH_SCALE_SIZES (10000,100000,1000000), BENCH_SCALE_ARCHIVE (5000000),
+ * BENCH_SCALE_JOBS (5000), BENCH_SCALE_REPEATS (3), BENCH_SCALE_CLAIM_LIMIT (100),
+ * BENCH_SCALE_WF_FINISHED (1000000; 0 skips the workflow part), BENCH_SCALE_WF_RUNS (1000),
+ * BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), DATABASE_URL.
+ *
+ * The last line of stdout is one JSON object:
+ * {"bench":"scale","w1_jobs_per_s":{"10000":N,...},"w1_ratio_largest_vs_smallest":N,
+ *  "claim_ms":{...},"claim_buffers":{...},"w3_runs_per_s_empty":N,"w3_runs_per_s_finished":N}
+ */
+import os from "node:os"
+import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
+import { SqlClient } from "effect/sql"
+import { Job, JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow } from "../../../src/index.ts"
+import * as QueueName from "../../../src/Queue/QueueName.ts"
+import { makeQueueSql } from "../../../src/Queue/QueueSql.ts"
+import { benchConfig, machine, median } from "./common.ts"
+import {
+  CONCURRENCY,
+  dropDatabase,
+  monitorClient,
+  now,
+  type PgClientLike,
+  POOL_MAX,
+  resetDatabase,
+  serverInfo,
+  waitUntil
+} from "./peers/common.ts"
+
+const env = (key: string, fallback: number): number => {
+  const raw = process.env[key]
+  if (raw === undefined || raw === "") return fallback
+  const n = Number(raw)
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${key} must be a non-negative number, got ${raw}`)
+  return n
+}
+const SIZES = (process.env.BENCH_SCALE_SIZES ?? "10000,100000,1000000")
+  .split(",")
+  .map((s) => Number(s.trim()))
+  .filter((n) => Number.isInteger(n) && n > 0)
+const ARCHIVE = env("BENCH_SCALE_ARCHIVE", 5_000_000)
+const JOBS = env("BENCH_SCALE_JOBS", 5_000)
+const REPEATS = env("BENCH_SCALE_REPEATS", 3)
+const CLAIM_LIMIT = env("BENCH_SCALE_CLAIM_LIMIT", 100)
+const WF_FINISHED = env("BENCH_SCALE_WF_FINISHED", 1_000_000)
+const WF_RUNS = env("BENCH_SCALE_WF_RUNS", 1_000)
+if (SIZES.some((n) => n < JOBS)) throw new Error(`every size must be at least BENCH_SCALE_JOBS (${JOBS})`)
+
+const DB = `bench_scale_${process.pid}`
+const log = (line: string) => process.stderr.write(`${line}\n`)
+const fmt = (x: number) => (Math.abs(x) >= 100 ? String(Math.round(x)) : String(Math.round(x * 100) / 100))
+const cell = (xs: ReadonlyArray<number>) =>
+  xs.length === 0
+    ? "n/a"
+    : xs.length === 1
+      ? fmt(xs[0]!)
+      : `${fmt(median(xs))} [${fmt(Math.min(...xs))}-${fmt(Math.max(...xs))}]`
+
+let handled = 0
+const W1 = Job.make("W1", { payload: Schema.Struct({ i: Schema.Number }), queue: "bench" }, () =>
+  Effect.sync(() => {
+    handled++
+  })
+)
+const ThreeSteps = Workflow.make(
+  "ThreeSteps",
+  { payload: Schema.Struct({ n: Schema.Number }) },
+  function* ({ payload }) {
+    const a = yield* Workflow.step("one", Effect.succeed(payload.n + 1))
+    const b = yield* Workflow.step("two", Effect.succeed(a + 1))
+    return yield* Workflow.step("three", Effect.succeed(b + 1))
+  }
+)
+
+const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
+
+// The claims of a run: the default tracer plus a count of the worker's claim spans (the same
+// small cost at every size).
+let claimSpans = 0
+class CountingSpan extends Tracer.NativeSpan {
+  override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
+    if (this.name === "QueueStore.archiveAndRead" || this.name === "QueueStore.read") claimSpans++
+    super.end(endTime, exit)
+  }
+}
+const counting = Tracer.make({ span: (options) => new CountingSpan(options) })
+const traced = Layer.succeed(Tracer.Tracer, counting)
+
+await resetDatabase(DB)
+const runtime = ManagedRuntime.make(
+  Layer.mergeAll(
+    quiet,
+    traced,
+    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide([quiet, traced]))
+  )
+)
+const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
+  runtime.runPromise(
+    effect.pipe(
+      Effect.provideService(References.MinimumLogLevel, "Warn"),
+      Effect.provideService(Tracer.Tracer, counting)
+    )
+  )
+
+/** Starts the supervisor (one capsule, default settings) in the background; the returned function drains it. */
+const startWorkers = (queue: string): (() => Promise<void>) => {
+  const fiber = runtime.runFork(
+    Supervisor.runWith({ capsules: [{ name: "bench", queues: [queue], concurrency: CONCURRENCY }] }).pipe(
+      Effect.provide(Registry.layer([W1, ThreeSteps])),
+      Effect.provideService(References.MinimumLogLevel, "Warn"),
+      Effect.provideService(Tracer.Tracer, counting)
+    )
+  )
+  return () => runtime.runPromise(Fiber.interrupt(fiber))
+}
+
+/** The columns of a table a copy writes: all but generated identity ones. */
+const columnsOf = async (c: PgClientLike, schema: string, table: string): Promise<Array<string>> => {
+  const { rows } = await c.query<{ n: string }>(
+    `SELECT attname AS n FROM pg_attribute
+      WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attidentity = ''
+      ORDER BY attnum`,
+    [`"${schema}"."${table}"`]
+  )
+  return rows.map((r) => r.n)
+}
+
+/**
+ * `n` copies of the rows of `table` that `where` picks, in one INSERT ... SELECT generate_series
+ * (`g` is the copy's number); `set` replaces columns by expressions of `s` (the row) and `g`.
+ */
+const copyRows = async (
+  c: PgClientLike,
+  schema: string,
+  table: string,
+  where: string,
+  n: number,
+  set: Record<string, string>
+) => {
+  const cols = await columnsOf(c, schema, table)
+  const list = cols.map((col) => `"${col}"`).join(", ")
+  const exprs = cols.map((col) => set[col] ?? `s."${col}"`).join(", ")
+  await c.query(
+    `INSERT INTO "${schema}"."${table}" (${list})
+     SELECT ${exprs} FROM (SELECT * FROM "${schema}"."${table}" WHERE ${where}) AS s, generate_series(1, ${n}) AS g`
+  )
+}
+
+interface ClaimPlan {
+  readonly ms: number
+  readonly buffers: number
+  readonly rows: number
+}
+
+/** The worker's claim statement under EXPLAIN (ANALYZE, BUFFERS), rolled back. */
+const explainClaim = async (c: PgClientLike, text: string, params: ReadonlyArray<unknown>): Promise<ClaimPlan> => {
+  await c.query("BEGIN")
+  try {
+    const { rows } = await c.query<{ "QUERY PLAN": Array<{ Plan: Record<string, number>; "Execution Time": number }> }>(
+      `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${text}`,
+      // @effect/sql-pg's typed parameters (PgTypes.float8 ...) carry their value
+      params.map((x) => (typeof x === "object" && x !== null && "oid" in x && "value" in x ? x.value : x))
+    )
+    const plan = rows[0]!["QUERY PLAN"][0]!
+    return {
+      ms: plan["Execution Time"],
+      buffers: (plan.Plan["Shared Hit Blocks"] ?? 0) + (plan.Plan["Shared Read Blocks"] ?? 0),
+      rows: plan.Plan["Actual Rows"] ?? 0
+    }
+  } finally {
+    await c.query("ROLLBACK")
+  }
+}
+
+/** Buffers (hit + read) of a table and its indexes so far. */
+const tableBuffers = async (c: PgClientLike, schema: string, table: string): Promise<number> => {
+  const { rows } = await c.query<{ b: string }>(
+    `SELECT (coalesce(heap_blks_hit, 0) + coalesce(heap_blks_read, 0) + coalesce(idx_blks_hit, 0)
+             + coalesce(idx_blks_read, 0))::text AS b
+       FROM pg_statio_user_tables WHERE schemaname = $1 AND relname = $2`,
+    [schema, table]
+  )
+  return Number(rows[0]?.b ?? 0)
+}
+
+const main = async () => {
+  await runP(PgBus.migrate)
+  const config = await runP(PgBusConfig.use(Effect.succeed))
+  const schema = config.schema
+  const physical = QueueName.physicalOf(config.queuePrefix, "bench")
+  const qTable = `q_${physical}`
+  const aTable = `a_${physical}`
+  const q = `"${schema}"."${qTable}"`
+  await runP(JobClient.use((client) => client.ensureQueue("bench")))
+  const mon = await monitorClient(DB)
+  try {
+    // ---- the backlog: copies of a row the API wrote
+    await runP(W1.enqueue({ i: 0 }))
+    // the row the API wrote, kept: every top-up copies it (it is claimed and archived like the rest)
+    const sampleRow = (
+      await mon.query<{ m: string; message: unknown; headers: unknown }>(
+        `SELECT msg_id::text AS m, message, headers FROM ${q} LIMIT 1`
+      )
+    ).rows[0]!
+    const sample = sampleRow.m
+    const fillQueue = async (n: number) => {
+      if (n <= 0) return
+      await mon.query(
+        `INSERT INTO ${q} (read_ct, enqueued_at, vt, message, headers)
+         SELECT 0, now(), now() - interval '1 second', jsonb_set($1::jsonb, '{payload,i}', to_jsonb(g)), $2::jsonb
+           FROM generate_series(1, ${n}) AS g`,
+        [JSON.stringify(sampleRow.message), sampleRow.headers === null ? null : JSON.stringify(sampleRow.headers)]
+      )
+    }
+    const backlog = async () =>
+      Number((await mon.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${q}`)).rows[0]?.n ?? 0)
+
+    // ---- the archive: ids below every live message's (an archived row keeps its message's id)
+    if (ARCHIVE > 0) {
+      const t = now()
+      await mon.query(
+        `INSERT INTO "${schema}"."${aTable}" (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
+         SELECT -g, 1, now() - interval '2 days', now() - interval '1 day' + g * interval '1 millisecond',
+                now() - interval '1 day', jsonb_set(s.message, '{payload,i}', to_jsonb(g)), s.headers
+           FROM ${q} s, generate_series(1, ${ARCHIVE}) AS g WHERE s.msg_id = ${sample}`
+      )
+      await mon.query(`VACUUM ANALYZE "${schema}"."${aTable}"`)
+      log(`archive: ${ARCHIVE} rows in ${((now() - t) / 1000).toFixed(1)} s`)
+    }
+
+    const sql = await runP(SqlClient.SqlClient.use(Effect.succeed))
+    const statements = makeQueueSql(sql, schema, "")
+    const results: Array<W1Result> = []
+    for (let rep = 1; rep <= REPEATS; rep++) {
+      for (const size of SIZES) {
+        // top up to the size, then vacuum (as autovacuum would have after the last run)
+        let have = await backlog()
+        if (have > size) {
+          await mon.query(`TRUNCATE ${q}`)
+          have = 0
+        }
+        const t = now()
+        await fillQueue(size - Math.min(have, size))
+        await mon.query(`VACUUM ANALYZE ${q}`)
+        const fillS = (now() - t) / 1000
+        // the claim a worker runs first (from the start of the table), three times
+        const [text, params] = statements.messageRead(physical, CLAIM_LIMIT, 30_000, "explain#1", null, 0n).compile()
+        const plans: Array<ClaimPlan> = []
+        for (let i = 0; i < 3; i++) plans.push(await explainClaim(mon, text, params))
+        const buffersBefore = await tableBuffers(mon, schema, qTable)
+        handled = 0
+        claimSpans = 0
+        let first = Number.NaN
+        const stop = startWorkers("bench")
+        const ok = await waitUntil(
+          () => {
+            if (handled > 0 && Number.isNaN(first)) first = now()
+            return handled >= JOBS
+          },
+          120_000,
+          1
+        )
+        const last = now()
+        const claims = claimSpans
+        if (process.env.BENCH_SCALE_DEBUG === "1") {
+          const st = await mon.query(
+            `SELECT count(*) AS n, count(*) FILTER (WHERE vt > now()) AS invisible, max(read_ct) AS max_read, min(msg_id) AS lo, max(msg_id) AS hi FROM ${q}`
+          )
+          log(`debug: handled ${handled}, queue ${JSON.stringify(st.rows[0])}`)
+        }
+        await stop()
+        const buffersAfter = await tableBuffers(mon, schema, qTable)
+        const r: W1Result = {
+          size,
+          jobsPerS: ok ? (JOBS / (last - first)) * 1000 : Number.NaN,
+          claimMs: median(plans.map((x) => x.ms)),
+          claimBuffers: median(plans.map((x) => x.buffers)),
+          claimRows: plans[0]?.rows ?? 0,
+          runBuffersPerClaim: claims > 0 ? (buffersAfter - buffersBefore) / claims : Number.NaN,
+          claims
+        }
+        results.push(r)
+        log(
+          `>> rep ${rep}/${REPEATS} W1 backlog ${size} (filled in ${fillS.toFixed(1)} s): ${Math.round(r.jobsPerS)} jobs/s, ` +
+            `claim of ${CLAIM_LIMIT}: ${r.claimMs.toFixed(2)} ms, ${r.claimBuffers} buffers (EXPLAIN); ` +
+            `${r.runBuffersPerClaim.toFixed(1)} queue-table buffers per claim over ${claims} claims in the run`
+        )
+      }
+    }
+    await mon.query(`TRUNCATE ${q}`)
+
+    // ---- workflows: W3 with no finished run, then with WF_FINISHED of them
+    const wf: Array<{ finished: number; runsPerS: number; buffersPerRun: number }> = []
+    if (WF_FINISHED > 0) {
+      const queue = config.workflowQueue
+      await runP(JobClient.use((client) => client.ensureQueue(queue)))
+      const w3 = async (finishedBefore: number) => {
+        const t0 = (await mon.query<{ t: string }>("SELECT now()::text AS t")).rows[0]!.t
+        const blocks = async () =>
+          Number(
+            (
+              await mon.query<{ b: string }>(
+                "SELECT (blks_hit + blks_read)::text AS b FROM pg_stat_database WHERE datname = current_database()"
+              )
+            ).rows[0]?.b ?? 0
+          )
+        const b0 = await blocks()
+        const stop = startWorkers(queue)
+        const t = now()
+        let next = 0
+        await Promise.all(
+          Array.from({ length: CONCURRENCY }, async () => {
+            while (next < WF_RUNS) {
+              const i = next++
+              await runP(ThreeSteps.start({ n: i }))
+            }
+          })
+        )
+        const done = await waitUntil(
+          async () =>
+            Number(
+              (
+                await mon.query<{ n: string }>(
+                  `SELECT count(*)::text AS n FROM "${schema}".workflow_runs WHERE status = 'finished' AND created_at >= $1::timestamptz`,
+                  [t0]
+                )
+              ).rows[0]?.n ?? 0
+            ) >= WF_RUNS,
+          120_000,
+          5
+        )
+        const ms = now() - t
+        await stop()
+        const b1 = await blocks()
+        const r = {
+          finished: finishedBefore,
+          runsPerS: done ? (WF_RUNS / ms) * 1000 : Number.NaN,
+          buffersPerRun: (b1 - b0) / WF_RUNS
+        }
+        wf.push(r)
+        log(
+          `>> W3 with ${finishedBefore} finished runs in the tables: ${Math.round(r.runsPerS)} runs/s, ${r.buffersPerRun.toFixed(0)} buffers per run (database)`
+        )
+      }
+      await w3(0)
+      // copies of a finished run (runs, steps, events), created in the past
+      const t = now()
+      const { rows } = await mon.query<{ id: string }>(
+        `SELECT id::text FROM "${schema}".workflow_runs WHERE status = 'finished' LIMIT 1`
+      )
+      const runId = rows[0]!.id
+      const newId = "md5('scale' || g)::uuid"
+      await copyRows(mon, schema, "workflow_runs", `id = '${runId}'`, WF_FINISHED, {
+        id: newId,
+        created_at: "now() - interval '2 days' + g * interval '1 millisecond'",
+        updated_at: "now() - interval '1 day'",
+        finished_at: "now() - interval '1 day'"
+      })
+      await copyRows(mon, schema, "workflow_steps", `run_id = '${runId}'`, WF_FINISHED, { run_id: newId })
+      await copyRows(mon, schema, "workflow_events", `run_id = '${runId}'`, WF_FINISHED, { run_id: newId })
+      await mon.query(
+        `VACUUM ANALYZE "${schema}".workflow_runs, "${schema}".workflow_steps, "${schema}".workflow_events`
+      )
+      log(`workflows: ${WF_FINISHED} finished runs (steps and events) in ${((now() - t) / 1000).toFixed(1)} s`)
+      for (let rep = 1; rep <= REPEATS; rep++) await w3(WF_FINISHED)
+      await w3(0)
+    }
+    return { results, wf }
+  } finally {
+    await mon.end()
+  }
+}
+
+interface W1Result {
+  readonly size: number
+  readonly jobsPerS: number
+  readonly claimMs: number
+  readonly claimBuffers: number
+  readonly claimRows: number
+  readonly runBuffersPerClaim: number
+  readonly claims: number
+}
+
+const startedAt = now()
+const machineLine = machine()
+const pg = await serverInfo().catch(() => "unknown")
+let out: Awaited<ReturnType<typeof main>> | undefined
+try {
+  out = await main()
+} finally {
+  await runtime.dispose()
+  await dropDatabase(DB)
+}
+const { results, wf } = out
+const lines: Array<string> = []
+const p = (s = "") => lines.push(s)
+p("## bench:scale: W1 and W3 as the tables grow")
+p()
+p(
+  `- Machine: ${machineLine} (start); load at the end ${os
+    .loadavg()
+    .map((x) => x.toFixed(2))
+    .join(" ")}`
+)
+p(`- PostgreSQL: ${pg}`)
+p(
+  `- Settings: backlogs ${SIZES.join(", ")} (each topped up and vacuumed before its run), archive ${ARCHIVE} rows, ` +
+    `${JOBS} jobs drained per run at default settings (one capsule, concurrency ${CONCURRENCY}), ${REPEATS} repeats interleaved, ` +
+    `W3 ${WF_RUNS} runs with 0 and ${WF_FINISHED} finished runs in the tables; total ${((now() - startedAt) / 1000).toFixed(0)} s`
+)
+p()
+p(
+  `| backlog | W1 jobs/s | claim of ${CLAIM_LIMIT} (EXPLAIN ANALYZE) ms | claim buffers (EXPLAIN) | queue-table buffers per claim (run) | claims per run |`
+)
+p("|---|---|---|---|---|---|")
+const by = (size: number) => results.filter((r) => r.size === size)
+for (const size of SIZES) {
+  const rs = by(size)
+  p(
+    `| ${size} | ${cell(rs.map((r) => r.jobsPerS))} | ${cell(rs.map((r) => r.claimMs))} | ${cell(rs.map((r) => r.claimBuffers))} | ` +
+      `${cell(rs.map((r) => r.runBuffersPerClaim))} | ${cell(rs.map((r) => r.claims))} |`
+  )
+}
+p()
+if (wf.length > 0) {
+  p("| finished runs in the tables | W3 runs/s | database buffers per run |")
+  p("|---|---|---|")
+  for (const n of [...new Set(wf.map((w) => w.finished))]) {
+    const ws = wf.filter((w) => w.finished === n)
+    p(`| ${n} | ${cell(ws.map((w) => w.runsPerS))} | ${cell(ws.map((w) => w.buffersPerRun))} |`)
+  }
+  p()
+}
+const medianOf = (xs: ReadonlyArray<number>) => (xs.length === 0 ? null : Math.round(median(xs) * 100) / 100)
+const smallest = SIZES[0]!
+const largest = SIZES[SIZES.length - 1]!
+const summary = {
+  bench: "scale",
+  w1_jobs_per_s: Object.fromEntries(SIZES.map((s) => [s, medianOf(by(s).map((r) => r.jobsPerS))])),
+  w1_ratio_largest_vs_smallest:
+    medianOf(by(largest).map((r) => r.jobsPerS)) !== null && medianOf(by(smallest).map((r) => r.jobsPerS))
+      ? Math.round((median(by(largest).map((r) => r.jobsPerS)) / median(by(smallest).map((r) => r.jobsPerS))) * 100) /
+        100
+      : null,
+  claim_ms: Object.fromEntries(SIZES.map((s) => [s, medianOf(by(s).map((r) => r.claimMs))])),
+  claim_buffers: Object.fromEntries(SIZES.map((s) => [s, medianOf(by(s).map((r) => r.claimBuffers))])),
+  w3_runs_per_s_empty: medianOf(wf.filter((w) => w.finished === 0).map((w) => w.runsPerS)),
+  w3_runs_per_s_finished: medianOf(wf.filter((w) => w.finished > 0).map((w) => w.runsPerS))
+}
+process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)
+process.exit(0)
