@@ -6,6 +6,7 @@
  * @since 0.1.0
  */
 import { PgTypes } from "@effect/sql-pg"
+import { LEASE_COMMIT } from "../internal/leaseCommit.ts"
 import type { FairMessageRow, MessageRow, ReceiptParams } from "./QueueRows.ts"
 import {
   FAIR_KEY_EXPR,
@@ -26,13 +27,17 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
   // slower). By id it is an index scan in every plan.
   // `from`: the lowest id read (ClaimCursor: a worker's claim starts near its last one, so it
   // does not walk the dead rows of finished jobs that a held snapshot keeps from vacuum).
+  // `lease`: the statement is its own transaction, whose commit need not wait for the WAL flush
+  // (a claim is a lease: lost in a server crash, its messages are visible again; see
+  // internal/leaseCommit.ts). Never inside a caller's transaction.
   const messageRead = (
     physical: string,
     limit: number,
     visibilityMs: number,
     claimedBy: string | null,
     now: Date | null,
-    from = 0n
+    from = 0n,
+    lease = false
   ) =>
     // one row more than the limit is locked (not claimed): `more` says whether the read left any
     sql<MessageRow & { readonly more: boolean }>`WITH c AS (
@@ -46,7 +51,7 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
       SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
           read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
           claimed_by = ${claimedBy}
-      WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))
+      WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))${lease ? sql` AND ${sql.literal(LEASE_COMMIT)}` : sql``}
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
         (SELECT count(*) FROM c) > ${limit} AS more`
 

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Clock, Duration, Effect } from "effect"
+import { Clock, Duration, Effect, Option } from "effect"
 import { statementNow } from "../Database.ts"
 import { hotSpan } from "../internal/span.ts"
 import * as ClaimCursor from "./ClaimCursor.ts"
@@ -36,6 +36,7 @@ export const makeQueueClaims = (
   {
     config,
     notifier,
+    sql,
     statements,
     orderStatements,
     defaultVisibilityMs,
@@ -126,8 +127,11 @@ export const makeQueueClaims = (
           )
         )
       if (receipts.length === 0) {
+        // on its own (not in a caller's transaction), the claim commits without waiting for the
+        // WAL flush: a lease, redelivered if a crash loses it (internal/leaseCommit.ts)
+        const lease = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
         const claimed = yield* statements
-          .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now, from)
+          .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now, from, lease)
           .pipe(Effect.mapError(fail("read from", queue)))
         const messages = claimed.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
         yield* ended(messages)

@@ -1,0 +1,74 @@
+/**
+ * A worker's claim commits without waiting for the WAL flush (issue 24, item 2: the fsync was on
+ * the path of every message sent from a process without a worker of its queue). A claim is a
+ * lease, so only its own commit may skip the flush: the setting must not outlive the claim's
+ * transaction on the pooled connection (a later send would lose its durability), and a claim run
+ * inside a caller's transaction must leave that transaction's commit durable.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import * as Job from "../src/Job/Job.ts"
+import { makeQueueSql } from "../src/Queue/QueueSql.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+const Payload = Schema.Struct({ n: Schema.Number })
+const Lease = Job.make("LeaseWork", { payload: Payload, queue: "lease" }, () => Effect.void)
+
+const setting = (sql: SqlClient.SqlClient) =>
+  Effect.map(
+    sql<{ readonly synchronous_commit: string }>`SHOW synchronous_commit`,
+    (rows) => rows[0]?.synchronous_commit
+  )
+
+describe("claims commit as leases", () => {
+  it.live("the claim statement turns synchronous_commit off for its own transaction only", () =>
+    TestDatabase.onFreshDatabase({ poolSize: 1 }, () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        yield* Lease.enqueueMany([{ n: 1 }, { n: 2 }])
+        const statements = makeQueueSql(sql, "pgbus", "")
+        // inside a transaction: the statement's setting holds until its commit
+        const inside = yield* sql.withTransaction(
+          Effect.gen(function* () {
+            const rows = yield* statements.messageRead("pgbus_lease", 1, 30_000, "test#1", null, 0n, true)
+            return { claimed: rows.length, setting: yield* setting(sql) }
+          })
+        )
+        assert.deepStrictEqual(inside, { claimed: 1, setting: "off" })
+        // the one pooled connection is back to the server's setting once that transaction ended
+        assert.strictEqual(yield* setting(sql), "on")
+      })
+    )
+  )
+
+  it.live("a worker's claim leaves the session durable; inside a caller's transaction it is durable too", () =>
+    TestDatabase.onFreshDatabase({ poolSize: 1 }, () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const store = yield* QueueStore
+        yield* Lease.enqueueMany([{ n: 1 }, { n: 2 }, { n: 3 }])
+        // on its own (as the worker claims): claimed, and the pooled connection still durable
+        const alone = yield* store.archiveAndRead("lease", [], { limit: 1, claimedBy: "test#1" })
+        assert.strictEqual(alone.messages.length, 1)
+        assert.strictEqual(yield* setting(sql), "on")
+        // in a caller's transaction: the claim does not take the caller's commit's durability
+        const inside = yield* sql.withTransaction(
+          Effect.gen(function* () {
+            const claimed = yield* store.archiveAndRead("lease", [], { limit: 1, claimedBy: "test#2" })
+            return { claimed: claimed.messages.length, setting: yield* setting(sql) }
+          })
+        )
+        assert.deepStrictEqual(inside, { claimed: 1, setting: "on" })
+        // every message claimed once, by the claim that took it
+        const rows = yield* sql<{ readonly claimed_by: string | null }>`
+          SELECT claimed_by FROM pgbus.q_pgbus_lease ORDER BY msg_id`
+        assert.deepStrictEqual(
+          rows.map((r) => r.claimed_by),
+          ["test#1", "test#2", null]
+        )
+      })
+    )
+  )
+})
