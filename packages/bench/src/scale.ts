@@ -57,6 +57,7 @@ const SIZES = (process.env.BENCH_SCALE_SIZES ?? "10000,100000,1000000")
   .split(",")
   .map((s) => Number(s.trim()))
   .filter((n) => Number.isInteger(n) && n > 0)
+// BENCH_SCALE_SIZES= (empty) skips W1
 const ARCHIVE = env("BENCH_SCALE_ARCHIVE", 5_000_000)
 const JOBS = env("BENCH_SCALE_JOBS", 5_000)
 const REPEATS = env("BENCH_SCALE_REPEATS", 3)
@@ -91,7 +92,9 @@ const ThreeSteps = Workflow.make(
   }
 )
 
-const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
+// errors only: stopping the workers between runs gives their buffered messages back, and the next
+// run logs each one's second delivery as a warning
+const quiet = Layer.succeed(References.MinimumLogLevel, "Error")
 
 // The claims of a run: the default tracer plus a count of the worker's claim spans (the same
 // small cost at every size).
@@ -116,7 +119,7 @@ const runtime = ManagedRuntime.make(
 const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
   runtime.runPromise(
     effect.pipe(
-      Effect.provideService(References.MinimumLogLevel, "Warn"),
+      Effect.provideService(References.MinimumLogLevel, "Error"),
       Effect.provideService(Tracer.Tracer, counting)
     )
   )
@@ -126,7 +129,7 @@ const startWorkers = (queue: string): (() => Promise<void>) => {
   const fiber = runtime.runFork(
     Supervisor.runWith({ capsules: [{ name: "bench", queues: [queue], concurrency: CONCURRENCY }] }).pipe(
       Effect.provide(Registry.layer([W1, ThreeSteps])),
-      Effect.provideService(References.MinimumLogLevel, "Warn"),
+      Effect.provideService(References.MinimumLogLevel, "Error"),
       Effect.provideService(Tracer.Tracer, counting)
     )
   )
@@ -171,7 +174,7 @@ interface ClaimPlan {
   readonly rows: number
 }
 
-/** The worker's claim statement under EXPLAIN (ANALYZE, BUFFERS), rolled back. */
+/** A statement under EXPLAIN (ANALYZE, BUFFERS), rolled back: execution time, shared buffers hit + read, rows. */
 const explainClaim = async (c: PgClientLike, text: string, params: ReadonlyArray<unknown>): Promise<ClaimPlan> => {
   await c.query("BEGIN")
   try {
@@ -249,6 +252,19 @@ const main = async () => {
 
     const sql = await runP(SqlClient.SqlClient.use(Effect.succeed))
     const statements = makeQueueSql(sql, schema, "")
+    // the archive sweep's batch (1,000) with nothing due (7 days' retention) and with 1,000 due
+    const sweeps: Array<{ readonly due: string; readonly plan: ClaimPlan }> = []
+    if (ARCHIVE > 0) {
+      for (const [due, retentionMs] of [
+        ["none due", 7 * 86_400_000],
+        ["1,000 due of more", 86_400_000 - Math.min(ARCHIVE, 100_000)]
+      ] as const) {
+        const [text, params] = statements.archiveDeleteOlderThan(physical, retentionMs, 1000, null).compile()
+        const plan = await explainClaim(mon, text, params)
+        sweeps.push({ due, plan })
+        log(`archive sweep (${due}): ${plan.ms.toFixed(2)} ms, ${plan.buffers} buffers`)
+      }
+    }
     const results: Array<W1Result> = []
     for (let rep = 1; rep <= REPEATS; rep++) {
       for (const size of SIZES) {
@@ -281,6 +297,7 @@ const main = async () => {
         )
         const last = now()
         const claims = claimSpans
+        const handledAtStop = handled
         if (process.env.BENCH_SCALE_DEBUG === "1") {
           const st = await mon.query(
             `SELECT count(*) AS n, count(*) FILTER (WHERE vt > now()) AS invisible, max(read_ct) AS max_read, min(msg_id) AS lo, max(msg_id) AS hi FROM ${q}`
@@ -296,13 +313,14 @@ const main = async () => {
           claimBuffers: median(plans.map((x) => x.buffers)),
           claimRows: plans[0]?.rows ?? 0,
           runBuffersPerClaim: claims > 0 ? (buffersAfter - buffersBefore) / claims : Number.NaN,
+          runBuffersPerJob: (buffersAfter - buffersBefore) / Math.max(1, handledAtStop),
           claims
         }
         results.push(r)
         log(
           `>> rep ${rep}/${REPEATS} W1 backlog ${size} (filled in ${fillS.toFixed(1)} s): ${Math.round(r.jobsPerS)} jobs/s, ` +
             `claim of ${CLAIM_LIMIT}: ${r.claimMs.toFixed(2)} ms, ${r.claimBuffers} buffers (EXPLAIN); ` +
-            `${r.runBuffersPerClaim.toFixed(1)} queue-table buffers per claim over ${claims} claims in the run`
+            `${r.runBuffersPerClaim.toFixed(1)} queue-table buffers per claim over ${claims} claims in the run, ${r.runBuffersPerJob.toFixed(1)} per job`
         )
       }
     }
@@ -369,6 +387,8 @@ const main = async () => {
       )
       const runId = rows[0]!.id
       const newId = "md5('scale' || g)::uuid"
+      // the copies reference their own runs: the foreign keys' triggers are skipped while copying
+      await mon.query("SET session_replication_role = replica")
       await copyRows(mon, schema, "workflow_runs", `id = '${runId}'`, WF_FINISHED, {
         id: newId,
         created_at: "now() - interval '2 days' + g * interval '1 millisecond'",
@@ -377,14 +397,20 @@ const main = async () => {
       })
       await copyRows(mon, schema, "workflow_steps", `run_id = '${runId}'`, WF_FINISHED, { run_id: newId })
       await copyRows(mon, schema, "workflow_events", `run_id = '${runId}'`, WF_FINISHED, { run_id: newId })
+      await mon.query("SET session_replication_role = DEFAULT")
       await mon.query(
         `VACUUM ANALYZE "${schema}".workflow_runs, "${schema}".workflow_steps, "${schema}".workflow_events`
       )
       log(`workflows: ${WF_FINISHED} finished runs (steps and events) in ${((now() - t) / 1000).toFixed(1)} s`)
       for (let rep = 1; rep <= REPEATS; rep++) await w3(WF_FINISHED)
+      // and empty again, to bracket the runs with the finished ones (the machine's load drifts)
+      await mon.query(`TRUNCATE "${schema}".workflow_runs CASCADE`)
+      await mon.query(
+        `VACUUM ANALYZE "${schema}".workflow_runs, "${schema}".workflow_steps, "${schema}".workflow_events`
+      )
       await w3(0)
     }
-    return { results, wf }
+    return { results, wf, sweeps }
   } finally {
     await mon.end()
   }
@@ -397,6 +423,7 @@ interface W1Result {
   readonly claimBuffers: number
   readonly claimRows: number
   readonly runBuffersPerClaim: number
+  readonly runBuffersPerJob: number
   readonly claims: number
 }
 
@@ -410,7 +437,7 @@ try {
   await runtime.dispose()
   await dropDatabase(DB)
 }
-const { results, wf } = out
+const { results, wf, sweeps } = out
 const lines: Array<string> = []
 const p = (s = "") => lines.push(s)
 p("## bench:scale: W1 and W3 as the tables grow")
@@ -429,18 +456,24 @@ p(
 )
 p()
 p(
-  `| backlog | W1 jobs/s | claim of ${CLAIM_LIMIT} (EXPLAIN ANALYZE) ms | claim buffers (EXPLAIN) | queue-table buffers per claim (run) | claims per run |`
+  `| backlog | W1 jobs/s | claim of ${CLAIM_LIMIT} (EXPLAIN ANALYZE) ms | claim buffers (EXPLAIN) | queue-table buffers per claim (run) | per job (run) | claims per run |`
 )
-p("|---|---|---|---|---|---|")
+p("|---|---|---|---|---|---|---|")
 const by = (size: number) => results.filter((r) => r.size === size)
 for (const size of SIZES) {
   const rs = by(size)
   p(
     `| ${size} | ${cell(rs.map((r) => r.jobsPerS))} | ${cell(rs.map((r) => r.claimMs))} | ${cell(rs.map((r) => r.claimBuffers))} | ` +
-      `${cell(rs.map((r) => r.runBuffersPerClaim))} | ${cell(rs.map((r) => r.claims))} |`
+      `${cell(rs.map((r) => r.runBuffersPerClaim))} | ${cell(rs.map((r) => r.runBuffersPerJob))} | ${cell(rs.map((r) => r.claims))} |`
   )
 }
 p()
+for (const { due, plan } of sweeps) {
+  p(
+    `- Archive sweep batch (1,000) at ${ARCHIVE} archived rows, ${due}: ${fmt(plan.ms)} ms, ${plan.buffers} buffers (EXPLAIN ANALYZE)`
+  )
+}
+if (sweeps.length > 0) p()
 if (wf.length > 0) {
   p("| finished runs in the tables | W3 runs/s | database buffers per run |")
   p("|---|---|---|")
