@@ -43,6 +43,7 @@ import {
   POOL_MAX,
   resetDatabase,
   serverInfo,
+  sleep,
   waitUntil
 } from "./peers/common.ts"
 
@@ -64,6 +65,8 @@ const REPEATS = env("BENCH_SCALE_REPEATS", 3)
 const CLAIM_LIMIT = env("BENCH_SCALE_CLAIM_LIMIT", 100)
 const WF_FINISHED = env("BENCH_SCALE_WF_FINISHED", 1_000_000)
 const WF_RUNS = env("BENCH_SCALE_WF_RUNS", 1_000)
+/** How long the table statistics take to include every session's counts (PostgreSQL flushes idle sessions' within 10 s). */
+const STATS_SETTLE_MS = 11_000
 if (SIZES.some((n) => n < JOBS)) throw new Error(`every size must be at least BENCH_SCALE_JOBS (${JOBS})`)
 
 const DB = `bench_scale_${process.pid}`
@@ -282,6 +285,9 @@ const main = async () => {
         const [text, params] = statements.messageRead(physical, CLAIM_LIMIT, 30_000, "explain#1", null, 0n).compile()
         const plans: Array<ClaimPlan> = []
         for (let i = 0; i < 3; i++) plans.push(await explainClaim(mon, text, params))
+        // sessions report their table statistics at most once a second, idle ones within 10 s:
+        // wait for every earlier count (the fill, the vacuum, the EXPLAINs) to be in
+        await sleep(STATS_SETTLE_MS)
         const buffersBefore = await tableBuffers(mon, schema, qTable)
         handled = 0
         claimSpans = 0
@@ -300,6 +306,7 @@ const main = async () => {
         await stop()
         // every job the run handled, the drain's included (the buffers are read after it too)
         const handledAtStop = handled
+        await sleep(STATS_SETTLE_MS)
         const buffersAfter = await tableBuffers(mon, schema, qTable)
         const r: W1Result = {
           size,
