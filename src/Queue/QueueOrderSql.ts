@@ -54,6 +54,9 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
   // scheduled) is its head instead, so the key waits. The candidates are locked as PGMQ's
   // read locks (rows other readers hold are skipped, a head claimed meanwhile fails the
   // re-checked `vt`), so two readers never claim two of one key. `more`: candidates were left.
+  // The candidates are looked up by id (`= ANY`), not joined: estimated at a hundred rows, the
+  // join was a hash join over a bitmap scan of every visible row (30 of 54 ms of a claim of 300
+  // on W1's 20,000 keyed jobs; 6 ms by id).
   const messageReadOrdered = (
     physical: string,
     limit: number,
@@ -87,9 +90,9 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
          ORDER BY msg_id LIMIT ${limit + 1})
         LIMIT ${limit + 1}),
       c AS (
-        SELECT m.msg_id FROM (SELECT msg_id FROM cand ORDER BY msg_id LIMIT ${limit + 1}) x
-        JOIN ${q} m ON m.msg_id = x.msg_id
-        WHERE m.vt <= ${NOW(sql, now)}
+        SELECT m.msg_id FROM ${q} m
+        WHERE m.msg_id = ANY(ARRAY(SELECT msg_id FROM cand ORDER BY msg_id LIMIT ${limit + 1}))
+          AND m.vt <= ${NOW(sql, now)}
         ORDER BY m.msg_id
         FOR UPDATE OF m SKIP LOCKED),
       picked AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
