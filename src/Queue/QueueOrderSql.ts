@@ -9,20 +9,15 @@
  * @since 0.1.0
  */
 import { PgTypes } from "@effect/sql-pg"
-import { Result } from "effect"
 import type { SqlClient } from "effect/sql"
 import type { MessageRow, ReceiptParams } from "./QueueRows.ts"
+import { NOW, READ_COUNT_NEXT_EXPR, typedArray } from "./QueueSqlContext.ts"
 
 /** The ordering key of a message, spelled as the order index's expression so that the planner matches it. */
 export const ORDER_KEY_EXPR = "(message ->> 'pgbus_order_key')"
 
 /** The order index of a queue. */
 export const orderIndexName = (physical: string): string => `q_${physical}_order_idx`
-
-const typedArray = (values: ReadonlyArray<unknown>, oid: number): unknown =>
-  Result.getOrThrow(PgTypes.array(values, oid))
-
-const NOW = (sql: SqlClient.SqlClient, now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
 
 /** Builds the ordered-queue statements for one schema. */
 export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
@@ -103,7 +98,7 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
       picked AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
       UPDATE ${q} q
       SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
-          read_ct = q.read_ct + 1,
+          read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
           claimed_by = ${claimedBy}
       WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM picked))
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
@@ -176,7 +171,7 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
       u AS (
         UPDATE ${q} q
         SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
-            read_ct = q.read_ct + 1,
+            read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
             claimed_by = ${claimedBy}
         WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM picked))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error)
