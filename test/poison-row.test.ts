@@ -61,4 +61,28 @@ describe("a poison row", () => {
       })
     )
   )
+
+  it.live("an ordered queue: a head with read_ct at the int4 maximum is dead-lettered and its key moves on", () =>
+    TestDatabase.onFreshDatabase({ pollingInterval: "50 millis", workers: "poisonseq: 2" }, () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const store = yield* QueueStore
+        const ran = yield* Ref.make<ReadonlyArray<number>>([])
+        const Work = Job.make("SeqWork", { payload: Payload, queue: "poisonseq", orderKey: () => "k" }, ({ n }) =>
+          Ref.update(ran, (all) => [...all, n])
+        )
+        const poison = yield* Work.enqueue({ n: 0 })
+        yield* sql`UPDATE pgbus.q_pgbus_poisonseq SET read_ct = ${READ_COUNT_LIMIT} WHERE msg_id = ${poison.msgId}`
+        yield* Work.enqueueMany([1, 2, 3].map((n) => ({ n })))
+        yield* startSupervisor([Work])
+        yield* eventually(
+          "the key's next jobs run, in order",
+          Effect.map(Ref.get(ran), (all) => all.length >= 3)
+        )
+        assert.deepStrictEqual(yield* Ref.get(ran), [1, 2, 3])
+        const [dead] = yield* store.browse("poisonseq_dlq")
+        assert.strictEqual(store.deadLetterOf(dead!).deadLetter?.reason, "read_count_limit")
+      })
+    )
+  )
 })

@@ -240,6 +240,43 @@ layer(TestDatabase.layer({ visibilityTimeout: "30 seconds" }), { excludeTestServ
       }).pipe(onTestClock)
     )
 
+    it.effect(
+      "an ordered archiveAndRead hands an archived head's key on in the same statement; a stale receipt keeps it",
+      () =>
+        Effect.gen(function* () {
+          const store = yield* QueueStore
+          const q = fresh("ackorder")
+          yield* store.create(q, { orderIndex: true })
+          const m = (key: string, n: number) => ({ message: { pgbus_order_key: key, n } })
+          const [a0, b0, a1, b1, a2] = yield* store.sendBatch(q, [
+            m("a", 0),
+            m("b", 0),
+            m("a", 1),
+            m("b", 1),
+            m("a", 2)
+          ])
+          const heads = yield* store.read(q, { limit: 10, ordered: true })
+          assert.deepStrictEqual(
+            heads.map((x) => x.msgId),
+            [a0, b0]
+          )
+          const stale = { msgId: b0!, readCt: 0 }
+          const next = yield* store.archiveAndRead(q, [heads[0]!, stale], { limit: 10, ordered: true })
+          assert.strictEqual(next.archived, 1, "a stale receipt archives nothing")
+          assert.deepStrictEqual(
+            next.messages.map((x) => x.msgId),
+            [a1],
+            "a's next is claimed by the statement that archived a's head; b's head is still in the queue"
+          )
+          const last = yield* store.archiveAndRead(q, [next.messages[0]!, heads[1]!], { limit: 10, ordered: true })
+          assert.strictEqual(last.archived, 2)
+          assert.deepStrictEqual(
+            last.messages.map((x) => x.msgId),
+            [b1, a2]
+          )
+        })
+    )
+
     it.effect("archiveAndRead archives by receipt and claims the next messages in one statement", () =>
       Effect.gen(function* () {
         yield* startClockNow

@@ -106,8 +106,11 @@ export const makeQueueClaims = (
         )
         return { ...claimed, more: claimed.messages.length >= p.limit }
       }
-      // fair and ordered reads archive first, then claim: an ordered claim must see its key's
-      // head gone to hand the key on
+      // an ordered claim archives in its own statement, which takes the archived heads as gone
+      // (their keys pass to their next messages); a fair read archives first, then claims
+      if (options?.ordered === true && receipts.length > 0 && (fair === undefined || fair === false)) {
+        return yield* archiveAndReadOrdered(queue, receipts, options)
+      }
       if ((fair !== undefined && fair !== false) || options?.ordered === true) {
         const archived = receipts.length === 0 ? 0 : yield* archive(queue, receipts)
         const messages = yield* read(queue, options)
@@ -160,6 +163,29 @@ export const makeQueueClaims = (
       yield* ended(messages)
       return { archived, messages: messages.sort(byMsgId) as ReadonlyArray<Message>, more }
     }).pipe(hotSpan("QueueStore.archiveAndRead", { queue }))
+
+  const archiveAndReadOrdered = (queue: string, receipts: ReadonlyArray<Receipt>, options: ReadOptions) =>
+    Effect.gen(function* () {
+      const { name, limit, vtMs, now } = yield* readParams(queue, options)
+      const rows = yield* orderStatements
+        .messageArchiveAndReadOrdered(
+          name.physical,
+          splitTargets(receipts).receipts,
+          limit,
+          vtMs,
+          options.claimedBy ?? null,
+          now
+        )
+        .pipe(Effect.mapError(fail("archive and read in", queue)))
+      let archived = 0
+      const messages: Array<Message> = []
+      for (const row of rows) {
+        if (row.archived !== null) archived = toNumber(row.archived)
+        else messages.push(toMessage(queue, row))
+      }
+      // `more` as the ordered read's: a full claim may have left heads behind
+      return { archived, messages: messages.sort(byMsgId) as ReadonlyArray<Message>, more: messages.length >= limit }
+    })
 
   const readFair = (
     queue: string,

@@ -177,7 +177,11 @@ const startWorkers = (): (() => Promise<void>) => {
 }
 
 const metrics = () => runP(QueueStore.use((store) => store.metrics("bench")))
-const ensureQueue = (queue: string) => runP(JobClient.use((client) => client.ensureQueue(queue)))
+// the keyed W1's queue is created as enqueueing an ordered job creates it: with its order index
+// (created without, the worker builds the index CONCURRENTLY in the timed phase, ordered claims
+// scanning the table meanwhile)
+const ensureQueue = (queue: string) =>
+  runP(JobClient.use((client) => client.ensureQueue(queue, keyed ? { orderIndex: true } : undefined)))
 
 const base = { library: "effect-pgbus", version: "workspace", workload: args.workload, variant }
 
