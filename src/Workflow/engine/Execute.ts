@@ -13,12 +13,13 @@ import { WorkflowRuntime } from "../Runtime.ts"
 import { InvalidWorkflowPayload, OutputNotStorable } from "../WorkflowError.ts"
 import type { EngineContext } from "./Context.ts"
 import { makeApply } from "./execution/Apply.ts"
+import type { Stop } from "./execution/End.ts"
 import { makeReach } from "./execution/Reach.ts"
 import { makeRuntime } from "./execution/Runtime.ts"
 import { makeExecutionState } from "./execution/State.ts"
 import { makeStep } from "./execution/Step.ts"
 import type { Outcomes } from "./Outcomes.ts"
-import { type Claimed, type Execution, finishedOf, hashNames, type RegisteredWorkflow, type Stop } from "./Shared.ts"
+import { type Claimed, type Execution, finishedOf, hashNames, type RegisteredWorkflow } from "./Shared.ts"
 
 /** Executing one claimed run: replaying the body and applying what it leads to. */
 export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
@@ -110,7 +111,8 @@ export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
         }
         return
       }
-      // an interruption from outside never gets here (see runTarget): the body interrupted itself
+      // an interruption from outside never gets here (a drain stops the execution, and `execute`
+      // releases what it holds): the body interrupted itself
       yield* pauseWith(
         Cause.hasInterruptsOnly(exit.cause)
           ? new Error(`workflow ${def.name} was interrupted from inside its body`)

@@ -11,6 +11,7 @@ import { makeChildWake } from "../verbs/child.ts"
 import { type DatabaseError, type RunNotFound, StepStalled, WorkflowNotRegistered } from "../WorkflowError.ts"
 import type { EngineContext } from "./Context.ts"
 import type { makeExecute } from "./Execute.ts"
+import type { Stop } from "./execution/End.ts"
 import type { makeOutcomes } from "./Outcomes.ts"
 import type { makeQueries } from "./Queries.ts"
 import {
@@ -25,7 +26,6 @@ import {
   type NextWork,
   type RegisteredWorkflow,
   type StepMessage,
-  type Stop,
   stallsTotal
 } from "./Shared.ts"
 

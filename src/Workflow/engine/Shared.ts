@@ -423,13 +423,6 @@ export class WorkflowRunner extends Context.Service<
 // ---------------------------------------------------------------------------------------------
 // The engine
 
-export type Stop =
-  | { readonly _tag: "applied" }
-  /** A fresh run replayed before its claim and must replay again from the claim (none: unclaimed). */
-  | { readonly _tag: "restart"; readonly claim: ClaimRow | undefined }
-  /** A fresh run's claim failed inside the body: the execution fails with it (the message is retried). */
-  | { readonly _tag: "claimFailed"; readonly error: DatabaseError }
-
 export interface Target {
   readonly id: bigint
   readonly name: string
@@ -460,9 +453,6 @@ export const fanOutOutcomeOf = (batch: BatchInfo): BatchFinished => ({
   failedJobs: batch.failedJobs,
   finishedAt: (batch.finishedAt ?? new Date(0)).toISOString()
 })
-
-/** A fan-out whose step was moved on while its body ran (its transaction rolls back). */
-export const LATE = Symbol("late")
 
 /** What one sweep repaired. */
 export interface SweepReport {

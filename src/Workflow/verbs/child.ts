@@ -7,21 +7,19 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Exit, Option, Schema } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { statementNow, toDatabaseError, withTransaction } from "../../Database.ts"
 import { isStorableJson } from "../../internal/storable.ts"
 import type { EngineContext } from "../engine/Context.ts"
-import type { Apply } from "../engine/execution/Apply.ts"
+import { LATE, parkedBy, StepRequest } from "../engine/execution/End.ts"
 import type { ExecutionState } from "../engine/execution/State.ts"
-import type { Outcomes } from "../engine/Outcomes.ts"
-import { CARRIED_INPUT_LIMIT, ENGINE_VERSION, isSqlError, LATE, type Target } from "../engine/Shared.ts"
-import type { ChildDefinition, ChildOptions, StepOptions, WorkflowRuntime } from "../Runtime.ts"
+import { CARRIED_INPUT_LIMIT, ENGINE_VERSION, isSqlError, type Target } from "../engine/Shared.ts"
+import type { ChildDefinition, ChildOptions, WorkflowRuntime } from "../Runtime.ts"
 import * as States from "../States.ts"
 import {
   AlreadyRunning,
   ChildOutputInvalid,
   ChildWorkflowFailed,
-  type DatabaseError,
   InvalidWorkflowPayload,
   WorkflowNotRegistered
 } from "../WorkflowError.ts"
@@ -223,8 +221,7 @@ export const makeChildVerb = ({ ctx, st, reach }: VerbEnv) => {
         const outcome = yield* outcomeOf(name, row, options)
         if (Option.isSome(outcome)) return outcome.value
       }
-      st.childRequest = { workflow, payload: text, options }
-      return yield* Effect.interrupt
+      return new StepRequest({ _tag: "Child", request: { workflow, payload: text, options } })
     })
     return runtimeStep(name, body, {
       ...(options.onError === undefined ? {} : { onError: options.onError }),
@@ -237,31 +234,18 @@ export const makeChildVerb = ({ ctx, st, reach }: VerbEnv) => {
 // the runner's primitive under the verb: what the step's end asks for, applied
 
 /** Starting a step's child and parking the step on it. */
-export const makeChild = (
-  ctx: EngineContext,
-  outcomes: Outcomes,
-  st: ExecutionState,
-  apply: Apply,
-  /** A step failed: the policies decide (the step's own handler). */
-  failed: (
-    step: Target,
-    error: unknown,
-    options: StepOptions<unknown>,
-    startedAt: number
-  ) => Effect.Effect<undefined, DatabaseError>
-) => {
+export const makeChild = (ctx: EngineContext, st: ExecutionState) => {
   const { config, sql, jobs, statements, queueOf } = ctx
-  const { lateCompletion } = outcomes
   const { runId, runContext } = st
-  const { halt, recordStep } = apply
   const { wakeParent } = makeChildWake(ctx)
 
   /**
    * One transaction under the parent's row lock: the child's row (unless the step started it
    * already), its `started` event and first message, the parent's `child_started` event, and the
    * step parked on `pgbus.child:<step>`. A child that ended meanwhile wakes the step at once.
+   * The step's end is `parkedBy` the transaction.
    */
-  const openChild = (step: Target, request: ChildRequest, options: StepOptions<unknown>, startedAt: number) =>
+  const openChild = (step: Target, request: ChildRequest) =>
     Effect.gen(function* () {
       const { workflow, payload, options: childOptions } = request
       // seed 004: a child runs at its definition's priority, else at its parent's
@@ -269,7 +253,7 @@ export const makeChild = (
       const singleton = workflow.singleton ?? false
       const { queue, physical } = queueOf(workflow.queue ?? config.workflowQueue, priority ?? undefined)
       yield* jobs.ensureQueue(queue)
-      const opened = yield* withTransaction(
+      return yield* withTransaction(
         sql,
         Effect.gen(function* () {
           yield* statements.runLock(runId, null)
@@ -347,17 +331,7 @@ export const makeChild = (
           )
           return row.id
         })
-      ).pipe(Effect.exit)
-      if (Exit.isFailure(opened)) {
-        const error = Cause.squash(opened.cause)
-        if (error === LATE) {
-          yield* lateCompletion(runId, step, yield* statementNow)
-          return yield* halt({ _tag: "applied" })
-        }
-        return yield* failed(step, error, options, startedAt)
-      }
-      yield* recordStep(step, "waiting", startedAt)
-      return yield* halt({ _tag: "applied" })
+      ).pipe(Effect.exit, Effect.map(parkedBy))
     })
 
   return { openChild }

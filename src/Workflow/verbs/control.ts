@@ -1,12 +1,13 @@
 /**
- * `Workflow.skip`/`pause`/`cancel`/`finish`/`reattempt`: inside a step the verb is noted and the
- * step ends with it (see `engine/execution/Step.ts`); outside a step it applies after the last
+ * `Workflow.skip`/`pause`/`cancel`/`finish`/`reattempt`: inside a step the step ends with the
+ * verb, a typed request (see `engine/execution/Step.ts`); outside a step it applies after the last
  * completed step.
  *
  * @since 0.1.0
  */
 import { Effect } from "effect"
 import { statementNow } from "../../Database.ts"
+import { StepRequest } from "../engine/execution/End.ts"
 import { hashNames, textOf } from "../engine/Shared.ts"
 import type { WorkflowRuntime } from "../Runtime.ts"
 import { InvalidWorkflowDefinition } from "../WorkflowError.ts"
@@ -20,10 +21,8 @@ export const makeControlVerb = ({ ctx, st, apply }: VerbEnv) => {
   const { halt, restartFromClaim, pauseWith, applyOutcome, ending } = apply
   const control: WorkflowRuntime["Service"]["control"] = (verbCalled) =>
     Effect.suspend(() => {
-      if (st.inStep) {
-        st.control = verbCalled
-        return Effect.interrupt
-      }
+      // inside a step: the step ends with the verb (a defect carrying it; its type promises no failure)
+      if (st.inStep) return Effect.die(new StepRequest({ _tag: "Control", verb: verbCalled }))
       // outside a step: the verb applies after the last completed step
       return Effect.gen(function* () {
         if (st.speculative) return yield* restartFromClaim

@@ -4,23 +4,20 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Exit } from "effect"
+import { Effect } from "effect"
 import type { Finished as BatchFinished } from "../../Batch/Batch.ts"
 import { statementNow, withTransaction } from "../../Database.ts"
 import type { EngineContext } from "../engine/Context.ts"
-import type { Apply } from "../engine/execution/Apply.ts"
+import { LATE, parkedBy, StepRequest } from "../engine/execution/End.ts"
 import type { ExecutionState } from "../engine/execution/State.ts"
-import type { Outcomes } from "../engine/Outcomes.ts"
-import { fanOutCallback, LATE, type Target } from "../engine/Shared.ts"
+import { fanOutCallback, type Target } from "../engine/Shared.ts"
 import {
   type FanOutMember,
   type FanOutOptions,
   type FanOutResult,
   StepContext,
-  type StepOptions,
   type WorkflowRuntime
 } from "../Runtime.ts"
-import type { DatabaseError } from "../WorkflowError.ts"
 import { FanOutFailed } from "../WorkflowError.ts"
 import { FAN_OUT_WAIT } from "../WorkflowSql.ts"
 import type { VerbEnv } from "./Env.ts"
@@ -80,8 +77,7 @@ export const makeFanOutVerb = ({ ctx, st, reach }: VerbEnv) => {
       if (members.length === 0) {
         return { batchId: null, totalJobs: 0, completedJobs: 0, failedJobs: 0 } satisfies FanOutResult
       }
-      st.fanOutRequest = { members }
-      return yield* Effect.interrupt
+      return new StepRequest({ _tag: "FanOut", members })
     })
     const onError = [
       // a batch whose row is gone has an unknown outcome: always pause
@@ -104,36 +100,17 @@ export const makeFanOutVerb = ({ ctx, st, reach }: VerbEnv) => {
 // the runner's primitive under the verb: what the step's end asks for, applied
 
 /** Opening a fan-out's batch. */
-export const makeFanOut = (
-  ctx: EngineContext,
-  outcomes: Outcomes,
-  st: ExecutionState,
-  apply: Apply,
-  /** A step failed: the policies decide (the step's own handler). */
-  failed: (
-    step: Target,
-    error: unknown,
-    options: StepOptions<unknown>,
-    startedAt: number
-  ) => Effect.Effect<undefined, DatabaseError>
-) => {
+export const makeFanOut = (ctx: EngineContext, st: ExecutionState) => {
   const { sql, jobs, batches, statements } = ctx
-  const { lateCompletion } = outcomes
   const { def, runId, defaultQueue } = st
-  const { halt, recordStep } = apply
 
-  /** Opens the batch and parks the step on it; halts (a step moved on meanwhile: a late completion). */
-  const openFanOut = (
-    step: Target,
-    request: { readonly members: ReadonlyArray<FanOutMember> },
-    options: StepOptions<unknown>,
-    startedAt: number
-  ) =>
+  /** Opens the batch and parks the step on it: the step's end (`parkedBy`). */
+  const openFanOut = (step: Target, members: ReadonlyArray<FanOutMember>) =>
     Effect.gen(function* () {
       // one transaction: the batch, its members' messages, the step parked on it and the
       // `fan_out_opened` event; the batch's callback can only finish it after the commit
       const stepKey = `pgbus-wf:${runId}:${step.name}`
-      const opened = yield* withTransaction(
+      return yield* withTransaction(
         sql,
         Effect.gen(function* () {
           const batch = yield* batches.make({
@@ -143,7 +120,7 @@ export const makeFanOut = (
           })
           yield* batch.enqueue(
             Effect.forEach(
-              request.members,
+              members,
               (member, i) => {
                 const { key, ...enqueueOptions } = member.options
                 // the builder's `add` checked the payload's type against the job
@@ -165,24 +142,14 @@ export const makeFanOut = (
             timeoutAt: null,
             onTimeout: null,
             periodMs: null,
-            batch: { id: batch.id, size: request.members.length },
+            batch: { id: batch.id, size: members.length },
             now
           })
           // the step was moved on while its body ran: no batch
           if (parked === undefined) return yield* Effect.fail(LATE)
           return batch.id
         })
-      ).pipe(Effect.exit)
-      if (Exit.isFailure(opened)) {
-        const error = Cause.squash(opened.cause)
-        if (error === LATE) {
-          yield* lateCompletion(runId, step, yield* statementNow)
-          return yield* halt({ _tag: "applied" })
-        }
-        return yield* failed(step, error, options, startedAt)
-      }
-      yield* recordStep(step, "waiting", startedAt)
-      return yield* halt({ _tag: "applied" })
+      ).pipe(Effect.exit, Effect.map(parkedBy))
     })
 
   return { openFanOut }

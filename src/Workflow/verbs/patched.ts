@@ -19,7 +19,7 @@ export const makePatchedVerb = ({ ctx, st, apply }: VerbEnv) => {
   const { halt, restartFromClaim, pauseWith } = apply
   const patched: WorkflowRuntime["Service"]["patched"] = (id) =>
     Effect.gen(function* () {
-      if (st.stop !== undefined) return yield* Effect.interrupt
+      if (st.stop !== undefined) return yield* halt(st.stop)
       if (st.speculative) return yield* restartFromClaim
       if (typeof id !== "string" || !isStorableText(id)) {
         yield* pauseWith(

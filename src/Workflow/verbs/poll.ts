@@ -7,14 +7,14 @@
 import { Duration, Effect, Option, type Schema } from "effect"
 import { statementNow } from "../../Database.ts"
 import type { EngineContext } from "../engine/Context.ts"
-import type { Apply } from "../engine/execution/Apply.ts"
+import { type PollRequest, type StepEnd, StepRequest } from "../engine/execution/End.ts"
 import type { ExecutionState } from "../engine/execution/State.ts"
 import type { Target } from "../engine/Shared.ts"
 import { StepContext, type WorkflowRuntime } from "../Runtime.ts"
 import type { VerbEnv } from "./Env.ts"
 
 /** The body's `poll`, on one execution. */
-export const makePollVerb = ({ reach, st }: VerbEnv) => {
+export const makePollVerb = ({ reach }: VerbEnv) => {
   const { runtimeStep } = reach
   const poll: WorkflowRuntime["Service"]["poll"] = <A, E, R>(
     name: string,
@@ -35,8 +35,7 @@ export const makePollVerb = ({ reach, st }: VerbEnv) => {
       if (given !== undefined) return { timedOut: false as const, data: given.payload as A }
       const result = yield* check
       if (Option.isSome(result)) return { timedOut: false as const, data: result.value }
-      st.pollRequest = { intervalMs, timeoutMs }
-      return yield* Effect.interrupt
+      return new StepRequest({ _tag: "PollAgain", request: { intervalMs, timeoutMs } })
     })
     return runtimeStep(name, body, { takesHeldSignal: true }) as Effect.Effect<
       { readonly timedOut: false; readonly data: A } | { readonly timedOut: true },
@@ -50,17 +49,12 @@ export const makePollVerb = ({ reach, st }: VerbEnv) => {
 // the runner's primitive under the verb: what the step's end asks for, applied
 
 /** The next check of a poll. */
-export const makePoll = (ctx: EngineContext, st: ExecutionState, apply: Apply) => {
+export const makePoll = (ctx: EngineContext, st: ExecutionState) => {
   const { statements, db, queueOf } = ctx
-  const { ex, def, runId, defaultQueue } = st
-  const { halt, recordStep } = apply
+  const { def, runId, defaultQueue } = st
 
-  /** Schedules the poll's next check and halts; past its deadline, records the poll ended (timed out). */
-  const nextCheck = (
-    step: Target,
-    request: { readonly intervalMs: number; readonly timeoutMs: number | null },
-    startedAt: number
-  ) =>
+  /** Schedules the poll's next check (the step's end is `Parked`); past its deadline, the poll ends timed out. */
+  const nextCheck = (step: Target, request: PollRequest) =>
     Effect.gen(function* () {
       const now = yield* statementNow
       const [again] = yield* statements
@@ -74,13 +68,10 @@ export const makePoll = (ctx: EngineContext, st: ExecutionState, apply: Apply) =
           now
         })
         .pipe(db("schedule the next check"))
-      if (again !== undefined) {
-        yield* recordStep(step, "polled", startedAt)
-        return yield* halt({ _tag: "applied" })
-      }
+      if (again !== undefined) return { _tag: "Parked", outcome: "polled" } as const satisfies StepEnd
       // past its deadline: the poll ends with timedOut
-      ex.pending = { step, status: "completed", output: JSON.stringify({ timedOut: true }) }
-      yield* recordStep(step, "completed", startedAt)
+      const timedOut = { timedOut: true } as const
+      return { _tag: "Completed", value: timedOut, output: JSON.stringify(timedOut) } as const satisfies StepEnd
     })
 
   return { nextCheck }

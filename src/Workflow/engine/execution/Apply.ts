@@ -12,17 +12,9 @@ import { type DatabaseError, ReplayDivergence } from "../../WorkflowError.ts"
 import type { FinishRow, NextAction } from "../../WorkflowSql.ts"
 import type { EngineContext } from "../Context.ts"
 import type { Outcomes } from "../Outcomes.ts"
-import {
-  cancelledTotal,
-  finishedOf,
-  hashNames,
-  messageOf,
-  pausedTotal,
-  type Stop,
-  stepMetrics,
-  type Target
-} from "../Shared.ts"
+import { cancelledTotal, finishedOf, hashNames, messageOf, pausedTotal, stepMetrics, type Target } from "../Shared.ts"
 
+import { Halted, type Stop } from "./End.ts"
 import type { ExecutionState } from "./State.ts"
 
 /** One info line when a run finishes, pauses (with its reason) or is cancelled by a step's outcome. */
@@ -48,9 +40,13 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
   /** A transition that may end (or pause) the run: a child's wakes its parent with it. */
   const ending = <A, E, R>(write: Effect.Effect<A, E, R>) => withParentWake(runId, isChild, write)
 
-  const halt = (s: Stop) => {
+  /**
+   * The execution ended: its end is recorded and the body unwound by a defect carrying it (not
+   * an interruption, which is left for real cancellation); `Execute.ts` reads the end.
+   */
+  const halt = (s: Stop): Effect.Effect<never> => {
     st.stop = s
-    return Effect.interrupt
+    return Effect.die(new Halted(s))
   }
 
   /** Records the step a claim returned as held by this execution (inside the claim's uninterruptible region). */

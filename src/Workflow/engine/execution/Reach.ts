@@ -150,7 +150,7 @@ export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, 
 
   const runtimeStep = <A, E, R>(name: string, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>
     Effect.gen(function* () {
-      if (st.stop !== undefined) return yield* Effect.interrupt
+      if (st.stop !== undefined) return yield* halt(st.stop)
       const { takesHeldSignal: _internal, ...userOptions } = options
       const invalid = checkStep(name, userOptions as StepOptions<unknown>)
       if (st.speculative) {

@@ -7,10 +7,10 @@
  */
 import { Effect, Option, Schema } from "effect"
 import * as HistoryCursor from "../../HistoryCursor.ts"
-import type { ControlVerb, FanOutMember, RunContext, StepOptions } from "../../Runtime.ts"
-import type { ChildRequest } from "../../verbs/child.ts"
+import type { RunContext, StepOptions } from "../../Runtime.ts"
 import type { HistoryEntry } from "../../WorkflowSql.ts"
-import type { Claimed, Execution, RegisteredWorkflow, Stop, Target } from "../Shared.ts"
+import type { Claimed, Execution, RegisteredWorkflow, Target } from "../Shared.ts"
+import type { Stop } from "./End.ts"
 
 /** One claimed run's execution. */
 export interface ExecutionState {
@@ -41,17 +41,10 @@ export interface ExecutionState {
   /** The claimed step (none for a continue). */
   target: Target | undefined
   targetReached: boolean
-  /** Why the execution halted (set before the interruption that unwinds the body). */
+  /** How the execution ended (a body that catches the defect unwinding it stops at its next verb). */
   stop: Stop | undefined
-  /** A flow-control verb the running step called. */
-  control: ControlVerb | undefined
+  /** The claimed step's effect is running: a control verb ends the step, not the run. */
   inStep: boolean
-  /** Set by a poll's check that found nothing yet: the step is checked again later. */
-  pollRequest: { readonly intervalMs: number; readonly timeoutMs: number | null } | undefined
-  /** Set by a fan-out's build: open one batch with these members and park the step on it. */
-  fanOutRequest: { readonly members: ReadonlyArray<FanOutMember> } | undefined
-  /** Set by a child step whose child has not ended: start it (unless started) and park the step on it. */
-  childRequest: ChildRequest | undefined
   /** A fresh run's first step, inserted claimed with the run's claim. */
   preclaimed: bigint | undefined
 }
@@ -111,11 +104,7 @@ export const makeExecutionState = (
       target,
       targetReached: false,
       stop: undefined,
-      control: undefined,
       inStep: false,
-      pollRequest: undefined,
-      fanOutRequest: undefined,
-      childRequest: undefined,
       preclaimed: undefined
     }
     return state

@@ -1,6 +1,7 @@
 /**
- * Running the claimed step: the signal gate and guards, the body, and what its end leads to
- * (a control verb, a poll's next check, a fan-out, a failure the policies resolve).
+ * Running the claimed step: its attempt (the signal gate and guards, the step's effect) ends in a
+ * typed `StepEnd`, and `applyEnd` applies it in one place (a value for the body, a control verb,
+ * a poll's next check, a fan-out's batch, a child, a failure the policies resolve).
  *
  * @since 0.1.0
  */
@@ -32,6 +33,7 @@ import {
   waitOverdueTotal
 } from "../Shared.ts"
 import type { Apply } from "./Apply.ts"
+import { requestInCause, requestOf, type StepEnd } from "./End.ts"
 import type { ExecutionState } from "./State.ts"
 
 /** Builds this part of one execution. */
@@ -39,15 +41,14 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
   const { config, sql, statements, queueOf, errorJson } = ctx
   const { claim, ex, def, runId, signalFree, runContext, defaultQueue } = st
   const { halt, applyOutcome, recordStep } = apply
-  const { nextCheck } = makePoll(ctx, st, apply)
-  const { openFanOut } = makeFanOut(ctx, outcomes, st, apply, (step, error, options, startedAt) =>
-    failed(step, error, options, startedAt)
-  )
-  const { openChild } = makeChild(ctx, outcomes, st, apply, (step, error, options, startedAt) =>
-    failed(step, error, options, startedAt)
-  )
+  const { lateCompletion } = outcomes
+  const { nextCheck } = makePoll(ctx, st)
+  const { openFanOut } = makeFanOut(ctx, st)
+  const { openChild } = makeChild(ctx, st)
 
-  /** Runs the step whose turn it is (claimed), returning its output to the body. */
+  /** How a failed attempt ends, before the policies resolve it. */
+  const failedWith = (error: unknown): StepEnd => ({ _tag: "Failed", error })
+
   /**
    * A notify notice of the waiting st.target's per-run deadline: under the run's row lock, the
    * deadline is evaluated again and the notice written with the next deadline (or the run paused
@@ -84,11 +85,22 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
       return yield* halt({ _tag: "applied" })
     })
 
+  /** Runs the step whose turn it is (claimed): its attempt ends in a `StepEnd`, applied by `applyEnd`. */
   const runTarget = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>
     Effect.gen(function* () {
       st.targetReached = true
       const startedAt = yield* Clock.currentTimeMillis
-      // guards and the signal gate, under the run's row lock
+      const end = yield* attempt(step, effect, options)
+      return (yield* applyEnd(step, end, options as StepOptions<unknown>, startedAt)) as A
+    })
+
+  /**
+   * The claimed step's attempt, up to how it ended: the signal gate and guards (under the run's
+   * row lock), then the step's effect and its output's checks. Writes nothing but what the gate
+   * writes (a signal claimed, the step parked).
+   */
+  const attempt = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>
+    Effect.gen(function* () {
       let received: ReceivedSignal | undefined
       let readers: SignalReaders["Service"] = { woken: false, signalReady: false }
       const timedOut = claim.step_id === step.id ? claim.step_timed_out === true : false
@@ -104,7 +116,7 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
             ? Effect.succeed(heldAtClaim.payload)
             : matchSignal(def, options.waitFor, heldAtClaim.payload, { decodeOnly: true })
         ).pipe(Effect.exit)
-        if (Exit.isFailure(decoded)) return yield* failed(step, Cause.squash(decoded.cause), options, startedAt)
+        if (Exit.isFailure(decoded)) return failedWith(Cause.squash(decoded.cause))
         received = { id: String(heldAtClaim.id), name: heldAtClaim.name, payload: decoded.value }
         readers = { woken: options.waitFor !== undefined, signalReady: options.waitFor !== undefined }
       } else if (
@@ -113,107 +125,10 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
         options.waitFor !== undefined ||
         options.takesHeldSignal === true
       ) {
-        // the gate may claim a signal for the attempt
-        signalFree.delete(step.id)
-        const waitName =
-          options.waitFor === undefined
-            ? undefined
-            : typeof options.waitFor === "string"
-              ? options.waitFor
-              : options.waitFor.name
-        const guard = yield* withTransaction(
-          sql,
-          Effect.gen(function* () {
-            yield* statements.runLock(runId, null)
-            let held: SignalRow | undefined
-            let candidate: { readonly row: SignalRow; readonly payload: unknown } | undefined
-            if (waitName === undefined && options.takesHeldSignal === true) {
-              held = (yield* statements.signalHeldBy(step.id))[0]
-            }
-            if (waitName !== undefined) {
-              held = (yield* statements.signalHeldBy(step.id))[0]
-              if (held === undefined && !timedOut) {
-                for (const row of yield* statements.signalsPending(runId, waitName)) {
-                  const decoded = yield* matchSignal(def, options.waitFor!, row.payload)
-                  if (decoded !== NO_MATCH) {
-                    candidate = { row, payload: decoded }
-                    break
-                  }
-                }
-              }
-            }
-            readers = { woken: held !== undefined, signalReady: held !== undefined || candidate !== undefined }
-            const withReaders = <X, Y, Z>(e: Effect.Effect<X, Y, Z>) => Effect.provideService(e, SignalReaders, readers)
-            if (def.cancelIf !== undefined && (yield* withReaders(def.cancelIf(runContext as never)))) {
-              return { _tag: "cancel" } as const
-            }
-            if (options.skipIf !== undefined && (yield* withReaders(options.skipIf(runContext)))) {
-              return { _tag: "skip" } as const
-            }
-            if (waitName === undefined && held !== undefined) {
-              return {
-                _tag: "signal",
-                signal: { id: String(held.id), name: held.name, payload: held.payload }
-              } as const
-            }
-            if (waitName === undefined || timedOut) return { _tag: "run" } as const
-            const now = yield* statementNow
-            if (held !== undefined) {
-              const payload = yield* matchSignal(def, options.waitFor!, held.payload, { decodeOnly: true })
-              return {
-                _tag: "signal",
-                signal: {
-                  id: String(held.id),
-                  name: held.name,
-                  payload: payload === NO_MATCH ? held.payload : payload
-                }
-              } as const
-            }
-            if (candidate !== undefined) {
-              yield* statements.signalClaim({ runId, signalId: candidate.row.id, stepId: step.id, now })
-              return {
-                _tag: "signal",
-                signal: { id: String(candidate.row.id), name: candidate.row.name, payload: candidate.payload }
-              } as const
-            }
-            // no signal: the step parks (nothing is sent until a signal or the deadline wakes it)
-            const deadline = yield* waitDeadline(options, runContext)
-            yield* statements.stepPark({
-              runId,
-              stepId: step.id,
-              waitFor: waitName,
-              matcher: typeof options.waitFor !== "string" || declaredMatcher(def, waitName),
-              timeoutMs: deadline.ms,
-              timeoutAt: deadline.at,
-              onTimeout: options.onTimeout ?? (deadline.at === null && deadline.ms === null ? null : "pause"),
-              periodMs: deadline.periodMs,
-              perRun: typeof options.waitTimeout === "function",
-              now
-            })
-            return { _tag: "parked" } as const
-          })
-        ).pipe(Effect.exit)
-        if (Exit.isFailure(guard)) {
-          return yield* failed(step, Cause.squash(guard.cause), options, startedAt)
-        }
-        switch (guard.value._tag) {
-          case "cancel":
-            yield* applyOutcome(step, "cancelled", null, null, { _tag: "cancel", reason: "cancelIf" })
-            yield* recordStep(step, "cancelled", startedAt)
-            return yield* halt({ _tag: "applied" })
-          case "skip":
-            ex.pending = { step, status: "skipped", output: null }
-            yield* recordStep(step, "skipped", startedAt)
-            return undefined
-          case "parked":
-            yield* recordStep(step, "waiting", startedAt)
-            return yield* halt({ _tag: "applied" })
-          case "signal":
-            received = guard.value.signal
-            break
-          case "run":
-            break
-        }
+        const guard = yield* gate(step, options, timedOut)
+        if (guard._tag !== "Opened") return guard
+        received = guard.received
+        readers = guard.readers
       }
       const stepContext: StepContext["Service"] = {
         workflowId: runId,
@@ -231,7 +146,6 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
       const timeoutMs =
         options.timeout === undefined ? undefined : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
       st.inStep = true
-      st.control = undefined
       const ran = effect.pipe(
         Effect.provideService(StepContext, stepContext),
         Effect.provideService(SignalReaders, readers)
@@ -247,79 +161,213 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
             )
       ).pipe(Effect.withSpan(...stepSpan(def.name, runId, step), { captureStackTrace: false }), Effect.exit)
       st.inStep = false
-      const verbCalled = st.control as ControlVerb | undefined
-      st.control = undefined
-      if (verbCalled !== undefined) return yield* controlled(step, verbCalled, startedAt)
-      const pollAgain = st.pollRequest
-      st.pollRequest = undefined
-      if (pollAgain !== undefined) {
-        // found nothing yet: checked again later (halts), or past its deadline it ends
-        yield* nextCheck(step, pollAgain, startedAt)
-        return { timedOut: true } as A
-      }
-      const fanOut = st.fanOutRequest
-      st.fanOutRequest = undefined
-      if (fanOut !== undefined) return yield* openFanOut(step, fanOut, options, startedAt)
-      const child = st.childRequest
-      st.childRequest = undefined
-      if (child !== undefined) return yield* openChild(step, child, options, startedAt)
       if (Exit.isFailure(exit)) {
+        // a control verb called inside the step ends it with its request
+        const requested = requestInCause(exit.cause)
+        if (requested !== undefined) return requested
         // an interruption from outside never gets here (the execution stops, and `execute`
         // releases the step): this one came from inside the body, a failure of the step
-        const error = Cause.hasInterruptsOnly(exit.cause)
-          ? new Error(`step ${step.name} was interrupted from inside its body`)
-          : Cause.squash(exit.cause)
-        return yield* failed(step, error, options, startedAt)
+        return failedWith(
+          Cause.hasInterruptsOnly(exit.cause)
+            ? new Error(`step ${step.name} was interrupted from inside its body`)
+            : Cause.squash(exit.cause)
+        )
       }
       const value = exit.value
+      // a verb's own step body (poll, fanOut, child) asks for what follows
+      const requested = requestOf(value)
+      if (requested !== undefined) return requested
+      return yield* completed(step, value, options)
+    })
+
+  /** What the gate decided: the step runs (with the signal it took), or its attempt ended there. */
+  type Gate =
+    | {
+        readonly _tag: "Opened"
+        readonly received: ReceivedSignal | undefined
+        readonly readers: SignalReaders["Service"]
+      }
+    | StepEnd
+
+  /** Guards and the signal gate, under the run's row lock: cancel, skip, take a signal, or park. */
+  const gate = <A>(step: Target, options: RunnerStepOptions<A>, timedOut: boolean) =>
+    Effect.gen(function* () {
+      // the gate may claim a signal for the attempt
+      signalFree.delete(step.id)
+      const waitName =
+        options.waitFor === undefined
+          ? undefined
+          : typeof options.waitFor === "string"
+            ? options.waitFor
+            : options.waitFor.name
+      let readers: SignalReaders["Service"] = { woken: false, signalReady: false }
+      const guard = yield* withTransaction(
+        sql,
+        Effect.gen(function* () {
+          yield* statements.runLock(runId, null)
+          let held: SignalRow | undefined
+          let candidate: { readonly row: SignalRow; readonly payload: unknown } | undefined
+          if (waitName === undefined && options.takesHeldSignal === true) {
+            held = (yield* statements.signalHeldBy(step.id))[0]
+          }
+          if (waitName !== undefined) {
+            held = (yield* statements.signalHeldBy(step.id))[0]
+            if (held === undefined && !timedOut) {
+              for (const row of yield* statements.signalsPending(runId, waitName)) {
+                const decoded = yield* matchSignal(def, options.waitFor!, row.payload)
+                if (decoded !== NO_MATCH) {
+                  candidate = { row, payload: decoded }
+                  break
+                }
+              }
+            }
+          }
+          readers = { woken: held !== undefined, signalReady: held !== undefined || candidate !== undefined }
+          const withReaders = <X, Y, Z>(e: Effect.Effect<X, Y, Z>) => Effect.provideService(e, SignalReaders, readers)
+          if (def.cancelIf !== undefined && (yield* withReaders(def.cancelIf(runContext as never)))) {
+            return { _tag: "Cancelled" } as const
+          }
+          if (options.skipIf !== undefined && (yield* withReaders(options.skipIf(runContext)))) {
+            return { _tag: "Skipped" } as const
+          }
+          if (waitName === undefined && held !== undefined) {
+            return { _tag: "signal", signal: { id: String(held.id), name: held.name, payload: held.payload } } as const
+          }
+          if (waitName === undefined || timedOut) return { _tag: "run" } as const
+          const now = yield* statementNow
+          if (held !== undefined) {
+            const payload = yield* matchSignal(def, options.waitFor!, held.payload, { decodeOnly: true })
+            return {
+              _tag: "signal",
+              signal: { id: String(held.id), name: held.name, payload: payload === NO_MATCH ? held.payload : payload }
+            } as const
+          }
+          if (candidate !== undefined) {
+            yield* statements.signalClaim({ runId, signalId: candidate.row.id, stepId: step.id, now })
+            return {
+              _tag: "signal",
+              signal: { id: String(candidate.row.id), name: candidate.row.name, payload: candidate.payload }
+            } as const
+          }
+          // no signal: the step parks (nothing is sent until a signal or the deadline wakes it)
+          const deadline = yield* waitDeadline(options, runContext)
+          yield* statements.stepPark({
+            runId,
+            stepId: step.id,
+            waitFor: waitName,
+            matcher: typeof options.waitFor !== "string" || declaredMatcher(def, waitName),
+            timeoutMs: deadline.ms,
+            timeoutAt: deadline.at,
+            onTimeout: options.onTimeout ?? (deadline.at === null && deadline.ms === null ? null : "pause"),
+            periodMs: deadline.periodMs,
+            perRun: typeof options.waitTimeout === "function",
+            now
+          })
+          return { _tag: "Parked", outcome: "waiting" } as const
+        })
+      ).pipe(Effect.exit)
+      if (Exit.isFailure(guard)) return failedWith(Cause.squash(guard.cause))
+      const decided = guard.value
+      switch (decided._tag) {
+        case "signal":
+          return { _tag: "Opened", received: decided.signal, readers } satisfies Gate as Gate
+        case "run":
+          return { _tag: "Opened", received: undefined, readers } satisfies Gate as Gate
+        default:
+          return decided satisfies Gate as Gate
+      }
+    })
+
+  /** A step's value, encoded and checked: what is stored must come back the same from JSON. */
+  const completed = <A>(step: Target, value: A, options: RunnerStepOptions<A>) =>
+    Effect.gen(function* () {
       const encodedOutput = yield* (
         options.output === undefined
           ? Effect.succeed(value as unknown)
           : Schema.encodeEffect(options.output)(value).pipe(Effect.mapError((e) => e as unknown))
       ).pipe(Effect.result)
-      if (encodedOutput._tag === "Failure") return yield* failed(step, encodedOutput.failure, options, startedAt)
+      if (encodedOutput._tag === "Failure") return failedWith(encodedOutput.failure)
       // what is stored must come back the same from JSON, or replay sees another value (or
       // fails to decode it): the output itself, or what its Schema encodes it to
       const mismatch =
         encodedOutput.success === undefined
           ? undefined
           : jsonMismatch(encodedOutput.success, options.output === undefined ? "output" : "encoded output")
-      if (mismatch !== undefined) {
-        return yield* failed(step, new OutputNotJson({ step: step.name, detail: mismatch }), options, startedAt)
-      }
+      if (mismatch !== undefined) return failedWith(new OutputNotJson({ step: step.name, detail: mismatch }))
       let outputText: string | undefined
       try {
         outputText = encodedOutput.success === undefined ? undefined : JSON.stringify(encodedOutput.success)
       } catch (e) {
-        return yield* failed(step, e, options, startedAt)
+        return failedWith(e)
       }
       if (outputText !== undefined) {
-        if (!isStorableJson(outputText)) {
-          return yield* failed(step, new OutputNotStorable({ step: step.name }), options, startedAt)
-        }
+        if (!isStorableJson(outputText)) return failedWith(new OutputNotStorable({ step: step.name }))
         const size = Buffer.byteLength(outputText, "utf8")
         if (size > config.maxPayloadSize) {
-          return yield* failed(
-            step,
-            new OutputTooLarge({ step: step.name, size, limit: config.maxPayloadSize }),
-            options,
-            startedAt
-          )
+          return failedWith(new OutputTooLarge({ step: step.name, size, limit: config.maxPayloadSize }))
         }
       }
-      ex.pending = { step, status: "completed", output: outputText ?? null }
-      yield* recordStep(step, "completed", startedAt)
-      return value
+      return { _tag: "Completed", value, output: outputText ?? null } as const
     })
 
-  /** A flow-st.control verb called inside the step. */
-  const controlled = (step: Target, verbCalled: ControlVerb, startedAt: number) =>
+  /**
+   * Applies how the claimed step's attempt ended: the one place a step's end is written. A
+   * completed (or skipped) attempt's outcome waits for the next step (`ex.pending`) and its value
+   * goes back to the body; every other end is written here and halts the execution.
+   */
+  const applyEnd = (step: Target, first: StepEnd, options: StepOptions<unknown>, startedAt: number) =>
+    Effect.gen(function* () {
+      let end: StepEnd = first
+      while (true) {
+        switch (end._tag) {
+          case "Completed":
+            ex.pending = { step, status: "completed", output: end.output }
+            yield* recordStep(step, "completed", startedAt)
+            return end.value
+          case "Skipped":
+            ex.pending = { step, status: "skipped", output: null }
+            yield* recordStep(step, "skipped", startedAt)
+            return undefined
+          case "Parked":
+            yield* recordStep(step, end.outcome, startedAt)
+            return yield* halt({ _tag: "applied" })
+          case "Late":
+            yield* lateCompletion(runId, step, yield* statementNow)
+            return yield* halt({ _tag: "applied" })
+          case "Cancelled":
+            yield* applyOutcome(step, "cancelled", null, null, { _tag: "cancel", reason: "cancelIf" })
+            yield* recordStep(step, "cancelled", startedAt)
+            return yield* halt({ _tag: "applied" })
+          case "PollAgain":
+            // found nothing yet: checked again later, or past its deadline it ends
+            end = yield* nextCheck(step, end.request)
+            break
+          case "FanOut":
+            end = yield* openFanOut(step, end.members)
+            break
+          case "Child":
+            end = yield* openChild(step, end.request)
+            break
+          case "Control":
+            if (end.verb._tag === "skip") {
+              end = { _tag: "Skipped" }
+              break
+            }
+            return yield* controlled(step, end.verb, startedAt)
+          case "Failed": {
+            const next = yield* failed(step, end.error, options, startedAt)
+            if (next === undefined) return yield* halt({ _tag: "applied" })
+            end = next
+            break
+          }
+        }
+      }
+    })
+
+  /** A flow-control verb called inside the step (a skip is `Skipped`): applied, the execution halts. */
+  const controlled = (step: Target, verbCalled: Exclude<ControlVerb, { readonly _tag: "skip" }>, startedAt: number) =>
     Effect.gen(function* () {
       switch (verbCalled._tag) {
-        case "skip":
-          ex.pending = { step, status: "skipped", output: null }
-          yield* recordStep(step, "skipped", startedAt)
-          return undefined
         case "pause":
           yield* applyOutcome(step, "completed", null, null, {
             _tag: "pause",
@@ -328,15 +376,15 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
             message: textOf(verbCalled.reason)
           })
           yield* recordStep(step, "paused", startedAt)
-          return yield* halt({ _tag: "applied" })
+          break
         case "cancel":
           yield* applyOutcome(step, "cancelled", null, null, { _tag: "cancel", reason: textOf(verbCalled.reason) })
           yield* recordStep(step, "cancelled", startedAt)
-          return yield* halt({ _tag: "applied" })
+          break
         case "finish":
           yield* applyOutcome(step, "completed", null, null, { _tag: "finish", output: null })
           yield* recordStep(step, "completed", startedAt)
-          return yield* halt({ _tag: "applied" })
+          break
         case "reattempt": {
           const delayMs =
             verbCalled.wait === undefined ? 0 : Duration.toMillis(Duration.fromInputUnsafe(verbCalled.wait))
@@ -352,12 +400,16 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
             reattempt: true
           })
           yield* recordStep(step, "reattempted", startedAt)
-          return yield* halt({ _tag: "applied" })
+          break
         }
       }
+      return yield* halt({ _tag: "applied" })
     })
 
-  /** A step failed: the policies decide. */
+  /**
+   * A step failed: the policies decide. A skip is the step's end (`Skipped`); any other
+   * resolution is written here (none is returned).
+   */
   const failed = (step: Target, error: unknown, options: StepOptions<unknown>, startedAt: number) =>
     Effect.gen(function* () {
       const resolution = yield* resolvePolicy(error, options.onError ?? [], def.onError, step.reattempts)
@@ -375,9 +427,7 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
       const message = messageOf(error)
       switch (resolution.action) {
         case "skip":
-          ex.pending = { step, status: "skipped", output: null }
-          yield* recordStep(step, "skipped", startedAt)
-          return undefined
+          return { _tag: "Skipped" } as const
         case "reattempt":
           yield* applyOutcome(step, "failed", null, errorText, {
             _tag: "schedule",
@@ -391,11 +441,11 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
             reattempt: true
           })
           yield* recordStep(step, "reattempted", startedAt)
-          return yield* halt({ _tag: "applied" })
+          return undefined
         case "cancel":
           yield* applyOutcome(step, "failed", null, errorText, { _tag: "cancel", reason: message })
           yield* recordStep(step, "cancelled", startedAt)
-          return yield* halt({ _tag: "applied" })
+          return undefined
         case "pause":
           yield* applyOutcome(step, "failed", null, errorText, {
             _tag: "pause",
@@ -410,11 +460,11 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
             1
           )
           yield* recordStep(step, "paused", startedAt)
-          return yield* halt({ _tag: "applied" })
+          return undefined
       }
     })
 
-  return { renewDeadline, runTarget, controlled, failed }
+  return { renewDeadline, runTarget }
 }
 
 /** Running the claimed step. */
