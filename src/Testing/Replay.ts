@@ -9,6 +9,8 @@ import { Effect, Exit, type Option, Schema } from "effect"
 import { WorkflowClient } from "../Workflow/Client.ts"
 import * as HistoryCursor from "../Workflow/HistoryCursor.ts"
 import { type ControlVerb, type FanOutResult, type StepOptions, WorkflowRuntime } from "../Workflow/Runtime.ts"
+import { sleepVia } from "../Workflow/verbs/sleep.ts"
+import { waitForSignalVia } from "../Workflow/verbs/waitForSignal.ts"
 import type { Workflow } from "../Workflow/Workflow.ts"
 
 /** A recorded history: what a replay needs, and the audit trail for context. */
@@ -103,6 +105,9 @@ export const replayHistory = <Name extends string, P, A, E, R>(
       }) as Effect.Effect<A | undefined, never, R>
     const runtime = WorkflowRuntime.of({
       step: replayStep,
+      // a timer and a wait replay as the steps they are, composed as the engine composes them
+      sleep: sleepVia(replayStep),
+      waitForSignal: waitForSignalVia(replayStep),
       // a poll replays as the step it is: its recorded result
       poll: <A, E, R>(name: string, check: Effect.Effect<Option.Option<A>, E, R>) =>
         replayStep(name, check, {}) as unknown as Effect.Effect<

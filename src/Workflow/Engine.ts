@@ -21,25 +21,22 @@ import { makeExecute } from "./engine/Execute.ts"
 import { makeOutcomes } from "./engine/Outcomes.ts"
 import { makeQueries } from "./engine/Queries.ts"
 import { makeRunner } from "./engine/Runner.ts"
-import { WorkflowRunner, WorkflowSweep } from "./engine/Shared.ts"
+import { WorkflowRunner, WorkflowSweep } from "./engine/Services.ts"
 import { makeStarts } from "./engine/Starts.ts"
 import { makeSweep } from "./engine/Sweep.ts"
 import { makeVerbs } from "./engine/Verbs.ts"
 
+export { ErrorReporter, encodeError } from "./engine/Errors.ts"
+export { type Delivery, ENGINE_VERSION, StepMessage } from "./engine/Messages.ts"
+export { WorkflowMetrics } from "./engine/Metrics.ts"
 export {
-  type Delivery,
-  ENGINE_VERSION,
-  ErrorReporter,
-  encodeError,
-  fanOutOutcomeOf,
   type NextWork,
   type RegisteredWorkflow,
-  StepMessage,
   type SweepReport,
-  WorkflowMetrics,
   WorkflowRunner,
   WorkflowSweep
-} from "./engine/Shared.ts"
+} from "./engine/Services.ts"
+export { fanOutOutcomeOf } from "./verbs/fanOut.ts"
 
 /** Builds the engine's services on the database. */
 const make = Effect.gen(function* () {

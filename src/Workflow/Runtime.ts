@@ -123,6 +123,20 @@ export interface ReceivedSignal {
   readonly payload: unknown
 }
 
+/** Options of `waitForSignal`. */
+export interface WaitForSignalOptions {
+  /** The step's name (default `wait:<signal>`); needed to wait for the same signal twice. */
+  readonly step?: string | undefined
+  /** Deadline of the wait. */
+  readonly timeout?: WaitTimeout | undefined
+  readonly onTimeout?: OnTimeout | undefined
+  readonly skipIf?: StepOptions<unknown>["skipIf"]
+  readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
+  readonly queue?: string | undefined
+  /** Schema of the payload as stored for replay (set by the body's typed `waitForSignal`). */
+  readonly output?: Schema.ConstraintCodec<unknown, unknown> | undefined
+}
+
 /** What a wait does when its deadline passes. */
 export type OnTimeout = "pause" | "cancel" | "skip" | "run" | "notify"
 
@@ -256,6 +270,13 @@ export class WorkflowRuntime extends Context.Service<
       effect: Effect.Effect<A, E, R>,
       options: StepOptions<A>
     ) => Effect.Effect<A | undefined, never, R>
+    /** A durable timer: a step that does nothing, due after `wait` or at `at`. */
+    readonly sleep: (
+      name: string,
+      until: { readonly wait: Duration.Input } | { readonly at: Date }
+    ) => Effect.Effect<void>
+    /** A step that takes a signal at its gate, or parks until one comes (or its deadline passes). */
+    readonly waitForSignal: (signal: string | SignalMatcher, options: WaitForSignalOptions) => Effect.Effect<unknown>
     readonly control: (verb: ControlVerb) => Effect.Effect<never>
     readonly patched: (id: string) => Effect.Effect<boolean>
     readonly poll: <A, E, R>(

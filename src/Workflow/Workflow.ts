@@ -26,7 +26,6 @@ import {
   type FanOutOptions,
   type FanOutResult,
   isSignalMatcher,
-  type OnTimeout,
   type RunContext,
   type SignalDeclarations,
   type SignalMatcher,
@@ -34,7 +33,7 @@ import {
   SignalReaders,
   StepContext,
   type StepOptions,
-  type WaitTimeout,
+  type WaitForSignalOptions,
   WorkflowRuntime
 } from "./Runtime.ts"
 import { type ParsedSchedule, parseWorkflowSchedule, type ScheduleInput } from "./Schedule.ts"
@@ -65,6 +64,7 @@ export {
   type SignalPayload,
   StepContext,
   type StepOptions,
+  type WaitForSignalOptions,
   type WaitTimeout,
   WorkflowRuntime
 } from "./Runtime.ts"
@@ -555,20 +555,6 @@ export const woken: Effect.Effect<boolean, NotInStep> = reader("woken")
  */
 export const signalReady: Effect.Effect<boolean, NotInStep> = reader("signalReady")
 
-/** Options of `waitForSignal`. */
-export interface WaitForSignalOptions {
-  /** The step's name (default `wait:<signal>`); needed to wait for the same signal twice. */
-  readonly step?: string | undefined
-  /** Deadline of the wait. */
-  readonly timeout?: WaitTimeout | undefined
-  readonly onTimeout?: OnTimeout | undefined
-  readonly skipIf?: StepOptions<unknown>["skipIf"]
-  readonly onError?: ReadonlyArray<ErrorPolicy> | undefined
-  readonly queue?: string | undefined
-  /** Schema of the payload as stored for replay (set by the body's typed `waitForSignal`). */
-  readonly output?: Schema.ConstraintCodec<unknown, unknown> | undefined
-}
-
 /** `waitForSignal` bound to declarations: the declared Schema decodes the stored payload on replay. */
 const typedWait =
   (declarations: SignalDeclarations) =>
@@ -586,30 +572,16 @@ const typedWait =
 export const waitForSignal = (
   signal: string | SignalMatcher,
   options: WaitForSignalOptions = {}
-): Effect.Effect<unknown, never, WorkflowRuntime> => {
-  const signalName = typeof signal === "string" ? signal : signal.name
-  return step(
-    options.step ?? `wait:${signalName}`,
-    Effect.map(Effect.serviceOption(StepContext), (c) => (c._tag === "Some" ? c.value.signal?.payload : undefined)),
-    {
-      waitFor: signal,
-      ...(options.timeout !== undefined ? { waitTimeout: options.timeout } : {}),
-      ...(options.onTimeout !== undefined ? { onTimeout: options.onTimeout } : {}),
-      ...(options.skipIf !== undefined ? { skipIf: options.skipIf } : {}),
-      ...(options.onError !== undefined ? { onError: options.onError } : {}),
-      ...(options.queue !== undefined ? { queue: options.queue } : {}),
-      ...(options.output !== undefined ? { output: options.output } : {})
-    }
-  ) as Effect.Effect<unknown, never, WorkflowRuntime>
-}
+): Effect.Effect<unknown, never, WorkflowRuntime> =>
+  WorkflowRuntime.use((runtime) => runtime.waitForSignal(signal, options))
 
 /** A durable timer: the run sleeps `duration`, holding no worker. */
 export const sleep = (name: string, duration: Duration.Input): Effect.Effect<void, never, WorkflowRuntime> =>
-  Effect.asVoid(step(name, Effect.void, { wait: duration }))
+  WorkflowRuntime.use((runtime) => runtime.sleep(name, { wait: duration }))
 
 /** A durable timer: the run waits until `date` (a past date goes on at once), holding no worker. */
 export const waitUntil = (name: string, date: Date): Effect.Effect<void, never, WorkflowRuntime> =>
-  Effect.asVoid(step(name, Effect.void, { at: date }))
+  WorkflowRuntime.use((runtime) => runtime.sleep(name, { at: date }))
 
 /** What a fan-out step's body adds its jobs with. */
 export interface FanOutBuilder {

@@ -18,7 +18,7 @@ import { QueueStore } from "../../Queue/QueueStore.ts"
 import type { DatabaseError } from "../WorkflowError.ts"
 import { type ClaimRow, makeWorkflowSql, type WorkflowSql } from "../WorkflowSql.ts"
 
-import { encodeError } from "./Shared.ts"
+import { encodeError } from "./Errors.ts"
 
 /** Builds the shared context of the engine's parts. */
 export const makeEngineContext = Effect.gen(function* () {

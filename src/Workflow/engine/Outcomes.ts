@@ -17,7 +17,8 @@ import type {
   WorkflowSql
 } from "../WorkflowSql.ts"
 import type { EngineContext } from "./Context.ts"
-import { stepMetrics, type Target } from "./Shared.ts"
+import type { Target } from "./execution/State.ts"
+import { stepMetrics } from "./Metrics.ts"
 
 /** Applying a step's outcome: one statement, the shared statements of the common case, releases. */
 export const makeOutcomes = (ctx: EngineContext) => {

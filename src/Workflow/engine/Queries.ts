@@ -17,7 +17,7 @@ import * as States from "../States.ts"
 import { RunNotFound } from "../WorkflowError.ts"
 import type { RunRow, SignalRow } from "../WorkflowSql.ts"
 import type { EngineContext } from "./Context.ts"
-import { decodeCursor, encodeCursor, toAuditEvent, toRunInfo, toStepAttempt } from "./Shared.ts"
+import { decodeCursor, encodeCursor, toAuditEvent, toRunInfo, toStepAttempt } from "./Views.ts"
 
 /** Reads of runs, steps, events and signals, and the handles the client returns. */
 export const makeQueries = (ctx: EngineContext, client: () => WorkflowClientShape) => {
@@ -170,3 +170,4 @@ export const makeQueries = (ctx: EngineContext, client: () => WorkflowClientShap
 
   return { getRow, isUuid, makeHandle, reread, toReceipt, queries }
 }
+export type Queries = ReturnType<typeof makeQueries>

@@ -10,24 +10,23 @@ import type { QueueError } from "../../Queue/QueueError.ts"
 import { makeChildWake } from "../verbs/child.ts"
 import { type DatabaseError, type RunNotFound, StepStalled, WorkflowNotRegistered } from "../WorkflowError.ts"
 import type { EngineContext } from "./Context.ts"
+import { messageOf } from "./Errors.ts"
 import type { makeExecute } from "./Execute.ts"
 import type { Stop } from "./execution/End.ts"
-import type { makeOutcomes } from "./Outcomes.ts"
-import type { makeQueries } from "./Queries.ts"
+import type { Execution } from "./execution/State.ts"
 import {
   type Claimed,
   claimMarkOf,
   type Delivery,
   deliveryKey,
-  type Execution,
   isDeliveryMark,
   messageMarkOf,
-  messageOf,
-  type NextWork,
-  type RegisteredWorkflow,
-  type StepMessage,
-  stallsTotal
-} from "./Shared.ts"
+  type StepMessage
+} from "./Messages.ts"
+import { stallsTotal } from "./Metrics.ts"
+import type { makeOutcomes } from "./Outcomes.ts"
+import type { makeQueries } from "./Queries.ts"
+import type { NextWork, RegisteredWorkflow } from "./Services.ts"
 
 /** The runner: a step message's execution, from its claim to its release. */
 export const makeRunner = (

@@ -11,7 +11,7 @@ import type { RunHandle, StartOptions, WorkflowRef } from "../Client.ts"
 import { AlreadyRunning, type DatabaseError, InvalidWorkflowPayload, SingletonRunInProgress } from "../WorkflowError.ts"
 import type { RunRow, StartEntry } from "../WorkflowSql.ts"
 import type { EngineContext } from "./Context.ts"
-import { CARRIED_INPUT_LIMIT, ENGINE_VERSION } from "./Shared.ts"
+import { CARRIED_INPUT_LIMIT, ENGINE_VERSION } from "./Messages.ts"
 
 /** Starting runs: one statement per start, or shared by concurrent starts into one queue. */
 export const makeStarts = (

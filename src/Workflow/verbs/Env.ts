@@ -7,8 +7,8 @@
  */
 import type { EngineContext } from "../engine/Context.ts"
 import type { Apply } from "../engine/execution/Apply.ts"
-import type { Reach } from "../engine/execution/Reach.ts"
 import type { ExecutionState } from "../engine/execution/State.ts"
+import type { Reach } from "./step.ts"
 
 /** What a body verb is built from, on one execution. */
 export interface VerbEnv {

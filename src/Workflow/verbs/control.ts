@@ -7,8 +7,9 @@
  */
 import { Effect } from "effect"
 import { statementNow } from "../../Database.ts"
+import { textOf } from "../engine/Errors.ts"
 import { StepRequest } from "../engine/execution/End.ts"
-import { hashNames, textOf } from "../engine/Shared.ts"
+import { hashNames } from "../engine/execution/State.ts"
 import type { WorkflowRuntime } from "../Runtime.ts"
 import { InvalidWorkflowDefinition } from "../WorkflowError.ts"
 import type { NextAction } from "../WorkflowSql.ts"

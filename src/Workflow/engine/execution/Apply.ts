@@ -11,11 +11,12 @@ import { makeChildWake } from "../../verbs/child.ts"
 import { type DatabaseError, ReplayDivergence } from "../../WorkflowError.ts"
 import type { FinishRow, NextAction } from "../../WorkflowSql.ts"
 import type { EngineContext } from "../Context.ts"
+import { messageOf } from "../Errors.ts"
+import { cancelledTotal, finishedOf, pausedTotal, stepMetrics } from "../Metrics.ts"
 import type { Outcomes } from "../Outcomes.ts"
-import { cancelledTotal, finishedOf, hashNames, messageOf, pausedTotal, stepMetrics, type Target } from "../Shared.ts"
-
 import { Halted, type Stop } from "./End.ts"
 import type { ExecutionState } from "./State.ts"
+import { hashNames, type Target } from "./State.ts"
 
 /** One info line when a run finishes, pauses (with its reason) or is cancelled by a step's outcome. */
 const logRunEnd = (workflow: string, runId: string, step: string, after: string | null, next: NextAction) =>

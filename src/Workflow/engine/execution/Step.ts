@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { Cause, Clock, Duration, Effect, Exit, Metric, Schema } from "effect"
-import { statementNow, withTransaction } from "../../../Database.ts"
+import { statementNow } from "../../../Database.ts"
 import { jsonMismatch } from "../../../internal/jsonSafe.ts"
 import { stepSpan } from "../../../internal/span.ts"
 import { isStorableJson } from "../../../internal/storable.ts"
@@ -15,75 +15,30 @@ import { type ControlVerb, type ReceivedSignal, SignalReaders, StepContext, type
 import { makeChild } from "../../verbs/child.ts"
 import { makeFanOut } from "../../verbs/fanOut.ts"
 import { makePoll } from "../../verbs/poll.ts"
+import { makeSignalGate } from "../../verbs/waitForSignal.ts"
 import { OutputNotJson, OutputNotStorable, OutputTooLarge, StepTimeout } from "../../WorkflowError.ts"
-import type { SignalRow } from "../../WorkflowSql.ts"
 import type { EngineContext } from "../Context.ts"
+import { ErrorReporter, messageOf, textOf } from "../Errors.ts"
+import { pausedTotal } from "../Metrics.ts"
 import type { Outcomes } from "../Outcomes.ts"
-import {
-  declaredMatcher,
-  ErrorReporter,
-  matchSignal,
-  messageOf,
-  NO_MATCH,
-  pausedTotal,
-  type RunnerStepOptions,
-  type Target,
-  textOf,
-  waitDeadline,
-  waitOverdueTotal
-} from "../Shared.ts"
+import { matchSignal } from "../Signals.ts"
 import type { Apply } from "./Apply.ts"
 import { requestInCause, requestOf, type StepEnd } from "./End.ts"
-import type { ExecutionState } from "./State.ts"
+import type { ExecutionState, RunnerStepOptions, Target } from "./State.ts"
 
 /** Builds this part of one execution. */
 export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionState, apply: Apply) => {
-  const { config, sql, statements, queueOf, errorJson } = ctx
-  const { claim, ex, def, runId, signalFree, runContext, defaultQueue } = st
+  const { config, queueOf, errorJson } = ctx
+  const { claim, ex, def, runId, runContext, defaultQueue } = st
   const { halt, applyOutcome, recordStep } = apply
   const { lateCompletion } = outcomes
   const { nextCheck } = makePoll(ctx, st)
   const { openFanOut } = makeFanOut(ctx, st)
   const { openChild } = makeChild(ctx, st)
+  const { gate, renewDeadline } = makeSignalGate(ctx, st, apply)
 
   /** How a failed attempt ends, before the policies resolve it. */
   const failedWith = (error: unknown): StepEnd => ({ _tag: "Failed", error })
-
-  /**
-   * A notify notice of the waiting st.target's per-run deadline: under the run's row lock, the
-   * deadline is evaluated again and the notice written with the next deadline (or the run paused
-   * with the evaluation's error), as the sweep does for a static one.
-   */
-  const renewDeadline = (step: Target, options: StepOptions<unknown>, missedAt: Date) =>
-    Effect.gen(function* () {
-      st.targetReached = true
-      const noticed = yield* withTransaction(
-        sql,
-        Effect.gen(function* () {
-          yield* statements.runLock(runId, null)
-          const answer = yield* Effect.exit(waitDeadline(options, runContext))
-          const renewal = Exit.isSuccess(answer)
-            ? { at: answer.value.at, periodMs: answer.value.periodMs, pauseError: null }
-            : { at: null, periodMs: null, pauseError: errorJson(Cause.squash(answer.cause)) }
-          const now = yield* statementNow
-          const [row] = yield* statements.stepNotifyLate({ runId, stepId: step.id, missedAt, renewal, now })
-          if (row !== undefined && Exit.isFailure(answer)) {
-            yield* Effect.logError(
-              `pgbus: workflow ${def.name} step ${step.name}: waitTimeout failed at a late notice (run paused)`,
-              Cause.squash(answer.cause)
-            )
-          }
-          return row !== undefined
-        })
-      )
-      if (noticed) {
-        yield* Metric.update(
-          waitOverdueTotal.pipe(Metric.withAttributes({ workflow_class: def.name, step: step.name })),
-          1
-        )
-      }
-      return yield* halt({ _tag: "applied" })
-    })
 
   /** Runs the step whose turn it is (claimed): its attempt ends in a `StepEnd`, applied by `applyEnd`. */
   const runTarget = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>
@@ -178,104 +133,6 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
       const requested = requestOf(value)
       if (requested !== undefined) return requested
       return yield* completed(step, value, options)
-    })
-
-  /** What the gate decided: the step runs (with the signal it took), or its attempt ended there. */
-  type Gate =
-    | {
-        readonly _tag: "Opened"
-        readonly received: ReceivedSignal | undefined
-        readonly readers: SignalReaders["Service"]
-      }
-    | StepEnd
-
-  /** Guards and the signal gate, under the run's row lock: cancel, skip, take a signal, or park. */
-  const gate = <A>(step: Target, options: RunnerStepOptions<A>, timedOut: boolean) =>
-    Effect.gen(function* () {
-      // the gate may claim a signal for the attempt
-      signalFree.delete(step.id)
-      const waitName =
-        options.waitFor === undefined
-          ? undefined
-          : typeof options.waitFor === "string"
-            ? options.waitFor
-            : options.waitFor.name
-      let readers: SignalReaders["Service"] = { woken: false, signalReady: false }
-      const guard = yield* withTransaction(
-        sql,
-        Effect.gen(function* () {
-          yield* statements.runLock(runId, null)
-          let held: SignalRow | undefined
-          let candidate: { readonly row: SignalRow; readonly payload: unknown } | undefined
-          if (waitName === undefined && options.takesHeldSignal === true) {
-            held = (yield* statements.signalHeldBy(step.id))[0]
-          }
-          if (waitName !== undefined) {
-            held = (yield* statements.signalHeldBy(step.id))[0]
-            if (held === undefined && !timedOut) {
-              for (const row of yield* statements.signalsPending(runId, waitName)) {
-                const decoded = yield* matchSignal(def, options.waitFor!, row.payload)
-                if (decoded !== NO_MATCH) {
-                  candidate = { row, payload: decoded }
-                  break
-                }
-              }
-            }
-          }
-          readers = { woken: held !== undefined, signalReady: held !== undefined || candidate !== undefined }
-          const withReaders = <X, Y, Z>(e: Effect.Effect<X, Y, Z>) => Effect.provideService(e, SignalReaders, readers)
-          if (def.cancelIf !== undefined && (yield* withReaders(def.cancelIf(runContext as never)))) {
-            return { _tag: "Cancelled" } as const
-          }
-          if (options.skipIf !== undefined && (yield* withReaders(options.skipIf(runContext)))) {
-            return { _tag: "Skipped" } as const
-          }
-          if (waitName === undefined && held !== undefined) {
-            return { _tag: "signal", signal: { id: String(held.id), name: held.name, payload: held.payload } } as const
-          }
-          if (waitName === undefined || timedOut) return { _tag: "run" } as const
-          const now = yield* statementNow
-          if (held !== undefined) {
-            const payload = yield* matchSignal(def, options.waitFor!, held.payload, { decodeOnly: true })
-            return {
-              _tag: "signal",
-              signal: { id: String(held.id), name: held.name, payload: payload === NO_MATCH ? held.payload : payload }
-            } as const
-          }
-          if (candidate !== undefined) {
-            yield* statements.signalClaim({ runId, signalId: candidate.row.id, stepId: step.id, now })
-            return {
-              _tag: "signal",
-              signal: { id: String(candidate.row.id), name: candidate.row.name, payload: candidate.payload }
-            } as const
-          }
-          // no signal: the step parks (nothing is sent until a signal or the deadline wakes it)
-          const deadline = yield* waitDeadline(options, runContext)
-          yield* statements.stepPark({
-            runId,
-            stepId: step.id,
-            waitFor: waitName,
-            matcher: typeof options.waitFor !== "string" || declaredMatcher(def, waitName),
-            timeoutMs: deadline.ms,
-            timeoutAt: deadline.at,
-            onTimeout: options.onTimeout ?? (deadline.at === null && deadline.ms === null ? null : "pause"),
-            periodMs: deadline.periodMs,
-            perRun: typeof options.waitTimeout === "function",
-            now
-          })
-          return { _tag: "Parked", outcome: "waiting" } as const
-        })
-      ).pipe(Effect.exit)
-      if (Exit.isFailure(guard)) return failedWith(Cause.squash(guard.cause))
-      const decided = guard.value
-      switch (decided._tag) {
-        case "signal":
-          return { _tag: "Opened", received: decided.signal, readers } satisfies Gate as Gate
-        case "run":
-          return { _tag: "Opened", received: undefined, readers } satisfies Gate as Gate
-        default:
-          return decided satisfies Gate as Gate
-      }
     })
 
   /** A step's value, encoded and checked: what is stored must come back the same from JSON. */

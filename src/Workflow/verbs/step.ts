@@ -1,22 +1,23 @@
 /**
- * The body reaching a step: replayed from the history, the claimed step run, or a new step
- * scheduled or claimed at once.
+ * `Workflow.step`, and the step primitive every other verb is composed from: the body reaching a
+ * step is replayed from the history (through the shared `HistoryCursor`), runs as the claimed
+ * step (`engine/execution/Step.ts`), or is a new step scheduled or claimed at once.
  *
  * @since 0.1.0
  */
 import { Duration, Effect, Schema } from "effect"
-import { isPassingFailure, retryTransient, statementNow } from "../../../Database.ts"
-import * as HistoryCursor from "../../HistoryCursor.ts"
-import type { StepOptions } from "../../Runtime.ts"
-import { checkStep } from "../../Workflow.ts"
-import { InvalidWorkflowDefinition } from "../../WorkflowError.ts"
-import type { EngineContext } from "../Context.ts"
-import type { RunnerStepOptions } from "../Shared.ts"
-import type { Apply } from "./Apply.ts"
-import type { ExecutionState } from "./State.ts"
-import type { StepRun } from "./Step.ts"
+import { isPassingFailure, retryTransient, statementNow } from "../../Database.ts"
+import type { EngineContext } from "../engine/Context.ts"
+import type { Apply } from "../engine/execution/Apply.ts"
+import type { ExecutionState, RunnerStepOptions } from "../engine/execution/State.ts"
+import type { StepRun } from "../engine/execution/Step.ts"
+import * as HistoryCursor from "../HistoryCursor.ts"
+import type { StepOptions } from "../Runtime.ts"
+import { checkStep } from "../Workflow.ts"
+import { InvalidWorkflowDefinition } from "../WorkflowError.ts"
+import { dueOf } from "./sleep.ts"
 
-/** Builds this part of one execution. */
+/** The step primitive (`runtimeStep`, the body's `step`), on one execution. */
 export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, step: StepRun) => {
   const { jobs, statements, worker, revision, db, queueOf } = ctx
   const { ex, renewalOf, def, runId, stepPolicies, namesSeen, seen, signalFree, defaultQueue } = st
@@ -32,12 +33,11 @@ export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, 
     attempt: number
   ) =>
     Effect.gen(function* () {
-      const delayMs = options.wait === undefined ? 0 : Duration.toMillis(Duration.fromInputUnsafe(options.wait))
+      const { delayMs, dueAt } = dueOf(options)
       const queue = options.queue ?? defaultQueue
       const { queue: queueName, physical } = queueOf(queue, options.priority ?? st.runPriority)
       yield* jobs.ensureQueue(queueName)
       // run it here and now when nothing stands between: no wait, no guard, same queue
-      const dueAt = options.at ?? null
       const fast =
         delayMs === 0 &&
         dueAt === null &&
