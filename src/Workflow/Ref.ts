@@ -45,7 +45,8 @@ const RefTypeId = "~effect-pgbus/WorkflowRef"
  *
  * @category models
  */
-export interface Ref<out Name extends string, in out P, in out S extends SignalDeclarations = SignalDeclarations> {
+export interface Ref<out Name extends string, in out P, in out S extends SignalDeclarations = SignalDeclarations>
+  extends BoundClient<P, S> {
   readonly [RefTypeId]: typeof RefTypeId
   readonly name: Name
   readonly payload: Schema.ConstraintCodec<P, unknown>
@@ -54,9 +55,13 @@ export interface Ref<out Name extends string, in out P, in out S extends SignalD
   readonly queue: string | undefined
   readonly singleton: boolean
   readonly priority: number | undefined
+}
+
+/** The client verbs bound to a workflow, as refs and definitions both have them (`bindClient`). */
+export interface BoundClient<in out P, in out S extends SignalDeclarations> {
   /** Starts a run (joins the caller's transaction). */
   readonly start: (payload: P, options?: StartOptions) => Effect.Effect<RunHandle, StartError, WorkflowClient>
-  /** Finds a run by id. */
+  /** Finds a run of this workflow by id. */
   readonly get: (
     id: string,
     options?: { readonly resourceId?: string | undefined }

@@ -9,16 +9,7 @@ import { Duration, Effect, Exit, type Option, Result, Schema } from "effect"
 import { isStorableText } from "../internal/storable.ts"
 import type { AnyJob, Job } from "../Job/Job.ts"
 import type { EnqueueOptions } from "../Job/JobClient.ts"
-import type {
-  ListOptions,
-  RunHandle,
-  RunPage,
-  SignalOptions,
-  SignalReceipt,
-  StartOptions,
-  WorkflowClient
-} from "./Client.ts"
-import { bindClient, checkRunOptions, type Ref } from "./Ref.ts"
+import { type BoundClient, bindClient, checkRunOptions, type Ref } from "./Ref.ts"
 import {
   type ChildDefinition,
   type ChildOptions,
@@ -37,14 +28,7 @@ import {
   WorkflowRuntime
 } from "./Runtime.ts"
 import { type ParsedSchedule, parseWorkflowSchedule, type ScheduleInput } from "./Schedule.ts"
-import type { DatabaseError, InvalidInput } from "./WorkflowError.ts"
-import {
-  InvalidWorkflowDefinition,
-  NotInStep,
-  type RunNotFound,
-  type SignalError,
-  type StartError
-} from "./WorkflowError.ts"
+import { InvalidWorkflowDefinition, NotInStep } from "./WorkflowError.ts"
 
 export {
   type ChildOptions,
@@ -130,7 +114,7 @@ export interface Workflow<
   out E = unknown,
   out R = never,
   in out S extends SignalDeclarations = SignalDeclarations
-> {
+> extends BoundClient<P, S> {
   readonly [TypeId]: typeof TypeId
   readonly name: Name
   readonly payload: Schema.ConstraintCodec<P, unknown>
@@ -144,35 +128,6 @@ export interface Workflow<
   /** The schedule, parsed, and the payload of its runs; undefined when the workflow has none. */
   readonly schedule: WorkflowSchedule | undefined
   readonly body: (run: RunContext<P>) => Effect.Effect<A, E, R | WorkflowRuntime>
-  /** Starts a run (joins the caller's transaction). */
-  readonly start: (payload: P, options?: StartOptions) => Effect.Effect<RunHandle, StartError, WorkflowClient>
-  /** Finds a run of this workflow by id. */
-  readonly get: (
-    id: string,
-    options?: { readonly resourceId?: string | undefined }
-  ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError | InvalidInput, WorkflowClient>
-  /** The subject's ongoing run of this workflow (else its latest). */
-  readonly findBySubject: (
-    subject: string
-  ) => Effect.Effect<RunHandle, RunNotFound | DatabaseError | InvalidInput, WorkflowClient>
-  /** This workflow's runs, newest first. */
-  readonly list: (
-    options?: Omit<ListOptions, "workflow">
-  ) => Effect.Effect<RunPage, DatabaseError | InvalidInput, WorkflowClient>
-  /** Sends a signal to a run by id (its payload typed and validated by the declared Schema). */
-  readonly signal: <const K extends string>(
-    runId: string,
-    name: K,
-    payload: SignalPayload<S, K>,
-    options?: SignalOptions
-  ) => Effect.Effect<SignalReceipt, SignalError | InvalidInput, WorkflowClient>
-  /** Sends a signal to the subject's ongoing run; `missing: "ignore"` gives undefined when there is none. */
-  readonly signalSubject: <const K extends string>(
-    subject: string,
-    name: K,
-    payload: SignalPayload<S, K>,
-    options?: SignalOptions & { readonly missing?: "raise" | "ignore" }
-  ) => Effect.Effect<SignalReceipt | undefined, SignalError | InvalidInput, WorkflowClient>
 }
 
 /** Any workflow, for registries. */

@@ -86,6 +86,32 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
            FROM ${signals} sg WHERE sg.claimed_by_step = s.id AND sg.status = 'claimed' ORDER BY sg.id LIMIT 1) AS held_signal,
         ${history(sql`r.id`)} AS history`
 
+  /**
+   * The rest of a statement whose `s` CTE inserted a scheduled step (`id`, `name`, `attempt`,
+   * `due_at`): its `step_scheduled` event by `actor` and its message, due at the step's `due_at`.
+   */
+  const scheduledRest = (p: {
+    readonly workflow: string
+    readonly runId: string
+    readonly physicalQueue: string
+    /** The message CTE's name. */
+    readonly label: string
+    readonly actor: Statement.Fragment
+    readonly now: Date | null
+  }) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      p.label,
+      sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
+      p.now
+    )
+    return sql`e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+        SELECT ${p.runId}::uuid, 'step_scheduled', s.name, s.attempt, ${p.actor}, ${NOW(p.now)} FROM s),
+      ${message.ctes}
+      SELECT s.id, ${message.notifyRef} AS notified FROM s`
+  }
+
   /** The deadline's notice was not handed to a worker yet, or was handed over long ago and is still pending. */
   const renewalDue = (now: Date | null, thresholdMs: number) =>
     sql`(st.deadline_renewal_for IS DISTINCT FROM st.timeout_at
@@ -107,6 +133,7 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
     claimedStepColumns,
     claimRest,
     claimColumns,
+    scheduledRest,
     renewalDue,
     fromIn,
     toOf,

@@ -30,7 +30,8 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
     fromIn,
     toOf,
     state,
-    openStepList
+    openStepList,
+    scheduledRest
   } = ctx
   // an outcome on a performing run moves it (the table's advance, reattempt, ...); on a run
   // paused meanwhile it is held (the table's hold)
@@ -51,12 +52,6 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
     readonly reattempts: number
     readonly now: Date | null
   }) => {
-    const message = messageCtes(
-      p.physicalQueue,
-      "scheduled_message",
-      sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
-      p.now
-    )
     // a first step's wait counts from the start (seed 000), not from the claim that reached it
     const waitFrom = p.position === 0 && p.attempt === 1 ? sql`r.created_at` : NOW(p.now)
     return sql<{ readonly id: bigint }>`WITH r AS (
@@ -70,11 +65,7 @@ export const makeOutcomeSql = (ctx: WorkflowSqlContext) => {
                  ${waitFrom} + ${PgTypes.float8(p.delayMs)} * interval '1 millisecond')),
                ${PgTypes.float8(p.timeoutMs)}, ${p.reattempts}
         FROM r RETURNING id, name, attempt, due_at),
-      e AS (
-        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
-        SELECT ${p.runId}::uuid, 'step_scheduled', s.name, s.attempt, 'system', ${NOW(p.now)} FROM s),
-      ${message.ctes}
-      SELECT s.id, ${message.notifyRef} AS notified FROM s`
+      ${scheduledRest({ ...p, label: "scheduled_message", actor: sql.literal("'system'") })}`
   }
 
   /**

@@ -9,7 +9,7 @@ import type { RunRow, StepRow } from "./Rows.ts"
 
 /** Verb statements of one schema. */
 export const makeVerbSql = (ctx: WorkflowSqlContext) => {
-  const { runs, steps, events, NOW, textArray, stepMessage, sql, messageCtes, openSteps } = ctx
+  const { runs, steps, NOW, textArray, stepMessage, sql, messageCtes, openSteps, scheduledRest } = ctx
 
   /** Locks a run (scoped to a resource when given). */
   const runLock = (id: string, resourceId: string | null) =>
@@ -62,23 +62,13 @@ export const makeVerbSql = (ctx: WorkflowSqlContext) => {
     readonly actor: string
     readonly now: Date | null
   }) => {
-    const message = messageCtes(
-      p.physicalQueue,
-      "resume_message",
-      sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
-      p.now
-    )
     return sql<{ readonly id: bigint }>`WITH s AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, reattempts)
         SELECT id, ${p.name}, ${p.attempt}, ${p.position}, 'scheduled', ${p.queue}, ${NOW(p.now)},
                 ${NOW(p.now)}, ${p.reattempts}
         FROM ${runs} WHERE id = ${p.runId}::uuid
         RETURNING id, name, attempt, due_at),
-      e AS (
-        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
-        SELECT ${p.runId}::uuid, 'step_scheduled', s.name, s.attempt, ${p.actor}, ${NOW(p.now)} FROM s),
-      ${message.ctes}
-      SELECT s.id, ${message.notifyRef} AS notified FROM s`
+      ${scheduledRest({ ...p, label: "resume_message", actor: sql`${p.actor}` })}`
   }
 
   /** Moves a scheduled step's due time and sends its message for then (run_now, reschedule, resume). */

@@ -17,6 +17,7 @@ import { makeFanOut } from "../../verbs/fanOut.ts"
 import { makePoll } from "../../verbs/poll.ts"
 import { makeSignalGate } from "../../verbs/waitForSignal.ts"
 import { OutputNotJson, OutputNotStorable, OutputTooLarge, StepTimeout } from "../../WorkflowError.ts"
+import type { NextAction } from "../../WorkflowSql.ts"
 import type { EngineContext } from "../Context.ts"
 import { ErrorReporter, messageOf, textOf } from "../Errors.ts"
 import { pausedTotal } from "../Metrics.ts"
@@ -36,6 +37,19 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
   const { openFanOut } = makeFanOut(ctx, st)
   const { openChild } = makeChild(ctx, st)
   const { gate, renewDeadline } = makeSignalGate(ctx, st, apply)
+
+  /** The step's next attempt, due after `delayMs` (a reattempt the step asked for, or its policy's). */
+  const reattemptOf = (step: Target, delayMs: number): NextAction => ({
+    _tag: "schedule",
+    name: step.name,
+    attempt: step.attempt + 1,
+    position: step.position,
+    queue: step.queue || defaultQueue,
+    physicalQueue: queueOf(step.queue || defaultQueue).physical,
+    delayMs,
+    reattempts: step.reattempts + 1,
+    reattempt: true
+  })
 
   /** How a failed attempt ends, before the policies resolve it. */
   const failedWith = (error: unknown): StepEnd => ({ _tag: "Failed", error })
@@ -245,17 +259,13 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
         case "reattempt": {
           const delayMs =
             verbCalled.wait === undefined ? 0 : Duration.toMillis(Duration.fromInputUnsafe(verbCalled.wait))
-          yield* applyOutcome(step, "failed", null, errorJson(new Error("reattempt requested by the step")), {
-            _tag: "schedule",
-            name: step.name,
-            attempt: step.attempt + 1,
-            position: step.position,
-            queue: step.queue || defaultQueue,
-            physicalQueue: queueOf(step.queue || defaultQueue).physical,
-            delayMs,
-            reattempts: step.reattempts + 1,
-            reattempt: true
-          })
+          yield* applyOutcome(
+            step,
+            "failed",
+            null,
+            errorJson(new Error("reattempt requested by the step")),
+            reattemptOf(step, delayMs)
+          )
           yield* recordStep(step, "reattempted", startedAt)
           break
         }
@@ -286,17 +296,7 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
         case "skip":
           return { _tag: "Skipped" } as const
         case "reattempt":
-          yield* applyOutcome(step, "failed", null, errorText, {
-            _tag: "schedule",
-            name: step.name,
-            attempt: step.attempt + 1,
-            position: step.position,
-            queue: step.queue || defaultQueue,
-            physicalQueue: queueOf(step.queue || defaultQueue).physical,
-            delayMs: resolution.waitMs,
-            reattempts: step.reattempts + 1,
-            reattempt: true
-          })
+          yield* applyOutcome(step, "failed", null, errorText, reattemptOf(step, resolution.waitMs))
           yield* recordStep(step, "reattempted", startedAt)
           return undefined
         case "cancel":
