@@ -1,7 +1,7 @@
 /**
  * Executing one claimed run: replays the body and applies what it leads to. The execution is
  * one record (`execution/State.ts`) that its parts share: its ends (`execution/Apply.ts`), the
- * claimed step's run (`execution/Step.ts`), reaching steps (`execution/Reach.ts`) and the runtime
+ * claimed step's run (`execution/Step.ts`), reaching steps (`verbs/step.ts`) and the runtime
  * the body calls (`execution/Runtime.ts`).
  *
  * @since 0.1.0

@@ -1,6 +1,6 @@
 /**
  * What a body verb is built from: the engine's shared context, the execution record, the
- * execution's ends (`Apply`) and the step primitive every verb runs as (`Reach.runtimeStep`).
+ * execution's ends (`Apply`) and the step primitive every verb runs as (`verbs/step.ts`'s `runtimeStep`).
  * A new verb is one module here taking this, and one entry in `engine/execution/Runtime.ts`.
  *
  * @since 0.1.0
