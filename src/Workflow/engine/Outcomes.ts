@@ -118,6 +118,13 @@ export const makeOutcomes = (ctx: EngineContext) => {
     group: workflowBatches
   })
 
+  /** A fresh run claimed with its first step, alone (its statement is the shared one's, for one run). */
+  const claimFirst = (entry: ClaimFirstEntry) =>
+    statements.runClaimFirstMany([entry], worker, revision).pipe(
+      db("claim run"),
+      Effect.map((rows) => rows.flatMap((row) => (row.id === null ? [] : [row as ClaimRow])))
+    )
+
   // Fresh runs claimed with their first step by concurrent executions share a statement, as
   // outcomes do (`finishBatched`).
   const claimFirstBatched = makeBatcher<ClaimFirstEntry, ClaimRow | undefined, DatabaseError>({
@@ -126,11 +133,7 @@ export const makeOutcomes = (ctx: EngineContext) => {
         db("claim runs"),
         Effect.map((rows) => rows.map((row) => (row.id === null ? undefined : row)))
       ),
-    one: (e) =>
-      statements.runClaimFirst({ ...e, worker, appRevision: revision }).pipe(
-        db("claim run"),
-        Effect.map((rows) => rows[0])
-      ),
+    one: (e) => Effect.map(claimFirst(e), (rows) => rows[0]),
     key: (e) => e.runId,
     group: workflowBatches
   })
@@ -149,7 +152,16 @@ export const makeOutcomes = (ctx: EngineContext) => {
       })
       .pipe(db("record late completion"))
 
-  return { finish, releaseStep, finishBatched, claimFirstBatched, lateCompletion, nextAttemptNow, stallNext }
+  return {
+    finish,
+    releaseStep,
+    finishBatched,
+    claimFirst,
+    claimFirstBatched,
+    lateCompletion,
+    nextAttemptNow,
+    stallNext
+  }
 }
 
 /** Applying a step's outcome. */

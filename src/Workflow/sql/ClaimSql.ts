@@ -65,49 +65,13 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
       FROM r`
 
   /**
-   * Claims a ready run with no open step (as `runClaimContinue`) and, when it has no step row at
-   * all, inserts its first step claimed: the worker found that step by replaying from the payload
-   * the start message carried, before the claim. A run with a history gets no step (the caller
-   * replays it from the history returned, which never includes the step inserted here).
-   */
-  const runClaimFirst = (p: {
-    readonly runId: string
-    readonly name: string
-    readonly queue: string
-    readonly timeoutMs: number | null
-    readonly worker: string
-    readonly appRevision: string | null
-    readonly claimedBy: string | null
-    readonly now: Date | null
-  }) =>
-    sql<ClaimRow>`WITH r AS (
-        UPDATE ${runs} SET status = ${toOf("claim")}, updated_at = ${NOW(p.now)},
-          current_step = CASE WHEN EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid)
-                              THEN current_step ELSE ${p.name} END
-        WHERE id = ${p.runId}::uuid AND ${fromIn("status", "claim")}
-          AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid
-                          AND ${openSteps("status")})
-        RETURNING *),
-      s AS (
-        INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
-                              timeout_ms, reattempts, worker, app_revision, claimed_by)
-        SELECT r.id, ${p.name}, 1, 0, 'in_progress', ${p.queue}, ${NOW(p.now)}, ${NOW(p.now)}, ${NOW(p.now)},
-               ${p.timeoutMs}::float8, 0, ${p.worker}, ${p.appRevision}, ${p.claimedBy}
-        FROM r WHERE NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${p.runId}::uuid)
-        RETURNING id, name, attempt, position, reattempts),
-      e AS (
-        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
-        SELECT ${p.runId}::uuid, t.type, s.name, s.attempt, 'system', ${NOW(p.now)}
-        FROM s, (VALUES (1, 'step_scheduled'), (2, 'step_started')) AS t(ord, type) ORDER BY t.ord)
-      SELECT r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
-        s.position AS step_position, s.reattempts AS step_reattempts, false AS step_timed_out,
-        NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal, ${history(sql`r.id`)} AS history
-      FROM r LEFT JOIN s ON true`
-
-  /**
-   * `runClaimFirst` for many runs in one statement: each entry's run is claimed (and its first
-   * step inserted in progress) exactly as `runClaimFirst` would. One row per entry back, in order;
-   * an entry whose run was not claimed gives a row whose `id` is null. The run ids must differ.
+   * Claims ready runs with no open step (as `runClaimContinue`) and, for each that has no step
+   * row at all, inserts its first step claimed: the worker found that step by replaying from the
+   * payload the start message carried, before the claim. A run with a history gets no step (the
+   * caller replays it from the history returned, which never includes the step inserted here).
+   * One statement for one run or many (concurrent executions share it): one row per entry back,
+   * in order; an entry whose run was not claimed gives a row whose `id` is null. The run ids must
+   * differ.
    */
   const runClaimFirstMany = (entries: ReadonlyArray<ClaimFirstEntry>, worker: string, appRevision: string | null) => {
     const json = JSON.stringify(
@@ -115,7 +79,8 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
         r: e.runId,
         n: e.name,
         q: e.queue,
-        m: e.timeoutMs,
+        // JSON has no Infinity: PostgreSQL reads float8 'Infinity' from the text
+        m: e.timeoutMs === null || Number.isFinite(e.timeoutMs) ? e.timeoutMs : String(e.timeoutMs),
         c: e.claimedBy,
         t: e.now === null ? null : e.now.toISOString()
       }))
@@ -210,7 +175,6 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
   return {
     stepClaim,
     runClaimContinue,
-    runClaimFirst,
     runClaimFirstMany,
     stepInsertClaimed,
     runLoadForRenewal,

@@ -33,7 +33,7 @@ const logRunEnd = (workflow: string, runId: string, step: string, after: string 
 /** Builds this part of one execution. */
 export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionState) => {
   const { sql, jobs, statements, worker, revision, db, queueOf, errorJson } = ctx
-  const { finish, finishBatched, claimFirstBatched, lateCompletion } = outcomes
+  const { finish, finishBatched, claimFirst, claimFirstBatched, lateCompletion } = outcomes
   const { ex, def, runId, namesSeen, signalFree, defaultQueue } = st
   const { withParentWake } = makeChildWake(ctx)
   /** A child run: its end (or pause) wakes its parent in the same transaction. */
@@ -85,9 +85,7 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
       const batchable =
         (timeoutMs === null || Number.isFinite(timeoutMs)) &&
         Option.isNone(yield* Effect.serviceOption(sql.transactionService))
-      const alone = statements
-        .runClaimFirst({ runId, name, queue, timeoutMs, worker, appRevision: revision, claimedBy: ex.mark, now })
-        .pipe(db("claim run"))
+      const alone = claimFirst({ runId, name, queue, timeoutMs, claimedBy: ex.mark, now })
       const [row] = yield* (
         batchable
           ? Effect.map(claimFirstBatched({ runId, name, queue, timeoutMs, claimedBy: ex.mark, now }), (r) =>
