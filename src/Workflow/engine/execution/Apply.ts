@@ -32,7 +32,7 @@ const logRunEnd = (workflow: string, runId: string, step: string, after: string 
 
 /** Builds this part of one execution. */
 export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionState) => {
-  const { sql, jobs, statements, worker, revision, db, queueOf, errorJson } = ctx
+  const { sql, jobs, statements, db, queueOf, errorJson } = ctx
   const { finish, finishBatched, claimFirst, claimFirstBatched, lateCompletion } = outcomes
   const { ex, def, runId, namesSeen, signalFree, defaultQueue } = st
   const { withParentWake } = makeChildWake(ctx)
