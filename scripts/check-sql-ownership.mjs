@@ -32,7 +32,11 @@ const owners = new Set([
   "src/Workflow/sql/StartSql.ts", // run lifecycle: start, end without a step, release, undeliverable
   "src/Workflow/sql/ClaimSql.ts", // claims
   "src/Workflow/sql/OutcomeSql.ts", // step outcomes
-  "src/Workflow/sql/WaitSql.ts", // waits and signals
+  "src/Workflow/sql/OutcomeManySql.ts", // step outcomes shared by concurrent executions
+  "src/Workflow/sql/EventSql.ts", // audit events and patch markers on their own
+  "src/Workflow/sql/WaitSql.ts", // waits: park, wake, resolve, rewait
+  "src/Workflow/sql/SignalSql.ts", // signals
+  "src/Workflow/sql/DeadlineSql.ts", // per-run notify deadlines
   "src/Workflow/sql/VerbSql.ts", // the outside verbs
   "src/Workflow/sql/SweepSql.ts", // the sweep
   "src/Workflow/sql/ReadSql.ts", // reads

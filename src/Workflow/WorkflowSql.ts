@@ -14,9 +14,13 @@ import type { SqlClient } from "effect/sql"
 import { makeChildSql } from "./sql/ChildSql.ts"
 import { makeClaimSql } from "./sql/ClaimSql.ts"
 import { makeWorkflowSqlContext } from "./sql/Context.ts"
+import { makeDeadlineSql } from "./sql/DeadlineSql.ts"
+import { makeEventSql } from "./sql/EventSql.ts"
+import { makeOutcomeManySql } from "./sql/OutcomeManySql.ts"
 import { makeOutcomeSql } from "./sql/OutcomeSql.ts"
 import { makeReadSql } from "./sql/ReadSql.ts"
 import type { MessageCtes } from "./sql/Rows.ts"
+import { makeSignalSql } from "./sql/SignalSql.ts"
 import { makeStartSql } from "./sql/StartSql.ts"
 import { makeSweepSql } from "./sql/SweepSql.ts"
 import { makeVerbSql } from "./sql/VerbSql.ts"
@@ -52,7 +56,11 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     ...makeStartSql(ctx),
     ...makeClaimSql(ctx),
     ...makeOutcomeSql(ctx),
+    ...makeOutcomeManySql(ctx),
+    ...makeEventSql(ctx),
     ...makeWaitSql(ctx),
+    ...makeSignalSql(ctx),
+    ...makeDeadlineSql(ctx),
     ...makeVerbSql(ctx),
     ...makeSweepSql(ctx),
     ...makeReadSql(ctx),

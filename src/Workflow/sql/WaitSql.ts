@@ -1,15 +1,14 @@
 /**
- * Waits and signals: parking a step, storing and claiming signals, waking and resolving a
- * waiting step, notify notices and their per-run renewal, the rewait after a pause.
+ * Waits: parking a step, waking and resolving a waiting step, the rewait after a pause. The
+ * signals' own statements are `SignalSql`'s, per-run notify deadlines `DeadlineSql`'s.
  *
  * @since 0.1.0
  */
 import { PgTypes } from "@effect/sql-pg"
-import type { Statement } from "effect/sql"
 import type { ClaimedMessageRow } from "../../Queue/QueueRows.ts"
 import type { RunStatus, Verb } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
-import type { ClaimRow, OnTimeout, SignalRow, StepRow } from "./Rows.ts"
+import type { ClaimRow, OnTimeout, StepRow } from "./Rows.ts"
 
 /** Wait statements of one schema. */
 export const makeWaitSql = (ctx: WorkflowSqlContext) => {
@@ -23,7 +22,6 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
     claimedStepColumns,
     claimRest,
     claimColumns,
-    renewalDue,
     sql,
     messageCtes,
     fromIn,
@@ -76,67 +74,6 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
           jsonb_build_object('batch_id', ${p.batch?.id ?? null}::text, 'size', ${p.batch?.size ?? 0}::int), ${NOW(p.now)}
         FROM s WHERE ${p.batch !== undefined}::boolean)
       SELECT s.id FROM s`
-
-  /** Pending signals of a run with a name, oldest first (the gate takes the first that matches). */
-  const signalsPending = (runId: string, name: string) =>
-    sql<SignalRow>`SELECT * FROM ${signals}
-      WHERE run_id = ${runId}::uuid AND name = ${name} AND status = 'pending' ORDER BY id`
-
-  /** A step takes a pending signal (pending → claimed) and the event says so. */
-  const signalClaim = (p: {
-    readonly runId: string
-    readonly signalId: bigint
-    readonly stepId: bigint
-    readonly now: Date | null
-  }) =>
-    sql<{ readonly id: bigint }>`WITH c AS (
-        UPDATE ${signals} sg SET status = 'claimed', claimed_by_step = ${p.stepId}, claimed_at = ${NOW(p.now)}
-        WHERE sg.id = ${p.signalId} AND sg.status = 'pending' RETURNING sg.id, sg.name),
-      st AS (SELECT name, attempt FROM ${steps} WHERE id = ${p.stepId}),
-      e AS (
-        INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
-        SELECT ${p.runId}::uuid, 'signal_claimed', st.name, st.attempt, 'system',
-          jsonb_build_object('signal', c.name, 'signal_id', c.id::text), ${NOW(p.now)} FROM c, st)
-      SELECT c.id FROM c`
-
-  /** Stores a signal (a repeated idempotency key stores nothing) with its `signal_received` event. */
-  const signalInsert = (p: {
-    readonly runId: string
-    readonly name: string
-    readonly payload: string
-    readonly idempotencyKey: string | null
-    readonly actor: string
-    readonly reason: string | null
-    readonly now: Date | null
-  }) =>
-    sql<SignalRow>`WITH sg AS (
-        INSERT INTO ${signals} (run_id, name, payload, status, idempotency_key, actor, reason, received_at)
-        VALUES (${p.runId}::uuid, ${p.name}, ${p.payload}::jsonb, 'pending', ${p.idempotencyKey}, ${p.actor},
-                ${p.reason}, ${NOW(p.now)})
-        ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-        RETURNING *),
-      e AS (
-        INSERT INTO ${events} (run_id, type, actor, reason, details, at)
-        SELECT ${p.runId}::uuid, 'signal_received', ${p.actor}, ${p.reason},
-          jsonb_strip_nulls(jsonb_build_object('name', sg.name, 'idempotency_key', sg.idempotency_key,
-            'duplicate', false)), ${NOW(p.now)} FROM sg)
-      SELECT * FROM sg`
-
-  /** The signal stored under an idempotency key. */
-  const signalByKey = (runId: string, key: string) =>
-    sql<SignalRow>`SELECT * FROM ${signals} WHERE run_id = ${runId}::uuid AND idempotency_key = ${key}`
-
-  /** The signals of a run, oldest first. */
-  const signalsOf = (runId: string) =>
-    sql<SignalRow>`SELECT * FROM ${signals} WHERE run_id = ${runId}::uuid ORDER BY id`
-
-  /** Whether a step holds a claimed signal. */
-  const signalHeldBy = (stepId: bigint) =>
-    sql<SignalRow>`SELECT * FROM ${signals} WHERE claimed_by_step = ${stepId} AND status = 'claimed' LIMIT 1`
-
-  /** Moves the signal an attempt held to the attempt that replaces it (resume, resumeAt). */
-  const signalTransfer = (fromStepId: bigint, toStepId: bigint) =>
-    sql`UPDATE ${signals} SET claimed_by_step = ${toStepId} WHERE claimed_by_step = ${fromStepId} AND status = 'claimed'`
 
   /**
    * Wakes a waiting step: waiting → scheduled (due now) and, when the run waits, the run →
@@ -285,101 +222,6 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
       SELECT s.id, (SELECT status FROM r) AS run_status, ${message.notifyRef} AS notified FROM s`
   }
 
-  /** A late notice of a `notify` wait: the deadline moves to `nextAt` (or goes, when null). */
-  const stepNotifyLate = (p: {
-    readonly runId: string
-    readonly stepId: bigint
-    /** The deadline that was missed (guards against a second sweep reporting it again). */
-    readonly missedAt: Date | null
-    /**
-     * A per-run deadline evaluated again (by a worker, under the run's row lock): a date after now
-     * is the next deadline, a period moves it on as a static one does, neither leaves the wait
-     * without a deadline; an evaluation that failed pauses the run with its error.
-     */
-    readonly renewal?:
-      | { readonly at: Date | null; readonly periodMs: number | null; readonly pauseError: string | null }
-      | undefined
-    readonly now: Date | null
-  }) => {
-    const r = p.renewal
-    const nextAhead = (period: Statement.Fragment) =>
-      sql`st.timeout_at + (floor(extract(epoch FROM (${NOW(p.now)} - st.timeout_at)) * 1000 / ${period}) + 1)
-                 * ${period} * interval '1 millisecond'`
-    const nextTimeout =
-      r === undefined
-        ? sql`CASE WHEN st.wait_period_ms IS NULL OR st.timeout_at IS NULL THEN NULL
-            -- several missed deadlines are reported once: the next one ahead of now
-            ELSE ${nextAhead(sql`st.wait_period_ms`)} END`
-        : r.at !== null
-          ? sql`CASE WHEN ${r.at}::timestamptz > ${NOW(p.now)} THEN ${r.at}::timestamptz END`
-          : r.periodMs !== null && r.pauseError === null
-            ? nextAhead(sql`${PgTypes.float8(r.periodMs)}::float8`)
-            : sql`NULL::timestamptz`
-    const pause =
-      r?.pauseError == null
-        ? sql``
-        : // the table's notice_pause: waiting → paused, the step still waiting
-          sql`,
-      p AS (
-        UPDATE ${runs} ru SET status = ${toOf("notice_pause")}, paused_at = ${NOW(p.now)}, paused_reason = 'error',
-          error = ${r.pauseError}::jsonb, updated_at = ${NOW(p.now)}
-        FROM s WHERE ru.id = ${p.runId}::uuid RETURNING 1),
-      pe AS (
-        INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, details, at)
-        SELECT ${p.runId}::uuid, 'paused', s.name, s.attempt, 'system', 'waitTimeout failed at a late notice',
-          jsonb_build_object('error', ${r.pauseError}::jsonb), ${NOW(p.now)} FROM s)`
-    return sql<{ readonly id: bigint; readonly timeout_at: Date | null }>`WITH s AS (
-        UPDATE ${steps} st SET timeout_at = ${nextTimeout},
-          wait_period_ms = ${r === undefined ? sql`st.wait_period_ms` : sql`${PgTypes.float8(r.periodMs)}`}
-        WHERE st.id = ${p.stepId} AND st.status = 'waiting'
-          AND st.timeout_at IS NOT DISTINCT FROM ${p.missedAt}::timestamptz
-          ${r === undefined ? sql`` : sql`AND st.deadline_renewal_for IS NOT DISTINCT FROM ${p.missedAt}::timestamptz`}
-          AND EXISTS (SELECT 1 FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "notice")})
-        RETURNING st.id, st.name, st.attempt, st.wait_for, st.timeout_at),
-      e AS (
-        INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
-        SELECT ${p.runId}::uuid, 'wait_timed_out', s.name, s.attempt, 'system',
-          jsonb_build_object('wait_for', s.wait_for, 'action', 'notify', 'timeout_at', ${p.missedAt}::timestamptz,
-            'next_timeout_at', s.timeout_at${r === undefined ? sql`` : sql`, 'evaluated', true`}), ${NOW(p.now)} FROM s)${pause}
-      SELECT s.id, s.timeout_at FROM s`
-  }
-
-  /**
-   * A notify notice of a per-run deadline: handed to a worker (which has the workflow's code) as a
-   * step message naming the missed deadline; recorded on the step, so one sweep hands it over once.
-   */
-  const stepRequestRenewal = (p: {
-    readonly workflow: string
-    readonly runId: string
-    readonly stepId: bigint
-    readonly missedAt: Date
-    readonly physicalQueue: string
-    /** A notice handed over this long ago and still pending is handed over again (its message is gone). */
-    readonly thresholdMs: number
-    readonly now: Date | null
-  }) => {
-    const message = messageCtes(
-      p.physicalQueue,
-      "renewal_message",
-      sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(
-        p.workflow,
-        sql`s.id`,
-        sql`${p.runId}::uuid`,
-        sql`, 'deadline', ${p.missedAt.toISOString()}::text`
-      )} AS message FROM s`,
-      p.now
-    )
-    return sql<{ readonly id: bigint }>`WITH s AS (
-        UPDATE ${steps} st SET deadline_renewal_for = st.timeout_at, deadline_renewal_at = ${NOW(p.now)}
-        WHERE st.id = ${p.stepId} AND st.status = 'waiting' AND st.wait_deadline_per_run
-          AND st.timeout_at = ${p.missedAt}::timestamptz
-          AND ${renewalDue(p.now, p.thresholdMs)}
-          AND EXISTS (SELECT 1 FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "notice")})
-        RETURNING st.id),
-      ${message.ctes}
-      SELECT s.id, ${message.notifyRef} AS notified FROM s`
-  }
-
   /** Resume of a run paused while its step waited: it waits again, its deadline moved by the pause. */
   const runRewait = (runId: string, stepId: bigint, now: Date | null) =>
     sql<{ readonly id: bigint }>`WITH r AS (
@@ -392,26 +234,12 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
         FROM r WHERE ru.id = r.id RETURNING ru.id)
       SELECT u.id FROM u`
 
-  /** Consumes a held signal now (a fan-out that failed: its next attempt opens a fresh batch). */
-  const signalConsume = (signalId: bigint) =>
-    sql`UPDATE ${signals} SET status = 'consumed' WHERE id = ${signalId} AND status = 'claimed'`
-
   return {
     stepPark,
-    signalsPending,
-    signalClaim,
-    signalInsert,
-    signalByKey,
-    signalsOf,
-    signalHeldBy,
-    signalTransfer,
     stepWake,
     stepWakeClaim,
     stepWaitingOf,
     stepResolveWaiting,
-    stepNotifyLate,
-    stepRequestRenewal,
-    runRewait,
-    signalConsume
+    runRewait
   }
 }
