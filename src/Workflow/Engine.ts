@@ -30,13 +30,13 @@ export { ErrorReporter, encodeError } from "./engine/Errors.ts"
 export { type Delivery, ENGINE_VERSION, StepMessage } from "./engine/Messages.ts"
 export { WorkflowMetrics } from "./engine/Metrics.ts"
 export {
+  fanOutOutcomeOf,
   type NextWork,
   type RegisteredWorkflow,
   type SweepReport,
   WorkflowRunner,
   WorkflowSweep
 } from "./engine/Services.ts"
-export { fanOutOutcomeOf } from "./verbs/fanOut.ts"
 
 /** Builds the engine's services on the database. */
 const make = Effect.gen(function* () {

@@ -3,12 +3,14 @@
  *
  * @since 0.1.0
  */
-import { Context, type Effect } from "effect"
-import type { Finished as BatchFinished } from "../../Batch/Batch.ts"
+import { Context, Effect } from "effect"
+import { type Finished as BatchFinished, Finished as BatchFinishedSchema, type BatchInfo } from "../../Batch/Batch.ts"
+import * as Job from "../../Job/Job.ts"
 import type { QueueError } from "../../Queue/QueueError.ts"
 import type * as States from "../States.ts"
 import type { AnyWorkflow } from "../Workflow.ts"
 import type { DatabaseError, RunNotFound, WorkflowNotRegistered } from "../WorkflowError.ts"
+import { FAN_OUT_JOB } from "../WorkflowSql.ts"
 import type { Delivery, StepMessage } from "./Messages.ts"
 
 /** A workflow ready to execute in this process. */
@@ -79,3 +81,19 @@ export class WorkflowSweep extends Context.Service<
     readonly expireWait: (runId: string) => Effect.Effect<boolean, DatabaseError | QueueError | RunNotFound>
   }
 >()("effect-pgbus/WorkflowSweep") {}
+
+/** The callback every fan-out batch gets: the registry runs it as `WorkflowRunner.fanOutFinished`. */
+export const fanOutCallback = Job.make(FAN_OUT_JOB, { payload: BatchFinishedSchema }, () => Effect.void)
+
+/** What a finished batch's callback would have carried (the sweep's make-up, the test helper). */
+export const fanOutOutcomeOf = (batch: BatchInfo): BatchFinished => ({
+  batchId: batch.id,
+  callback: "onFinish",
+  succeeded: batch.failedJobs === 0,
+  description: batch.description ?? null,
+  properties: batch.properties,
+  totalJobs: batch.totalJobs,
+  completedJobs: batch.completedJobs,
+  failedJobs: batch.failedJobs,
+  finishedAt: (batch.finishedAt ?? new Date(0)).toISOString()
+})

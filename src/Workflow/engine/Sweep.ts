@@ -9,7 +9,6 @@ import { type Finished as BatchFinished, BatchNotFound } from "../../Batch/Batch
 import { statementNow, withTransaction } from "../../Database.ts"
 import type { QueueError } from "../../Queue/QueueError.ts"
 import { makeChildWake } from "../verbs/child.ts"
-import { fanOutOutcomeOf } from "../verbs/fanOut.ts"
 import { type DatabaseError, StepStalled, WaitTimedOut } from "../WorkflowError.ts"
 import { FAN_OUT_WAIT, type StepRow } from "../WorkflowSql.ts"
 import type { EngineContext } from "./Context.ts"
@@ -17,6 +16,7 @@ import { stallsTotal, waitingOverdueGauge, waitOverdueTotal } from "./Metrics.ts
 import type { makeOutcomes } from "./Outcomes.ts"
 import type { makeQueries } from "./Queries.ts"
 import type { SweepReport } from "./Services.ts"
+import { fanOutOutcomeOf } from "./Services.ts"
 import type { makeVerbs } from "./Verbs.ts"
 
 /** The sweep: stalled steps, lost messages, wait deadlines, fan-outs whose callback was lost, retention. */

@@ -5,12 +5,12 @@
  * @since 0.1.0
  */
 import { Effect } from "effect"
-import { type Finished as BatchFinished, Finished as BatchFinishedSchema, type BatchInfo } from "../../Batch/Batch.ts"
+import type { Finished as BatchFinished } from "../../Batch/Batch.ts"
 import { statementNow, withTransaction } from "../../Database.ts"
-import * as Job from "../../Job/Job.ts"
 import type { EngineContext } from "../engine/Context.ts"
 import { LATE, parkedBy, StepRequest } from "../engine/execution/End.ts"
 import type { ExecutionState, Target } from "../engine/execution/State.ts"
+import { fanOutCallback } from "../engine/Services.ts"
 import {
   type FanOutMember,
   type FanOutOptions,
@@ -19,24 +19,8 @@ import {
   type WorkflowRuntime
 } from "../Runtime.ts"
 import { FanOutFailed } from "../WorkflowError.ts"
-import { FAN_OUT_JOB, FAN_OUT_WAIT } from "../WorkflowSql.ts"
+import { FAN_OUT_WAIT } from "../WorkflowSql.ts"
 import type { VerbEnv } from "./Env.ts"
-
-/** The callback every fan-out batch gets: the registry runs it as `WorkflowRunner.fanOutFinished`. */
-export const fanOutCallback = Job.make(FAN_OUT_JOB, { payload: BatchFinishedSchema }, () => Effect.void)
-
-/** What a finished batch's callback would have carried (the sweep's make-up, the test helper). */
-export const fanOutOutcomeOf = (batch: BatchInfo): BatchFinished => ({
-  batchId: batch.id,
-  callback: "onFinish",
-  succeeded: batch.failedJobs === 0,
-  description: batch.description ?? null,
-  properties: batch.properties,
-  totalJobs: batch.totalJobs,
-  completedJobs: batch.completedJobs,
-  failedJobs: batch.failedJobs,
-  finishedAt: (batch.finishedAt ?? new Date(0)).toISOString()
-})
 
 /** The body's `fanOut`, on one execution. */
 export const makeFanOutVerb = ({ ctx, st, reach }: VerbEnv) => {

@@ -15,7 +15,7 @@ import { type ControlVerb, type ReceivedSignal, SignalReaders, StepContext, type
 import { makeChild } from "../../verbs/child.ts"
 import { makeFanOut } from "../../verbs/fanOut.ts"
 import { makePoll } from "../../verbs/poll.ts"
-import { makeSignalGate } from "../../verbs/waitForSignal.ts"
+import { makeSignalGate } from "../../verbs/signalGate.ts"
 import { OutputNotJson, OutputNotStorable, OutputTooLarge, StepTimeout } from "../../WorkflowError.ts"
 import type { NextAction } from "../../WorkflowSql.ts"
 import type { EngineContext } from "../Context.ts"
