@@ -49,6 +49,24 @@ const logRows = (event: string) =>
 
 const count = (event: string) => Effect.map(logRows(event), (rows) => rows.length)
 
+/** The fixture app's log table and its `kids` queue. */
+const prepare = Effect.andThen(
+  createLog,
+  Effect.flatMap(QueueStore, (store) => store.create("kids"))
+)
+
+/** Starts the fixture app's supervisor (the parent) with `extra` settings. */
+const startParent = (url: string, extra: Record<string, string>) =>
+  Effect.flatMap(bundledFixture(FIXTURE), (bundle) => spawnSupervisor(appEnv(url, extra), bundle))
+
+/** Waits until `n` children of `parent` have booted. */
+const childrenBooted = (parent: Child, n: number) =>
+  eventually(
+    `${n} children ready`,
+    Effect.sync(() => parent.output().split("boot: child process").length - 1 >= n),
+    "60 seconds"
+  )
+
 /** Enqueues `n` jobs of the app's job `name` on `kids`, keys in order. */
 const enqueue = (name: string, n: number, from = 0) =>
   Job.make(name, { payload: Key, queue: "kids" }, () => Effect.void).enqueueMany(
@@ -79,18 +97,17 @@ describe("child-process capsules", () => {
       onFreshDatabase({}, (url) => {
         let parent: Child | undefined
         return Effect.gen(function* () {
-          yield* createLog
+          yield* prepare
           // the issue's 10,000 jobs with 1,000 per child passed too (69.6 s on a loaded 2-core
           // machine); the suite runs a fifth of it (23-52 s)
           const total = 2000
           const perChild = 200
-          yield* (yield* QueueStore).create("kids")
           yield* enqueue("Tracked", total)
-          const bundle = yield* bundledFixture(FIXTURE)
-          parent = yield* spawnSupervisor(
-            appEnv(url, { CHILD_PROCESSES: "1", CHILD_CONCURRENCY: "5", CHILD_MAX_JOBS: String(perChild) }),
-            bundle
-          )
+          parent = yield* startParent(url, {
+            CHILD_PROCESSES: "1",
+            CHILD_CONCURRENCY: "5",
+            CHILD_MAX_JOBS: String(perChild)
+          })
           const startedAt = performance.now()
           // the child has its own row in the processes table, beside its parent's
           const processes = yield* Processes
@@ -156,18 +173,14 @@ describe("child-process capsules", () => {
       onFreshDatabase({}, (url) => {
         let parent: Child | undefined
         return Effect.gen(function* () {
-          yield* createLog
-          yield* (yield* QueueStore).create("kids")
-          const bundle = yield* bundledFixture(FIXTURE)
-          parent = yield* spawnSupervisor(
-            appEnv(url, { CHILD_PROCESSES: "2", CHILD_CONCURRENCY: "1", CHILD_READ_AHEAD: "0", CHILD_JOB_MS: "3000" }),
-            bundle
-          )
-          yield* eventually(
-            "two children ready",
-            Effect.sync(() => parent!.output().split("boot: child process").length - 1 >= 2),
-            "60 seconds"
-          )
+          yield* prepare
+          parent = yield* startParent(url, {
+            CHILD_PROCESSES: "2",
+            CHILD_CONCURRENCY: "1",
+            CHILD_READ_AHEAD: "0",
+            CHILD_JOB_MS: "3000"
+          })
+          yield* childrenBooted(parent, 2)
           yield* enqueue("Tracked", 2)
           yield* eventually(
             "both jobs started",
@@ -212,18 +225,14 @@ describe("child-process capsules", () => {
       onFreshDatabase({}, (url) => {
         let parent: Child | undefined
         return Effect.gen(function* () {
-          yield* createLog
-          yield* (yield* QueueStore).create("kids")
-          const bundle = yield* bundledFixture(FIXTURE)
-          parent = yield* spawnSupervisor(
-            appEnv(url, { CHILD_PROCESSES: "2", CHILD_CONCURRENCY: "1", CHILD_READ_AHEAD: "0", CHILD_JOB_MS: "2000" }),
-            bundle
-          )
-          yield* eventually(
-            "two children ready",
-            Effect.sync(() => parent!.output().split("boot: child process").length - 1 >= 2),
-            "60 seconds"
-          )
+          yield* prepare
+          parent = yield* startParent(url, {
+            CHILD_PROCESSES: "2",
+            CHILD_CONCURRENCY: "1",
+            CHILD_READ_AHEAD: "0",
+            CHILD_JOB_MS: "2000"
+          })
+          yield* childrenBooted(parent, 2)
           yield* enqueue("Tracked", 4)
           yield* eventually(
             "two jobs started",
@@ -258,10 +267,8 @@ describe("child-process capsules", () => {
       onFreshDatabase({}, (url) => {
         let parent: Child | undefined
         return Effect.gen(function* () {
-          yield* createLog
-          yield* (yield* QueueStore).create("kids")
-          const bundle = yield* bundledFixture(FIXTURE)
-          parent = yield* spawnSupervisor(appEnv(url, { CHILD_PROCESSES: "2", CHILD_CONCURRENCY: "1" }), bundle)
+          yield* prepare
+          parent = yield* startParent(url, { CHILD_PROCESSES: "2", CHILD_CONCURRENCY: "1" })
           const processes = yield* Processes
           const childRows = Effect.map(processes.list, (rows) =>
             rows.filter((r) => r.pid !== parent!.process.pid)
@@ -298,27 +305,18 @@ describe("child-process capsules", () => {
       onFreshDatabase({}, (url) => {
         let parent: Child | undefined
         return Effect.gen(function* () {
-          yield* createLog
-          yield* (yield* QueueStore).create("kids")
+          yield* prepare
           yield* (yield* QueueStore).create("local")
-          const bundle = yield* bundledFixture(FIXTURE)
           // a visibility timeout of 3 s and a stale threshold of 2 s: without the parent's keeping,
           // the blocked child's claim would come back (reaped, or lapsed) and the other child run it
-          parent = yield* spawnSupervisor(
-            appEnv(url, {
-              CHILD_PROCESSES: "2",
-              CHILD_CONCURRENCY: "1",
-              CHILD_READ_AHEAD: "0",
-              CHILD_BURN_MS: "10000",
-              PGBUS_VISIBILITY_TIMEOUT: "3"
-            }),
-            bundle
-          )
-          yield* eventually(
-            "two children ready",
-            Effect.sync(() => parent!.output().split("boot: child process").length - 1 >= 2),
-            "60 seconds"
-          )
+          parent = yield* startParent(url, {
+            CHILD_PROCESSES: "2",
+            CHILD_CONCURRENCY: "1",
+            CHILD_READ_AHEAD: "0",
+            CHILD_BURN_MS: "10000",
+            PGBUS_VISIBILITY_TIMEOUT: "3"
+          })
+          yield* childrenBooted(parent, 2)
           yield* Job.make("Burn", { payload: Key, queue: "kids" }, () => Effect.void).enqueue({ key: "burn" })
           yield* eventually(
             "the burn started",
