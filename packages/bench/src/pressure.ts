@@ -40,6 +40,7 @@ import { benchConfig, machine } from "./common.ts"
 import {
   CONCURRENCY,
   dropDatabase,
+  env,
   monitorClient,
   now,
   type PgClientLike,
@@ -50,14 +51,6 @@ import {
   serverInfo,
   sleep
 } from "./peers/common.ts"
-
-const env = (key: string, fallback: number): number => {
-  const raw = process.env[key]
-  if (raw === undefined || raw === "") return fallback
-  const n = Number(raw)
-  if (!Number.isFinite(n) || n < 0) throw new Error(`${key} must be a non-negative number, got ${raw}`)
-  return n
-}
 
 const LONG = process.env.BENCH_PRESSURE_LONG === "1"
 // unset: half the saturated clean throughput measured just before (the scenario's "near half of

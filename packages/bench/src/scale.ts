@@ -37,6 +37,7 @@ import { benchConfig, machine, median } from "./common.ts"
 import {
   CONCURRENCY,
   dropDatabase,
+  env,
   monitorClient,
   now,
   type PgClientLike,
@@ -47,13 +48,6 @@ import {
   waitUntil
 } from "./peers/common.ts"
 
-const env = (key: string, fallback: number): number => {
-  const raw = process.env[key]
-  if (raw === undefined || raw === "") return fallback
-  const n = Number(raw)
-  if (!Number.isFinite(n) || n < 0) throw new Error(`${key} must be a non-negative number, got ${raw}`)
-  return n
-}
 const SIZES = (process.env.BENCH_SCALE_SIZES ?? "10000,100000,1000000")
   .split(",")
   .map((s) => Number(s.trim()))

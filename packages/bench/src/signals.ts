@@ -38,6 +38,7 @@ import { fileURLToPath } from "node:url"
 import {
   CONCURRENCY,
   dropDatabase,
+  env,
   latencySummary,
   measure,
   monitorClient,
@@ -53,14 +54,6 @@ import {
   sleep,
   waitUntil
 } from "./peers/common.ts"
-
-const env = (key: string, fallback: number): number => {
-  const raw = process.env[key]
-  if (raw === undefined || raw === "") return fallback
-  const n = Number(raw)
-  if (!Number.isFinite(n) || n < 0) throw new Error(`${key} must be a non-negative number, got ${raw}`)
-  return n
-}
 
 /** Runs parked, and signals sent (one per run). */
 export const SIG_RUNS = env("BENCH_SIGNALS_RUNS", 1_000)

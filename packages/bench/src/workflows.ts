@@ -34,6 +34,7 @@ import { type RunCost, runCost } from "./cost.ts"
 import {
   CONCURRENCY,
   dropDatabase,
+  env,
   measure,
   now,
   PHASE_CAP_MS,
@@ -46,14 +47,6 @@ import {
   sleep,
   walLsn
 } from "./peers/common.ts"
-
-const env = (key: string, fallback: number): number => {
-  const raw = process.env[key]
-  if (raw === undefined || raw === "") return fallback
-  const n = Number(raw)
-  if (!Number.isFinite(n) || n < 0) throw new Error(`${key} must be a non-negative number, got ${raw}`)
-  return n
-}
 
 /** Runs per measurement. */
 export const W3_RUNS = env("BENCH_W3_RUNS", 1_000)

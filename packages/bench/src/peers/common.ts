@@ -16,7 +16,8 @@ import { performance } from "node:perf_hooks"
 /** Prefix of the one stdout line a run prints with its result (read by jobs.ts). */
 export const RESULT_MARK = "BENCH_JOBS_RESULT "
 
-const env = (key: string, fallback: number): number => {
+/** A non-negative number from the environment, or `fallback` when unset. */
+export const env = (key: string, fallback: number): number => {
   const raw = process.env[key]
   if (raw === undefined || raw === "") return fallback
   const n = Number(raw)
