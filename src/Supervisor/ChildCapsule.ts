@@ -130,22 +130,33 @@ export const awaitRecycle = (
   return Effect.raceAll(waits)
 }
 
+/**
+ * Sends the parent a message, if it is there. A parent that died (SIGKILL) breaks the pipe while
+ * `connected` still says true: the failure goes to the callback, not to an unhandled 'error'
+ * event that would kill this child before its drain (the channel's close starts the drain).
+ */
+const toParent = (message: unknown): void => {
+  const send = process.send?.bind(process)
+  if (send === undefined || !process.connected) return
+  try {
+    send(message, undefined, undefined, () => {})
+  } catch {
+    // the channel closed between the check and the send: its close event drains this child
+  }
+}
+
 /** Tells the parent why this child stops, before its drain: the parent replaces it once it exits. */
 export const tellParent = (reason: RecycleReason): Effect.Effect<void> =>
-  Effect.sync(() => {
-    const send = process.send?.bind(process)
-    if (send !== undefined && process.connected) send({ pgbus: "recycle", reason })
-  })
+  Effect.sync(() => toParent({ pgbus: "recycle", reason }))
 
 /** How often a child tells its parent its claims (and so that it is alive: its event loop runs). */
 const ALIVE_EVERY = Duration.millis(250)
 
 /** Sends the parent the claims in flight; nothing without a parent. */
 export const reportClaims = (inFlight: ReadonlySet<Message>): void => {
-  const send = process.send?.bind(process)
-  if (send === undefined || !process.connected) return
+  if (process.send === undefined || !process.connected) return
   const claims = [...inFlight].map((m) => ({ queue: m.queue, msgId: String(m.msgId), readCt: m.readCt }))
-  send({ pgbus: "claims", claims })
+  toParent({ pgbus: "claims", claims })
 }
 
 /**
