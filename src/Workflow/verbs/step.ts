@@ -47,6 +47,13 @@ export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, 
       const timeoutMs =
         options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
       const now = yield* statementNow
+      // the step row `id` is this execution's: run the body's effect as it
+      const runClaimed = (id: bigint) => {
+        const target = { id, name, attempt, position, reattempts: 0, queue: queueName }
+        st.target = target
+        signalFree.add(id)
+        return runTarget(target, effect, options)
+      }
       if (ex.pending !== undefined) {
         const done = ex.pending
         const r = yield* applyOutcome(
@@ -83,15 +90,12 @@ export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, 
         if (r === undefined || r.next_status !== "in_progress" || r.next_id === null) {
           return yield* halt({ _tag: "applied" })
         }
-        st.target = { id: r.next_id, name, attempt, position, reattempts: 0, queue: queueName }
-        signalFree.add(st.target.id)
-        return yield* runTarget(st.target, effect, options)
+        return yield* runClaimed(r.next_id)
       }
       if (st.preclaimed !== undefined) {
-        st.target = { id: st.preclaimed, name, attempt, position, reattempts: 0, queue: queueName }
+        const id = st.preclaimed
         st.preclaimed = undefined
-        signalFree.add(st.target.id)
-        return yield* runTarget(st.target, effect, options)
+        return yield* runClaimed(id)
       }
       if (delayMs === 0 && dueAt === null && options.skipIf === undefined) {
         const insert = statements
@@ -125,9 +129,7 @@ export const makeReach = (ctx: EngineContext, st: ExecutionState, apply: Apply, 
           Effect.uninterruptible
         )
         if (row === undefined) return yield* halt({ _tag: "applied" })
-        st.target = { id: row.id, name, attempt, position, reattempts: 0, queue: queueName }
-        signalFree.add(st.target.id)
-        return yield* runTarget(st.target, effect, options)
+        return yield* runClaimed(row.id)
       }
       yield* statements
         .stepScheduleNew({
