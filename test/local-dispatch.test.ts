@@ -283,7 +283,8 @@ layer(TestDatabase.layer({ listenNotify: false, pollingInterval: "5 seconds", ma
         "started",
         Effect.sync(() => pickups.length === 1)
       )
-      assert.isBelow(pickups[0]!, 1_000, "handed over, not found by the 5 s poll")
+      // half the 5 s poll: CI's loaded embedded pass once took 1,040 ms to hand it over
+      assert.isBelow(pickups[0]!, 2_500, "handed over, not found by the 5 s poll")
       const row = yield* rowOf("local_jobs", ref.msgId)
       assert.strictEqual(row?.read_ct, 1, "claimed at its insert, as one read would leave it")
       const live = (yield* (yield* Processes).list).map((p) => p.id)
