@@ -9,7 +9,7 @@
  * @since 0.1.0
  */
 import { PgTypes } from "@effect/sql-pg"
-import type { SqlClient } from "effect/sql"
+import type { SqlClient, Statement } from "effect/sql"
 import type { MessageRow, ReceiptParams } from "./QueueRows.ts"
 import { NOW, READ_COUNT_NEXT_EXPR, typedArray } from "./QueueSqlContext.ts"
 
@@ -57,29 +57,40 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
   // The candidates are looked up by id (`= ANY`), not joined: estimated at a hundred rows, the
   // join was a hash join over a bitmap scan of every visible row (30 of 54 ms of a claim of 300
   // on W1's 20,000 keyed jobs; 6 ms by id).
-  const messageReadOrdered = (
-    physical: string,
+  // The candidate chain of an ordered claim, from the window to `picked`. `gone`: the rows a
+  // statement removes before it claims (the archive of archive-and-claim): its snapshot still
+  // sees them, so every scan leaves them out by id (`ids`, from the receipts, where the row
+  // need not be read; `d`, the rows the delete removed, where a row that stayed must count).
+  const orderedCandidates = (
+    q: ReturnType<typeof messages>,
     limit: number,
-    visibilityMs: number,
-    claimedBy: string | null,
-    now: Date | null
+    now: Date | null,
+    gone: { readonly ids: Statement.Fragment; readonly deleted: string } | null
   ) => {
-    const q = messages(physical)
     const window = limit * 2 + 64
-    // in (key, msg_id) order, the first entry past a key is the next key's head: one probe a key
-    return sql<MessageRow & { readonly more: boolean }>`WITH RECURSIVE win AS (
-        SELECT msg_id, ${key} AS k FROM ${q} WHERE vt <= ${NOW(sql, now)} ORDER BY msg_id LIMIT ${window}),
+    const notGoneById = (col: string) => (gone ? sql` AND ${sql.literal(col)} <> ALL(${gone.ids})` : sql``)
+    const notDeleted = (col: string) =>
+      gone ? sql` AND ${sql.literal(col)} NOT IN (SELECT msg_id FROM ${sql.literal(gone.deleted)})` : sql``
+    return sql`win AS (
+        SELECT msg_id, ${key} AS k FROM ${q}
+        WHERE vt <= ${NOW(sql, now)}${notGoneById("msg_id")}
+        ORDER BY msg_id LIMIT ${window}),
       edge AS (SELECT count(*) AS n, max(msg_id) AS last FROM win),
       keys(k, id, vt) AS (
-        (SELECT ${key}, msg_id, vt FROM ${q} WHERE ${key} IS NOT NULL ORDER BY ${key}, msg_id LIMIT 1)
+        (SELECT ${key}, msg_id, vt FROM ${q}
+         WHERE ${key} IS NOT NULL${notDeleted("msg_id")}
+         ORDER BY ${key}, msg_id LIMIT 1)
         UNION ALL
         SELECT n.k, n.id, n.vt FROM keys
         CROSS JOIN LATERAL (
-          SELECT ${key} AS k, msg_id AS id, vt FROM ${q} WHERE ${key} > keys.k ORDER BY ${key}, msg_id LIMIT 1) n),
+          SELECT ${key} AS k, msg_id AS id, vt FROM ${q}
+          WHERE ${key} > keys.k${notDeleted("msg_id")}
+          ORDER BY ${key}, msg_id LIMIT 1) n),
       cand AS (
         (SELECT w.msg_id FROM win w
          WHERE w.k IS NULL OR NOT EXISTS (
-           SELECT 1 FROM ${q} p WHERE ${sql.literal("(p.message ->> 'pgbus_order_key')")} = w.k AND p.msg_id < w.msg_id))
+           SELECT 1 FROM ${q} p
+           WHERE ${sql.literal("(p.message ->> 'pgbus_order_key')")} = w.k AND p.msg_id < w.msg_id${notDeleted("p.msg_id")}))
         UNION ALL
         (SELECT id FROM keys
          WHERE (SELECT n FROM edge) >= ${window} AND vt <= ${NOW(sql, now)} AND id > (SELECT last FROM edge))
@@ -92,16 +103,36 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
       c AS (
         SELECT m.msg_id FROM ${q} m
         WHERE m.msg_id = ANY(ARRAY(SELECT msg_id FROM cand ORDER BY msg_id LIMIT ${limit + 1}))
-          AND m.vt <= ${NOW(sql, now)}
+          AND m.vt <= ${NOW(sql, now)}${notGoneById("m.msg_id")}
         ORDER BY m.msg_id
         FOR UPDATE OF m SKIP LOCKED),
-      picked AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
-      UPDATE ${q} q
+      picked AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})`
+  }
+
+  // The claim of the picked candidates, as PGMQ's read sets it.
+  const claimPicked = (
+    q: ReturnType<typeof messages>,
+    visibilityMs: number,
+    claimedBy: string | null,
+    now: Date | null
+  ) =>
+    sql`UPDATE ${q} q
       SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
           read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
           claimed_by = ${claimedBy}
       WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM picked))
-      RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
+      RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error`
+
+  const messageReadOrdered = (
+    physical: string,
+    limit: number,
+    visibilityMs: number,
+    claimedBy: string | null,
+    now: Date | null
+  ) => {
+    const q = messages(physical)
+    return sql<MessageRow & { readonly more: boolean }>`WITH RECURSIVE ${orderedCandidates(q, limit, now, null)}
+      ${claimPicked(q, visibilityMs, claimedBy, now)},
         (SELECT count(*) FROM c) > ${limit} AS more`
   }
 
@@ -120,7 +151,6 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
     now: Date | null
   ) => {
     const q = messages(physical)
-    const window = limit * 2 + 64
     const ids = sql`${typedArray(r.ids, PgTypes.OID.int8)}::int8[]`
     return sql<MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }>`WITH RECURSIVE d AS (
         DELETE FROM ${q} q
@@ -131,50 +161,8 @@ export const makeQueueOrderSql = (sql: SqlClient.SqlClient, schema: string) => {
         INSERT INTO ${archives(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
         SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
         RETURNING msg_id),
-      win AS (
-        SELECT msg_id, ${key} AS k FROM ${q}
-        WHERE vt <= ${NOW(sql, now)} AND msg_id <> ALL(${ids})
-        ORDER BY msg_id LIMIT ${window}),
-      edge AS (SELECT count(*) AS n, max(msg_id) AS last FROM win),
-      keys(k, id, vt) AS (
-        (SELECT ${key}, msg_id, vt FROM ${q}
-         WHERE ${key} IS NOT NULL AND msg_id NOT IN (SELECT msg_id FROM d)
-         ORDER BY ${key}, msg_id LIMIT 1)
-        UNION ALL
-        SELECT n.k, n.id, n.vt FROM keys
-        CROSS JOIN LATERAL (
-          SELECT ${key} AS k, msg_id AS id, vt FROM ${q}
-          WHERE ${key} > keys.k AND msg_id NOT IN (SELECT msg_id FROM d)
-          ORDER BY ${key}, msg_id LIMIT 1) n),
-      cand AS (
-        (SELECT w.msg_id FROM win w
-         WHERE w.k IS NULL OR NOT EXISTS (
-           SELECT 1 FROM ${q} p
-           WHERE ${sql.literal("(p.message ->> 'pgbus_order_key')")} = w.k AND p.msg_id < w.msg_id
-             AND p.msg_id NOT IN (SELECT msg_id FROM d)))
-        UNION ALL
-        (SELECT id FROM keys
-         WHERE (SELECT n FROM edge) >= ${window} AND vt <= ${NOW(sql, now)} AND id > (SELECT last FROM edge))
-        UNION ALL
-        (SELECT msg_id FROM ${q}
-         WHERE (SELECT n FROM edge) >= ${window} AND ${key} IS NULL AND vt <= ${NOW(sql, now)}
-           AND msg_id > (SELECT last FROM edge)
-         ORDER BY msg_id LIMIT ${limit + 1})
-        LIMIT ${limit + 1}),
-      c AS (
-        SELECT m.msg_id FROM ${q} m
-        WHERE m.msg_id = ANY(ARRAY(SELECT msg_id FROM cand ORDER BY msg_id LIMIT ${limit + 1}))
-          AND m.vt <= ${NOW(sql, now)} AND m.msg_id <> ALL(${ids})
-        ORDER BY m.msg_id
-        FOR UPDATE OF m SKIP LOCKED),
-      picked AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit}),
-      u AS (
-        UPDATE ${q} q
-        SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
-            read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
-            claimed_by = ${claimedBy}
-        WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM picked))
-        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error)
+      ${orderedCandidates(q, limit, now, { ids, deleted: "d" })},
+      u AS (${claimPicked(q, visibilityMs, claimedBy, now)})
       SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::int8 AS archived,
         NULL::bool AS more FROM u
       UNION ALL
