@@ -368,6 +368,53 @@ describe("child-process capsules", () => {
   )
 })
 
+describe("child-process capsules: a hung child", () => {
+  it.live(
+    "a child whose loop stays blocked past maxBlocked is killed and restarted; its job runs again in the new child",
+    () =>
+      onFreshDatabase({}, (url) => {
+        let parent: Child | undefined
+        return Effect.gen(function* () {
+          yield* prepare
+          // the first delivery spins for ten minutes (an endless loop, as far as the test goes)
+          parent = yield* startParent(url, {
+            CHILD_PROCESSES: "1",
+            CHILD_CONCURRENCY: "1",
+            CHILD_READ_AHEAD: "0",
+            CHILD_BURN_MS: "600000",
+            CHILD_BURN_ONCE: "1",
+            CHILD_MAX_BLOCKED: "3"
+          })
+          yield* childrenBooted(parent, 1)
+          yield* Job.make("Burn", { payload: Key, queue: "kids" }, () => Effect.void).enqueue({ key: "hung" })
+          yield* eventually(
+            "the job completed in a new child",
+            Effect.map(count("completed"), (n) => n >= 1),
+            "60 seconds"
+          )
+          const started = yield* logRows("started")
+          assert.strictEqual(started.length, 2, "delivered twice: the hung attempt, then its retry")
+          assert.notStrictEqual(started[0]!.pid, started[1]!.pid, "the retry ran in the replacement child")
+          assert.isFalse(alive(started[0]!.pid), "the hung child was killed")
+          const [done] = yield* logRows("completed")
+          assert.strictEqual(done!.pid, started[1]!.pid)
+          assert.match(
+            parent.output(),
+            /child 0 \(pid \d+\) silent for \d+ ms, past maxBlocked \(3s\): killing it \(SIGKILL\); its 1 claim\(s\) go back/
+          )
+          assert.match(parent.output(), /exited without a drain \(SIGKILL\); released 1 claimed message\(s\)/)
+          // the handler logs `completed` before its delivery is archived
+          yield* eventually(
+            "archived once",
+            Effect.map(kidsQueue, (kids) => kids.depth === 0 && kids.archiveSize === 1),
+            "10 seconds"
+          )
+        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
+      }),
+    120_000
+  )
+})
+
 describe("child-process capsule options", () => {
   const base = { name: "a", queues: ["q"], concurrency: 1 }
   const cases: ReadonlyArray<readonly [string, Capsule, string]> = [
@@ -377,7 +424,9 @@ describe("child-process capsule options", () => {
     ["a memory limit without processes", { ...base, maxMemoryMb: 100 }, "need processes"],
     ["a zero job limit", { ...base, processes: 1, maxJobsPerProcess: 0 }, "maxJobsPerProcess must be"],
     ["a negative memory limit", { ...base, processes: 1, maxMemoryMb: -1 }, "maxMemoryMb must be"],
-    ["a zero lifetime", { ...base, processes: 1, maxLifetime: "0 seconds" }, "maxLifetime must be"]
+    ["a zero lifetime", { ...base, processes: 1, maxLifetime: "0 seconds" }, "maxLifetime must be"],
+    ["a blocked limit without processes", { ...base, maxBlocked: "1 minute" }, "need processes"],
+    ["a blocked limit under a second", { ...base, processes: 1, maxBlocked: "500 millis" }, "maxBlocked must be"]
   ]
   for (const [what, capsule, rule] of cases) {
     it.effect(`${what}: a ConfigurationError on workers`, () =>
@@ -395,7 +444,8 @@ describe("child-process capsule options", () => {
         processes: 2,
         maxJobsPerProcess: 1000,
         maxMemoryMb: 512,
-        maxLifetime: "1 hour"
+        maxLifetime: "1 hour",
+        maxBlocked: Number.POSITIVE_INFINITY
       }
       assert.deepStrictEqual(yield* validateCapsules([capsule]), [capsule])
     })

@@ -45,7 +45,15 @@ export interface Capsule {
   readonly maxMemoryMb?: number | undefined
   /** A child process is replaced once it has run this long. */
   readonly maxLifetime?: Duration.Input | undefined
+  /**
+   * A child process whose event loop stays blocked this long (silent to its parent) is killed
+   * and restarted; its claims go back at once (default: 15 minutes; `Infinity`: never).
+   */
+  readonly maxBlocked?: Duration.Input | undefined
 }
+
+/** How long a child's event loop may stay blocked before its parent kills it, by default. */
+export const DEFAULT_MAX_BLOCKED = Duration.minutes(15)
 
 /** Bounds of `consumerPriority` (it is kept in an advisory lock key). */
 export const CONSUMER_PRIORITY_RANGE = { min: -1_000_000, max: 1_000_000 } as const
@@ -97,10 +105,15 @@ export const validateCapsule = (capsule: Capsule): Effect.Effect<Capsule, Config
     return Effect.fail(fail(`processes must be an integer of at least 1 (got ${String(processes)})`, label))
   }
   const recycles =
-    capsule.maxJobsPerProcess !== undefined || capsule.maxMemoryMb !== undefined || capsule.maxLifetime !== undefined
+    capsule.maxJobsPerProcess !== undefined ||
+    capsule.maxMemoryMb !== undefined ||
+    capsule.maxLifetime !== undefined ||
+    capsule.maxBlocked !== undefined
   // recycling replaces a child process: an in-process capsule has none to replace
   if (recycles && processes === undefined) {
-    return Effect.fail(fail("maxJobsPerProcess, maxMemoryMb and maxLifetime need processes (child processes)", label))
+    return Effect.fail(
+      fail("maxJobsPerProcess, maxMemoryMb, maxLifetime and maxBlocked need processes (child processes)", label)
+    )
   }
   const maxJobs = capsule.maxJobsPerProcess
   if (maxJobs !== undefined && (!Number.isInteger(maxJobs) || maxJobs < 1)) {
@@ -114,6 +127,15 @@ export const validateCapsule = (capsule: Capsule): Effect.Effect<Capsule, Config
     const lifetime = Duration.fromInput(capsule.maxLifetime)
     if (lifetime._tag === "None" || Duration.toMillis(lifetime.value) <= 0 || !Duration.isFinite(lifetime.value)) {
       return Effect.fail(fail(`maxLifetime must be a positive duration (got ${String(capsule.maxLifetime)})`, label))
+    }
+  }
+  if (capsule.maxBlocked !== undefined) {
+    // at least two of the child's 250 ms reports, or a busy child would be taken for a blocked one
+    const blocked = Duration.fromInput(capsule.maxBlocked)
+    if (blocked._tag === "None" || Duration.toMillis(blocked.value) < 1_000) {
+      return Effect.fail(
+        fail(`maxBlocked must be a duration of at least 1 second (got ${String(capsule.maxBlocked)})`, label)
+      )
     }
   }
   return Effect.succeed(capsule)

@@ -22,7 +22,7 @@
 import { type ChildProcess, fork } from "node:child_process"
 import { Config, Data, Deferred, Duration, Effect, Metric, Option, Schedule, Schema } from "effect"
 import type { Message, Receipt } from "../Queue/Message.ts"
-import type { Capsule } from "./Capsule.ts"
+import { type Capsule, DEFAULT_MAX_BLOCKED } from "./Capsule.ts"
 
 /** Names the capsule a child process runs (set by the parent; its presence makes a child). */
 export const CHILD_CAPSULE_ENV = "PGBUS_CHILD_CAPSULE"
@@ -78,7 +78,7 @@ export interface ChildClaim {
 /** Child processes replaced, by capsule and reason. */
 export const childReplacements = Metric.counter("pgbus_child_replacements_total", {
   description:
-    "child processes of a capsule replaced, by reason: max_jobs, max_memory, max_lifetime (drained, then replaced) or exited (died without a drain, restarted with backoff)"
+    "child processes of a capsule replaced, by reason: max_jobs, max_memory, max_lifetime (drained, then replaced), exited (died without a drain, restarted with backoff) or blocked (killed: its loop was blocked past maxBlocked)"
 })
 
 /** A child process that exited without being asked to (a crash, a kill, an exit of its own). */
@@ -221,6 +221,9 @@ interface Running {
   /** When the child last spoke (performance.now()); undefined before its workers started. */
   readonly lastHeard: () => number | undefined
   readonly claims: () => ReadonlyArray<ChildClaim>
+  /** Kills the child for a loop blocked past `maxBlocked` (SIGKILL), remembered for its replacement's reason. */
+  readonly killBlocked: () => void
+  readonly killedBlocked: () => boolean
 }
 
 /** Starts one child; closing the scope stops it (SIGTERM, its drain, then SIGKILL). */
@@ -230,6 +233,7 @@ const spawnChild = (capsule: Capsule, slot: number, processId: string, deps: Chi
       let reason: RecycleReason | undefined
       let lastHeard: number | undefined
       let claims: ReadonlyArray<ChildClaim> = []
+      let killedBlocked = false
       const exited = Deferred.makeUnsafe<{ readonly code: number | null; readonly signal: string | null }>()
       const child = fork(deps.entry.module, [...deps.entry.args], {
         execArgv: [...deps.entry.execArgv],
@@ -256,7 +260,18 @@ const spawnChild = (capsule: Capsule, slot: number, processId: string, deps: Chi
       })
       child.once("exit", (code, signal) => Deferred.doneUnsafe(exited, Effect.succeed({ code, signal })))
       child.once("error", () => Deferred.doneUnsafe(exited, Effect.succeed({ code: null, signal: null })))
-      return { child, exited, reason: () => reason, lastHeard: () => lastHeard, claims: () => claims }
+      return {
+        child,
+        exited,
+        reason: () => reason,
+        lastHeard: () => lastHeard,
+        claims: () => claims,
+        killBlocked: () => {
+          killedBlocked = true
+          child.kill("SIGKILL")
+        },
+        killedBlocked: () => killedBlocked
+      }
     }),
     (running) =>
       Effect.gen(function* () {
@@ -286,11 +301,12 @@ const KEEPER_TICK = Duration.millis(250)
  * Keeps the claims of a child whose event loop is blocked (a CPU-bound job): while it is
  * silent, its process row is beaten (no process reaps it) and the claims it last reported are
  * extended every `keepEvery`, by the parent, whose loop is free. One line when it falls silent,
- * one when it speaks again. A child that never speaks again is the operator's to kill (its
- * claims are released at once when it dies).
+ * one when it speaks again. A child silent past the capsule's `maxBlocked` is taken for hung (an
+ * endless loop): it is killed, so that its claims go back (when it exits) and its slot restarts.
  */
 const keepWhileSilent = (capsule: Capsule, slot: number, processId: string, running: Running, deps: ChildDeps) =>
   Effect.gen(function* () {
+    const maxBlockedMs = Duration.toMillis(Duration.fromInputUnsafe(capsule.maxBlocked ?? DEFAULT_MAX_BLOCKED))
     let silentSince: number | undefined
     let keptAt = 0
     while (true) {
@@ -314,6 +330,13 @@ const keepWhileSilent = (capsule: Capsule, slot: number, processId: string, runn
           `[pgbus] capsule ${capsule.name}: child ${slot} (pid ${running.child.pid}) silent for ${Math.round(now - heard)} ms (its event loop is blocked): the parent keeps its ${running.claims().length} claim(s) and its process row`
         )
       }
+      if (now - heard >= maxBlockedMs) {
+        yield* Effect.logError(
+          `[pgbus] capsule ${capsule.name}: child ${slot} (pid ${running.child.pid}) silent for ${Math.round(now - heard)} ms, past maxBlocked (${Duration.format(Duration.millis(maxBlockedMs))}): killing it (SIGKILL); its ${running.claims().length} claim(s) go back`
+        )
+        running.killBlocked()
+        return
+      }
       if (now - keptAt >= Duration.toMillis(deps.keepEvery)) {
         keptAt = now
         yield* deps.keepClaims(processId, running.claims())
@@ -326,13 +349,13 @@ const runChildOnce = (capsule: Capsule, slot: number, deps: ChildDeps) =>
   Effect.gen(function* () {
     const processId = crypto.randomUUID()
     const startedAt = performance.now()
-    const { ended, pid, reason } = yield* Effect.scoped(
+    const { ended, pid, reason, blocked } = yield* Effect.scoped(
       Effect.gen(function* () {
         const running = yield* spawnChild(capsule, slot, processId, deps)
         // interrupted before the child is stopped: a draining child is not kept
         yield* Effect.forkScoped(keepWhileSilent(capsule, slot, processId, running, deps))
         const ended = yield* Deferred.await(running.exited)
-        return { ended, pid: running.child.pid, reason: running.reason() }
+        return { ended, pid: running.child.pid, reason: running.reason(), blocked: running.killedBlocked() }
       })
     )
     if (reason !== undefined) {
@@ -342,7 +365,10 @@ const runChildOnce = (capsule: Capsule, slot: number, deps: ChildDeps) =>
       )
       return
     }
-    yield* Metric.update(childReplacements.pipe(Metric.withAttributes({ capsule: capsule.name, reason: "exited" })), 1)
+    yield* Metric.update(
+      childReplacements.pipe(Metric.withAttributes({ capsule: capsule.name, reason: blocked ? "blocked" : "exited" })),
+      1
+    )
     // it drained nothing: what it had claimed goes back now, not after the stale threshold
     const released = yield* deps.releaseDead(processId)
     yield* Effect.logError(
