@@ -250,7 +250,7 @@ export const keys = {
   }),
   workers: key(Kinds.string(Schema.String.check(Schema.isNonEmpty())), {
     default: "default: 5",
-    doc: 'Worker capsules, in the seeds\' string form: `"default, mailers: 10; critical: 5"`.',
+    doc: 'Worker capsules, in the seeds\' string form: `"default, mailers: 10; critical: 5"`; child processes with the banner\'s words: `"reports: 2 processes=4 max_jobs=1000"`.',
     section: "workers",
     readme: true
   }),

@@ -2,7 +2,7 @@
 
 import { readFileSync } from "node:fs"
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Schema } from "effect"
+import { Cause, Duration, Effect, Exit, Schema } from "effect"
 import { beforeRun, decide, failureOf } from "../src/Job/Completer.ts"
 import * as Job from "../src/Job/Job.ts"
 import { backoffDelayMs, type ResolvedRetryPolicy } from "../src/Job/Retry.ts"
@@ -94,7 +94,42 @@ describe("worker capsules", () => {
       assert.deepStrictEqual(yield* parseWorkers("reports"), [{ name: "reports", queues: ["reports"], concurrency: 5 }])
     })
   )
-  for (const bad of ["", "default: 0", "default: x", "Bad-Name: 3", "a, a: 2", "a,: 2", ";;"]) {
+  it.effect("parse child-process options in the string form (the banner's words)", () =>
+    Effect.gen(function* () {
+      const capsules = yield* parseWorkers(
+        "default: 10; reports: 2 processes=4 max_jobs=1000 max_memory_mb=512 max_lifetime=1h max_blocked=90s; pdf: processes=2"
+      )
+      assert.deepStrictEqual(capsules, [
+        { name: "default", queues: ["default"], concurrency: 10 },
+        {
+          name: "reports",
+          queues: ["reports"],
+          concurrency: 2,
+          processes: 4,
+          maxJobsPerProcess: 1000,
+          maxMemoryMb: 512,
+          maxLifetime: Duration.hours(1),
+          maxBlocked: Duration.seconds(90)
+        },
+        { name: "pdf", queues: ["pdf"], concurrency: 5, processes: 2 }
+      ])
+    })
+  )
+  for (const bad of [
+    "",
+    "default: 0",
+    "default: x",
+    "Bad-Name: 3",
+    "a, a: 2",
+    "a,: 2",
+    ";;",
+    "a: 2 processes=0",
+    "a: 2 processes=x",
+    "a: 2 max_jobs=5",
+    "a: 2 processes=2 max_lifetime=soon",
+    "a: 2 processes=2 max_blocked=10ms",
+    "a: 2 threads=4"
+  ]) {
     it.effect(`reject ${JSON.stringify(bad)} with a ConfigurationError on workers`, () =>
       Effect.gen(function* () {
         const error = yield* Effect.flip(parseWorkers(bad))

@@ -165,9 +165,60 @@ export const validateCapsules = (
     return checked as ReadonlyArray<Capsule>
   })
 
+/** A duration in the string form: a number of seconds, or with a unit (`500ms`, `90s`, `30m`, `1h`, `1d`). */
+const compactDuration = (text: string): Duration.Duration | undefined => {
+  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(text)
+  if (match === null) return undefined
+  const n = Number(match[1])
+  switch (match[2]) {
+    case "ms":
+      return Duration.millis(n)
+    case "m":
+      return Duration.minutes(n)
+    case "h":
+      return Duration.hours(n)
+    case "d":
+      return Duration.days(n)
+    default:
+      return Duration.seconds(n)
+  }
+}
+
+/** The `key=value` options of the string form (the banner's own words), onto a capsule. */
+const capsuleOption = (capsule: Capsule, token: string, at: string): Effect.Effect<Capsule, ConfigurationError> => {
+  const [key, value = ""] = token.split("=", 2)
+  const count = Number(value)
+  const duration = compactDuration(value)
+  switch (key) {
+    case "processes":
+      return Effect.succeed({ ...capsule, processes: count })
+    case "max_jobs":
+      return Effect.succeed({ ...capsule, maxJobsPerProcess: count })
+    case "max_memory_mb":
+      return Effect.succeed({ ...capsule, maxMemoryMb: count })
+    case "max_lifetime":
+      return duration === undefined
+        ? Effect.fail(fail(`max_lifetime must be a duration such as 3600, 90s, 30m or 1h (got ${value})`, at))
+        : Effect.succeed({ ...capsule, maxLifetime: duration })
+    case "max_blocked":
+      return duration === undefined
+        ? Effect.fail(fail(`max_blocked must be a duration such as 600, 90s, 30m or 1h (got ${value})`, at))
+        : Effect.succeed({ ...capsule, maxBlocked: duration })
+    default:
+      return Effect.fail(
+        fail(
+          `unknown option ${JSON.stringify(token)}: expected processes=, max_jobs=, max_memory_mb=, max_lifetime= or max_blocked=`,
+          at
+        )
+      )
+  }
+}
+
 /**
  * Parses the string form: capsules separated by `;`, each `queue, queue: concurrency` (the
- * concurrency defaults to 5). Capsules are named after their first queue.
+ * concurrency defaults to 5), then optional `key=value` options for child processes
+ * (`reports: 2 processes=4 max_jobs=1000 max_memory_mb=512 max_lifetime=1h max_blocked=30m`).
+ * Capsules are named after their first queue.
  */
 export const parseWorkers = (text: string): Effect.Effect<ReadonlyArray<Capsule>, ConfigurationError> =>
   Effect.gen(function* () {
@@ -176,15 +227,19 @@ export const parseWorkers = (text: string): Effect.Effect<ReadonlyArray<Capsule>
     for (const part of text.split(";")) {
       const trimmed = part.trim()
       if (trimmed === "") continue
-      const match = /^([^:]+?)(?::\s*(\S+))?$/.exec(trimmed)
+      const match = /^([^:]+?)(?::\s*(.+))?$/.exec(trimmed)
       if (!match) return yield* fail("expected `queue, queue: concurrency`", trimmed)
       const queues = match[1]!.split(",").map((q) => q.trim())
       if (queues.some((q) => q === "")) return yield* fail("empty queue name", trimmed)
-      const concurrency = match[2] === undefined ? DEFAULT_CONCURRENCY : Number(match[2])
+      const [first, ...options] = (match[2] ?? "").split(/\s+/).filter((t) => t !== "")
+      const concurrency = first === undefined || first.includes("=") ? DEFAULT_CONCURRENCY : Number(first)
+      if (first?.includes("=")) options.unshift(first)
       let name = queues[0]!
       for (let i = 2; names.has(name); i++) name = `${queues[0]!}_${i}`
       names.add(name)
-      capsules.push(yield* validateCapsule({ name, queues, concurrency }))
+      let capsule: Capsule = { name, queues, concurrency }
+      for (const option of options) capsule = yield* capsuleOption(capsule, option, trimmed)
+      capsules.push(yield* validateCapsule(capsule))
     }
     if (capsules.length === 0) return yield* fail("no capsule", text)
     return capsules as ReadonlyArray<Capsule>
