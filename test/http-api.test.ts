@@ -49,7 +49,7 @@ const writer = { "x-role": "write" }
 const reader = { "x-role": "read" }
 const api = "/pgbus/api"
 
-const withApi = (options: Http.ApiOptions) => webCaller(Http.layer(options))
+const withApi = (options: Http.ApiOptions) => webCaller(Http.layer(options), Http.routerConfig)
 
 /** Starts a run, runs its first step: it waits for `go`. */
 const waitingRun = (resourceId?: string) =>
@@ -361,6 +361,9 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             const unknown = yield* bare("POST", `${api}/recurring/no-such-task/run-now`, {}, writer)
             assert.deepStrictEqual([unknown.status, unknown.json.error], [404, "not_found"])
             assert.include(unknown.json.message, "recurring task no-such-task not found")
+            // a key may have 128 characters: past the router's default cap of 100, within Http.routerConfig
+            const long = yield* bare("POST", `${api}/recurring/${"k".repeat(128)}/run-now`, {}, writer)
+            assert.deepStrictEqual([long.status, long.json.error], [404, "not_found"])
             const blank = yield* bare("POST", `${api}/recurring/%20/run-now`, {}, writer)
             assert.deepStrictEqual([blank.status, blank.json.error], [400, "validation"])
 

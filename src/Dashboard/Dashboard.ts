@@ -19,6 +19,7 @@ import { HttpRouter, type HttpServerRequest, HttpServerResponse, UrlParams } fro
 import type { SqlClient } from "effect/sql"
 import type { PgBusConfig } from "../Config.ts"
 import { type AccessOptions, type CallerShape, resolveCaller } from "../Http/Access.ts"
+import { routerConfig } from "../Http/RouterConfig.ts"
 import type { View } from "../Operations/Deps.ts"
 import { Operations } from "../Operations/Operations.ts"
 import type { OperationsError } from "../Operations/OperationsError.ts"
@@ -352,7 +353,7 @@ export const serve = (
   const host = options.host ?? "127.0.0.1"
   if (!isLoopback(host) && options.authorize === undefined)
     return Layer.effectDiscard(new UnprotectedDashboard({ host }))
-  return HttpRouter.serve(layer(options), { disableLogger: true }).pipe(
+  return HttpRouter.serve(layer(options), { disableLogger: true, routerConfig }).pipe(
     Layer.provide(NodeHttpServer.layer(createServer, { port: options.port, host }))
   )
 }

@@ -23,8 +23,10 @@ import type { WorkflowClient } from "../Workflow/Client.ts"
 import { type AccessOptions, layerAccess } from "./Access.ts"
 import { apiAt } from "./Api.ts"
 import { handlers } from "./Handlers.ts"
+import { routerConfig } from "./RouterConfig.ts"
 
 export type { AccessOptions, Authorization } from "./Access.ts"
+export { routerConfig } from "./RouterConfig.ts"
 
 /** Where and how the API is mounted. */
 export interface ApiOptions extends AccessOptions {
@@ -88,6 +90,6 @@ export const layer = (options: ApiOptions = {}) => {
  * @category layers
  */
 export const serve = (options: ApiOptions & { readonly port: number; readonly host?: string | undefined }) =>
-  HttpRouter.serve(layer(options), { disableLogger: true }).pipe(
+  HttpRouter.serve(layer(options), { disableLogger: true, routerConfig }).pipe(
     Layer.provide(NodeHttpServer.layer(createServer, { port: options.port, host: options.host ?? "127.0.0.1" }))
   )

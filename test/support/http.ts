@@ -2,7 +2,7 @@
 
 import type { Scope } from "effect"
 import { Effect, Layer } from "effect"
-import { HttpRouter, HttpServer } from "effect/http"
+import { type FindMyWay, HttpRouter, HttpServer } from "effect/http"
 
 /** A response: status, content type, body as text and (when JSON) parsed. */
 export interface Answer {
@@ -28,7 +28,8 @@ export type Call = (
 type ServerServices = HttpRouter.HttpRouter | Layer.Success<typeof HttpServer.layerServices>
 
 export const webCaller = <A, E, R>(
-  app: Layer.Layer<A, E, R>
+  app: Layer.Layer<A, E, R>,
+  routerConfig?: Partial<FindMyWay.RouterConfig>
 ): Effect.Effect<Call, never, Scope.Scope | Exclude<R, ServerServices>> =>
   Effect.gen(function* () {
     const context = yield* Effect.context<Exclude<R, ServerServices>>()
@@ -38,7 +39,7 @@ export const webCaller = <A, E, R>(
         Layer.provide(Layer.succeedContext(context)),
         Layer.orDie
       ) as unknown as Layer.Layer<never, never, HttpRouter.HttpRouter>,
-      { disableLogger: true }
+      { disableLogger: true, routerConfig }
     )
     yield* Effect.addFinalizer(() => Effect.promise(() => dispose()))
     return (method, path, body, headers = {}) =>
