@@ -6,41 +6,22 @@
  *
  * @since 0.1.0
  */
-import { Clock, Context, Duration, Effect, Layer, Metric, Option, Schema, Semaphore } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
-import type { SqlError } from "effect/sql/SqlError"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
-import { type DatabaseError, serverError, statementNow, toDatabaseError } from "../Database.ts"
+import type { DatabaseError } from "../Database.ts"
 import * as Input from "../Input.ts"
-import { JobClient, physicalQueueOf, servedQueues, TRACEPARENT } from "../Job/JobClient.ts"
-import {
-  checkFairShare,
-  type FairTag,
-  fairFields,
-  type InvalidFairShare,
-  resolveFairShare
-} from "../Queue/FairShare.ts"
-import { type QueueError, QueueNotFound } from "../Queue/QueueError.ts"
+import { JobClient } from "../Job/JobClient.ts"
+import type { QueueError } from "../Queue/QueueError.ts"
 import { type CreateOptions, QueueStore } from "../Queue/QueueStore.ts"
-import {
-  CurrentAttributes,
-  EVENT_JOB,
-  type EventEnvelope,
-  FairShare,
-  type FairShareInput,
-  type PublishedEvent,
-  type PublishOptions
-} from "./Envelope.ts"
-import {
-  InvalidEventPayload,
-  InvalidRoutingKey,
-  InvalidSubscriberDefinition,
-  type PublishError,
-  type RegisterError
-} from "./EventBusError.ts"
-import { type FanOutTarget, makeEventBusSql, type SubscriptionRow } from "./EventBusSql.ts"
+import { CurrentAttributes, type PublishedEvent, type PublishOptions } from "./Envelope.ts"
+import { InvalidEventPayload, type InvalidRoutingKey, type PublishError, type RegisterError } from "./EventBusError.ts"
+import { makeSendEvents } from "./EventFanOut.ts"
+import { makePrepareEvent, PUBLISH_OPTION_KEYS } from "./EventPreparation.ts"
+import { makePublisherContext } from "./PublisherContext.ts"
 import type { AnySubscriber } from "./Subscription.ts"
-import * as Topic from "./Topic.ts"
+import { makeSubscriptionCache } from "./SubscriptionCache.ts"
+import { makeSubscriptionTable } from "./SubscriptionTable.ts"
 
 export {
   CurrentAttributes,
@@ -52,6 +33,8 @@ export {
   type PublishedEvent,
   type PublishOptions
 } from "./Envelope.ts"
+export { eventDeliveries, eventsPublished } from "./EventFanOut.ts"
+export { eventFairShare } from "./EventPreparation.ts"
 export {
   type AnySubscriber,
   type SubscribeOptions,
@@ -59,9 +42,7 @@ export {
   type SubscriberServices,
   subscribe
 } from "./Subscription.ts"
-
-const PUBLISH_OPTION_KEYS = ["headers", "delay", "at", "eventId"] as const
-const EVENT_INPUT_KEYS = [...PUBLISH_OPTION_KEYS, "routingKey", "payload"] as const
+export { SUBSCRIPTION_CACHE_TTL } from "./SubscriptionCache.ts"
 
 /** One event of `publishMany`. */
 export interface EventInput extends PublishOptions {
@@ -82,21 +63,6 @@ export interface Subscription {
   readonly queue: string
   readonly registeredAt: Date
 }
-
-/** Events published (each counted once, whatever its fan-out). */
-export const eventsPublished = Metric.counter("pgbus_events_published_total", {
-  description: "events published"
-})
-
-/** Messages written to subscriber queues by publishes (one per matching queue per event). */
-export const eventDeliveries = Metric.counter("pgbus_event_deliveries_total", {
-  description: "event messages written to subscriber queues"
-})
-
-/** How long a publisher trusts its copy of the subscriptions table. */
-export const SUBSCRIPTION_CACHE_TTL = Duration.seconds(1)
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /** An event validated and serialised, ready for the fan-out statement. */
 export interface PreparedEvent {
@@ -123,38 +89,10 @@ export interface PublisherDeps {
   readonly ensureQueue: (queue: string) => Effect.Effect<void, QueueError>
 }
 
-/**
- * The fair-share tag of an event: from `EventBus.FairShare` when provided, else from the
- * config's `eventFairShare`; none when neither is set. A bad answer fails with `InvalidFairShare`.
- */
-export const eventFairShare = (
-  config: PgBusConfigShape,
-  event: FairShareInput
-): Effect.Effect<FairTag | undefined, InvalidFairShare> =>
-  Effect.flatMap(FairShare, (provided) => {
-    const resolver = provided ?? config.eventFairShare
-    if (resolver === undefined) return Effect.succeed(undefined)
-    return resolveFairShare(`event ${event.routingKey}`, () => resolver(event))
-  })
-
-/** A tag carried by an outbox entry (checked at write; one written by hand that breaks the rules is dropped). */
-const relayedFairShare = (context: PrepareContext): FairTag | undefined => {
-  if (context.fairKey === undefined) return undefined
-  const checked = checkFairShare([context.fairKey, context.fairWeight ?? 1])
-  return checked._tag === "Ok" ? checked.tag : undefined
-}
-
 /** How the bus creates a subscriber queue: with the fair index when `eventFairShare` is set. */
 export const subscriberQueueOptions = (config: PgBusConfigShape): CreateOptions => ({
   fairIndex: config.eventFairShare !== undefined
 })
-
-const traceHeaders: Effect.Effect<Record<string, string>> = Effect.map(Effect.option(Effect.currentSpan), (span) =>
-  Option.match(span, {
-    onNone: () => ({}),
-    onSome: (s) => ({ [TRACEPARENT]: `00-${s.traceId}-${s.spanId}-${s.sampled ? "01" : "00"}` })
-  })
-)
 
 /**
  * Builds a publisher on one database: validation, routing through the (briefly cached)
@@ -163,184 +101,12 @@ const traceHeaders: Effect.Effect<Record<string, string>> = Effect.map(Effect.op
  */
 export const makePublisher = (deps: PublisherDeps) =>
   Effect.gen(function* () {
-    const { config, sql, store, ensureQueue } = deps
-    const statements = makeEventBusSql(sql, config.schema)
-    const ttlMs = Duration.toMillis(SUBSCRIPTION_CACHE_TTL)
-    let cache:
-      | {
-          readonly loadedAt: number
-          readonly rows: ReadonlyArray<SubscriptionRow>
-          readonly byKey: Map<string, ReadonlyArray<string>>
-        }
-      | undefined
-    const loading = yield* Semaphore.make(1)
-
-    const db =
-      (operation: string) =>
-      <A>(effect: Effect.Effect<A, SqlError>): Effect.Effect<A, DatabaseError> =>
-        Effect.mapError(effect, toDatabaseError(operation))
-
-    const invalidate = Effect.sync(() => {
-      cache = undefined
-    })
-
-    const loadSubscriptions = Effect.gen(function* () {
-      const now = yield* Clock.currentTimeMillis
-      if (cache !== undefined && now - cache.loadedAt < ttlMs) return cache
-      return yield* loading.withPermit(
-        Effect.gen(function* () {
-          const again = yield* Clock.currentTimeMillis
-          if (cache !== undefined && again - cache.loadedAt < ttlMs) return cache
-          const rows = yield* statements.subscriptionList().pipe(db("read subscriptions"))
-          cache = { loadedAt: again, rows, byKey: new Map() }
-          return cache
-        })
-      )
-    })
-
-    /** The subscriber queues (app-facing names) a routing key reaches. */
-    const queuesFor = (routingKey: string) =>
-      Effect.map(loadSubscriptions, (current) => {
-        const known = current.byKey.get(routingKey)
-        if (known) return known
-        const queues = [
-          ...new Set(current.rows.filter((r) => Topic.matches(r.pattern, routingKey)).map((r) => r.queue))
-        ]
-        if (current.byKey.size >= 10_000) current.byKey.clear()
-        current.byKey.set(routingKey, queues)
-        return queues as ReadonlyArray<string>
-      })
-
-    const routes = (routingKey: string) =>
-      Effect.gen(function* () {
-        const problem = Topic.routingKeyProblem(routingKey)
-        if (problem !== undefined) return yield* new InvalidRoutingKey({ routingKey, reason: problem })
-        return yield* queuesFor(routingKey)
-      })
-
-    const prepare = (input: EventInput, context?: PrepareContext) =>
-      Effect.gen(function* () {
-        if (!Input.isPlainObject(input)) {
-          return yield* new InvalidEventPayload({ routingKey: "", issue: "an event must be an object" })
-        }
-        const { routingKey } = input
-        const problem = Topic.routingKeyProblem(routingKey)
-        if (problem !== undefined)
-          return yield* new InvalidRoutingKey({ routingKey: String(routingKey), reason: problem })
-        const invalid = (issue: string) => new InvalidEventPayload({ routingKey: String(routingKey), issue })
-        const options = Input.optionsProblem(input, EVENT_INPUT_KEYS, "the event")
-        if (options !== undefined) return yield* invalid(options)
-        if (input.payload === undefined) return yield* invalid("the payload is not JSON (undefined)")
-        const payloadProblem = Input.jsonProblem(input.payload, "payload")
-        if (payloadProblem !== undefined) return yield* invalid(payloadProblem)
-        if (input.eventId !== undefined && !UUID.test(input.eventId)) {
-          return yield* invalid("eventId must be a UUID")
-        }
-        if (input.headers !== undefined) {
-          const headersProblem = Input.headersProblem(input.headers)
-          if (headersProblem !== undefined) return yield* invalid(headersProblem)
-        }
-        let delayMs = 0
-        if (input.delay !== undefined) {
-          const ms = Input.durationMillis(input.delay)
-          if (ms === undefined) return yield* invalid("delay must be a finite, non-negative duration")
-          delayMs = ms
-        }
-        if (input.at !== undefined) {
-          if (!Input.isValidDate(input.at)) return yield* invalid("at must be a Date")
-          if (input.delay !== undefined) return yield* invalid("give either delay or at, not both")
-        }
-        const attributes = context?.attributes ?? (yield* CurrentAttributes)
-        const trace = yield* traceHeaders
-        const headers = { ...input.headers, ...trace }
-        // a relay carries the tag resolved when the entry was written; a direct publish resolves it now
-        const tag =
-          context === undefined
-            ? yield* eventFairShare(config, {
-                routingKey,
-                payload: input.payload,
-                headers: input.headers ?? {},
-                attributes
-              })
-            : relayedFairShare(context)
-        const eventId = input.eventId ?? crypto.randomUUID()
-        const envelope: EventEnvelope = {
-          event_id: eventId,
-          routing_key: routingKey,
-          published_at: "",
-          ...(Object.keys(headers).length > 0 ? { headers } : {}),
-          payload: input.payload,
-          ...(Object.keys(attributes).length > 0 ? { context: attributes } : {}),
-          ...(tag !== undefined ? { fair_key: tag.key } : {}),
-          ...(tag !== undefined && tag.weight !== 1 ? { fair_weight: tag.weight } : {})
-        }
-        // the tag also sits beside the envelope, where the fair read and its index look
-        const json = Input.storableJson({ job: EVENT_JOB, payload: envelope, ...fairFields(tag) })
-        if (json.problem !== undefined) {
-          return yield* invalid(`the payload, headers or attributes cannot be stored: ${json.problem}`)
-        }
-        const message = json.text
-        if (message.length * 3 > config.maxPayloadSize) {
-          const size = Buffer.byteLength(message, "utf8")
-          if (size > config.maxPayloadSize) {
-            return yield* invalid(`the envelope is ${size} bytes, over maxPayloadSize (${config.maxPayloadSize})`)
-          }
-        }
-        return { eventId, routingKey, message, delayMs, at: input.at ?? null } satisfies PreparedEvent
-      })
-
-    /** Writes prepared events to their subscriber queues in one statement (none if nothing matched). */
-    const send = (events: ReadonlyArray<PreparedEvent>) =>
-      Effect.gen(function* () {
-        if (events.length === 0) return [] as ReadonlyArray<PublishedEvent>
-        const perEvent: Array<ReadonlyArray<string>> = []
-        const byQueue = new Map<string, Array<number>>()
-        for (let i = 0; i < events.length; i++) {
-          const queues = yield* queuesFor(events[i]!.routingKey)
-          perEvent.push(queues)
-          for (const queue of queues) {
-            const list = byQueue.get(queue)
-            if (list) list.push(i + 1)
-            else byQueue.set(queue, [i + 1])
-          }
-        }
-        const now = yield* statementNow
-        let publishedAt: Date
-        if (byQueue.size === 0) {
-          const [row] = yield* statements.clockNow(now).pipe(db("read the clock"))
-          publishedAt = row?.now ?? new Date(0)
-        } else {
-          const targets: Array<FanOutTarget> = []
-          for (const [queue, ordinals] of byQueue) {
-            const physicalQueue = physicalQueueOf(config, { queue, priority: undefined })
-            yield* ensureQueue(physicalQueue)
-            const name = yield* store.validateName(physicalQueue)
-            targets.push({ physical: name.physical, ordinals })
-          }
-          const rows = yield* statements.eventFanOut(events, targets, store.messageCtes, now).pipe(
-            Effect.mapError((error): QueueError => {
-              // a queue dropped since this process created it
-              if (serverError(error).code === "42P01")
-                return new QueueNotFound({ queue: [...byQueue.keys()].join(",") })
-              return toDatabaseError("publish events")(error)
-            })
-          )
-          publishedAt = rows[0]?.published_at ?? new Date(0)
-          yield* Metric.update(
-            eventDeliveries,
-            [...byQueue.values()].reduce((n, list) => n + list.length, 0)
-          )
-        }
-        yield* Metric.update(eventsPublished, events.length)
-        return events.map(
-          (e, i): PublishedEvent => ({
-            eventId: e.eventId,
-            routingKey: e.routingKey,
-            publishedAt,
-            queues: perEvent[i]!
-          })
-        )
-      })
+    const context = makePublisherContext(deps)
+    const cache = yield* makeSubscriptionCache(context)
+    const prepare = makePrepareEvent(deps.config)
+    const send = makeSendEvents(context, cache)
+    const { register, subscriptions, unsubscribe } = makeSubscriptionTable(context, cache)
+    const { routes, invalidate } = cache
 
     const publishMany = (inputs: Iterable<EventInput>) =>
       Effect.gen(function* () {
@@ -366,54 +132,6 @@ export const makePublisher = (deps: PublisherDeps) =>
           { captureStackTrace: false }
         )
       )
-
-    const register = (subscribers: ReadonlyArray<AnySubscriber>) =>
-      Effect.gen(function* () {
-        if (subscribers.length === 0) return
-        const names = new Set<string>()
-        for (const s of subscribers) {
-          if (names.has(s.name)) {
-            return yield* new InvalidSubscriberDefinition({
-              subscriber: s.name,
-              reason:
-                s.name === s.pattern
-                  ? `two subscribers are registered with this name: a subscriber without a \`name\` is named by its pattern (${s.pattern}), so two unnamed subscribers of one pattern collide; give each a \`name\` (its identity: the subscription row and idempotency records)`
-                  : "two subscribers are registered with this name (give one another `name`)"
-            })
-          }
-          names.add(s.name)
-        }
-        for (const queue of new Set(subscribers.map((s) => s.queue))) {
-          for (const physical of servedQueues(config, queue)) yield* ensureQueue(physical)
-        }
-        const now = yield* statementNow
-        yield* statements
-          .subscriptionUpsert(
-            subscribers.map((s) => ({ handler: s.name, pattern: s.pattern, queue: s.queue })),
-            now
-          )
-          .pipe(db("register subscriptions"))
-        yield* invalidate
-      }).pipe(Effect.withSpan("pgbus.event.register", { attributes: { subscribers: subscribers.length } }))
-
-    const subscriptions = statements.subscriptionList().pipe(
-      db("list subscriptions"),
-      Effect.map((rows) =>
-        rows.map(
-          (r): Subscription => ({ name: r.handler, pattern: r.pattern, queue: r.queue, registeredAt: r.registered_at })
-        )
-      )
-    )
-
-    // a name PostgreSQL cannot store (not a string, a NUL) names no stored subscription
-    const unsubscribe = (name: string) =>
-      Input.textProblem(name) !== undefined
-        ? Effect.succeed(false)
-        : statements.subscriptionDelete(name).pipe(
-            db("delete subscription"),
-            Effect.tap(() => invalidate),
-            Effect.map((rows) => rows.length > 0)
-          )
 
     return { prepare, send, publish, publishMany, routes, register, subscriptions, unsubscribe, invalidate }
   })
