@@ -13,6 +13,7 @@ import { type Capsule, validateCapsules } from "../src/Supervisor/Capsule.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import { bundledFixture, type Child, spawnSupervisor } from "./support/child.ts"
 import { eventually } from "./support/jobs.ts"
+import { freePort } from "./support/ports.ts"
 import { onFreshDatabase } from "./support/TestDatabase.ts"
 
 const FIXTURE = "test/fixtures/child-capsule-app.ts"
@@ -362,6 +363,54 @@ describe("child-process capsules", () => {
           )
           assert.match(parent!.output(), /answers again after \d+ ms/)
           assert.include(parent!.output(), "event loop blocked for", "the child's own watchdog logged the block")
+        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
+      }),
+    120_000
+  )
+})
+
+describe("child-process capsules: readiness", () => {
+  it.live(
+    "the parent's /readyz counts its children: OK once they boot, DEGRADED while one is frozen, OK again after",
+    () =>
+      onFreshDatabase({}, (url) => {
+        let parent: Child | undefined
+        return Effect.gen(function* () {
+          yield* prepare
+          yield* (yield* QueueStore).create("local")
+          const port = yield* freePort
+          parent = yield* startParent(url, { CHILD_PROCESSES: "2", PGBUS_HEALTH_PORT: String(port) })
+          const readyz = Effect.promise(() =>
+            fetch(`http://127.0.0.1:${port}/readyz`)
+              .then(async (r) => ({
+                status: r.status,
+                body: (await r.json()) as { status: string; expected: number; live: number }
+              }))
+              .catch(() => ({ status: 0, body: { status: "unreachable", expected: -1, live: -1 } }))
+          )
+          // the in-process capsule `local` and two children of `kids`
+          yield* eventually(
+            "ready with both children",
+            Effect.map(readyz, (r) => r.status === 200 && r.body.expected === 3 && r.body.live === 3),
+            "60 seconds"
+          )
+          const processes = yield* Processes
+          const rows = yield* processes.list.pipe(Effect.orDie)
+          const child = rows.find((r) => r.pid !== parent!.process.pid)
+          assert.isDefined(child, "a child's row")
+          // a frozen child is silent, as a blocked loop is: not live, so the parent is not ready
+          process.kill(child!.pid, "SIGSTOP")
+          yield* eventually(
+            "degraded while a child is frozen",
+            Effect.map(readyz, (r) => r.status === 503 && r.body.status === "DEGRADED" && r.body.live === 2),
+            "10 seconds"
+          )
+          process.kill(child!.pid, "SIGCONT")
+          yield* eventually(
+            "ready again",
+            Effect.map(readyz, (r) => r.status === 200 && r.body.status === "OK" && r.body.live === 3),
+            "10 seconds"
+          )
         }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
       }),
     120_000

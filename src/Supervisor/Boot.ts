@@ -51,7 +51,8 @@ const recycleLimits = (c: Capsule): string =>
   [
     c.maxJobsPerProcess === undefined ? "" : ` max_jobs=${c.maxJobsPerProcess}`,
     c.maxMemoryMb === undefined ? "" : ` max_memory_mb=${c.maxMemoryMb}`,
-    c.maxLifetime === undefined ? "" : ` max_lifetime=${Duration.format(Duration.fromInputUnsafe(c.maxLifetime))}`
+    c.maxLifetime === undefined ? "" : ` max_lifetime=${Duration.format(Duration.fromInputUnsafe(c.maxLifetime))}`,
+    c.maxBlocked === undefined ? "" : ` max_blocked=${Duration.format(Duration.fromInputUnsafe(c.maxBlocked))}`
   ].join("")
 
 /** The capsules a supervisor runs: all of them, those run here, those run in child processes. */

@@ -203,6 +203,8 @@ export interface ChildDeps {
   readonly keepClaims: (processId: string, claims: ReadonlyArray<ChildClaim>) => Effect.Effect<void>
   /** How often a silent child's claims are kept (the workers' visibility heartbeat). */
   readonly keepEvery: Duration.Duration
+  /** Where readiness finds the children (none: not counted). */
+  readonly slots?: ChildSlots | undefined
 }
 
 /** Margin over `drainTimeout` before a draining child is killed: its boot and its own finalizers. */
@@ -344,6 +346,56 @@ const keepWhileSilent = (capsule: Capsule, slot: number, processId: string, runn
     }
   })
 
+/**
+ * The children of a parent as its readiness counts them: every slot of a `processes` capsule is
+ * expected; one is live while its child runs, has booted (it spoke) and is not silent (a blocked
+ * loop). Probed when `/readyz` is asked, not kept up to date.
+ */
+export interface ChildLiveness {
+  readonly expected: () => number
+  readonly live: () => number
+}
+
+/** What readiness reads of a running child. */
+export interface ChildProbe {
+  readonly child: ChildProcess
+  /** When the child last spoke (performance.now()); undefined before its workers started. */
+  readonly lastHeard: () => number | undefined
+}
+
+/** The parent's registry of its children's slots: readiness reads it, `superviseChildren` writes it. */
+export interface ChildSlots extends ChildLiveness {
+  /** Records what runs in a slot (undefined: nothing, between a child's exit and its replacement). */
+  readonly set: (capsule: Capsule, slot: number, running: ChildProbe | undefined) => void
+}
+
+/** A registry of children's slots for one parent. */
+export const makeChildSlots = (): ChildSlots => {
+  const slots = new Map<string, ChildProbe | undefined>()
+  const key = (capsule: Capsule, slot: number) => `${capsule.name}/${slot}`
+  return {
+    expected: () => slots.size,
+    live: () => {
+      const now = performance.now()
+      let n = 0
+      for (const running of slots.values()) {
+        const heard = running?.lastHeard()
+        if (
+          running !== undefined &&
+          running.child.exitCode === null &&
+          heard !== undefined &&
+          now - heard < SILENT_AFTER_MS
+        )
+          n++
+      }
+      return n
+    },
+    set: (capsule, slot, running) => {
+      slots.set(key(capsule, slot), running)
+    }
+  }
+}
+
 /** Runs one child until it exits: its recycle reason, or `ChildExited` when it died without one. */
 const runChildOnce = (capsule: Capsule, slot: number, deps: ChildDeps) =>
   Effect.gen(function* () {
@@ -352,6 +404,8 @@ const runChildOnce = (capsule: Capsule, slot: number, deps: ChildDeps) =>
     const { ended, pid, reason, blocked } = yield* Effect.scoped(
       Effect.gen(function* () {
         const running = yield* spawnChild(capsule, slot, processId, deps)
+        deps.slots?.set(capsule, slot, running)
+        yield* Effect.addFinalizer(() => Effect.sync(() => deps.slots?.set(capsule, slot, undefined)))
         // interrupted before the child is stopped: a draining child is not kept
         yield* Effect.forkScoped(keepWhileSilent(capsule, slot, processId, running, deps))
         const ended = yield* Deferred.await(running.exited)
@@ -383,6 +437,11 @@ const runChildOnce = (capsule: Capsule, slot: number, deps: ChildDeps) =>
  * child dies, replaced at once when it recycles; interruption drains them all.
  */
 export const superviseChildren = (capsule: Capsule, deps: ChildDeps): Effect.Effect<void> =>
+  Effect.sync(() => {
+    for (let slot = 0; slot < (capsule.processes ?? 0); slot++) deps.slots?.set(capsule, slot, undefined)
+  }).pipe(Effect.andThen(superviseSlots(capsule, deps)))
+
+const superviseSlots = (capsule: Capsule, deps: ChildDeps): Effect.Effect<void> =>
   Effect.forEach(
     Array.from({ length: capsule.processes ?? 0 }, (_, slot) => slot),
     (slot) =>

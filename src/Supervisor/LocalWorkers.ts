@@ -23,6 +23,7 @@ import {
   type ChildDeps,
   type ChildEntry,
   type ChildRole,
+  type ChildSlots,
   ownEntry,
   reportClaims,
   superviseChildren,
@@ -41,9 +42,11 @@ const childDeps = (
   config: PgBusConfigShape,
   processes: Processes["Service"],
   store: QueueStore["Service"],
-  entry: ChildEntry
+  entry: ChildEntry,
+  slots: ChildSlots
 ): ChildDeps => ({
   entry,
+  slots,
   drainTimeout: config.drainTimeout,
   // as often as the child would beat its row or extend its claims, whichever is sooner
   keepEvery: Duration.min(
@@ -86,6 +89,8 @@ export interface LocalWorkersDeps {
   /** The capsules run in child processes of this one. */
   readonly childCapsules: ReadonlyArray<Capsule>
   readonly childEntry: ChildEntry | undefined
+  /** Where readiness finds the children. */
+  readonly childSlots: ChildSlots
   /** Runs once a capsule's first claim has ended (by index). */
   readonly firstClaimOf: (i: number) => Effect.Effect<void>
   /** The consumer gate of a capsule (single active consumer, consumer priority). */
@@ -192,7 +197,7 @@ export const runLocalWorkers = (deps: LocalWorkersDeps) =>
     const entry = deps.childEntry ?? ownEntry()
     for (const capsule of deps.childCapsules) {
       yield* Effect.forkScoped(
-        superviseChildren(capsule, childDeps(config, processes, store, entry)).pipe(
+        superviseChildren(capsule, childDeps(config, processes, store, entry, deps.childSlots)).pipe(
           Effect.annotateLogs({ capsule: capsule.name })
         )
       )

@@ -27,7 +27,7 @@ import { Registry } from "../Registry.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
 import { bootBanner, checkPool, ensureQueues, selectCapsules } from "./Boot.ts"
 import type { Capsule } from "./Capsule.ts"
-import { type ChildEntry, childRole, disconnectFromParent } from "./ChildCapsule.ts"
+import { type ChildEntry, type ChildLiveness, childRole, disconnectFromParent, makeChildSlots } from "./ChildCapsule.ts"
 import { databaseState, watchConnection } from "./ConnectionWatch.ts"
 import { forkDispatcherLoops, repeatMaintenance, runScheduler } from "./Dispatcher.ts"
 import { MetricsSampler, type Readiness, serveHealth } from "./Health.ts"
@@ -116,6 +116,7 @@ const serveHealthReport = (
   port: number,
   readiness: Ref.Ref<Readiness>,
   stats: ReadonlyArray<WorkerStats>,
+  children: ChildLiveness,
   lastBlock: () => LoopBlock | undefined
 ) =>
   Effect.gen(function* () {
@@ -126,15 +127,17 @@ const serveHealthReport = (
         Clock.currentTimeMillis
       ]),
       ([status, db, now]) => {
-        const live = stats.filter((s) => s.healthy).length
+        // every child process of a `processes` capsule counts, as the seed's forks do
+        const expected = stats.length + children.expected()
+        const live = stats.filter((s) => s.healthy).length + children.live()
         // a recent block of the event loop (a CPU-bound handler) degrades for a while
         const last = lastBlock()
         const block = last !== undefined && now - last.at < DEGRADED_FOR_MS ? last : undefined
         // the connection breaker open: the database is unreachable, reads fail fast
-        const degraded = status === "OK" && (live < stats.length || db.database !== "ok" || block !== undefined)
+        const degraded = status === "OK" && (live < expected || db.database !== "ok" || block !== undefined)
         return {
           status: degraded ? ("DEGRADED" as const) : status,
-          expected: stats.length,
+          expected,
           live,
           ...db,
           ...(block !== undefined
@@ -187,6 +190,7 @@ export const runWith = (given: SupervisorOptions = {}) =>
     const capacity = runsWorkers ? local.reduce((n, c) => n + c.concurrency, 0) : 0
     yield* checkPool(config, capacity, runsWorkers)
     const stats: Array<WorkerStats> = runsWorkers ? local.map(makeStats) : []
+    const childSlots = makeChildSlots()
     // At boot the workers claim first and the dispatcher's rounds start after their first
     // claims (1 s at most): a process (or a fleet) restarting with a backlog puts its work
     // ahead of sweeps and retention, which otherwise compete with the first claims for the
@@ -271,7 +275,7 @@ export const runWith = (given: SupervisorOptions = {}) =>
 
     // a child's health is its parent's business (and the port is the parent's)
     if (config.healthPort !== undefined && child === undefined) {
-      yield* serveHealthReport(config, config.healthPort, readiness, stats, () => lastBlock)
+      yield* serveHealthReport(config, config.healthPort, readiness, stats, childSlots, () => lastBlock)
     }
 
     const recycle: Effect.Effect<void> = runsWorkers
@@ -291,6 +295,7 @@ export const runWith = (given: SupervisorOptions = {}) =>
           stats,
           childCapsules: selection.childCapsules,
           childEntry: options.childEntry,
+          childSlots,
           firstClaimOf,
           mayReadOf
         })
