@@ -87,6 +87,7 @@ export const makeAttempt = (ctx: EngineContext, st: ExecutionState, gate: Gate) 
       const timeoutMs =
         options.timeout === undefined ? undefined : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
       st.inStep = true
+      st.controlInStep = undefined
       const ran = effect.pipe(
         Effect.provideService(StepContext, stepContext),
         Effect.provideService(SignalReaders, opened.readers)
@@ -102,6 +103,18 @@ export const makeAttempt = (ctx: EngineContext, st: ExecutionState, gate: Gate) 
             )
       ).pipe(Effect.withSpan(...stepSpan(def.name, runId, step), { captureStackTrace: false }), Effect.exit)
       st.inStep = false
+      // a control verb the step called ends it, whatever the step's code did with its defect
+      // (set by the verb while the step ran: read past the reset above)
+      const control = st.controlInStep as ExecutionState["controlInStep"]
+      st.controlInStep = undefined
+      if (control !== undefined) {
+        if (Exit.isSuccess(exit) || requestInCause(exit.cause) === undefined) {
+          yield* Effect.logWarning(
+            `pgbus: workflow ${def.name} run ${runId} step ${step.name}: Workflow.${control.verb._tag}() was caught inside the step; it ends the step all the same`
+          )
+        }
+        return control
+      }
       if (Exit.isFailure(exit)) {
         // a control verb called inside the step ends it with its request
         const requested = requestInCause(exit.cause)
