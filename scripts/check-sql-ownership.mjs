@@ -31,7 +31,8 @@ const owners = new Set([
   "src/Workflow/sql/Context.ts", // the shared fragments (tables, history, claim columns)
   "src/Workflow/sql/StartSql.ts", // run lifecycle: start, end without a step, release, undeliverable
   "src/Workflow/sql/ClaimSql.ts", // claims
-  "src/Workflow/sql/OutcomeSql.ts", // step outcomes
+  "src/Workflow/sql/OutcomeSql.ts", // step outcomes: a step scheduled by replay, a poll's next check
+  "src/Workflow/sql/FinishSql.ts", // an attempt's outcome and what follows it, one run
   "src/Workflow/sql/OutcomeManySql.ts", // step outcomes shared by concurrent executions
   "src/Workflow/sql/EventSql.ts", // audit events and patch markers on their own
   "src/Workflow/sql/WaitSql.ts", // waits: park, wake, resolve, rewait

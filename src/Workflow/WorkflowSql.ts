@@ -1,7 +1,7 @@
 /**
  * Every SQL statement on the workflow tables (runs, step attempts, signals, the audit trail),
  * gathered from its transition family under `sql/`: run lifecycle (`StartSql`), claims
- * (`ClaimSql`), step outcomes (`OutcomeSql`), waits and signals (`WaitSql`), the outside verbs
+ * (`ClaimSql`), step outcomes (`FinishSql` for one run, `OutcomeManySql` for many, `OutcomeSql` for the rest), waits and signals (`WaitSql`), the outside verbs
  * (`VerbSql`), the sweep (`SweepSql`), reads (`ReadSql`) and child workflows (`ChildSql`). The runner's transitions are single
  * statements (data-modifying CTEs): the run row is locked, each change is a guarded UPDATE whose
  * from-states come from `States.ts`, the audit events and the next step's message are written in
@@ -16,6 +16,7 @@ import { makeClaimSql } from "./sql/ClaimSql.ts"
 import { makeWorkflowSqlContext } from "./sql/Context.ts"
 import { makeDeadlineSql } from "./sql/DeadlineSql.ts"
 import { makeEventSql } from "./sql/EventSql.ts"
+import { makeFinishSql } from "./sql/FinishSql.ts"
 import { makeOutcomeManySql } from "./sql/OutcomeManySql.ts"
 import { makeOutcomeSql } from "./sql/OutcomeSql.ts"
 import { makeReadSql } from "./sql/ReadSql.ts"
@@ -56,6 +57,7 @@ export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messag
     ...makeStartSql(ctx),
     ...makeClaimSql(ctx),
     ...makeOutcomeSql(ctx),
+    ...makeFinishSql(ctx),
     ...makeOutcomeManySql(ctx),
     ...makeEventSql(ctx),
     ...makeWaitSql(ctx),

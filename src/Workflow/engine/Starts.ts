@@ -1,5 +1,5 @@
 /**
- * Starting runs: one statement per start, or shared by concurrent starts into one queue.
+ * Starting runs: one statement (`runStartMany`) per start, or shared by concurrent starts into one queue.
  *
  * @since 0.1.0
  */
@@ -34,6 +34,13 @@ export const makeStarts = (
     return out
   }
 
+  /** One start alone (in a caller's transaction, a rerun): the new row, or none when refused. */
+  const startOne = (entry: StartEntry, physical: string) =>
+    statements.runStartMany([entry], physical, entry.now).pipe(
+      db("start run"),
+      Effect.map(([row]) => (row === undefined || row.id === null ? undefined : row))
+    )
+
   // Starts made outside a transaction at the same time share a statement (one per queue out at
   // once): one round trip, one commit and one NOTIFY for several runs. Two starts that a unique
   // index could set against each other (one subject or key) never share one.
@@ -51,11 +58,7 @@ export const makeStarts = (
             ),
             (groups) => groups.flat().map((row) => (row.id === null ? undefined : row))
           ),
-        one: (e) =>
-          statements.runStart({ ...e, physicalQueue: physical, rerunOf: null }).pipe(
-            db("start run"),
-            Effect.map((rows) => rows[0])
-          ),
+        one: (e) => startOne(e, physical),
         key: (e) =>
           e.singleton
             ? `${e.workflow}\u0000singleton`
@@ -127,7 +130,7 @@ export const makeStarts = (
       const inserted =
         rerunOf === null && Option.isNone(yield* Effect.serviceOption(sql.transactionService))
           ? yield* startBatched(physical)(entry)
-          : (yield* statements.runStart({ ...entry, physicalQueue: physical, rerunOf }).pipe(db("start run")))[0]
+          : yield* startOne({ ...entry, rerunOf }, physical)
       // the start returns the new row: no read-back
       if (inserted !== undefined) return makeHandle(inserted, false, workflow)
       const [holder] = yield* statements.runFindConflicting(workflow.name, subject, key, singleton).pipe(db("find run"))

@@ -187,7 +187,7 @@ export type NextAction =
   | { readonly _tag: "pause"; readonly reason: string; readonly error: string | null; readonly message: string | null }
   | { readonly _tag: "cancel"; readonly reason: string | null }
 
-/** A start (`runStart`, or one entry of `runStartMany`): a fresh run and its payload as JSON text. */
+/** One entry of `runStartMany`: a fresh run (a rerun, a child) and its payload as JSON text. */
 export interface StartEntry {
   readonly id: string
   readonly workflow: string
@@ -208,6 +208,8 @@ export interface StartEntry {
   /** The message carries the run's payload, subject and resource: its worker replays before claiming. */
   readonly carryInput: boolean
   readonly now: Date | null
+  /** The run this one reruns (`rerun`): its event is `rerun`, not `started`. */
+  readonly rerunOf?: string | null | undefined
   /** A child run: its parent's run and step (`Workflow.child`), and whether its pause wakes the parent. */
   readonly parent?: { readonly runId: string; readonly step: string; readonly wakeOnPause: boolean } | undefined
 }

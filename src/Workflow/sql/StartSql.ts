@@ -11,51 +11,26 @@ import { type RunRow, STEP_JOB, type StartEntry } from "./Rows.ts"
 /** Start statements of one schema. */
 export const makeStartSql = (ctx: WorkflowSqlContext) => {
   const ENDS = { finished: "end_finish", paused: "end_pause", cancelled: "end_cancel" } as const
-  const { runs, steps, events, NOW, textArray, stepMessage, sql, messageCtes, fromIn, toOf, openSteps } = ctx
-
-  /** Start: the run, its `started` event and its first message, unless a unique index says no. */
-  const runStart = (p: StartEntry & { readonly physicalQueue: string; readonly rerunOf: string | null }) => {
-    const input = p.carryInput
-      ? sql`, 'input', jsonb_build_object('payload', run.payload, 'subject', run.subject, 'resource_id', run.resource_id${
-          p.parent === undefined ? sql`` : sql`, 'parent_run_id', run.parent_run_id::text`
-        })`
-      : sql``
-    const message = messageCtes(
-      p.physicalQueue,
-      "first_message",
-      sql`SELECT ${NOW(p.now)} AS vt, ${stepMessage(p.workflow, sql`NULL`, sql`run.id`, input)} AS message FROM run`,
-      p.now
-    )
-    return sql<RunRow & { readonly notified: unknown }>`WITH run AS (
-        INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
-                             definition_version, rerun_of, actor, priority, singleton, scheduled_for, created_at, updated_at${p.parent === undefined ? sql`` : sql`, parent_run_id, parent_step, parent_wake_on_pause`})
-        VALUES (${p.id}::uuid, ${p.workflow}, ${p.subject}, ${p.resourceId}, ${p.payload}::jsonb, ${toOf("start")},
-                ${p.idempotencyKey}, ${p.engineVersion}, ${p.definitionVersion}, ${p.rerunOf}::uuid, ${p.actor},
-                ${p.priority}::int4, ${p.singleton}, ${p.scheduledFor}::timestamptz, ${NOW(p.now)}, ${NOW(p.now)}${p.parent === undefined ? sql`` : sql`, ${p.parent.runId}::uuid, ${p.parent.step}, ${p.parent.wakeOnPause}`})
-        ON CONFLICT DO NOTHING
-        RETURNING *),
-      started AS (
-        INSERT INTO ${events} (run_id, type, actor, reason, details, at)
-        SELECT run.id, ${p.rerunOf === null ? "started" : "rerun"}, ${p.actor}, ${p.reason},
-          jsonb_strip_nulls(jsonb_build_object('subject', ${p.subject}::text, 'idempotency_key', ${p.idempotencyKey}::text,
-            'rerun_of', ${p.rerunOf}::text, 'parent_run_id', run.parent_run_id::text, 'parent_step', run.parent_step)),
-          ${NOW(p.now)}
-        FROM run),
-      ${message.ctes}
-      SELECT run.*, ${message.notifyRef} AS notified FROM run`
-  }
+  const { runs, steps, events, NOW, textArray, sql, messageCtes, fromIn, toOf, openSteps } = ctx
 
   /**
-   * `runStart` for many fresh runs (no rerun) into one queue, in one statement: each run that no
-   * unique index refuses gets its row, its `started` event and its first message (one NOTIFY for
-   * all). One row per entry back, in order; a refused entry gives a row whose `id` is null.
+   * Starts runs into one queue in one statement (one or many; a rerun, a child): each run that
+   * no unique index refuses gets its row, its `started` (or `rerun`) event and its first message
+   * (one NOTIFY for all). One row per entry back, in order; a refused entry gives a row whose
+   * `id` is null. One statement time (`now`) for all.
    */
   const runStartMany = (entries: ReadonlyArray<StartEntry>, physicalQueue: string, now: Date | null) => {
     // one JSON parameter (payloads are JSON already, spliced in as they are)
     const json = `[${entries
       .map(
         (e) =>
-          `{"id":${JSON.stringify(e.id)},"w":${JSON.stringify(e.workflow)},"s":${JSON.stringify(e.subject)},"rs":${JSON.stringify(e.resourceId)},"p":${e.payload},"k":${JSON.stringify(e.idempotencyKey)},"v":${e.engineVersion},"dv":${JSON.stringify(e.definitionVersion)},"a":${JSON.stringify(e.actor)},"re":${JSON.stringify(e.reason)},"c":${e.carryInput},"pr":${JSON.stringify(e.priority)},"sg":${e.singleton},"sf":${JSON.stringify(e.scheduledFor)}}`
+          `{"id":${JSON.stringify(e.id)},"w":${JSON.stringify(e.workflow)},"s":${JSON.stringify(e.subject)},"rs":${JSON.stringify(e.resourceId)},"p":${e.payload},"k":${JSON.stringify(e.idempotencyKey)},"v":${e.engineVersion},"dv":${JSON.stringify(e.definitionVersion)},"a":${JSON.stringify(e.actor)},"re":${JSON.stringify(e.reason)},"c":${e.carryInput},"pr":${JSON.stringify(e.priority)},"sg":${e.singleton},"sf":${JSON.stringify(e.scheduledFor)}${
+            e.rerunOf == null ? "" : `,"ro":${JSON.stringify(e.rerunOf)}`
+          }${
+            e.parent === undefined
+              ? ""
+              : `,"pa":${JSON.stringify(e.parent.runId)},"ps":${JSON.stringify(e.parent.step)},"pw":${e.parent.wakeOnPause}`
+          }}`
       )
       .join(",")}]`
     const message = messageCtes(
@@ -64,7 +39,9 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
       sql`SELECT ${NOW(now)} AS vt, jsonb_build_object('job', ${STEP_JOB}::text, 'payload',
           CASE WHEN i.carry
             THEN jsonb_build_object('workflow', run.workflow, 'run', run.id, 'step', NULL::text, 'input',
-              jsonb_build_object('payload', run.payload, 'subject', run.subject, 'resource_id', run.resource_id))
+              jsonb_build_object('payload', run.payload, 'subject', run.subject, 'resource_id', run.resource_id)
+              || CASE WHEN run.parent_run_id IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('parent_run_id', run.parent_run_id::text) END)
             ELSE jsonb_build_object('workflow', run.workflow, 'run', run.id, 'step', NULL::text) END) AS message
         FROM run JOIN i ON i.id = run.id ORDER BY i.ord`,
       now
@@ -74,21 +51,26 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
           u.e->>'rs' AS resource_id, u.e->'p' AS payload, u.e->>'k' AS idempotency_key,
           (u.e->>'v')::int4 AS engine_version, u.e->>'dv' AS definition_version, u.e->>'a' AS actor,
           u.e->>'re' AS reason, (u.e->>'c')::boolean AS carry, (u.e->>'pr')::int4 AS priority,
-          (u.e->>'sg')::boolean AS singleton, (u.e->>'sf')::timestamptz AS scheduled_for
+          (u.e->>'sg')::boolean AS singleton, (u.e->>'sf')::timestamptz AS scheduled_for,
+          (u.e->>'ro')::uuid AS rerun_of, (u.e->>'pa')::uuid AS parent_run_id, u.e->>'ps' AS parent_step,
+          coalesce((u.e->>'pw')::boolean, false) AS parent_wake_on_pause
         FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
       run AS (
         INSERT INTO ${runs} (id, workflow, subject, resource_id, payload, status, idempotency_key, engine_version,
-                             definition_version, rerun_of, actor, priority, singleton, scheduled_for, created_at, updated_at)
+                             definition_version, rerun_of, actor, priority, singleton, scheduled_for, created_at, updated_at,
+                             parent_run_id, parent_step, parent_wake_on_pause)
         SELECT id, workflow, subject, resource_id, payload, ${toOf("start")}, idempotency_key, engine_version,
-               definition_version, NULL, actor, priority, singleton, scheduled_for, ${NOW(now)}, ${NOW(now)}
+               definition_version, rerun_of, actor, priority, singleton, scheduled_for, ${NOW(now)}, ${NOW(now)},
+               parent_run_id, parent_step, parent_wake_on_pause
         FROM i ORDER BY ord
         ON CONFLICT DO NOTHING
         RETURNING *),
       started AS (
         INSERT INTO ${events} (run_id, type, actor, reason, details, at)
-        SELECT run.id, 'started', i.actor, i.reason,
+        SELECT run.id, CASE WHEN i.rerun_of IS NULL THEN 'started' ELSE 'rerun' END, i.actor, i.reason,
           jsonb_strip_nulls(jsonb_build_object('subject', i.subject, 'idempotency_key', i.idempotency_key,
-            'rerun_of', NULL::text)), ${NOW(now)}
+            'rerun_of', i.rerun_of::text, 'parent_run_id', run.parent_run_id::text, 'parent_step', run.parent_step)),
+          ${NOW(now)}
         FROM run JOIN i ON i.id = run.id ORDER BY i.ord),
       ${message.ctes}
       SELECT run.*, ${message.notifyRef} AS notified FROM i LEFT JOIN run ON run.id = i.id ORDER BY i.ord`
@@ -164,5 +146,5 @@ export const makeStartSql = (ctx: WorkflowSqlContext) => {
         SELECT r.id, 'paused', 'system', ${p.reason}, ${NOW(p.now)} FROM r)
       SELECT id FROM r`
 
-  return { runStart, runStartMany, runFindConflicting, runEndFromPerforming, runReleaseContinue, runPauseUndeliverable }
+  return { runStartMany, runFindConflicting, runEndFromPerforming, runReleaseContinue, runPauseUndeliverable }
 }

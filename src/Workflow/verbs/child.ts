@@ -262,27 +262,33 @@ export const makeChild = (ctx: EngineContext, st: ExecutionState) => {
           let [row] = yield* statements.runChildOf(runId, step.name)
           if (row === undefined) {
             const subject = childOptions.subject ?? null
-            const [inserted] = yield* statements.runStart({
-              id: crypto.randomUUID(),
-              workflow: workflow.name,
-              subject,
-              resourceId: childOptions.resourceId ?? runContext.resourceId ?? null,
-              payload,
-              idempotencyKey: null,
-              engineVersion: ENGINE_VERSION,
-              definitionVersion: workflow.version ?? null,
-              actor: "system",
-              reason: `child of ${runId} (step ${step.name})`,
-              // a prioritized run is claimed before its first replay (the claim reads its priority)
-              carryInput: Buffer.byteLength(payload, "utf8") <= CARRIED_INPUT_LIMIT && priority === null,
-              priority,
-              singleton,
-              scheduledFor: null,
-              parent: { runId, step: step.name, wakeOnPause: childOptions.onChildPause === "fail" },
-              physicalQueue: physical,
-              rerunOf: null,
+            const [started] = yield* statements.runStartMany(
+              [
+                {
+                  id: crypto.randomUUID(),
+                  workflow: workflow.name,
+                  subject,
+                  resourceId: childOptions.resourceId ?? runContext.resourceId ?? null,
+                  payload,
+                  idempotencyKey: null,
+                  engineVersion: ENGINE_VERSION,
+                  definitionVersion: workflow.version ?? null,
+                  actor: "system",
+                  reason: `child of ${runId} (step ${step.name})`,
+                  // a prioritized run is claimed before its first replay (the claim reads its priority)
+                  carryInput: Buffer.byteLength(payload, "utf8") <= CARRIED_INPUT_LIMIT && priority === null,
+                  priority,
+                  singleton,
+                  scheduledFor: null,
+                  parent: { runId, step: step.name, wakeOnPause: childOptions.onChildPause === "fail" },
+                  now
+                }
+              ],
+              physical,
               now
-            })
+            )
+            // refused by a unique index: a row whose id is null
+            const inserted = started?.id === null ? undefined : started
             if (inserted === undefined) {
               const [holder] = yield* statements.runFindConflicting(workflow.name, subject, null, singleton)
               return yield* new AlreadyRunning({

@@ -1,7 +1,7 @@
 /**
  * `Workflow.skip`/`pause`/`cancel`/`finish`/`reattempt`: inside a step the step ends with the
- * verb, a typed request (see `engine/execution/Step.ts`); outside a step it applies after the last
- * completed step.
+ * verb, a typed request (see `engine/execution/Step.ts`) that the step's code cannot catch away;
+ * outside a step it applies after the last completed step.
  *
  * @since 0.1.0
  */
@@ -22,10 +22,17 @@ export const makeControlVerb = ({ ctx, st, apply }: VerbEnv) => {
   const { halt, restartFromClaim, pauseWith, applyOutcome, ending } = apply
   const control: WorkflowRuntime["Service"]["control"] = (verbCalled) =>
     Effect.suspend(() => {
-      // inside a step: the step ends with the verb (a defect carrying it; its type promises no failure)
-      if (st.inStep) return Effect.die(new StepRequest({ _tag: "Control", verb: verbCalled }))
+      // inside a step: the step ends with the verb (a defect carrying it; its type promises no
+      // failure), recorded first so that a catch in the step's code cannot swallow it
+      if (st.inStep) {
+        const requested = { _tag: "Control", verb: verbCalled } as const
+        st.controlInStep ??= requested
+        return Effect.die(new StepRequest(requested))
+      }
       // outside a step: the verb applies after the last completed step
       return Effect.gen(function* () {
+        // the execution ended (a body that caught its unwinding): its recorded end stands
+        if (st.stop !== undefined) return yield* halt(st.stop)
         if (st.speculative) return yield* restartFromClaim
         const now = yield* statementNow
         const next: NextAction | undefined =

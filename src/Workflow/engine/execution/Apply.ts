@@ -1,40 +1,29 @@
 /**
- * The execution's ends: halting it, claiming with the first step, pausing on an error, applying
- * a finished attempt and what follows it.
+ * The execution's ends, in one record every verb uses: halting it (`Halted`), pausing the run on
+ * an error that is not a step's (divergence, a bad option), the step metrics; the claims made
+ * from the body (`Claim.ts`) and a finished attempt's outcome (`Outcome.ts`) are composed here.
  *
  * @since 0.1.0
  */
-import { Clock, Duration, Effect, Metric, Option } from "effect"
-import { isPassingFailure, retryTransient, statementNow } from "../../../Database.ts"
-import type { StepOptions } from "../../Runtime.ts"
+import { Clock, Effect, Metric } from "effect"
+import { statementNow } from "../../../Database.ts"
 import { makeChildWake } from "../../verbs/child.ts"
-import { type DatabaseError, ReplayDivergence } from "../../WorkflowError.ts"
-import type { FinishRow, NextAction } from "../../WorkflowSql.ts"
+import { ReplayDivergence } from "../../WorkflowError.ts"
 import type { EngineContext } from "../Context.ts"
 import { messageOf } from "../Errors.ts"
-import { cancelledTotal, finishedOf, pausedTotal, stepMetrics } from "../Metrics.ts"
+import { pausedTotal, stepMetrics } from "../Metrics.ts"
 import type { Outcomes } from "../Outcomes.ts"
+import { makeClaim } from "./Claim.ts"
 import { Halted, type Stop } from "./End.ts"
+import { makeOutcome } from "./Outcome.ts"
 import type { ExecutionState } from "./State.ts"
 import { hashNames, type Target } from "./State.ts"
 
-/** One info line when a run finishes, pauses (with its reason) or is cancelled by a step's outcome. */
-const logRunEnd = (workflow: string, runId: string, step: string, after: string | null, next: NextAction) =>
-  after === "finished"
-    ? Effect.logInfo(`pgbus: workflow ${workflow} run ${runId} finished (last step ${step})`)
-    : after === "paused"
-      ? Effect.logInfo(
-          `pgbus: workflow ${workflow} run ${runId} paused at step ${step}${next._tag === "pause" ? `: ${next.reason}${next.message ? `: ${next.message}` : ""}` : ""}`
-        )
-      : after === "cancelled"
-        ? Effect.logInfo(`pgbus: workflow ${workflow} run ${runId} cancelled at step ${step}`)
-        : Effect.void
-
 /** Builds this part of one execution. */
 export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionState) => {
-  const { sql, jobs, statements, db, queueOf, errorJson } = ctx
-  const { finish, finishBatched, claimFirst, claimFirstBatched, lateCompletion } = outcomes
-  const { ex, def, runId, namesSeen, signalFree, defaultQueue } = st
+  const { statements, db, errorJson } = ctx
+  const { finish, lateCompletion } = outcomes
+  const { ex, def, runId, namesSeen } = st
   const { withParentWake } = makeChildWake(ctx)
   /** A child run: its end (or pause) wakes its parent in the same transaction. */
   const isChild = st.claim.parent_run_id !== null && st.claim.parent_run_id !== undefined
@@ -49,69 +38,6 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
     st.stop = s
     return Effect.die(new Halted(s))
   }
-
-  /** Records the step a claim returned as held by this execution (inside the claim's uninterruptible region). */
-  const holding = <A extends { readonly id: bigint } | { readonly step_id: bigint | null }, E, R>(
-    claimed: Effect.Effect<ReadonlyArray<A>, E, R>
-  ) =>
-    Effect.tap(claimed, (rows) =>
-      Effect.sync(() => {
-        const row = rows[0]
-        const id = row === undefined ? null : "step_id" in row ? row.step_id : row.id
-        if (id !== null) ex.held = id
-      })
-    )
-
-  /** A fresh run claims itself alone, then replays from that claim. */
-  const claimForRestart = Effect.gen(function* () {
-    st.speculative = false
-    const [row] = yield* statements.runClaimContinue(runId, yield* statementNow).pipe(db("claim run"))
-    return { _tag: "restart", claim: row } as const
-  })
-  const restartFromClaim = Effect.matchEffect(claimForRestart, {
-    onFailure: (error) => halt({ _tag: "claimFailed", error }),
-    onSuccess: halt
-  })
-
-  /** A fresh run reached its first step: claim the run with it, if the run has no history. */
-  const claimWithFirst = (name: string, options: StepOptions<unknown>) =>
-    Effect.gen(function* () {
-      const { queue } = queueOf(options.queue ?? defaultQueue, options.priority ?? st.runPriority)
-      yield* jobs.ensureQueue(queue)
-      st.speculative = false
-      const timeoutMs =
-        options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
-      const now = yield* statementNow
-      const batchable =
-        (timeoutMs === null || Number.isFinite(timeoutMs)) &&
-        Option.isNone(yield* Effect.serviceOption(sql.transactionService))
-      const alone = claimFirst({ runId, name, queue, timeoutMs, claimedBy: ex.mark, now })
-      const [row] = yield* (
-        batchable
-          ? Effect.map(claimFirstBatched({ runId, name, queue, timeoutMs, claimedBy: ex.mark, now }), (r) =>
-              r === undefined ? [] : [r]
-            )
-          : alone
-      ).pipe(
-        // a reply lost with its connection may hide a commit: sent again, a claim that finds the
-        // run taken goes to `unclaimed`, which knows this execution's own claim by its mark
-        Effect.catchIf(isPassingFailure, () =>
-          Effect.andThen(
-            Effect.sync(() => {
-              ex.claimLost = true
-            }),
-            retryTransient(alone)
-          )
-        ),
-        holding,
-        Effect.uninterruptible,
-        Effect.catch((error) => halt({ _tag: "claimFailed", error }))
-      )
-      if (row?.step_id === null || row?.step_id === undefined) {
-        return yield* halt({ _tag: "restart", claim: row })
-      }
-      st.preclaimed = row.step_id
-    })
 
   /** Pauses the run on an error that is not a step's (divergence, a bad option, a glue error). */
   const pauseWith = (error: unknown, reason: string) =>
@@ -178,109 +104,10 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
       return yield* halt({ _tag: "applied" })
     })
 
-  /**
-   * An outcome sent again after a lost reply found its step moved on: if its first sending had
-   * committed (the step has the status it wrote), that outcome is this one, with the next step
-   * it claimed for this execution, found by the execution's mark.
-   */
-  const ownOutcome = (step: Target, status: "completed" | "skipped" | "failed" | "cancelled") =>
-    Effect.gen(function* () {
-      const [row] = yield* statements.stepGet(step.id).pipe(db("find step"))
-      if (row?.status !== status) return undefined
-      const [next] = ex.mark === null ? [] : yield* statements.runLoadClaimed(runId, ex.mark).pipe(db("find own claim"))
-      return {
-        before: null,
-        applied: 1n,
-        next_id: next?.step_id ?? null,
-        next_status: next === undefined ? null : ("in_progress" as const),
-        after: null
-      } satisfies FinishRow
-    })
+  const { holding, claimForRestart, restartFromClaim, claimWithFirst } = makeClaim(ctx, outcomes, st, halt)
+  const { ownOutcome, applyOutcome } = makeOutcome(ctx, outcomes, st, isChild, withParentWake)
 
-  /** Applies a finished attempt (or a skip) and what follows it. */
-  const applyOutcome = (
-    step: Target,
-    status: "completed" | "skipped" | "failed" | "cancelled",
-    output: string | null,
-    error: string | null,
-    next: NextAction
-  ) =>
-    Effect.gen(function* () {
-      const now = yield* statementNow
-      const definitionHash = hashNames(namesSeen)
-      const inTransaction = Option.isSome(yield* Effect.serviceOption(sql.transactionService))
-      // a child's end (or pause) wakes its parent in its transaction: never in a shared statement
-      const wakes = isChild && (next._tag === "finish" || next._tag === "cancel" || next._tag === "pause")
-      const batchable =
-        !wakes &&
-        status === "completed" &&
-        error === null &&
-        signalFree.has(step.id) &&
-        (next._tag === "finish" ||
-          (next._tag === "claim" && (next.timeoutMs === null || Number.isFinite(next.timeoutMs)))) &&
-        !inTransaction
-      // the step has run: a lost connection or a restarting server must not lose its outcome
-      // (if a lost reply hid a commit, the retry finds the step moved on: a late completion);
-      // not in a caller's transaction, which a lost connection has ended
-      const write: Effect.Effect<FinishRow | undefined, DatabaseError> = batchable
-        ? finishBatched({
-            runId,
-            stepId: step.id,
-            output,
-            definitionHash,
-            next: next._tag === "claim" ? { ...next } : (next as Extract<NextAction, { _tag: "finish" }>),
-            now
-          })
-        : finish({
-            workflow: def.name,
-            runId,
-            stepId: step.id,
-            status,
-            output,
-            error,
-            definitionHash,
-            next,
-            mayHoldSignal: !signalFree.has(step.id),
-            now
-          }).pipe(
-            Effect.map((rows) => rows[0]),
-            (w) => (wakes ? ending(w) : w)
-          )
-      // uninterruptible: a drain must know what this execution holds afterwards (the next step
-      // claimed with it); a reply lost with its connection may hide a commit: sent again, an
-      // outcome that finds its step moved on looks for its own commit before calling it late
-      const r = yield* (
-        inTransaction
-          ? write
-          : write.pipe(
-              Effect.catchIf(isPassingFailure, () =>
-                retryTransient(write).pipe(
-                  Effect.flatMap((again) =>
-                    again !== undefined && again.applied === 1n ? Effect.succeed(again) : ownOutcome(step, status)
-                  )
-                )
-              )
-            )
-      ).pipe(
-        Effect.tap((r) =>
-          Effect.sync(() => {
-            if (ex.pending?.step.id === step.id) ex.pending = undefined
-            if (r?.next_status === "in_progress" && r.next_id !== null) ex.held = r.next_id
-          })
-        ),
-        Effect.uninterruptible
-      )
-      if (r === undefined || r.applied === 0n) {
-        yield* lateCompletion(runId, step, now)
-        return undefined
-      }
-      if (r.after === "finished") yield* Metric.update(finishedOf(def.name), 1)
-      if (r.after === "cancelled")
-        yield* Metric.update(cancelledTotal.pipe(Metric.withAttributes({ workflow_class: def.name })), 1)
-      yield* logRunEnd(def.name, runId, step.name, r.after, next)
-      return r
-    })
-
+  /** Records a step's end in the step metrics (count and duration by outcome). */
   const recordStep = (step: Target, outcome: string, startedAt: number) =>
     Effect.flatMap(Clock.currentTimeMillis, (end) => {
       const metrics = stepMetrics(def.name, step.name, outcome)

@@ -13,7 +13,7 @@ import type { RunContext, StepOptions } from "../../Runtime.ts"
 import type { HistoryEntry } from "../../WorkflowSql.ts"
 import type { Claimed } from "../Messages.ts"
 import type { RegisteredWorkflow } from "../Services.ts"
-import type { Stop } from "./End.ts"
+import type { Requested, Stop } from "./End.ts"
 
 /** A step's options plus the runner's own: a poll takes a held signal as its fast-forwarded result. */
 export type RunnerStepOptions<A> = StepOptions<A> & { readonly takesHeldSignal?: boolean | undefined }
@@ -89,6 +89,11 @@ export interface ExecutionState {
   stop: Stop | undefined
   /** The claimed step's effect is running: a control verb ends the step, not the run. */
   inStep: boolean
+  /**
+   * The first control verb the running step called: it ends the step whatever the step's code
+   * then does with the defect carrying it (a catch cannot swallow it, as it cannot interruption).
+   */
+  controlInStep: Extract<Requested, { readonly _tag: "Control" }> | undefined
   /** A fresh run's first step, inserted claimed with the run's claim. */
   preclaimed: bigint | undefined
 }
@@ -149,6 +154,7 @@ export const makeExecutionState = (
       targetReached: false,
       stop: undefined,
       inStep: false,
+      controlInStep: undefined,
       preclaimed: undefined
     }
     return state
