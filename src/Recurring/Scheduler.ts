@@ -61,9 +61,9 @@ export interface SyncReport {
 export const REASON_MAX = 500
 
 /**
- * Who fires a task by hand, and why, as a run-now takes them: an actor of 1 to 1000 characters (the API's is `api:` and its
- * `authorize` hook's) and
- * a reason of at most `REASON_MAX` (blank: none), both text PostgreSQL can store.
+ * Who fires a task by hand, and why, as a run-now takes them: an actor of 1 to 1000 characters
+ * (the API's is `api:` and its `authorize` hook's) and a reason of at most `REASON_MAX` (blank:
+ * none), both text PostgreSQL can store.
  */
 export const RunNowCaller = Schema.Struct({
   actor: StorableText.check(Schema.isMinLength(1), Schema.isMaxLength(1000)),
