@@ -1,0 +1,186 @@
+/**
+ * The dispatcher role's loops (the workflow and batch sweeps, reaping dead processes, retention,
+ * the outbox poller) and the scheduler leader's work: maintenance tasks repeated on a schedule,
+ * each run only while this process leads its role (see Leader.ts).
+ *
+ * @since 0.1.0
+ */
+import { Cause, Duration, Effect, Schedule } from "effect"
+import type { BatchSweep } from "../Batch/Batch.ts"
+import type { PgBusConfigShape } from "../Config.ts"
+import type { DatabaseError } from "../Database.ts"
+import type { Outbox } from "../EventBus/Outbox.ts"
+import type { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
+import * as JobStats from "../Job/JobStats.ts"
+import type { JobStatsSql } from "../Job/JobStatsSql.ts"
+import type { UniqueKeys } from "../Job/Uniqueness.ts"
+import type { QueueError } from "../Queue/QueueError.ts"
+import type { QueueStore } from "../Queue/QueueStore.ts"
+import type { RecurringTask } from "../Recurring/Recurring.ts"
+import type { RecurringScheduler } from "../Recurring/Scheduler.ts"
+import type { WorkflowSweep } from "../Workflow/Engine.ts"
+
+/** Archive retention runs at most this often. */
+const ARCHIVE_CLEANUP_EVERY = Duration.hours(1)
+
+/** The uniqueness reaper (keys whose message is gone) runs this often. */
+const UNIQUE_KEY_REAP_EVERY = Duration.minutes(1)
+
+/** Runs a maintenance task repeatedly; a failure is logged and the next tick tries again. */
+export const repeatMaintenance = <A, E>(
+  name: string,
+  task: Effect.Effect<A, E>,
+  every: Duration.Duration,
+  quiet: () => boolean = () => false
+) =>
+  task.pipe(
+    // while the connection breaker is open the outage was logged once: no line per tick
+    Effect.catchCause((cause) =>
+      quiet() ? Effect.void : Effect.logWarning(`pgbus: ${name} failed`, Cause.pretty(cause))
+    ),
+    Effect.repeat(Schedule.spaced(every)),
+    Effect.forever
+  )
+
+/**
+ * The scheduler leader's work: sync the tasks, then fire due slots every tick and apply the
+ * ledger's retention hourly; a failed start is tried again after a tick.
+ */
+export const runScheduler = (
+  scheduler: RecurringScheduler["Service"],
+  tasks: ReadonlyArray<RecurringTask>,
+  every: Duration.Duration
+): Effect.Effect<void> =>
+  Effect.flatMap(scheduler.session(tasks), (session) =>
+    Effect.all(
+      [
+        repeatMaintenance("recurring scheduler", session.runOnce, every),
+        repeatMaintenance(
+          "recurring ledger retention",
+          Effect.flatMap(scheduler.purge, (n) =>
+            n === 0 ? Effect.void : Effect.logInfo(`pgbus: recurring ledger retention deleted ${n} fire(s)`)
+          ),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      ],
+      { concurrency: "unbounded", discard: true }
+    )
+  ).pipe(
+    Effect.catchCause((cause) =>
+      Effect.logWarning("pgbus: the recurring scheduler could not start", Cause.pretty(cause)).pipe(
+        Effect.andThen(Effect.sleep(every))
+      )
+    ),
+    Effect.forever
+  )
+
+/** What the dispatcher's loops run. */
+export interface DispatcherDeps {
+  readonly config: PgBusConfigShape
+  readonly store: QueueStore["Service"]
+  readonly sweep: WorkflowSweep["Service"]
+  readonly batchSweep: BatchSweep["Service"]
+  readonly processedEvents: ProcessedEvents["Service"]
+  readonly outbox: Outbox["Service"]
+  readonly uniqueKeys: UniqueKeys
+  readonly jobStatsSql: JobStatsSql
+  /** Reaps stale processes (ProcessRow.ts: not right after this process's own trouble). */
+  readonly reapStale: Effect.Effect<void, DatabaseError | QueueError>
+  /** Runs a loop while this process leads the dispatcher role, after the workers' first claims. */
+  readonly afterFirstClaims: <A, E>(loop: Effect.Effect<A, E>) => Effect.Effect<never, E>
+  /** repeatMaintenance, quiet while the connection breaker is open. */
+  readonly maintain: <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) => Effect.Effect<never>
+}
+
+/** Forks the dispatcher's loops in the current scope, each behind `afterFirstClaims`. */
+export const forkDispatcherLoops = (deps: DispatcherDeps) =>
+  Effect.gen(function* () {
+    const { config, store, sweep, batchSweep, processedEvents, outbox, uniqueKeys, jobStatsSql } = deps
+    const { afterFirstClaims, maintain } = deps
+    yield* Effect.forkScoped(
+      afterFirstClaims(
+        maintain(
+          "workflow sweep",
+          Effect.flatMap(sweep.runOnce, (r) =>
+            r.stalled + r.resent + r.timedOut + r.deleted === 0
+              ? Effect.void
+              : Effect.logInfo(
+                  `pgbus: workflow sweep: ${r.stalled} stalled, ${r.resent} re-sent, ${r.timedOut} timed out, ${r.deleted} deleted`
+                )
+          ),
+          config.workflowSweepInterval
+        )
+      )
+    )
+    yield* Effect.forkScoped(
+      afterFirstClaims(
+        maintain(
+          "batch sweep",
+          Effect.flatMap(batchSweep.runOnce, (r) =>
+            r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
+              ? Effect.void
+              : Effect.logInfo(
+                  `pgbus: batch sweep: ${r.recovered} member end(s) recovered, ${r.uncounted} member(s) with no message un-counted, ${r.unstuck} stalled, ${r.finished} finished, ${r.callbacksSent} callback set(s) sent, ${r.deleted} deleted`
+                )
+          ),
+          config.batchSweepInterval
+        )
+      )
+    )
+    yield* Effect.forkScoped(
+      afterFirstClaims(maintain("reaping stale processes", deps.reapStale, config.dispatchInterval))
+    )
+    yield* Effect.forkScoped(
+      afterFirstClaims(
+        maintain(
+          "uniqueness key reaper",
+          Effect.flatMap(uniqueKeys.reap, (r) =>
+            r.released === 0
+              ? Effect.void
+              : Effect.logInfo(`pgbus: released ${r.released} uniqueness key(s) whose job is gone`)
+          ),
+          UNIQUE_KEY_REAP_EVERY
+        )
+      )
+    )
+    yield* Effect.forkScoped(
+      afterFirstClaims(
+        maintain(
+          "processed-events retention",
+          Effect.flatMap(processedEvents.purge, (n) =>
+            n === 0
+              ? Effect.void
+              : Effect.logInfo(`pgbus: idempotency retention deleted ${n} processed-event record(s)`)
+          ),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      )
+    )
+    // the outbox poller (returns at once unless outboxEnabled); pollers on several processes
+    // never relay one entry twice (SKIP LOCKED)
+    yield* Effect.forkScoped(afterFirstClaims(outbox.pollerRole))
+    yield* Effect.forkScoped(
+      afterFirstClaims(
+        maintain(
+          "job statistics retention",
+          jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      )
+    )
+    yield* Effect.forkScoped(
+      afterFirstClaims(
+        maintain(
+          "archive retention",
+          Effect.flatMap(store.cleanupArchive(), (report) =>
+            report.length === 0
+              ? Effect.void
+              : Effect.logInfo(
+                  `pgbus: archive retention deleted ${report.map((r) => `${r.deleted} from ${r.queue}`).join(", ")}`
+                )
+          ),
+          ARCHIVE_CLEANUP_EVERY
+        )
+      )
+    )
+  })

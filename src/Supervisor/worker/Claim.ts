@@ -1,0 +1,249 @@
+/**
+ * A worker's claim loop: it claims up to its free room from its queues in priority order
+ * (archiving successes in the same statement while the queues have more), hands the messages to
+ * the executors, backs off over an outage, and waits for freed capacity, a NOTIFY or the poller.
+ *
+ * @since 0.1.0
+ */
+import { Duration, Effect, Queue } from "effect"
+import { isPassingFailure, retryTransient } from "../../Database.ts"
+import * as OutageBackoff from "../../internal/OutageBackoff.ts"
+import type { FairCursor } from "../../Queue/FairShare.ts"
+import { type Message, receiptOf } from "../../Queue/Message.ts"
+import { pollDelay } from "../../Queue/Notifier.ts"
+import { isBreakerOpen } from "../ConnectionWatch.ts"
+import { takeCompleted } from "./Archive.ts"
+import { forget, gated, isPaused, room, type WorkerContext, worthClaiming } from "./Context.ts"
+
+/**
+ * A rate-limited claim that left jobs behind says when the next token comes: no NOTIFY will
+ * announce it, so the worker wakes itself then (one pending wake-up, the earliest).
+ */
+const makeRateWake = (ctx: WorkerContext) => {
+  let rateWait: number | undefined
+  let rateWakeAt = Number.POSITIVE_INFINITY
+  const onRateWait = (ms: number) => {
+    rateWait = rateWait === undefined ? ms : Math.min(rateWait, ms)
+  }
+  const scheduleRateWake = Effect.suspend(() => {
+    const ms = rateWait
+    rateWait = undefined
+    if (ms === undefined) return Effect.void
+    const at = ctx.clock.currentTimeMillisUnsafe() + ms
+    if (at >= rateWakeAt) return Effect.void
+    rateWakeAt = at
+    return Effect.forkIn(
+      Effect.sleep(Duration.millis(ms)).pipe(
+        Effect.andThen(
+          Effect.sync(() => {
+            if (rateWakeAt === at) rateWakeAt = Number.POSITIVE_INFINITY
+            ctx.wakeups.wake()
+          })
+        )
+      ),
+      ctx.workerScope
+    ).pipe(Effect.asVoid)
+  })
+  return { onRateWait, scheduleRateWake }
+}
+
+// Each claim marks its messages `<process id>#<n>` (fast recovery matches the process id): a
+// claim that fails with its connection may have committed with its reply lost, and its
+// messages, which this worker never got, are released by that mark instead of waiting for
+// their visibility timeout.
+const releaseLostClaim = (ctx: WorkerContext, queue: string, mark: string) =>
+  retryTransient(ctx.store.releaseClaim(queue, mark)).pipe(
+    Effect.flatMap((n) =>
+      n === 0
+        ? Effect.void
+        : Effect.logWarning(`pgbus: released ${n} message(s) of a claim on ${queue} whose reply was lost`)
+    ),
+    Effect.catch((error) => Effect.logWarning("pgbus: releasing a claim whose reply was lost failed", error))
+  )
+
+/** Archives the given successes with the read (one statement); on failure they go back on the list. */
+const archiveAndRead = (
+  ctx: WorkerContext,
+  onRateWait: (ms: number) => void,
+  queue: string,
+  done: ReadonlyArray<Message>,
+  limit: number,
+  mark: string,
+  limited: boolean,
+  ordered: boolean
+) =>
+  ctx.store
+    .archiveAndRead(queue, done.map(receiptOf), {
+      limit,
+      visibilityTimeout: ctx.config.visibilityTimeout,
+      claimedBy: mark,
+      ...(limited ? { limited, onRateWait } : {}),
+      ...(ordered ? { ordered } : {})
+    })
+    .pipe(
+      Effect.tapError(() =>
+        Effect.sync(() => {
+          ctx.completed.push(...done)
+          ctx.flushSignal.openUnsafe()
+        })
+      ),
+      Effect.tap(({ archived }) => {
+        for (const m of done) forget(ctx, m)
+        return archived < done.length
+          ? Effect.logWarning(
+              `pgbus: ${done.length - archived} succeeded job(s) on ${queue} had been delivered again before their archive`
+            )
+          : Effect.void
+      })
+    )
+
+/** Claims up to `limit` of a queue (archiving successes on the way when allowed); `more`: it left some. */
+const readOne = (
+  ctx: WorkerContext,
+  onRateWait: (ms: number) => void,
+  queue: string,
+  cursor: FairCursor | undefined,
+  limited: boolean,
+  limit: number,
+  withArchive: boolean,
+  ordered: boolean
+) => {
+  // a limited claim archives first too (then claims in its own transaction: the archived
+  // jobs' slots are free for it, so no wake-up is needed for the jobs it archives)
+  const plain = cursor === undefined
+  const done = withArchive && plain && ctx.completed.length > 0 ? takeCompleted(ctx, queue) : []
+  const mark = `${ctx.deps.processId}#${++ctx.claims}`
+  const claimed = plain
+    ? archiveAndRead(ctx, onRateWait, queue, done, limit, mark, limited, ordered)
+    : ctx.store
+        .read(queue, {
+          limit,
+          visibilityTimeout: ctx.config.visibilityTimeout,
+          claimedBy: mark,
+          fair: cursor
+        })
+        .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
+  return Effect.tapError(claimed, (error) =>
+    isPassingFailure(error) ? releaseLostClaim(ctx, queue, mark) : Effect.void
+  )
+}
+
+/** One claim over the capsule's queues in priority order; returns how many messages it claimed. */
+const claimWith = (ctx: WorkerContext, rate: ReturnType<typeof makeRateWake>, withArchive: boolean) =>
+  Effect.gen(function* () {
+    const { stats, inFlight, clock } = ctx
+    let want = room(ctx)
+    if (want <= 0) return 0
+    const startedAt = clock.currentTimeMillisUnsafe()
+    let claimed = 0
+    let more = false
+    const read = new Set<string>()
+    for (const { queue, logical, cursor, limited, ordered } of ctx.reads) {
+      // full before the last queues: those may have more
+      if (want <= 0) {
+        more = true
+        break
+      }
+      if (isPaused(ctx, queue) || gated(ctx, logical)) continue
+      if (cursor === undefined) read.add(queue)
+      const got = yield* readOne(ctx, rate.onRateWait, queue, cursor, limited, want, withArchive, ordered)
+      for (const m of got.messages) inFlight.add(m)
+      if (got.messages.length > 0) ctx.deps.reportClaims?.(inFlight)
+      ctx.taken += got.messages.length
+      stats.buffered += got.messages.length
+      yield* Queue.offerAll(ctx.work, got.messages)
+      want -= got.messages.length
+      claimed += got.messages.length
+      if (got.more) more = true
+    }
+    yield* rate.scheduleRateWake
+    ctx.readAhead.claimed(clock.currentTimeMillisUnsafe() - startedAt, more)
+    // every queue read was drained: only a notification (or the poll) is news
+    ctx.queuesMayHaveMore = more
+    ctx.lastRead = read
+    return claimed
+  })
+
+/**
+ * The claim loop, until the drain stops it. While the queues have more, it claims only once a
+ * good part of the capacity is free (one read feeds many jobs; in bench:jobs reading at every
+ * freed slot cost a read per job). Once they are drained, any free slot is claimed at the next
+ * notification or poll.
+ */
+export const makeReadLoop = (ctx: WorkerContext) => {
+  const { stats, capacityFreed, wakeups } = ctx
+  const rate = makeRateWake(ctx)
+  // Backlogged, the flusher leaves successes to the claim (under the flush lock, as a flush);
+  // otherwise (woken by a notification) the claim reads without waiting for a flush.
+  const claim = Effect.suspend(() =>
+    ctx.claimArchives && ctx.queuesMayHaveMore && ctx.completed.length > 0
+      ? ctx.flushLock.withPermit(claimWith(ctx, rate, true))
+      : claimWith(ctx, rate, false)
+  ).pipe(
+    Effect.ensuring(
+      Effect.suspend(() => {
+        ctx.claimEnded.openUnsafe()
+        const first = ctx.onFirstClaim
+        ctx.onFirstClaim = undefined
+        return first ?? Effect.void
+      })
+    ),
+    Effect.uninterruptible
+  )
+  // 100 ms doubling to 5 s over one outage: a successful claim starts the next at 100 ms
+  const readBackoff = OutageBackoff.make("100 millis", "5 seconds")
+  const readLoop = Effect.gen(function* () {
+    while (!ctx.stopping) {
+      if (ctx.queuesMayHaveMore ? worthClaiming(ctx) : room(ctx) > 0) {
+        capacityFreed.closeUnsafe()
+        yield* claim
+        readBackoff.succeeded()
+        stats.healthy = true
+        // let the executors start what was just claimed first: short jobs free their slots
+        // meanwhile, so the next claim is larger (fewer statements per job)
+        yield* Effect.yieldNow
+        if (ctx.queuesMayHaveMore) continue
+      }
+      if (ctx.queuesMayHaveMore) {
+        // full: an executor opens the latch once claiming is worth it again
+        capacityFreed.closeUnsafe()
+        if (!worthClaiming(ctx)) yield* capacityFreed.await
+      } else {
+        // woken by a NOTIFY, or by the poller below
+        yield* wakeups.next
+        if (room(ctx) <= 0) ctx.wokenWhileFull = true
+      }
+    }
+  })
+  return OutageBackoff.retryLoop(readLoop, readBackoff, (error, pause) =>
+    isBreakerOpen(error)
+      ? // the connection breaker refused the read without a connection: the outage was logged
+        // once, and the next read (100 ms on) costs nothing, so that claims resume at once after
+        Effect.sync(() => {
+          stats.healthy = false
+          readBackoff.succeeded()
+        })
+      : Effect.sync(() => {
+          stats.healthy = false
+        }).pipe(
+          Effect.andThen(
+            Effect.logWarning(`pgbus: worker read failed, retrying in ${Duration.toMillis(pause)} ms`, error).pipe(
+              Effect.annotateLogs({ retryInMs: Duration.toMillis(pause) })
+            )
+          )
+        )
+  )
+}
+
+/**
+ * The polling backstop: it wakes the read loop like a NOTIFY does, so that the loop waits on the
+ * wake-up alone (a wait with a timeout forks a race: two more hops from NOTIFY to claim).
+ */
+export const makePoller = (ctx: WorkerContext): Effect.Effect<never> =>
+  Effect.forever(
+    Effect.flatMap(ctx.deps.notifier.status, (status) =>
+      Effect.sleep(pollDelay(status, ctx.config.pollingInterval)).pipe(
+        Effect.andThen(Effect.sync(() => ctx.wakeups.wake()))
+      )
+    )
+  )

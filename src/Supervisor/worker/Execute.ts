@@ -1,0 +1,156 @@
+/**
+ * A worker's executors: each takes a claimed message, runs its job, counts and times the
+ * delivery, and applies its outcome (a success waits for its archive, anything else goes to the
+ * completer at once); a freed slot wakes the claim loop when a claim is worth it.
+ *
+ * @since 0.1.0
+ */
+import { Cause, Effect, Queue } from "effect"
+import { type Completer, type Outcome, runDebounced, runExclusive } from "../../Job/Completer.ts"
+import { debounceKeyOfMessage } from "../../Job/Debounce.ts"
+import { execute, jobOf } from "../../Job/Executor.ts"
+import { recordJobUnsafe } from "../../Job/JobMetrics.ts"
+import { resolvePolicy } from "../../Job/Retry.ts"
+import { keyOfMessage } from "../../Job/Uniqueness.ts"
+import type { Message } from "../../Queue/Message.ts"
+import { checkBudget, forget, type WorkerContext, worthClaiming } from "./Context.ts"
+
+/** The metrics' status of each outcome that ends a delivery. */
+const STATUS_OF = {
+  Succeeded: "completed",
+  Retry: "retried",
+  DeadLetter: "dead_lettered",
+  Discarded: "discarded",
+  Superseded: "superseded"
+} as const
+
+/**
+ * A success waits for the next archive (a flush, or the next claim's statement); any other
+ * outcome is applied by the completer at once.
+ */
+const applyOutcome = (ctx: WorkerContext, completer: Completer, m: Message, outcome: Outcome): Effect.Effect<void> => {
+  const { stats } = ctx
+  switch (outcome._tag) {
+    case "Succeeded":
+      stats.succeeded++
+      // a result is archived at once, with it, by the completer (its awaiters wake)
+      if (outcome.result !== undefined) break
+      ctx.completed.push(m)
+      ctx.flushSignal.openUnsafe()
+      return Effect.void
+    case "Retry":
+      stats.retried++
+      break
+    case "DeadLetter":
+      stats.deadLettered++
+      break
+    case "Abandoned":
+      stats.abandoned++
+      break
+    case "Discarded":
+    case "Superseded":
+    case "Snoozed":
+      break
+  }
+  const end = Effect.ensuring(
+    completer.complete(m, outcome),
+    Effect.sync(() => {
+      forget(ctx, m)
+      // a head that left its queue (archived, dead-lettered, discarded) hands its key on
+      if (ctx.orderedQueues.has(m.queue)) ctx.wakeups.wake()
+    })
+  )
+  // A retry, a snooze and a give-back set the row's visibility: under the heartbeat's lock,
+  // so that a heartbeat that still counts the message in flight cannot extend it to a whole
+  // visibility timeout right after (a 1 s backoff became 30 s on a loaded machine).
+  return outcome._tag === "Retry" || outcome._tag === "Snoozed" || outcome._tag === "Abandoned"
+    ? ctx.flushLock.withPermit(end)
+    : end
+}
+
+/** Counts and times a delivery that ended (an abandoned one did not). */
+const recordOutcome = (ctx: WorkerContext, m: Message, outcome: Outcome, startedAt: number): void => {
+  // an abandoned or snoozed delivery did not end; a discarded or superseded one is in the
+  // metrics only (job_stats has no column for it; a superseded one did not run)
+  if (outcome._tag === "Abandoned" || outcome._tag === "Snoozed") return
+  const status = STATUS_OF[outcome._tag]
+  const now = ctx.clock.currentTimeMillisUnsafe()
+  const ms = now - startedAt
+  if (status !== "superseded") ctx.readAhead.ran(ms)
+  const name = jobOf(ctx.deps.registry, m).name
+  recordJobUnsafe(ctx.metricsContext, m.queue, name, status, ms)
+  // pickup latency of a first delivery: enqueued -> started (a scheduled job's delay included)
+  if (status !== "discarded" && status !== "superseded") {
+    ctx.deps.recordStats?.(
+      m.queue,
+      name,
+      status,
+      ms,
+      m.readCt === 1 ? startedAt - m.enqueuedAt.getTime() : undefined,
+      now
+    )
+  }
+}
+
+/**
+ * An executor of the worker (it runs `concurrency` of them). It never dies: a defect in the
+ * machinery around a job is logged, and the message is left to its visibility timeout (it is
+ * still held by the heartbeat until then).
+ */
+export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.Effect<never> => {
+  const { stats, running, capacityFreed, wakeups } = ctx
+  const { config, registry, processId, uniqueKeys, debouncer } = ctx.deps
+  const defaultPolicy = resolvePolicy(config, undefined)
+  // a debounced job's first delivery runs only if it is its key's last; a whileExecuting job's
+  // run holds its key (plain messages pay two field lookups)
+  const executeOne = (m: Message) => {
+    const run = execute(registry, defaultPolicy, m)
+    const unique = uniqueKeys !== undefined && keyOfMessage(m) !== undefined
+    const debounced = debouncer !== undefined && debounceKeyOfMessage(m) !== undefined
+    if (!unique && !debounced) return run
+    const policy = jobOf(registry, m).registered?.policy ?? defaultPolicy
+    const guarded = unique ? runExclusive(uniqueKeys!, registry, m, processId, policy, run) : run
+    return debounced ? runDebounced(debouncer!, registry, m, policy, guarded) : guarded
+  }
+  const runOne = (m: Message) =>
+    Effect.suspend(() => {
+      stats.buffered = Math.max(0, stats.buffered - 1)
+      stats.running++
+      running.add(m)
+      const startedAt = ctx.clock.currentTimeMillisUnsafe()
+      return executeOne(m).pipe(
+        Effect.onInterrupt(() => applyOutcome(ctx, completer, m, { _tag: "Abandoned" })),
+        Effect.flatMap((outcome) => {
+          recordOutcome(ctx, m, outcome, startedAt)
+          return Effect.uninterruptible(applyOutcome(ctx, completer, m, outcome))
+        }),
+        Effect.ensuring(
+          Effect.sync(() => {
+            stats.running--
+            running.delete(m)
+            checkBudget(ctx)
+            if (ctx.queuesMayHaveMore) {
+              if (worthClaiming(ctx)) capacityFreed.openUnsafe()
+            } else if (ctx.wokenWhileFull) {
+              // a wake-up came while every slot was taken: its message waits for this slot
+              ctx.wokenWhileFull = false
+              wakeups.wake()
+            }
+          })
+        )
+      )
+    })
+  return Effect.forever(
+    Effect.flatMap(Queue.take(ctx.work), (m) =>
+      runOne(m).pipe(
+        Effect.catchCause((cause) =>
+          Cause.hasInterruptsOnly(cause)
+            ? Effect.failCause(cause)
+            : Effect.logError("pgbus: executing a message failed unexpectedly", Cause.pretty(cause)).pipe(
+                Effect.andThen(Effect.sync(() => forget(ctx, m)))
+              )
+        )
+      )
+    )
+  )
+}

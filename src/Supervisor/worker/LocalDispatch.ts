@@ -1,0 +1,82 @@
+/**
+ * A worker's side of local dispatch (Notifier.reserveLocal): a sender of this process may insert
+ * a message claimed for this worker and hand it over after its commit, with no NOTIFY and no read.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Queue, type Scope } from "effect"
+import { receiptOf } from "../../Queue/Message.ts"
+import type { LocalSlot } from "../../Queue/Notifier.ts"
+import * as QueueName from "../../Queue/QueueName.ts"
+import { gated, room, type WorkerContext } from "./Context.ts"
+
+/**
+ * Offers the worker's plain queues for local hand-over (when `localDispatch` is on): while a
+ * slot is free, and, for a worker of several queues (priority order) or a job (FIFO), only
+ * while they are drained. With more to read, the read loop still claims whenever nothing is
+ * buffered, so the queue is not starved. The reserved slot counts as buffered until the message
+ * arrives or the send gives it back.
+ */
+export const offerLocalDispatch = (ctx: WorkerContext): Effect.Effect<void, never, Scope.Scope> => {
+  const { config, reads, stats, capsule } = ctx
+  const { notifier, registry, paused, processId, reportClaims } = ctx.deps
+  const localQueues = reads.flatMap((r) =>
+    r.cursor === undefined ? [QueueName.physicalOf(config.queuePrefix, r.queue)] : []
+  )
+  if (!config.localDispatch || localQueues.length === 0) return Effect.void
+  return notifier.offerLocal(localQueues, {
+    reserve: (physicalQueue, request): LocalSlot | undefined => {
+      // with more to read, only a worker of one queue (no priority order to keep), and only
+      // for a message that may overtake the others (a woken step, not a job)
+      if (ctx.stopping || room(ctx) <= 0 || (ctx.queuesMayHaveMore && (reads.length > 1 || request.inOrder)))
+        return undefined
+      if (paused?.isPaused(physicalQueue) === true || gated(ctx, ctx.logicalOf.get(physicalQueue))) return undefined
+      // a message this process cannot run goes the usual way, to a process that can
+      const known =
+        "job" in request.runs ? registry.jobs.has(request.runs.job) : registry.workflows.has(request.runs.workflow)
+      if (!known) return undefined
+      // a step goes only to a free executor, never behind read-ahead: given back at a drain, its
+      // claim would look like a dead worker's to the message's next delivery (one that finds the
+      // executors taken by the time it arrives is refused, and released by its sender)
+      const step = "workflow" in request.runs
+      if (step && stats.running + stats.buffered >= capsule.concurrency) return undefined
+      stats.buffered++
+      ctx.taken++
+      let open = true
+      const close = () => {
+        if (!open) return false
+        open = false
+        return true
+      }
+      return {
+        // a mark of its own, as a claim's: a send that loses its reply releases by it
+        claimedBy: `${processId}#${++ctx.claims}`,
+        visibilityMs: ctx.visibilityMs,
+        deliver: (m, beforeGiveBack) =>
+          Effect.suspend(() => {
+            if (!close()) return Effect.succeed(false)
+            // this slot counts in `buffered`: with it, no more than the executors
+            if (!ctx.stopping && (!step || stats.running + stats.buffered <= capsule.concurrency)) {
+              ctx.inFlight.add(m)
+              reportClaims?.(ctx.inFlight)
+              return Queue.offer(ctx.work, m).pipe(Effect.as(true))
+            }
+            // drained meanwhile (or no executor free for a step): give it back at once
+            stats.buffered = Math.max(0, stats.buffered - 1)
+            ctx.taken--
+            return (beforeGiveBack ?? Effect.void).pipe(
+              Effect.andThen(ctx.store.release(m.queue, [receiptOf(m)])),
+              Effect.catch((e) => Effect.logWarning("pgbus: release failed", e)),
+              Effect.as(false)
+            )
+          }),
+        cancel: () => {
+          if (close()) {
+            stats.buffered = Math.max(0, stats.buffered - 1)
+            ctx.taken--
+          }
+        }
+      }
+    }
+  })
+}
