@@ -235,6 +235,7 @@ layer(envLayer, { excludeTestServices: true, timeout: "120 seconds" })("dashboar
           const after = (await page.locator("#recurring-tasks tr", { hasText: "nightly-report" }).textContent()) ?? ""
           assert.notInclude(after, "never")
           assert.match(after, /\d+(ms|s) ago/)
+          assert.match(after, /run now \d+(ms|s) ago by dashboard:alice: finance asked for it now/)
         })
         const messages = yield* (yield* QueueStore).browse("reports")
         assert.deepStrictEqual(
@@ -242,11 +243,15 @@ layer(envLayer, { excludeTestServices: true, timeout: "120 seconds" })("dashboar
           [{ job: "NightlyReport", payload: { full: true } }]
         )
         const sql = yield* SqlClient.SqlClient
-        const ledger = yield* sql<{ readonly manual: boolean; readonly msg_id: bigint | null }>`SELECT manual, msg_id
-          FROM pgbus.recurring_executions WHERE task_key = 'nightly-report'`
+        const ledger = yield* sql<{
+          readonly manual: boolean
+          readonly msg_id: bigint | null
+          readonly actor: string | null
+          readonly reason: string | null
+        }>`SELECT manual, msg_id, actor, reason FROM pgbus.recurring_executions WHERE task_key = 'nightly-report'`
         assert.deepStrictEqual(
-          ledger.map((r) => [r.manual, r.msg_id]),
-          [[true, messages[0]!.msgId]]
+          ledger.map((r) => [r.manual, r.msg_id, r.actor, r.reason]),
+          [[true, messages[0]!.msgId, "dashboard:alice", "finance asked for it now"]]
         )
         assert.deepStrictEqual(errors, [])
       })

@@ -356,8 +356,24 @@ layer(Operations.layer.pipe(Layer.provideMerge(TestDatabase.layer({ pollingInter
         assert.strictEqual((yield* (yield* QueueStore).browse("dash_rec")).length, 1, "nothing more enqueued")
         const after = yield* get(`${base}/recurring`, writer)
         const row = after.text.split("<tr>").find((r) => r.includes("<code>dash-report</code>"))
-        assert.match(row ?? "", /<td><time [^>]*>\d+ms ago<\/time><\/td>|<td><time [^>]*>\d+s ago<\/time><\/td>/)
+        assert.match(row ?? "", /<td><time [^>]*>\d+m?s ago<\/time><br>/)
         assert.notInclude(row ?? "", ">never<", "the task's last run is shown")
+        // who ran it and why: on the ledger row and under the last run
+        assert.match(
+          row ?? "",
+          /<small class="muted last-manual">run now <time [^>]*>\d+m?s ago<\/time> by dashboard:carol: now<\/small><\/td>/
+        )
+        const sql = yield* SqlClient.SqlClient
+        const rows = yield* sql<{
+          readonly manual: boolean
+          readonly actor: string | null
+          readonly reason: string | null
+        }>`SELECT
+            manual, actor, reason FROM pgbus.recurring_executions WHERE task_key = 'dash-report'`
+        assert.deepStrictEqual(
+          rows.map((r) => [r.manual, r.actor, r.reason]),
+          [[true, "dashboard:carol", "now"]]
+        )
       })
   )
 

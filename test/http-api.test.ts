@@ -309,8 +309,13 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             yield* (yield* RecurringScheduler).sync([nightly, sync])
             const sql = yield* SqlClient.SqlClient
             const ledger = (key: string) =>
-              sql<{ readonly manual: boolean; readonly msg_id: bigint | null }>`SELECT manual, msg_id
-                FROM pgbus.recurring_executions WHERE task_key = ${key}`
+              sql<{
+                readonly manual: boolean
+                readonly msg_id: bigint | null
+                readonly actor: string | null
+                readonly reason: string | null
+              }>`SELECT manual, msg_id, actor, reason FROM pgbus.recurring_executions WHERE task_key = ${key}
+                ORDER BY run_at`
             const bare = yield* withApi(hooked)
             const loaded = yield* withApi(hooked).pipe(Effect.provide(Registry.layer([Sync])))
 
@@ -321,6 +326,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               [row.kind, row.job, row.workflow, row.queue, row.timeZone, row.description, row.lastRunAt, row.fires],
               ["job", Nightly.name, null, queue, "Europe/Berlin", "the nightly report", null, 0]
             )
+            assert.isNull(row.lastManualRun, "never run by hand")
             // 02:00 in Berlin is 00:00 or 01:00 UTC
             assert.match(row.nextRunAt, /T0[01]:00:00\.000Z$/)
             const flowRow = listed.json.find((t: { key: string }) => t.key === "workflow:HttpSync")
@@ -336,6 +342,10 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             const scoped = yield* bare("POST", run, { reason: "x" }, { ...writer, "x-tenant": "acme" })
             assert.deepStrictEqual([scoped.status, scoped.json.error], [403, "forbidden"], "a tenant-scoped caller")
             assert.strictEqual((yield* ledger("http-nightly")).length, 0, "refused: nothing fired")
+            // a reason past the workflow verbs' bound (500) is a 400 before anything runs
+            const tooLong = yield* bare("POST", run, { reason: "r".repeat(501) }, writer)
+            assert.deepStrictEqual([tooLong.status, tooLong.json.error], [400, "validation"], tooLong.text)
+            assert.strictEqual((yield* ledger("http-nightly")).length, 0, "too long a reason: nothing fired")
             const fired = yield* bare("POST", run, { reason: "report needed now" }, writer)
             assert.strictEqual(fired.status, 200, fired.text)
             const messages = yield* (yield* QueueStore).browse(queue)
@@ -350,13 +360,19 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             )
             assert.include(fired.json.summary, "enqueued http-nightly now")
             const rows = yield* ledger("http-nightly")
+            // the ledger row names the authorize hook's actor and the reason
             assert.deepStrictEqual(
-              rows.map((r) => [r.manual, r.msg_id]),
-              [[true, messages[0]!.msgId]]
+              rows.map((r) => [r.manual, r.msg_id, r.actor, r.reason]),
+              [[true, messages[0]!.msgId, "api:alice", "report needed now"]]
             )
             const after = yield* bare("GET", `${api}/recurring`, undefined, reader)
             const ranRow = after.json.find((t: { key: string }) => t.key === "http-nightly")
             assert.deepStrictEqual([ranRow.lastRunAt, ranRow.fires], [fired.json.runAt, 1])
+            assert.deepStrictEqual(ranRow.lastManualRun, {
+              runAt: fired.json.runAt,
+              actor: "api:alice",
+              reason: "report needed now"
+            })
 
             const unknown = yield* bare("POST", `${api}/recurring/no-such-task/run-now`, {}, writer)
             assert.deepStrictEqual([unknown.status, unknown.json.error], [404, "not_found"])
@@ -382,8 +398,8 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             )
             assert.isNull(started.json.messageId)
             assert.deepStrictEqual(
-              (yield* ledger("workflow:HttpSync")).map((r) => r.manual),
-              [true]
+              (yield* ledger("workflow:HttpSync")).map((r) => [r.manual, r.actor, r.reason]),
+              [[true, "api:alice", "sync now"]]
             )
           })
       )

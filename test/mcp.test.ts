@@ -2,6 +2,7 @@ import { spawn } from "node:child_process"
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Redacted, Result, Schema } from "effect"
 import { McpTest } from "effect/ai"
+import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
 import * as Job from "../src/Job/Job.ts"
 import * as Mcp from "../src/Mcp/Mcp.ts"
@@ -426,6 +427,30 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             )
             assert.strictEqual(fired.fire.messageId, `mcp_recurring:${messages[0]!.msgId}`)
             assert.include(fired.reason, "enqueued mcp-report now")
+            // the ledger row names the MCP caller (mcp:<client name>) and the reason
+            const sql = yield* SqlClient.SqlClient
+            const ledger = () =>
+              sql<{ readonly manual: boolean; readonly actor: string | null; readonly reason: string | null }>`SELECT
+                  manual, actor, reason FROM pgbus.recurring_executions WHERE task_key = 'mcp-report'`
+            assert.deepStrictEqual(
+              (yield* ledger()).map((r) => [r.manual, r.actor, r.reason]),
+              [[true, "mcp:claude", "the agent needs a fresh report"]]
+            )
+            const relisted = structured(yield* mcp.callTool({ name: "pgbus_recurring", arguments: {} }))
+            assert.deepStrictEqual(relisted.items[0].lastManualRun, {
+              runAt: fired.fire.runAt,
+              actor: "mcp:claude",
+              reason: "the agent needs a fresh report"
+            })
+            // a reason past the bound (500) is refused before anything is written
+            const tooLong = yield* Effect.result(
+              mcp.callTool({
+                name: "pgbus_recurring_run_now",
+                arguments: { key: "mcp-report", reason: "r".repeat(501) }
+              })
+            )
+            assert.isTrue(tooLong._tag === "Failure" || tooLong.success.isError === true, "at most 500 characters")
+            assert.strictEqual((yield* ledger()).length, 1, "too long a reason: nothing recorded")
 
             for (const [key, code, text] of [
               ["no-such-task", "NotFound", "recurring task no-such-task not found"],

@@ -1,3 +1,4 @@
+import { userInfo } from "node:os"
 import { assert, layer } from "@effect/vitest"
 import { Effect, Fiber, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
@@ -52,8 +53,26 @@ layer(testLayer, { excludeTestServices: true, timeout: "60 seconds" })("pgbus re
         // 02:00 in Berlin is 00:00 or 01:00 UTC
         assert.match(json[0]!.nextRunAt, /T0[01]:00:00\.000Z$/)
 
-        const ran = yield* pgbus("recurring", "run-now", "nightly-report")
+        // a reason past the bound (500): exit 1, nothing recorded or enqueued
+        const tooLong = yield* pgbus("recurring", "run-now", "nightly-report", "--reason", "r".repeat(501))
+        assert.strictEqual(tooLong.exitCode, 1)
+        assert.include(tooLong.stderr, "run-now caller")
+        const sql = yield* SqlClient.SqlClient
+        const ledger = () =>
+          sql<{ readonly manual: boolean; readonly actor: string | null; readonly reason: string | null }>`SELECT
+              manual, actor, reason FROM pgbus.recurring_executions WHERE task_key = 'nightly-report'`
+        assert.strictEqual((yield* ledger()).length, 0)
+
+        const ran = yield* pgbus("recurring", "run-now", "nightly-report", "--reason", "finance asked")
         assert.strictEqual(ran.exitCode, 0, ran.stderr)
+        // the ledger row names the OS user and the reason
+        assert.deepStrictEqual(
+          (yield* ledger()).map((r) => [r.manual, r.actor, r.reason]),
+          [[true, `cli:${userInfo().username}`, "finance asked"]]
+        )
+        const shown = yield* pgbus("recurring", "list")
+        assert.include(shown.stdout, `nightly-report: last run now at`)
+        assert.include(shown.stdout, `by cli:${userInfo().username}: finance asked`)
         assert.include(ran.stdout, "enqueued nightly-report now as nightly:")
         const messages = yield* (yield* QueueStore).browse("nightly")
         assert.deepStrictEqual(

@@ -16,7 +16,7 @@ import { QueueStore } from "../src/Queue/QueueStore.ts"
 import * as Recurring from "../src/Recurring/Recurring.ts"
 import { InvalidRecurringTask, UnknownRecurringTask } from "../src/Recurring/RecurringError.ts"
 import { parseSchedule } from "../src/Recurring/Schedule.ts"
-import { RECURRING_HEADER, RecurringScheduler } from "../src/Recurring/Scheduler.ts"
+import { REASON_MAX, RECURRING_HEADER, RecurringScheduler } from "../src/Recurring/Scheduler.ts"
 import { Registry } from "../src/Registry.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -43,7 +43,9 @@ const ledger = (key: string) =>
         readonly run_at: Date
         readonly manual: boolean
         readonly msg_id: bigint | null
-      }>`SELECT run_at, manual, msg_id FROM pgbus.recurring_executions WHERE task_key = ${key} ORDER BY run_at`
+        readonly actor: string | null
+        readonly reason: string | null
+      }>`SELECT run_at, manual, msg_id, actor, reason FROM pgbus.recurring_executions WHERE task_key = ${key} ORDER BY run_at`
   ).pipe(Effect.orDie)
 
 const slotsOf = (key: string) => Effect.map(ledger(key), (rows) => rows.map((r) => r.run_at.toISOString()))
@@ -439,6 +441,42 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("recurring tasks", (i
           // the manual fire does not move the schedule: 11:00 still fires
           yield* setTime("2026-08-01T11:00:02Z")
           assert.deepStrictEqual(firedSlots(yield* session.runOnce), ["2026-08-01T11:00:00.000Z"])
+
+          // a caller's run-now records who and why; the scheduled fires have neither
+          yield* setTime("2026-08-01T11:10:00Z")
+          const byAlice = yield* scheduler.runNow(key, { actor: "api:alice", reason: " finance asked " })
+          const recorded = yield* ledger(key)
+          assert.deepStrictEqual(
+            recorded.map((r) => [r.run_at.toISOString(), r.manual, r.actor, r.reason]),
+            [
+              ["2026-08-01T10:30:00.000Z", true, null, null],
+              ["2026-08-01T11:00:00.000Z", false, null, null],
+              ["2026-08-01T11:10:00.000Z", true, "api:alice", "finance asked"]
+            ]
+          )
+          assert.strictEqual(byAlice.runAt.toISOString(), "2026-08-01T11:10:00.000Z")
+          // the list names the latest manual fire, not the later-or-earlier scheduled one
+          const listed = (yield* scheduler.list).find((t) => t.key === key)
+          assert.deepStrictEqual(
+            listed?.lastManual && { ...listed.lastManual, runAt: listed.lastManual.runAt.toISOString() },
+            { runAt: "2026-08-01T11:10:00.000Z", actor: "api:alice", reason: "finance asked" }
+          )
+
+          // a reason over the bound, a blank actor or unstorable text: typed, nothing written
+          yield* setTime("2026-08-01T11:20:00Z")
+          for (const caller of [
+            { actor: "api:alice", reason: "r".repeat(REASON_MAX + 1) },
+            { actor: "", reason: "why" },
+            { actor: "api:alice", reason: "nul\u0000" }
+          ]) {
+            const refused = yield* Effect.flip(scheduler.runNow(key, caller))
+            assert.instanceOf(refused, InvalidRecurringTask)
+          }
+          assert.strictEqual((yield* ledger(key)).length, 3)
+          // at the bound it is accepted
+          const atBound = yield* scheduler.runNow(key, { actor: "cli:bob", reason: "r".repeat(REASON_MAX) })
+          assert.strictEqual((yield* ledger(key)).at(-1)?.reason?.length, REASON_MAX)
+          assert.strictEqual(atBound.runAt.toISOString(), "2026-08-01T11:20:00.000Z")
 
           const unknown = yield* Effect.flip(scheduler.runNow("no-such-task"))
           assert.instanceOf(unknown, UnknownRecurringTask)

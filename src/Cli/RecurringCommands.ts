@@ -1,7 +1,8 @@
 /**
  * `pgbus recurring list` (the tasks the scheduler's leader synced, with their last and next fire)
- * and `pgbus recurring run-now KEY` (enqueue a task's job now, recorded in the ledger; a
- * workflow's schedule starts its run from the app's definition, `--app MODULE`).
+ * and `pgbus recurring run-now KEY [--reason TEXT]` (enqueue a task's job now, recorded in the
+ * ledger with the OS user as `cli:<user>` and the reason; a workflow's schedule starts its run
+ * from the app's definition, `--app MODULE`).
  *
  * @since 0.1.0
  */
@@ -14,6 +15,7 @@ import { loadRegistry } from "./App.ts"
 import type { WithBus } from "./Commands.ts"
 import { json, table } from "./Format.ts"
 import { jsonFlag } from "./Operate.ts"
+import { cliActor } from "./WorkflowCommands.ts"
 
 const iso = (d: Date | null) => (d === null ? "-" : d.toISOString())
 
@@ -56,6 +58,13 @@ export const makeRecurringCommands = (withBus: WithBus) => {
           )
         )
         for (const t of tasks) if (t.description !== null) yield* Console.log(`  ${t.key}: ${t.description}`)
+        for (const t of tasks) {
+          const m = t.lastManual
+          if (m === null) continue
+          yield* Console.log(
+            `  ${t.key}: last run now at ${m.runAt.toISOString()} by ${m.actor ?? "(not recorded)"}${m.reason === null ? "" : `: ${m.reason}`}`
+          )
+        }
       })
     )
   ).pipe(Command.withDescription("Recurring tasks: schedule, job, last and next fire"))
@@ -69,16 +78,24 @@ export const makeRecurringCommands = (withBus: WithBus) => {
           "Module whose default export (or `registry`) is the app's Registry layer; a workflow's schedule (workflow:<name>) needs it; env PGBUS_APP"
         ),
         Flag.optional
+      ),
+      reason: Flag.String("reason").pipe(
+        Flag.withDescription("Why (recorded in the ledger with who: cli:<OS user>)"),
+        Flag.optional
       )
     },
-    ({ key, app }) =>
+    ({ key, app, reason }) =>
       Effect.gen(function* () {
         const fromEnv = yield* Config.option(Config.String("PGBUS_APP")).pipe(Effect.orElseSucceed(() => Option.none()))
         const module = Option.orElse(app, () => fromEnv)
         const registry = Option.isSome(module) ? Option.some(yield* loadRegistry(module.value)) : Option.none()
         const fireOf = (tasks: ReadonlyArray<RecurringTask> | undefined) =>
           Effect.gen(function* () {
-            return yield* (yield* RecurringScheduler).runNow(key, { tasks })
+            return yield* (yield* RecurringScheduler).runNow(key, {
+              tasks,
+              actor: cliActor(),
+              reason: Option.getOrUndefined(reason)
+            })
           })
         const fire: Fire = yield* withBus(
           Option.match(registry, {

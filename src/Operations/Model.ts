@@ -644,7 +644,13 @@ export const RecurringTaskView = Schema.Struct({
   /** Its next slot after now (null when the stored cron cannot be read). */
   nextRunAt: NullableString,
   /** Fires in the ledger (kept for the retention). */
-  fires: Schema.Number
+  fires: Schema.Number,
+  /**
+   * Its latest manual fire (run-now) in the ledger: when, who fired it (`api:<actor>`,
+   * `dashboard:<actor>`, `mcp:<client>`, `cli:<user>`) and why; null when none is. `actor` is null
+   * for a fire recorded before the ledger kept it.
+   */
+  lastManualRun: Schema.NullOr(Schema.Struct({ runAt: Schema.String, actor: NullableString, reason: NullableString }))
 })
 export type RecurringTaskView = typeof RecurringTaskView.Type
 

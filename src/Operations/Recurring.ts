@@ -1,8 +1,8 @@
 /**
  * Recurring tasks on the operations surface: every stored task with its schedule, what it fires,
  * its last and next fire (what `pgbus recurring list` prints), and firing one now through the
- * scheduler's `runNow` (a manual fire in the ledger; its schedule is unchanged), logged with who
- * and why.
+ * scheduler's `runNow` (a manual fire in the ledger, with who fired it and why; its schedule is
+ * unchanged), also logged.
  *
  * @since 0.1.0
  */
@@ -28,7 +28,11 @@ export const recurringTaskView = (t: TaskSummary): RecurringTaskView => ({
   activeSince: t.activeSince.toISOString(),
   lastRunAt: t.lastRunAt?.toISOString() ?? null,
   nextRunAt: t.nextRunAt?.toISOString() ?? null,
-  fires: t.fires
+  fires: t.fires,
+  lastManualRun:
+    t.lastManual === null
+      ? null
+      : { runAt: t.lastManual.runAt.toISOString(), actor: t.lastManual.actor, reason: t.lastManual.reason }
 })
 
 /** What a manual fire did, in words. */
@@ -71,7 +75,7 @@ export const makeRecurring = (deps: Deps) => {
       // the stored row of a workflow's schedule lacks the payload Schema and singleton flag: the
       // registered workflow's task has them
       const tasks = Option.match(registry, { onNone: () => undefined, onSome: (r) => r.recurring })
-      const fire = yield* recurring.runNow(key, { tasks }).pipe(
+      const fire = yield* recurring.runNow(key, { tasks, actor: change.actor, reason: change.reason }).pipe(
         Effect.mapError((error): OperationsError => {
           switch (error._tag) {
             case "UnknownRecurringTask":

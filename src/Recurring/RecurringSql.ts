@@ -38,6 +38,19 @@ export interface TaskDefinition {
   readonly catchUpLimit: number
 }
 
+/** Who fired a task by hand, and why (a scheduled fire has neither). */
+export interface FiredBy {
+  readonly actor: string
+  readonly reason: string | null
+}
+
+/** A task's latest manual fire: when, by whom, why (null actor: recorded before actors were). */
+export interface ManualFireRow {
+  readonly last_manual_run_at: Date | null
+  readonly last_manual_actor: string | null
+  readonly last_manual_reason: string | null
+}
+
 /** The statements of one schema. */
 export const makeRecurringSql = (sql: SqlClient.SqlClient, schema: string) => {
   const tasks = sql(`${schema}.recurring_tasks`)
@@ -72,12 +85,16 @@ export const makeRecurringSql = (sql: SqlClient.SqlClient, schema: string) => {
         (SELECT max(e.run_at) FROM ${executions} e WHERE e.task_key = t.key AND NOT e.manual) AS last_run_at
       FROM ${tasks} t WHERE t.key = ANY(${[...keys]}::text[])`
 
-  /** Every definition with its latest fire (scheduled or manual) and fire count. */
+  /** Every definition with its latest fire (scheduled or manual), its latest manual one, and fire count. */
   const taskList = () =>
-    sql<TaskRow & { readonly last_run_at: Date | null; readonly fires: bigint }>`SELECT t.*,
+    sql<TaskRow & ManualFireRow & { readonly last_run_at: Date | null; readonly fires: bigint }>`SELECT t.*,
         (SELECT max(e.run_at) FROM ${executions} e WHERE e.task_key = t.key) AS last_run_at,
-        (SELECT count(*) FROM ${executions} e WHERE e.task_key = t.key) AS fires
-      FROM ${tasks} t ORDER BY t.key`
+        (SELECT count(*) FROM ${executions} e WHERE e.task_key = t.key) AS fires,
+        m.run_at AS last_manual_run_at, m.actor AS last_manual_actor, m.reason AS last_manual_reason
+      FROM ${tasks} t
+      LEFT JOIN LATERAL (SELECT e.run_at, e.actor, e.reason FROM ${executions} e
+        WHERE e.task_key = t.key AND e.manual ORDER BY e.run_at DESC LIMIT 1) m ON true
+      ORDER BY t.key`
 
   /** One definition, locked for a run-now. */
   const taskFind = (key: string) => sql<TaskRow>`SELECT * FROM ${tasks} WHERE key = ${key} FOR SHARE`
@@ -85,10 +102,21 @@ export const makeRecurringSql = (sql: SqlClient.SqlClient, schema: string) => {
   /**
    * Records a fire; no row back when the slot already fired (the unique key). A manual fire's
    * time is cut to milliseconds: it comes back as a JS Date, which later statements match on.
+   * `by` is a manual fire's caller (null for a scheduled one).
    */
-  const executionInsert = (key: string, runAt: Date | null, manual: boolean, queue: string, now: Date | null) =>
-    sql<{ readonly run_at: Date }>`INSERT INTO ${executions} (task_key, run_at, manual, queue, created_at)
-      VALUES (${key}, coalesce(${runAt}::timestamptz, date_trunc('milliseconds', ${NOW(now)})), ${manual}, ${queue}, ${NOW(now)})
+  const executionInsert = (
+    key: string,
+    runAt: Date | null,
+    manual: boolean,
+    queue: string,
+    now: Date | null,
+    by: FiredBy | null
+  ) =>
+    sql<{
+      readonly run_at: Date
+    }>`INSERT INTO ${executions} (task_key, run_at, manual, queue, created_at, actor, reason)
+      VALUES (${key}, coalesce(${runAt}::timestamptz, date_trunc('milliseconds', ${NOW(now)})), ${manual}, ${queue}, ${NOW(now)},
+        ${by?.actor ?? null}, ${by?.reason ?? null})
       ON CONFLICT (task_key, run_at) DO NOTHING RETURNING run_at`
 
   /** The message a fire enqueued (same transaction as the insert). */
@@ -103,7 +131,9 @@ export const makeRecurringSql = (sql: SqlClient.SqlClient, schema: string) => {
       readonly queue: string
       readonly msg_id: bigint | null
       readonly created_at: Date
-    }>`SELECT run_at, manual, queue, msg_id, created_at FROM ${executions}
+      readonly actor: string | null
+      readonly reason: string | null
+    }>`SELECT run_at, manual, queue, msg_id, created_at, actor, reason FROM ${executions}
       WHERE task_key = ${key} ORDER BY run_at DESC LIMIT ${limit}`
 
   /** Deletes fires older than the retention, keeping each task's latest scheduled one (its start). */

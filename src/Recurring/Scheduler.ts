@@ -6,17 +6,18 @@
  *
  * @since 0.1.0
  */
-import { Context, Cron, Duration, Effect, Layer, Metric, Result } from "effect"
+import { Context, Cron, Duration, Effect, Layer, Metric, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
 import { DatabaseError, statementNow, toDatabaseError, withTransaction } from "../Database.ts"
+import { StorableText } from "../Input.ts"
 import { JobClient, physicalQueueOf } from "../Job/JobClient.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
 import { WorkflowClient } from "../Workflow/Client.ts"
 import type { RecurringTask, WorkflowTask } from "./Recurring.ts"
-import { type InvalidRecurringTask, UnknownRecurringTask, WorkflowScheduleNotLoaded } from "./RecurringError.ts"
-import { makeRecurringSql, type TaskRow } from "./RecurringSql.ts"
+import { InvalidRecurringTask, UnknownRecurringTask, WorkflowScheduleNotLoaded } from "./RecurringError.ts"
+import { type FiredBy, type ManualFireRow, makeRecurringSql, type TaskRow } from "./RecurringSql.ts"
 import { type CatchUp, dueSlots } from "./Schedule.ts"
 
 /** The header a recurring job's message carries: which task and which slot. */
@@ -56,6 +57,27 @@ export interface SyncReport {
   readonly removed: ReadonlyArray<string>
 }
 
+/** A reason's bound, as the workflow verbs' (the API's and MCP's `reason`). */
+export const REASON_MAX = 500
+
+/**
+ * Who fires a task by hand, and why, as a run-now takes them: an actor of 1 to 1000 characters
+ * (the API's is `api:` and its `authorize` hook's) and a reason of at most `REASON_MAX` (blank:
+ * none), both text PostgreSQL can store.
+ */
+export const RunNowCaller = Schema.Struct({
+  actor: StorableText.check(Schema.isMinLength(1), Schema.isMaxLength(1000)),
+  reason: Schema.optional(StorableText.check(Schema.isMaxLength(REASON_MAX)))
+})
+export type RunNowCaller = typeof RunNowCaller.Type
+
+/** A task's latest manual fire: when, who fired it and why (null: recorded without them). */
+export interface ManualFire {
+  readonly runAt: Date
+  readonly actor: string | null
+  readonly reason: string | null
+}
+
 /** A task as `pgbus recurring list` shows it. */
 export interface TaskSummary {
   readonly key: string
@@ -73,6 +95,8 @@ export interface TaskSummary {
   /** The next slot after now; null when the stored cron cannot be read. */
   readonly nextRunAt: Date | null
   readonly fires: number
+  /** Its latest manual fire (run-now), or null when none is in the ledger. */
+  readonly lastManual: ManualFire | null
 }
 
 /** A scheduling session: its ticks remember the previous one (slots after it are on time). */
@@ -95,11 +119,17 @@ export class RecurringScheduler extends Context.Service<
     /**
      * Enqueues a task's job now from its stored definition (a manual fire, recorded in the ledger).
      * A workflow's schedule starts its run from the app's task of that key (`options.tasks`): the
-     * stored row lacks the payload's Schema and the singleton flag.
+     * stored row lacks the payload's Schema and the singleton flag. `actor` and `reason` (checked
+     * as `RunNowCaller`; a bad one fails with InvalidRecurringTask, nothing written) are the
+     * caller's, recorded on the ledger row.
      */
     readonly runNow: (
       key: string,
-      options?: { readonly tasks?: ReadonlyArray<RecurringTask> | undefined }
+      options?: {
+        readonly tasks?: ReadonlyArray<RecurringTask> | undefined
+        readonly actor?: string | undefined
+        readonly reason?: string | undefined
+      }
     ) => Effect.Effect<
       Fire,
       UnknownRecurringTask | InvalidRecurringTask | WorkflowScheduleNotLoaded | DatabaseError | QueueError
@@ -157,10 +187,10 @@ export class RecurringScheduler extends Context.Service<
       // A workflow's slot: the ledger row and the run commit together. A singleton whose slot a
       // run holds skips the fire (seed 004's overlap rule): the ledger row stays, the slot is done.
       // A manual fire (run-now) records the statement's now as its slot, marked manual.
-      const startScheduled = (task: WorkflowTask, slot: Date | null, now: Date | null) =>
+      const startScheduled = (task: WorkflowTask, slot: Date | null, now: Date | null, by: FiredBy | null) =>
         Effect.gen(function* () {
           const [row] = yield* statements
-            .executionInsert(task.key, slot, slot === null, queueOf(task), now)
+            .executionInsert(task.key, slot, slot === null, queueOf(task), now, by)
             .pipe(Effect.mapError(toDatabaseError("record a recurring fire")))
           if (row === undefined) return undefined
           const runAt = row.run_at
@@ -196,10 +226,10 @@ export class RecurringScheduler extends Context.Service<
         withTransaction(
           sql,
           Effect.gen(function* () {
-            if (task.kind === "workflow") return yield* startScheduled(task, runAt, now)
+            if (task.kind === "workflow") return yield* startScheduled(task, runAt, now, null)
             const queue = queueOf(task)
             const [row] = yield* statements
-              .executionInsert(task.key, runAt, false, queue, now)
+              .executionInsert(task.key, runAt, false, queue, now, null)
               .pipe(Effect.mapError(toDatabaseError("record a recurring fire")))
             if (row === undefined) return undefined
             const ref = yield* client.enqueue(task.job, task.payload, {
@@ -281,7 +311,27 @@ export class RecurringScheduler extends Context.Service<
           return { runOnce } satisfies SchedulerSession
         })
 
-      const runNow = (key: string, options?: { readonly tasks?: ReadonlyArray<RecurringTask> | undefined }) =>
+      // the caller, decoded before the transaction: a bad one writes nothing
+      const callerOf = (key: string, actor: string | undefined, reason: string | undefined) =>
+        actor === undefined && reason === undefined
+          ? Effect.succeed(null)
+          : Schema.decodeUnknownEffect(RunNowCaller)({ actor: actor ?? "", reason }).pipe(
+              Effect.map((c): FiredBy => ({ actor: c.actor, reason: c.reason?.trim() ? c.reason.trim() : null })),
+              Effect.mapError(
+                (error) => new InvalidRecurringTask({ task: key, reason: `run-now caller: ${error.message}` })
+              )
+            )
+
+      const runNow = (
+        key: string,
+        options?: {
+          readonly tasks?: ReadonlyArray<RecurringTask> | undefined
+          readonly actor?: string | undefined
+          readonly reason?: string | undefined
+        }
+      ) => Effect.flatMap(callerOf(key, options?.actor, options?.reason), (by) => runNowBy(key, options?.tasks, by))
+
+      const runNowBy = (key: string, tasks: ReadonlyArray<RecurringTask> | undefined, by: FiredBy | null) =>
         withTransaction(
           sql,
           Effect.gen(function* () {
@@ -292,14 +342,14 @@ export class RecurringScheduler extends Context.Service<
             if (task === undefined) return yield* new UnknownRecurringTask({ task: key })
             // the stored row lacks what a start needs (the payload Schema, singleton): the app's task has it
             if (task.kind === "workflow") {
-              const loaded = options?.tasks?.find((t): t is WorkflowTask => t.key === key && t.kind === "workflow")
+              const loaded = tasks?.find((t): t is WorkflowTask => t.key === key && t.kind === "workflow")
               if (loaded === undefined) return yield* new WorkflowScheduleNotLoaded({ task: key, workflow: task.job })
-              const fired = yield* startScheduled(loaded, null, now)
+              const fired = yield* startScheduled(loaded, null, now, by)
               if (fired === undefined) return yield* Effect.die(new Error("two run-now fires at one instant"))
               return fired
             }
             const [row] = yield* statements
-              .executionInsert(key, null, true, task.queue, now)
+              .executionInsert(key, null, true, task.queue, now, by)
               .pipe(Effect.mapError(toDatabaseError("record a recurring fire")))
             if (row === undefined) return yield* Effect.die(new Error("two run-now fires at one instant"))
             yield* client.ensureQueue(task.queue)
@@ -316,7 +366,10 @@ export class RecurringScheduler extends Context.Service<
           })
         ).pipe(Effect.mapError((e) => (e._tag === "SqlError" ? toDatabaseError("run a recurring task now")(e) : e)))
 
-      const summaryOf = (row: TaskRow & { readonly last_run_at: Date | null; readonly fires: bigint }, now: Date) => {
+      const summaryOf = (
+        row: TaskRow & ManualFireRow & { readonly last_run_at: Date | null; readonly fires: bigint },
+        now: Date
+      ) => {
         const cron = Cron.parse(row.cron, row.time_zone)
         return {
           key: row.key,
@@ -331,7 +384,11 @@ export class RecurringScheduler extends Context.Service<
           activeSince: row.active_since,
           lastRunAt: row.last_run_at,
           nextRunAt: Result.isSuccess(cron) ? Cron.next(cron.success, now) : null,
-          fires: Number(row.fires)
+          fires: Number(row.fires),
+          lastManual:
+            row.last_manual_run_at === null
+              ? null
+              : { runAt: row.last_manual_run_at, actor: row.last_manual_actor, reason: row.last_manual_reason }
         } satisfies TaskSummary
       }
 

@@ -87,5 +87,9 @@ export const MIGRATION_FILES: ReadonlyArray<{ readonly file: string; readonly te
   {
     file: "0022_queue_vacuum_settings.sql",
     text: "-- Queue tables under MVCC pressure (issue 24). A queue table empties from its tail and fills\n-- again all day; when autovacuum finds empty pages at the end it truncates them, which takes an\n-- ACCESS EXCLUSIVE lock on the table: every claim, enqueue and archive of the queue waits behind\n-- it (and behind the vacuum's wait for that lock). Queues are created with `vacuum_truncate =\n-- false` from now on (QueueSql.queueCreateMessageTable); this sets it on the queue tables that\n-- exist, with the autovacuum settings new queues get, so old and new queues vacuum alike.\n-- ALTER TABLE ... SET of these options takes SHARE UPDATE EXCLUSIVE: workers keep running.\nDO $$\nDECLARE\n  r record;\nBEGIN\n  FOR r IN SELECT name FROM {{schema}}.queues LOOP\n    IF to_regclass(format('%s.%I', '{{schema}}', 'q_' || r.name)) IS NOT NULL THEN\n      EXECUTE format(\n        'ALTER TABLE %s.%I SET (vacuum_truncate = false, autovacuum_vacuum_scale_factor = 0.01, '\n        'autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0.02)',\n        '{{schema}}', 'q_' || r.name);\n    END IF;\n  END LOOP;\nEND $$;\n"
+  },
+  {
+    file: "0023_recurring_actor.sql",
+    text: "-- Who fired a recurring task by hand, and why (a run-now from the API, the dashboard, MCP or the\n-- CLI): the caller's actor and reason on its ledger row. Scheduled fires leave both null, as do\n-- the manual fires recorded before this migration. Adding nullable columns without a default\n-- rewrites nothing.\nALTER TABLE {{schema}}.recurring_executions\n  ADD COLUMN actor text,\n  ADD COLUMN reason text;\n"
   }
 ]

@@ -7,6 +7,7 @@
  * @since 0.1.0
  */
 import { Effect } from "effect"
+import type { RecurringTaskView } from "../../Operations/Model.ts"
 import { Operations } from "../../Operations/Operations.ts"
 import { describeFire, recurringTaskView } from "../../Operations/Recurring.ts"
 import { ago, num } from "../Format.ts"
@@ -20,6 +21,13 @@ const catchUpText = {
   none: "after downtime, skips missed slots",
   all: "after downtime, fires every missed slot"
 } as const
+
+/** A task's latest run now: when, by whom and why (under its last run). */
+const lastManual = (t: RecurringTaskView, now: number) => {
+  const m = t.lastManualRun
+  if (m === null) return ""
+  return html`<br><small class="muted last-manual">run now ${ago(m.runAt, now)} by ${m.actor ?? "(not recorded)"}${m.reason === null ? "" : html`: ${m.reason}`}</small>`
+}
 
 export const recurring: PageModule = {
   pages: [
@@ -49,7 +57,7 @@ ${table(
     t.kind === "job" ? html`job ${t.job}` : html`a run of workflow ${t.workflow}`,
     t.queue,
     html`<span title="${catchUpText[t.catchUp]}">${t.catchUp}</span>`,
-    t.lastRunAt === null ? "never" : ago(t.lastRunAt, ctx.now),
+    html`${t.lastRunAt === null ? "never" : ago(t.lastRunAt, ctx.now)}${lastManual(t, ctx.now)}`,
     t.nextRunAt === null ? "—" : ago(t.nextRunAt, ctx.now),
     num(t.fires),
     postForm(ctx, "/recurring/run-now", { label: "Run now", reason: true, hidden: { key: t.key } })
