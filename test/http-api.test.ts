@@ -401,6 +401,10 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               (yield* ledger("workflow:HttpSync")).map((r) => [r.manual, r.actor, r.reason]),
               [[true, "api:alice", "sync now"]]
             )
+            // the run's own audit trail names who fired it, and why
+            const [startEvent] = yield* (yield* WorkflowClient).events(started.json.runId)
+            assert.strictEqual(startEvent!.actor, "api:alice")
+            assert.match(startEvent!.reason ?? "", /^run now, slot .+: sync now$/)
           })
       )
 

@@ -198,8 +198,9 @@ export class RecurringScheduler extends Context.Service<
             .start(task.workflow, task.payload, {
               scheduledFor: runAt,
               idempotencyKey: `schedule:${slot === null ? "manual:" : ""}${runAt.toISOString()}`,
-              actor: slot === null ? "schedule:run-now" : "schedule",
-              reason: `${slot === null ? "run now, " : ""}slot ${runAt.toISOString()}`
+              // a run-now's run names who fired it in its own audit trail, as the ledger does
+              actor: slot === null ? (by?.actor ?? "schedule:run-now") : "schedule",
+              reason: `${slot === null ? "run now, " : ""}slot ${runAt.toISOString()}${by?.reason ? `: ${by.reason}` : ""}`
             })
             .pipe(
               Effect.map((handle) => ({ runId: handle.id, skippedFor: undefined })),
