@@ -113,7 +113,8 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
     const select = sql`SELECT ci.ord AS c_ord, cr.*, cs.id AS step_id, cs.name AS step_name, cs.attempt AS step_attempt,
         cs.position AS step_position, cs.reattempts AS step_reattempts, false AS step_timed_out,
         NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal,
-        CASE WHEN cr.id IS NULL THEN NULL ELSE ${history(sql`cr.id`)} END AS history
+        -- a run that got its first step here had no step in this statement's snapshot: its history is empty
+        CASE WHEN cr.id IS NULL THEN NULL WHEN cs.id IS NOT NULL THEN '[]'::jsonb ELSE ${history(sql`cr.id`)} END AS history
       FROM ci LEFT JOIN cr ON cr.claim_ord = ci.ord LEFT JOIN cs ON cs.run_id = cr.id`
     return { input, ctes, select, runIds: entries.map((e) => e.runId) }
   }
