@@ -27,8 +27,8 @@ describe("adaptive read-ahead", () => {
     const ra = ReadAhead.adaptive(10, 30_000)
     for (let i = 0; i < 50; i++) ra.ran(200)
     for (let i = 0; i < 10; i++) ra.claimed(5, true)
-    // 10 slots × 4 claim round trips × 5 ms / 200 ms per job
-    assert.strictEqual(ra.current(), 1)
+    // 10 slots × 8 claim round trips × 5 ms / 200 ms per job
+    assert.strictEqual(ra.current(), 2)
     const slow = ReadAhead.adaptive(10, 30_000)
     for (let i = 0; i < 50; i++) slow.ran(5_000)
     for (let i = 0; i < 10; i++) slow.claimed(2_000, true)
@@ -44,7 +44,7 @@ describe("adaptive read-ahead", () => {
       ra.claimed(1, true)
       seen.push(ra.current())
     }
-    // 10 slots × 4 claim round trips × 1 ms / 10 ms per job is 4; 10 slots × 25 ms / 10 ms is 25
+    // 10 slots × 8 claim round trips × 1 ms / 10 ms per job is 8; 10 slots × 25 ms / 10 ms is 25
     assert.deepStrictEqual(seen, [10, 20, 25, 25])
     // a drained queue keeps it: the jobs still warrant it
     ra.claimed(1, false)
