@@ -33,6 +33,22 @@ const settle = Effect.gen(function* () {
 })
 
 describe("makeBatcher", () => {
+  it.effect("an item that a returning batch's fiber sends at once leaves with what piled up, not alone before it", () =>
+    Effect.gen(function* () {
+      const { batches, gate, send } = yield* recording()
+      // the fiber of item 1 sends item 10 one scheduler turn after its batch returns (a run's
+      // next outcome, after its next step)
+      const first = yield* Effect.forkChild(send(1).pipe(Effect.andThen(Effect.yieldNow), Effect.andThen(send(10))))
+      yield* settle
+      const rest = yield* Effect.forkChild(Effect.all([send(2), send(3)], { concurrency: "unbounded" }))
+      yield* settle
+      yield* Deferred.succeed(gate, undefined)
+      assert.strictEqual(yield* Fiber.join(first), "many:10")
+      assert.deepStrictEqual(yield* Fiber.join(rest), ["many:2", "many:3"])
+      assert.deepStrictEqual(batches, [[1], [2, 3, 10]])
+    })
+  )
+
   it.effect("sends at once when nothing is out, and piles up the rest while a batch is out", () =>
     Effect.gen(function* () {
       const { batches, gate, send } = yield* recording()

@@ -164,6 +164,38 @@ const cases: ReadonlyArray<Case> = [
       )
   },
   {
+    // shared with an outcome of another run (none here: its run does not exist, it applies nothing)
+    name: "claimAndFinishMany (its claim)",
+    verbs: ["claim"],
+    step: null,
+    run: (c) =>
+      Effect.map(
+        c.statements.claimAndFinishMany(
+          [{ runId: c.runId, name: "one", queue: "default", timeoutMs: null, claimedBy: null, now: null }],
+          [
+            {
+              runId: crypto.randomUUID(),
+              stepId: 0n,
+              output: null,
+              definitionHash: null,
+              next: { _tag: "finish", output: null },
+              now: null
+            }
+          ],
+          "tester",
+          null
+        ),
+        (rows) => {
+          assert.deepStrictEqual(
+            rows.map((r) => r.kind),
+            ["c", "f"]
+          )
+          assert.strictEqual(rows[1]?.f_applied, 0n)
+          return rows[0]?.id !== null && rows[0]?.id !== undefined
+        }
+      )
+  },
+  {
     name: "stepInsertClaimed",
     verbs: ["begin"],
     step: null,
@@ -302,6 +334,38 @@ const cases: ReadonlyArray<Case> = [
           null
         ),
         (rows) => rows[0]?.applied === 1n
+      )
+  },
+  {
+    // shared with a claim of another run (none here: its run does not exist, it claims nothing)
+    name: "claimAndFinishMany (its outcome)",
+    verbs: ["finish"],
+    step: "in_progress",
+    run: (c) =>
+      Effect.map(
+        c.statements.claimAndFinishMany(
+          [{ runId: crypto.randomUUID(), name: "one", queue: "default", timeoutMs: null, claimedBy: null, now: null }],
+          [
+            {
+              runId: c.runId,
+              stepId: c.stepId,
+              output: null,
+              definitionHash: null,
+              next: { _tag: "finish", output: null },
+              now: null
+            }
+          ],
+          "tester",
+          null
+        ),
+        (rows) => {
+          assert.deepStrictEqual(
+            rows.map((r) => r.kind),
+            ["c", "f"]
+          )
+          assert.isNull(rows[0]?.id)
+          return rows[1]?.f_applied === 1n
+        }
       )
   },
   {

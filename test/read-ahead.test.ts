@@ -27,13 +27,28 @@ describe("adaptive read-ahead", () => {
     const ra = ReadAhead.adaptive(10, 30_000)
     for (let i = 0; i < 50; i++) ra.ran(200)
     for (let i = 0; i < 10; i++) ra.claimed(5, true)
-    // 10 slots × 4 claim round trips × 5 ms / 200 ms per job
-    assert.strictEqual(ra.current(), 1)
+    // 10 slots × 8 claim round trips × 5 ms / 200 ms per job
+    assert.strictEqual(ra.current(), 2)
     const slow = ReadAhead.adaptive(10, 30_000)
     for (let i = 0; i < 50; i++) slow.ran(5_000)
     for (let i = 0; i < 10; i++) slow.claimed(2_000, true)
     // the slots run 10 × 7.5 s / 5 s = 15 jobs in a quarter of the lease: 5 beyond the slots
     assert.strictEqual(slow.current(), 5)
+  })
+
+  it("jobs long next to a fast claim still buffer 25 ms of each slot's work (workflow runs waiting on the database)", () => {
+    const ra = ReadAhead.adaptive(10, 30_000)
+    for (let i = 0; i < 50; i++) ra.ran(10)
+    const seen: Array<number> = []
+    for (let i = 0; i < 4; i++) {
+      ra.claimed(1, true)
+      seen.push(ra.current())
+    }
+    // 10 slots × 8 claim round trips × 1 ms / 10 ms per job is 8; 10 slots × 25 ms / 10 ms is 25
+    assert.deepStrictEqual(seen, [10, 20, 25, 25])
+    // a drained queue keeps it: the jobs still warrant it
+    ra.claimed(1, false)
+    assert.strictEqual(ra.current(), 25)
   })
 
   it("an explicit read-ahead is kept whatever happens", () => {

@@ -20,9 +20,19 @@ export const internalJob = <P>(
   payload: Schema.ConstraintCodec<P, unknown>,
   queue: string | undefined,
   run: (payload: P, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>,
-  options?: { readonly deadLetterSource?: DeadLetterSource | undefined }
+  options?: {
+    readonly deadLetterSource?: DeadLetterSource | undefined
+    /**
+     * A cheap check of the payload's shape: a message it accepts is taken as it is, without the
+     * Schema's decode (which must give back the same value for it); any other goes through the Schema.
+     */
+    readonly accepts?: ((message: unknown) => message is P) | undefined
+  }
 ): RegisteredJob => {
-  const decode = Schema.decodeUnknownEffect(payload)
+  const decodeSchema = Schema.decodeUnknownEffect(payload)
+  const accepts = options?.accepts
+  const decode =
+    accepts === undefined ? decodeSchema : (u: unknown) => (accepts(u) ? Effect.succeed(u) : decodeSchema(u))
   return {
     job: {
       ...({} as AnyJob),

@@ -27,7 +27,7 @@ import { makeSweep } from "./engine/Sweep.ts"
 import { makeVerbs } from "./engine/Verbs.ts"
 
 export { ErrorReporter, encodeError } from "./engine/Errors.ts"
-export { type Delivery, ENGINE_VERSION, StepMessage } from "./engine/Messages.ts"
+export { type Delivery, ENGINE_VERSION, isStepMessage, StepMessage } from "./engine/Messages.ts"
 export { WorkflowMetrics } from "./engine/Metrics.ts"
 export {
   fanOutOutcomeOf,

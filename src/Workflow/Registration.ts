@@ -10,7 +10,7 @@ import type { PgBusConfigShape } from "../Config.ts"
 import { internalJob } from "../Job/InternalJob.ts"
 import type { RegisteredJob } from "../Job/RegisteredJob.ts"
 import { isLastAttempt, resolvePolicy } from "../Job/Retry.ts"
-import { type RegisteredWorkflow, StepMessage, type WorkflowRunner } from "./Engine.ts"
+import { isStepMessage, type RegisteredWorkflow, StepMessage, type WorkflowRunner } from "./Engine.ts"
 import type { AnyWorkflow } from "./Workflow.ts"
 import { InvalidWorkflowDefinition } from "./WorkflowError.ts"
 import { FAN_OUT_JOB, STEP_JOB } from "./WorkflowSql.ts"
@@ -56,13 +56,19 @@ export const registerWorkflows = (
     const stepPolicy = resolvePolicy(config, undefined)
     const jobs = [
       // workflow step messages are jobs of their own, run by the workflow runner
-      internalJob(config, STEP_JOB, StepMessage, config.workflowQueue, (payload, context) =>
-        runner.execute(workflows, payload, {
-          attempt: context.attempt,
-          msgId: context.msgId,
-          queue: context.queue,
-          last: isLastAttempt(stepPolicy, context.attempt)
-        })
+      internalJob(
+        config,
+        STEP_JOB,
+        StepMessage,
+        config.workflowQueue,
+        (payload, context) =>
+          runner.execute(workflows, payload, {
+            attempt: context.attempt,
+            msgId: context.msgId,
+            queue: context.queue,
+            last: isLastAttempt(stepPolicy, context.attempt)
+          }),
+        { accepts: isStepMessage }
       ),
       // a fan-out batch's callback resumes the step waiting on it
       internalJob(config, FAN_OUT_JOB, BatchFinished, config.workflowQueue, (payload) => runner.fanOutFinished(payload))

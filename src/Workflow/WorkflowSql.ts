@@ -53,12 +53,13 @@ export {
 /** The statements of one schema. */
 export const makeWorkflowSql = (sql: SqlClient.SqlClient, schema: string, messageCtes: MessageCtes) => {
   const ctx = makeWorkflowSqlContext(sql, schema, messageCtes)
+  const claims = makeClaimSql(ctx)
   return {
     ...makeStartSql(ctx),
-    ...makeClaimSql(ctx),
+    ...claims,
     ...makeOutcomeSql(ctx),
     ...makeFinishSql(ctx),
-    ...makeOutcomeManySql(ctx),
+    ...makeOutcomeManySql(ctx, claims.claimFirstParts),
     ...makeEventSql(ctx),
     ...makeWaitSql(ctx),
     ...makeSignalSql(ctx),

@@ -64,6 +64,15 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
       )
     )
 
+  /** A batch returned: the next ones of the group leave. */
+  const release = (): Effect.Effect<void> => {
+    group.out--
+    // the other batchers of the group first, this one last: none waits behind another forever
+    const at = group.pumps.indexOf(pump)
+    const order = [...group.pumps.slice(at + 1), ...group.pumps.slice(0, at + 1)]
+    return Effect.forEach(order, (p) => p, { discard: true })
+  }
+
   const pump: Effect.Effect<void> = Effect.suspend(() => {
     if (group.out >= group.maxOut || waiting.length === 0) return Effect.void
     const batch: Array<Queued> = []
@@ -83,15 +92,10 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
     return Effect.asVoid(
       Effect.forkDetach(
         Effect.uninterruptible(send(batch)).pipe(
-          Effect.ensuring(
-            Effect.suspend(() => {
-              group.out--
-              // the other batchers of the group first, this one last: none waits behind another forever
-              const at = group.pumps.indexOf(pump)
-              const order = [...group.pumps.slice(at + 1), ...group.pumps.slice(0, at + 1)]
-              return Effect.forEach(order, (p) => p, { discard: true })
-            })
-          )
+          // the batch stays out for one turn of the scheduler after it returns: the fibers it
+          // woke run on to their next item (a run's next outcome) and leave with what piled up,
+          // instead of the first of them leaving alone (W3: 0.82 -> 0.62 statements per run)
+          Effect.ensuring(Effect.andThen(Effect.yieldNow, Effect.suspend(release)))
         )
       )
     )

@@ -29,6 +29,31 @@ export const StepMessage = Schema.Struct({
 })
 export type StepMessage = typeof StepMessage.Type
 
+const isRecord = (u: unknown): u is Readonly<Record<string, unknown>> =>
+  typeof u === "object" && u !== null && !Array.isArray(u)
+const isTextOrNull = (u: unknown) => u === null || typeof u === "string"
+
+/**
+ * Whether a value is a `StepMessage` as the engine writes it, checked field by field: the
+ * runner's fast path past the Schema's decode (about 1% of its CPU in W3); anything else (an
+ * odd or hand-written message) is left to the Schema, which gives the same value or the error.
+ */
+export const isStepMessage = (u: unknown): u is StepMessage => {
+  if (!isRecord(u) || typeof u.workflow !== "string" || typeof u.run !== "string" || !isTextOrNull(u.step)) {
+    return false
+  }
+  if ("deadline" in u && typeof u.deadline !== "string") return false
+  if (!("input" in u)) return true
+  const input = u.input
+  return (
+    isRecord(input) &&
+    "payload" in input &&
+    isTextOrNull(input.subject) &&
+    isTextOrNull(input.resource_id) &&
+    (!("parent_run_id" in input) || typeof input.parent_run_id === "string")
+  )
+}
+
 /** What a replay reads from a claim (a fresh run's first replay reads it from its start message). */
 export type Claimed = Pick<
   ClaimRow,

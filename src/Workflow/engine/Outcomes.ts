@@ -5,7 +5,7 @@
  */
 import { Effect, Metric } from "effect"
 import { statementNow } from "../../Database.ts"
-import { makeBatcher, makeBatchGroup } from "../../internal/Batcher.ts"
+import { makeBatcher } from "../../internal/Batcher.ts"
 import { type DatabaseError, StepInterrupted, type StepStalled } from "../WorkflowError.ts"
 import type {
   ClaimFirstEntry,
@@ -93,30 +93,24 @@ export const makeOutcomes = (ctx: EngineContext) => {
   // run finished) from concurrent executions share a statement: while one is out, the next ones
   // pile up and leave together (one round trip and one commit for several runs; W3 went from
   // 5.4 to 3.1 statements per run). Idle, an outcome leaves at once, alone.
-  // Claims of fresh runs and outcomes have one batch out between them (a group): while one kind
-  // is out, both pile up. In W3 (10 executions) this took statements from 1.9 to 1.3-1.5 per run and
-  // the database's CPU per run down by about a quarter; idle, a claim or outcome still leaves at once.
-  const workflowBatches = makeBatchGroup(1)
-  const finishBatched = makeBatcher<FinishManyEntry, FinishRow | undefined, DatabaseError>({
-    many: (entries) => statements.stepFinishMany(entries, worker, revision).pipe(db("apply step outcomes")),
+  // Claims of fresh runs with their first step pile up with them and leave in the same statement
+  // (claimAndFinishMany): one batch out at a time for both, as when they took turns (which took
+  // W3 from 1.9 to 1.3-1.5 statements per run), but one statement where the turns took two.
+  const one = (e: FinishManyEntry) =>
     // alone, the same outcome through the single statement; it reads the workflow's name and the
     // queue only to send a scheduled step's message, which a shared outcome never has
-    one: (e) =>
-      finish({
-        workflow: "",
-        runId: e.runId,
-        stepId: e.stepId,
-        status: "completed",
-        output: e.output,
-        error: null,
-        definitionHash: e.definitionHash,
-        next: e.next._tag === "claim" ? { ...e.next, physicalQueue: "" } : e.next,
-        mayHoldSignal: false,
-        now: e.now
-      }).pipe(Effect.map((rows) => rows[0])),
-    key: (e) => e.runId,
-    group: workflowBatches
-  })
+    finish({
+      workflow: "",
+      runId: e.runId,
+      stepId: e.stepId,
+      status: "completed",
+      output: e.output,
+      error: null,
+      definitionHash: e.definitionHash,
+      next: e.next._tag === "claim" ? { ...e.next, physicalQueue: "" } : e.next,
+      mayHoldSignal: false,
+      now: e.now
+    }).pipe(Effect.map((rows) => rows[0]))
 
   /** A fresh run claimed with its first step, alone (its statement is the shared one's, for one run). */
   const claimFirst = (entry: ClaimFirstEntry) =>
@@ -125,18 +119,73 @@ export const makeOutcomes = (ctx: EngineContext) => {
       Effect.map((rows) => rows.flatMap((row) => (row.id === null ? [] : [row as ClaimRow])))
     )
 
-  // Fresh runs claimed with their first step by concurrent executions share a statement, as
-  // outcomes do (`finishBatched`).
-  const claimFirstBatched = makeBatcher<ClaimFirstEntry, ClaimRow | undefined, DatabaseError>({
-    many: (entries) =>
-      statements.runClaimFirstMany(entries, worker, revision).pipe(
+  /** A claim of a fresh run's first step, or a common outcome: what the shared statement takes. */
+  type Shared =
+    | { readonly _tag: "claim"; readonly entry: ClaimFirstEntry }
+    | { readonly _tag: "finish"; readonly entry: FinishManyEntry }
+  /** The claims' rows then the outcomes', in the order of `items`. */
+  const sendShared = (
+    items: ReadonlyArray<Shared>
+  ): Effect.Effect<ReadonlyArray<ClaimRow | FinishRow | undefined>, DatabaseError> => {
+    const claims = items.flatMap((i) => (i._tag === "claim" ? [i.entry] : []))
+    const finishes = items.flatMap((i) => (i._tag === "finish" ? [i.entry] : []))
+    const inOrder = (
+      claimRows: ReadonlyArray<ClaimRow | undefined>,
+      finishRows: ReadonlyArray<FinishRow | undefined>
+    ) => {
+      let c = 0
+      let f = 0
+      return items.map((i) => (i._tag === "claim" ? claimRows[c++] : finishRows[f++]))
+    }
+    if (finishes.length === 0) {
+      return statements.runClaimFirstMany(claims, worker, revision).pipe(
         db("claim runs"),
-        Effect.map((rows) => rows.map((row) => (row.id === null ? undefined : row)))
-      ),
-    one: (e) => Effect.map(claimFirst(e), (rows) => rows[0]),
-    key: (e) => e.runId,
-    group: workflowBatches
+        Effect.map((rows) =>
+          inOrder(
+            rows.map((row) => (row.id === null ? undefined : row)),
+            []
+          )
+        )
+      )
+    }
+    if (claims.length === 0) {
+      return statements.stepFinishMany(finishes, worker, revision).pipe(
+        db("apply step outcomes"),
+        Effect.map((rows) => inOrder([], rows))
+      )
+    }
+    return statements.claimAndFinishMany(claims, finishes, worker, revision).pipe(
+      db("claim runs and apply step outcomes"),
+      Effect.map((rows) => {
+        const claimRows: Array<ClaimRow | undefined> = []
+        const finishRows: Array<FinishRow | undefined> = []
+        for (const row of rows) {
+          if (row.kind === "c") claimRows.push(row.id === null ? undefined : row)
+          else {
+            finishRows.push({
+              before: row.f_before,
+              applied: row.f_applied ?? 0n,
+              next_id: row.f_next_id,
+              next_status: row.f_next_status,
+              after: row.f_after
+            })
+          }
+        }
+        return inOrder(claimRows, finishRows)
+      })
+    )
+  }
+  const sharedBatched = makeBatcher<Shared, ClaimRow | FinishRow | undefined, DatabaseError>({
+    many: sendShared,
+    one: (i) => (i._tag === "claim" ? Effect.map(claimFirst(i.entry), (rows) => rows[0]) : one(i.entry)),
+    key: (i) => i.entry.runId
   })
+  const finishBatched = (entry: FinishManyEntry) =>
+    sharedBatched({ _tag: "finish", entry }) as Effect.Effect<FinishRow | undefined, DatabaseError>
+  // Fresh runs claimed with their first step by concurrent executions share a statement, with
+  // outcomes (`finishBatched`).
+  const claimFirstBatched = (entry: ClaimFirstEntry) =>
+    sharedBatched({ _tag: "claim", entry }) as Effect.Effect<ClaimRow | undefined, DatabaseError>
 
   const lateCompletion = (runId: string, step: Target, now: Date | null) =>
     statements

@@ -65,15 +65,11 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
       FROM r`
 
   /**
-   * Claims ready runs with no open step (as `runClaimContinue`) and, for each that has no step
-   * row at all, inserts its first step claimed: the worker found that step by replaying from the
-   * payload the start message carried, before the claim. A run with a history gets no step (the
-   * caller replays it from the history returned, which never includes the step inserted here).
-   * One statement for one run or many (concurrent executions share it): one row per entry back,
-   * in order; an entry whose run was not claimed gives a row whose `id` is null. The run ids must
-   * differ.
+   * `runClaimFirstMany`'s parts, for it and for `claimAndFinishMany` (which shares its statement
+   * with outcomes): the entries (`ci`), the CTEs after the runs are locked (`locked`, every
+   * entry's run: `runIds`) and the SELECT of one row per entry (`c_ord`: the entry's position).
    */
-  const runClaimFirstMany = (entries: ReadonlyArray<ClaimFirstEntry>, worker: string, appRevision: string | null) => {
+  const claimFirstParts = (entries: ReadonlyArray<ClaimFirstEntry>, worker: string, appRevision: string | null) => {
     const json = JSON.stringify(
       entries.map((e) => ({
         r: e.runId,
@@ -85,42 +81,60 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
         t: e.now === null ? null : e.now.toISOString()
       }))
     )
-    return sql<ClaimRow & { readonly id: string | null }>`WITH i AS (
+    const input = sql`ci AS (
         SELECT u.ord, (u.e->>'r')::uuid AS run_id, u.e->>'n' AS name, u.e->>'q' AS queue,
           (u.e->>'m')::float8 AS timeout_ms, u.e->>'c' AS claimed_by, coalesce((u.e->>'t')::timestamptz, now()) AS at
-        FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord)),
-      locked AS (${lockRuns(entries.map((e) => e.runId))}),
-      r AS (
-        UPDATE ${runs} ru SET status = ${toOf("claim")}, updated_at = i.at,
+        FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord))`
+    const ctes = sql`cr AS (
+        UPDATE ${runs} ru SET status = ${toOf("claim")}, updated_at = ci.at,
           current_step = CASE WHEN EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id)
-                              THEN ru.current_step ELSE i.name END
-        FROM locked, i
+                              THEN ru.current_step ELSE ci.name END
+        FROM locked, ci
         -- the guard reads the locked row's status: written on ru, the generic plan found the
         -- run by the status index, reading every ready run (the whole backlog in W3)
-        WHERE ru.id = locked.id AND ru.id = i.run_id AND ${fromIn("locked.status", "claim")}
+        WHERE ru.id = locked.id AND ru.id = ci.run_id AND ${fromIn("locked.status", "claim")}
           AND NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ru.id
                           AND ${openSteps("status")})
-        RETURNING ru.*, i.ord AS claim_ord, i.name AS first_name, i.queue AS first_queue,
-          i.timeout_ms AS first_timeout, i.claimed_by AS first_claimed_by, i.at AS claim_at),
-      s AS (
+        RETURNING ru.*, ci.ord AS claim_ord, ci.name AS first_name, ci.queue AS first_queue,
+          ci.timeout_ms AS first_timeout, ci.claimed_by AS first_claimed_by, ci.at AS claim_at),
+      cs AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
                               timeout_ms, reattempts, worker, app_revision, claimed_by)
-        SELECT r.id, r.first_name, 1, 0, 'in_progress', r.first_queue, r.claim_at, r.claim_at, r.claim_at,
-               r.first_timeout, 0, ${worker}::text, ${appRevision}::text, r.first_claimed_by
-        FROM r WHERE NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = r.id)
-        ORDER BY r.claim_ord
+        SELECT cr.id, cr.first_name, 1, 0, 'in_progress', cr.first_queue, cr.claim_at, cr.claim_at, cr.claim_at,
+               cr.first_timeout, 0, ${worker}::text, ${appRevision}::text, cr.first_claimed_by
+        FROM cr WHERE NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = cr.id)
+        ORDER BY cr.claim_ord
         RETURNING id, run_id, name, attempt, position, reattempts),
-      e AS (
+      ce AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
-        SELECT s.run_id, t.type, s.name, s.attempt, 'system', r.claim_at
-        FROM s JOIN r ON r.id = s.run_id, (VALUES (1, 'step_scheduled'), (2, 'step_started')) AS t(ord, type)
-        ORDER BY r.claim_ord, t.ord)
-      SELECT r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
-        s.position AS step_position, s.reattempts AS step_reattempts, false AS step_timed_out,
+        SELECT cs.run_id, t.type, cs.name, cs.attempt, 'system', cr.claim_at
+        FROM cs JOIN cr ON cr.id = cs.run_id, (VALUES (1, 'step_scheduled'), (2, 'step_started')) AS t(ord, type)
+        ORDER BY cr.claim_ord, t.ord)`
+    const select = sql`SELECT ci.ord AS c_ord, cr.*, cs.id AS step_id, cs.name AS step_name, cs.attempt AS step_attempt,
+        cs.position AS step_position, cs.reattempts AS step_reattempts, false AS step_timed_out,
         NULL::timestamptz AS step_timeout_at, NULL::jsonb AS held_signal,
-        CASE WHEN r.id IS NULL THEN NULL ELSE ${history(sql`r.id`)} END AS history
-      FROM i LEFT JOIN r ON r.claim_ord = i.ord LEFT JOIN s ON s.run_id = r.id
-      ORDER BY i.ord`
+        -- a run that got its first step here had no step in this statement's snapshot: its history is empty
+        CASE WHEN cr.id IS NULL THEN NULL WHEN cs.id IS NOT NULL THEN '[]'::jsonb ELSE ${history(sql`cr.id`)} END AS history
+      FROM ci LEFT JOIN cr ON cr.claim_ord = ci.ord LEFT JOIN cs ON cs.run_id = cr.id`
+    return { input, ctes, select, runIds: entries.map((e) => e.runId) }
+  }
+
+  /**
+   * Claims ready runs with no open step (as `runClaimContinue`) and, for each that has no step
+   * row at all, inserts its first step claimed: the worker found that step by replaying from the
+   * payload the start message carried, before the claim. A run with a history gets no step (the
+   * caller replays it from the history returned, which never includes the step inserted here).
+   * One statement for one run or many (concurrent executions share it): one row per entry back,
+   * in order; an entry whose run was not claimed gives a row whose `id` is null. The run ids must
+   * differ.
+   */
+  const runClaimFirstMany = (entries: ReadonlyArray<ClaimFirstEntry>, worker: string, appRevision: string | null) => {
+    const p = claimFirstParts(entries, worker, appRevision)
+    return sql<ClaimRow & { readonly id: string | null }>`WITH ${p.input},
+      locked AS (${lockRuns(p.runIds)}),
+      ${p.ctes}
+      ${p.select}
+      ORDER BY ci.ord`
   }
 
   /** A performing run's first new step, claimed at once (the replay found it due). */
@@ -176,6 +190,7 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
     stepClaim,
     runClaimContinue,
     runClaimFirstMany,
+    claimFirstParts,
     stepInsertClaimed,
     runLoadForRenewal,
     runLoadClaimed

@@ -18,18 +18,37 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
   // The transition table as SQL. States are inlined as constants, not bound: the plans (and the
   // partial indexes on status) see the same text as a literal written in the statement.
   /** `<column> IN (…)`: the states the verbs may start from (their union), from `States.ts`. */
-  const fromIn = (column: string, ...verbs: ReadonlyArray<Verb>) =>
-    sql.literal(`${column} IN (${quoted(fromStatesOf(verbs))})`)
+  // Each is built once per text and kept: statements are built per call (several per run), and
+  // the table does not change.
+  const literals = new Map<string, Statement.Fragment>()
+  const literal = (text: string) => {
+    let fragment = literals.get(text)
+    if (fragment === undefined) {
+      fragment = sql.literal(text)
+      literals.set(text, fragment)
+    }
+    return fragment
+  }
+  const fromInTexts = new Map<string, string>()
+  const fromIn = (column: string, ...verbs: ReadonlyArray<Verb>) => {
+    const key = `${column}\u0000${verbs.join("\u0000")}`
+    let text = fromInTexts.get(key)
+    if (text === undefined) {
+      text = `${column} IN (${quoted(fromStatesOf(verbs))})`
+      fromInTexts.set(key, text)
+    }
+    return literal(text)
+  }
   /** The state a verb leads to (a verb whose target is a state; `unchanged` keeps the column). */
   const toOf = (verb: Verb) => {
     const to = transitionOf(verb).to
-    return sql.literal(to === "unchanged" ? "status" : `'${to}'`)
+    return literal(to === "unchanged" ? "status" : `'${to}'`)
   }
   /** A run state as a constant, for the statements' CASE branches. */
-  const state = (status: RunStatus) => sql.literal(`'${status}'`)
+  const state = (status: RunStatus) => literal(`'${status}'`)
   /** `<column> IN (…)`: the open step states. */
   const openStepList = sql.literal(`(${quoted(OpenStepStatuses)})`)
-  const openSteps = (column: string) => sql.literal(`${column} IN (${quoted(OpenStepStatuses)})`)
+  const openSteps = (column: string) => literal(`${column} IN (${quoted(OpenStepStatuses)})`)
 
   const runs = sql(`${schema}.workflow_runs`)
   const steps = sql(`${schema}.workflow_steps`)
