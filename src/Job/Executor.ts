@@ -6,7 +6,7 @@
  */
 import { Context, Duration, Effect, Exit, Metric, Random, References, Tracer } from "effect"
 import type { Message } from "../Queue/Message.ts"
-import { QueueBreaker } from "../Queue/QueueBreaker.ts"
+import { QueueBreaker, type QueueBreakerShape } from "../Queue/QueueBreaker.ts"
 import { beforeRun, decide, type Outcome } from "./Completer.ts"
 import { JobContext } from "./Job.ts"
 import { linkedSpan } from "./JobClient.ts"
@@ -19,7 +19,8 @@ import * as RunningJobs from "./RunningJobs.ts"
 export { decide, failureOf, type Outcome } from "./Completer.ts"
 export { jobOf } from "./RegisteredJob.ts"
 
-const succeeded: Effect.Effect<Outcome> = Effect.succeed({ _tag: "Succeeded" })
+const SUCCEEDED: Outcome = { _tag: "Succeeded" }
+const succeeded: Effect.Effect<Outcome> = Effect.succeed(SUCCEEDED)
 
 /**
  * Whether a delivery with no failure recorded since the previous one is logged (the config's
@@ -53,19 +54,6 @@ const zombie = (job: string, message: Message): Effect.Effect<void> =>
   )
 
 /**
- * Runs a handler recorded in `RunningJobs` (for the event-loop watchdog to name), in real time
- * (`performance.now()`, as the watchdog measures the loop's lateness).
- */
-const watched = <A, E>(job: string, message: Message, run: Effect.Effect<A, E>): Effect.Effect<A, E> =>
-  Effect.suspend(() => {
-    const entry = RunningJobs.started(job, message.queue, message.msgId, performance.now())
-    return Effect.ensuring(
-      run,
-      Effect.sync(() => RunningJobs.finished(entry, performance.now()))
-    )
-  })
-
-/**
  * What each outcome tells the queue's circuit breaker: a failure (a retry or a dead letter), a
  * success (the count starts again), or nothing (an abandoned, snoozed or discarded delivery: the
  * job's code did not fail, or its rules said the failure does not matter).
@@ -80,13 +68,17 @@ const breakerVerdict: { readonly [K in Outcome["_tag"]]: boolean | undefined } =
   Snoozed: undefined
 }
 
-/** Tells the queue's circuit breaker (when the supervisor runs one) how a delivery ended. */
-const toBreaker = (queue: string, outcome: Outcome): Effect.Effect<void> => {
-  const failed = breakerVerdict[outcome._tag]
-  return failed === undefined
-    ? Effect.void
-    : Effect.flatMap(QueueBreaker, (breaker) => (breaker === undefined ? Effect.void : breaker.record(queue, failed)))
-}
+/**
+ * `Effect.flatMap`, but a payload that decoded synchronously (an `Exit`, see `RegisteredJob.decode`)
+ * goes straight to `f`: one step fewer per delivery. `f` only builds the handler's effect.
+ */
+const thenRun = <A, E, B, E2>(
+  decoded: Effect.Effect<A, E>,
+  f: (a: A) => Effect.Effect<B, E2>
+): Effect.Effect<B, E | E2> =>
+  isExitOf(decoded) && Exit.isSuccess(decoded) ? f(decoded.value) : Effect.flatMap(decoded, f)
+
+const isExitOf = <A, E>(effect: Effect.Effect<A, E>): effect is Exit.Exit<A, E> => Exit.isExit(effect)
 
 /**
  * Runs one delivered message and returns its outcome. Never fails: an unknown job, a payload
@@ -107,7 +99,7 @@ export const execute = (
       ? payload === undefined && name === "(not a job envelope)"
         ? Effect.fail(new PayloadDecodeError({ job: name, issue: "the message is not a job envelope" }))
         : Effect.fail(new UnknownJob({ job: name, queue: message.queue }))
-      : Effect.flatMap(registered.decode(payload), (decoded): Effect.Effect<unknown, unknown> => {
+      : thenRun(registered.decode(payload), (decoded): Effect.Effect<unknown, unknown> => {
           const context: JobContext["Service"] = {
             job: name,
             queue: message.queue,
@@ -144,34 +136,56 @@ export const execute = (
                 })
               )
         })
-  // no span without a tracing backend (see hotSpan): the native tracer keeps it nowhere
-  const traced = Effect.flatMap(Effect.tracer, (tracer) => {
-    if (tracer === Tracer.nativeTracer) return watched(name, message, run)
-    const link = linkedSpan(message.headers)
-    return watched(name, message, run).pipe(
-      Effect.withSpan(
-        "pgbus.job.execute",
-        {
-          attributes: { queue: message.queue, job: name, msg_id: String(message.msgId), attempt: message.readCt },
-          ...(link ? { links: [{ span: link, attributes: { "pgbus.link": "enqueue" } }] } : {})
-        },
-        { captureStackTrace: false }
-      )
+  // One fiber read for the tracer and the breaker; the handler is recorded in `RunningJobs` (for
+  // the event-loop watchdog to name) in real time (`performance.now()`, as the watchdog measures
+  // the loop's lateness). Per delivery, so no more steps than these.
+  const delivery = Effect.withFiber((fiber) => {
+    const breaker = fiber.getRef(QueueBreaker)
+    const tracer = fiber.getRef(Tracer.Tracer)
+    const entry = RunningJobs.started(name, message.queue, message.msgId, performance.now())
+    const watched = Effect.ensuring(
+      run,
+      Effect.sync(() => RunningJobs.finished(entry, performance.now()))
     )
-  })
-  const delivery = (
-    message.readCt > 1 && message.lastError === undefined ? Effect.andThen(zombie(name, message), traced) : traced
-  ).pipe(
-    Effect.exit,
-    Effect.flatMap((exit) =>
+    // no span without a tracing backend (see hotSpan): the native tracer keeps it nowhere
+    const traced = tracer === Tracer.nativeTracer ? watched : withExecuteSpan(watched, name, message)
+    return Effect.flatMap(Effect.exit(traced), (exit) => {
       // the random draw only spreads a retry's delay
-      Exit.isSuccess(exit)
-        ? registered?.encodeResult === undefined
-          ? succeeded
-          : Effect.succeed<Outcome>({ _tag: "Succeeded", result: exit.value })
-        : Effect.map(Random.next, (random) => decide(exit, message.readCt, policy, random))
-    ),
-    Effect.tap((outcome) => toBreaker(message.queue, outcome))
+      if (Exit.isFailure(exit)) {
+        return Effect.flatMap(Random.next, (random) =>
+          toBreaker(breaker, message.queue, decide(exit, message.readCt, policy, random))
+        )
+      }
+      if (registered?.encodeResult === undefined) {
+        return breaker === undefined ? succeeded : toBreaker(breaker, message.queue, SUCCEEDED)
+      }
+      return toBreaker(breaker, message.queue, { _tag: "Succeeded", result: exit.value })
+    })
+  })
+  const started =
+    message.readCt > 1 && message.lastError === undefined ? Effect.andThen(zombie(name, message), delivery) : delivery
+  return registered === undefined ? started : registered.provide(started)
+}
+
+/** The delivery under its `pgbus.job.execute` span, linked to the enqueue's. */
+const withExecuteSpan = <A, E>(run: Effect.Effect<A, E>, name: string, message: Message): Effect.Effect<A, E> => {
+  const link = linkedSpan(message.headers)
+  return run.pipe(
+    Effect.withSpan(
+      "pgbus.job.execute",
+      {
+        attributes: { queue: message.queue, job: name, msg_id: String(message.msgId), attempt: message.readCt },
+        ...(link ? { links: [{ span: link, attributes: { "pgbus.link": "enqueue" } }] } : {})
+      },
+      { captureStackTrace: false }
+    )
   )
-  return registered === undefined ? delivery : registered.provide(delivery)
+}
+
+/** Tells the queue's circuit breaker (when the supervisor runs one) how a delivery ended; returns the outcome. */
+const toBreaker = (breaker: QueueBreakerShape | undefined, queue: string, outcome: Outcome): Effect.Effect<Outcome> => {
+  const failed = breakerVerdict[outcome._tag]
+  return breaker === undefined || failed === undefined
+    ? Effect.succeed(outcome)
+    : Effect.as(breaker.record(queue, failed), outcome)
 }

@@ -69,10 +69,11 @@ export const makeQueueBreaker = (config: PgBusConfigShape, states: QueueStates["
         ),
         Effect.catch((error) => Effect.logWarning(`pgbus: the circuit breaker could not pause queue ${queue}`, error))
       )
+  // without a threshold (the default) there is nothing to count: a constant, per delivery
+  if (threshold === undefined) return { record: () => Effect.void }
   return {
     record: (queue, failed) =>
       Effect.suspend(() => {
-        if (threshold === undefined) return Effect.void
         if (!failed) {
           failures.delete(queue)
           return Effect.void

@@ -122,7 +122,9 @@ export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.E
         Effect.onInterrupt(() => applyOutcome(ctx, completer, m, { _tag: "Abandoned" })),
         Effect.flatMap((outcome) => {
           recordOutcome(ctx, m, outcome, startedAt)
-          return Effect.uninterruptible(applyOutcome(ctx, completer, m, outcome))
+          const end = applyOutcome(ctx, completer, m, outcome)
+          // a plain success only joins the archive list: nothing to keep from an interruption
+          return end === Effect.void ? end : Effect.uninterruptible(end)
         }),
         Effect.ensuring(
           Effect.sync(() => {
