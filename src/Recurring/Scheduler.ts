@@ -104,6 +104,42 @@ export interface SchedulerSession {
   readonly runOnce: Effect.Effect<TickReport, DatabaseError>
 }
 
+/** A stored task as the lists show it, its next fire from `now`. */
+const summaryOf = (
+  row: TaskRow & ManualFireRow & { readonly last_run_at: Date | null; readonly fires: bigint },
+  now: Date
+) => {
+  const cron = Cron.parse(row.cron, row.time_zone)
+  return {
+    key: row.key,
+    schedule: row.schedule,
+    cron: row.cron,
+    timeZone: row.time_zone,
+    kind: row.kind,
+    job: row.job,
+    queue: row.queue,
+    description: row.description,
+    catchUp: row.catch_up as CatchUp,
+    activeSince: row.active_since,
+    lastRunAt: row.last_run_at,
+    nextRunAt: Result.isSuccess(cron) ? Cron.next(cron.success, now) : null,
+    fires: Number(row.fires),
+    lastManual:
+      row.last_manual_run_at === null
+        ? null
+        : { runAt: row.last_manual_run_at, actor: row.last_manual_actor, reason: row.last_manual_reason }
+  } satisfies TaskSummary
+}
+
+/** A run-now's caller, decoded before the transaction: a bad one writes nothing. */
+const callerOf = (key: string, actor: string | undefined, reason: string | undefined) =>
+  actor === undefined && reason === undefined
+    ? Effect.succeed(null)
+    : Schema.decodeUnknownEffect(RunNowCaller)({ actor: actor ?? "", reason }).pipe(
+        Effect.map((c): FiredBy => ({ actor: c.actor, reason: c.reason?.trim() ? c.reason.trim() : null })),
+        Effect.mapError((error) => new InvalidRecurringTask({ task: key, reason: `run-now caller: ${error.message}` }))
+      )
+
 /**
  * The recurring scheduler service.
  *
@@ -312,17 +348,6 @@ export class RecurringScheduler extends Context.Service<
           return { runOnce } satisfies SchedulerSession
         })
 
-      // the caller, decoded before the transaction: a bad one writes nothing
-      const callerOf = (key: string, actor: string | undefined, reason: string | undefined) =>
-        actor === undefined && reason === undefined
-          ? Effect.succeed(null)
-          : Schema.decodeUnknownEffect(RunNowCaller)({ actor: actor ?? "", reason }).pipe(
-              Effect.map((c): FiredBy => ({ actor: c.actor, reason: c.reason?.trim() ? c.reason.trim() : null })),
-              Effect.mapError(
-                (error) => new InvalidRecurringTask({ task: key, reason: `run-now caller: ${error.message}` })
-              )
-            )
-
       const runNow = (
         key: string,
         options?: {
@@ -366,32 +391,6 @@ export class RecurringScheduler extends Context.Service<
             return { task: key, runAt: row.run_at, queue: task.queue, msgId } satisfies Fire
           })
         ).pipe(Effect.mapError((e) => (e._tag === "SqlError" ? toDatabaseError("run a recurring task now")(e) : e)))
-
-      const summaryOf = (
-        row: TaskRow & ManualFireRow & { readonly last_run_at: Date | null; readonly fires: bigint },
-        now: Date
-      ) => {
-        const cron = Cron.parse(row.cron, row.time_zone)
-        return {
-          key: row.key,
-          schedule: row.schedule,
-          cron: row.cron,
-          timeZone: row.time_zone,
-          kind: row.kind,
-          job: row.job,
-          queue: row.queue,
-          description: row.description,
-          catchUp: row.catch_up as CatchUp,
-          activeSince: row.active_since,
-          lastRunAt: row.last_run_at,
-          nextRunAt: Result.isSuccess(cron) ? Cron.next(cron.success, now) : null,
-          fires: Number(row.fires),
-          lastManual:
-            row.last_manual_run_at === null
-              ? null
-              : { runAt: row.last_manual_run_at, actor: row.last_manual_actor, reason: row.last_manual_reason }
-        } satisfies TaskSummary
-      }
 
       const list = Effect.gen(function* () {
         const [clock] = yield* statements.recurringNow(yield* statementNow)
