@@ -131,6 +131,25 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
       SELECT s.id, ${message.notifyRef} AS notified FROM s`
   }
 
+  /**
+   * A step takes a pending signal (pending → claimed) and the event says so: CTEs `sgc` (the
+   * claimed signal's `id`), `sgc_step` and `sgc_event`, for `signalClaim` and for a wake that
+   * claims its signal in the same statement.
+   */
+  const signalClaimCtes = (p: {
+    readonly runId: string
+    readonly signalId: bigint
+    readonly stepId: bigint
+    readonly now: Date | null
+  }) => sql`sgc AS (
+        UPDATE ${signals} sg SET status = 'claimed', claimed_by_step = ${p.stepId}, claimed_at = ${NOW(p.now)}
+        WHERE sg.id = ${p.signalId} AND sg.status = 'pending' RETURNING sg.id, sg.name),
+      sgc_step AS (SELECT name, attempt FROM ${steps} WHERE id = ${p.stepId}),
+      sgc_event AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
+        SELECT ${p.runId}::uuid, 'signal_claimed', sgc_step.name, sgc_step.attempt, 'system',
+          jsonb_build_object('signal', sgc.name, 'signal_id', sgc.id::text), ${NOW(p.now)} FROM sgc, sgc_step)`
+
   /** The deadline's notice was not handed to a worker yet, or was handed over long ago and is still pending. */
   const renewalDue = (now: Date | null, thresholdMs: number) =>
     sql`(st.deadline_renewal_for IS DISTINCT FROM st.timeout_at
@@ -153,6 +172,7 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
     claimRest,
     claimColumns,
     scheduledRest,
+    signalClaimCtes,
     renewalDue,
     fromIn,
     toOf,

@@ -7,9 +7,28 @@
 import type { WorkflowSqlContext } from "./Context.ts"
 import type { SignalRow } from "./Rows.ts"
 
+/** A signal to store. */
+interface SignalInput {
+  readonly runId: string
+  readonly name: string
+  readonly payload: string
+  readonly idempotencyKey: string | null
+  readonly actor: string
+  readonly reason: string | null
+  readonly now: Date | null
+}
+
+/** The step a run waits at, beside a stored signal (`signalStore`); null columns when none waits. */
+export interface WaitingOf {
+  readonly waiting_step_id: bigint | null
+  readonly waiting_for: string | null
+  readonly waiting_matcher: boolean | null
+  readonly waiting_queue: string | null
+}
+
 /** The signals' own statements. */
 export const makeSignalSql = (ctx: WorkflowSqlContext) => {
-  const { steps, events, signals, NOW, sql } = ctx
+  const { steps, events, signals, NOW, sql, signalClaimCtes } = ctx
 
   /** Pending signals of a run with a name, oldest first (the gate takes the first that matches). */
   const signalsPending = (runId: string, name: string) =>
@@ -22,28 +41,10 @@ export const makeSignalSql = (ctx: WorkflowSqlContext) => {
     readonly signalId: bigint
     readonly stepId: bigint
     readonly now: Date | null
-  }) =>
-    sql<{ readonly id: bigint }>`WITH c AS (
-        UPDATE ${signals} sg SET status = 'claimed', claimed_by_step = ${p.stepId}, claimed_at = ${NOW(p.now)}
-        WHERE sg.id = ${p.signalId} AND sg.status = 'pending' RETURNING sg.id, sg.name),
-      st AS (SELECT name, attempt FROM ${steps} WHERE id = ${p.stepId}),
-      e AS (
-        INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
-        SELECT ${p.runId}::uuid, 'signal_claimed', st.name, st.attempt, 'system',
-          jsonb_build_object('signal', c.name, 'signal_id', c.id::text), ${NOW(p.now)} FROM c, st)
-      SELECT c.id FROM c`
+  }) => sql<{ readonly id: bigint }>`WITH ${signalClaimCtes(p)} SELECT sgc.id FROM sgc`
 
-  /** Stores a signal (a repeated idempotency key stores nothing) with its `signal_received` event. */
-  const signalInsert = (p: {
-    readonly runId: string
-    readonly name: string
-    readonly payload: string
-    readonly idempotencyKey: string | null
-    readonly actor: string
-    readonly reason: string | null
-    readonly now: Date | null
-  }) =>
-    sql<SignalRow>`WITH sg AS (
+  /** The CTEs `sg` (the stored signal, none for a repeated idempotency key) and `e` (its `signal_received` event). */
+  const stored = (p: SignalInput) => sql`sg AS (
         INSERT INTO ${signals} (run_id, name, payload, status, idempotency_key, actor, reason, received_at)
         VALUES (${p.runId}::uuid, ${p.name}, ${p.payload}::jsonb, 'pending', ${p.idempotencyKey}, ${p.actor},
                 ${p.reason}, ${NOW(p.now)})
@@ -53,8 +54,23 @@ export const makeSignalSql = (ctx: WorkflowSqlContext) => {
         INSERT INTO ${events} (run_id, type, actor, reason, details, at)
         SELECT ${p.runId}::uuid, 'signal_received', ${p.actor}, ${p.reason},
           jsonb_strip_nulls(jsonb_build_object('name', sg.name, 'idempotency_key', sg.idempotency_key,
-            'duplicate', false)), ${NOW(p.now)} FROM sg)
-      SELECT * FROM sg`
+            'duplicate', false)), ${NOW(p.now)} FROM sg)`
+
+  /** Stores a signal (a repeated idempotency key stores nothing) with its `signal_received` event. */
+  const signalInsert = (p: SignalInput) => sql<SignalRow>`WITH ${stored(p)} SELECT * FROM sg`
+
+  /**
+   * `signalInsert`, and the step the run waits at (as `stepWaitingOf`) in the same round trip:
+   * the `waiting_*` columns, null when no step waits. Under the run's row lock (no step moves).
+   */
+  const signalStore = (p: SignalInput) =>
+    sql<SignalRow & WaitingOf>`WITH ${stored(p)},
+      w AS (
+        SELECT id, wait_for, wait_matcher, queue FROM ${steps}
+        WHERE run_id = ${p.runId}::uuid AND status = 'waiting' ORDER BY id DESC LIMIT 1)
+      SELECT sg.*, w.id AS waiting_step_id, w.wait_for AS waiting_for, w.wait_matcher AS waiting_matcher,
+        w.queue AS waiting_queue
+      FROM sg LEFT JOIN w ON true`
 
   /** The signal stored under an idempotency key. */
   const signalByKey = (runId: string, key: string) =>
@@ -80,6 +96,7 @@ export const makeSignalSql = (ctx: WorkflowSqlContext) => {
     signalsPending,
     signalClaim,
     signalInsert,
+    signalStore,
     signalByKey,
     signalsOf,
     signalHeldBy,

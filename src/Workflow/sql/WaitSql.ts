@@ -22,6 +22,7 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
     claimedStepColumns,
     claimRest,
     claimColumns,
+    signalClaimCtes,
     sql,
     messageCtes,
     fromIn,
@@ -85,8 +86,15 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
     readonly stepId: bigint
     readonly timedOut: boolean
     readonly physicalQueue: string
+    /** A pending signal the step takes in the same statement (as `signalClaim`). */
+    readonly claimSignal?: bigint | undefined
     readonly now: Date | null
   }) => {
+    const claim =
+      p.claimSignal === undefined
+        ? sql``
+        : sql`${signalClaimCtes({ runId: p.runId, signalId: p.claimSignal, stepId: p.stepId, now: p.now })},
+      `
     const message = messageCtes(
       p.physicalQueue,
       "wake_message",
@@ -96,7 +104,7 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
     )
     return sql<{ readonly id: bigint; readonly run_status: RunStatus }>`WITH locked AS (
         SELECT id, status FROM ${runs} WHERE id = ${p.runId}::uuid AND ${fromIn("status", "wake", "hold")} FOR UPDATE),
-      s AS (
+      ${claim}s AS (
         UPDATE ${steps} st SET status = 'scheduled', due_at = ${NOW(p.now)}, timed_out = ${p.timedOut}
         FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'waiting'
         RETURNING st.id, st.name, st.attempt, st.due_at),

@@ -107,7 +107,8 @@ export const makeSignalVerbs = ({ ctx, client, queries, outcomes, tx }: OutsideE
               return toReceipt(existing, true)
             }
           }
-          const [stored] = yield* statements.signalInsert({
+          // stored, with the step the run waits at, in one round trip
+          const [stored] = yield* statements.signalStore({
             runId: run.id,
             name,
             payload: text,
@@ -120,18 +121,20 @@ export const makeSignalVerbs = ({ ctx, client, queries, outcomes, tx }: OutsideE
             const [existing] = yield* statements.signalByKey(run.id, key ?? "")
             return toReceipt(existing!, true)
           }
-          const [waiting] = yield* statements.stepWaitingOf(run.id)
-          if (waiting === undefined || waiting.wait_for !== name) return toReceipt(stored, false)
-          const canJudge = !waiting.wait_matcher || (definition !== undefined && declaredMatcher(definition, name))
+          const waitingId = stored.waiting_step_id
+          if (waitingId === null || stored.waiting_for !== name) return toReceipt(stored, false)
+          const canJudge = !stored.waiting_matcher || (definition !== undefined && declaredMatcher(definition, name))
           const matched = canJudge
             ? definition === undefined || (yield* matchSignal(definition, name, stored.payload)) !== NO_MATCH
             : true
           if (!matched) return toReceipt(stored, false)
-          if (canJudge) {
-            yield* statements.signalClaim({ runId: run.id, signalId: stored.id, stepId: waiting.id, now })
-          }
+          const claimed = canJudge ? stored.id : undefined
           // a matcher this process cannot run is judged at the gate: wake the step to decide
-          if (run.status === "waiting") yield* wake(run, waiting, local, handOver, now)
+          if (run.status === "waiting") {
+            yield* wake(run, { id: waitingId, queue: stored.waiting_queue }, claimed, local, handOver, now)
+          } else if (claimed !== undefined) {
+            yield* statements.signalClaim({ runId: run.id, signalId: claimed, stepId: waitingId, now })
+          }
           return {
             ...toReceipt(stored, false),
             status: canJudge ? "claimed" : "pending",

@@ -9,7 +9,7 @@ import { Cause, Effect, Exit } from "effect"
 import { isPassingFailure, retryTransient } from "../../../Database.ts"
 import type { Message } from "../../../Queue/Message.ts"
 import type { LocalSlot } from "../../../Queue/Notifier.ts"
-import type { ClaimRow, RunRow, StepRow } from "../../WorkflowSql.ts"
+import type { ClaimRow, RunRow } from "../../WorkflowSql.ts"
 import type { EngineContext } from "../Context.ts"
 import { deliveryKey } from "../Messages.ts"
 import type { Outcomes } from "../Outcomes.ts"
@@ -32,10 +32,19 @@ export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
   const { releaseStep } = outcomes
 
   /**
-   * Wakes the waiting step of a waiting run: claimed for a reader of this process when `local`
-   * and one has a free slot (recorded in `state`), else through its queue's message.
+   * Wakes the waiting step of a waiting run, and has it take the pending signal `claimSignal`
+   * (none: a matcher this process cannot run, judged at the gate): claimed for a reader of this
+   * process when `local` and one has a free slot (recorded in `state`), else through its
+   * queue's message (the signal's claim, the wake and the message in one statement).
    */
-  const wake = (run: RunRow, waiting: StepRow, local: boolean, state: HandOver, now: Date | null) =>
+  const wake = (
+    run: RunRow,
+    waiting: { readonly id: bigint; readonly queue: string | null },
+    claimSignal: bigint | undefined,
+    local: boolean,
+    state: HandOver,
+    now: Date | null
+  ) =>
     Effect.gen(function* () {
       const { queue, physical } = queueOf(waiting.queue || config.workflowQueue)
       state.slot = local
@@ -49,9 +58,14 @@ export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
           stepId: waiting.id,
           timedOut: false,
           physicalQueue: physical,
+          claimSignal,
           now
         })
         return
+      }
+      // claimed before the wake-and-claim, whose held signal (read in its snapshot) is this one
+      if (claimSignal !== undefined) {
+        yield* statements.signalClaim({ runId: run.id, signalId: claimSignal, stepId: waiting.id, now })
       }
       // woken and claimed for this process's worker: it runs the step with no claim of its own
       state.handedStep = { workflow: run.workflow, stepId: waiting.id, queue }
