@@ -225,6 +225,11 @@ const traceReport = (
       add("  commit -> delivering read starts", delivering.start - signal.end)
       add("  delivering read duration", delivering.end - delivering.start)
       add("  delivering read end -> execute start", exec.start - delivering.end)
+      // reads that started after the commit and ended before the delivering read: they missed it
+      add(
+        "  reads started after the commit that missed it (count)",
+        reads.filter((r) => r.start >= signal.end && r.end <= delivering.start).length
+      )
     }
     add("claim statement (execute start -> claim end)", claim === undefined ? undefined : claim.end - exec.start)
     add(
