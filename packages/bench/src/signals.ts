@@ -19,6 +19,8 @@
  * BENCH_SIGNALS_SENDERS (10), BENCH_SIGNALS_POLL_MS (completion reads, 5), BENCH_SIGNALS_SETTLE_MS
  * (quiet between "all parked" and the first send, 1000), BENCH_OURS_READ_AHEAD (read-aheads tried
  * besides the default 0, none), BENCH_CONCURRENCY (worker concurrency, 10), BENCH_POOL_MAX (20),
+ * BENCH_SIGNALS_RATE (signals/s over all senders, 0 = as fast as the senders go; a fixed rate compares
+ * latencies at the same offered load, which a faster send would otherwise raise by queueing),
  * BENCH_PHASE_CAP_MS (120000), BENCH_RUN_TIMEOUT_MS (per run, 300000), BENCH_RESULTS (append every
  * run's JSON to this file), DATABASE_URL.
  *
@@ -63,6 +65,8 @@ export const SIG_SENDERS = env("BENCH_SIGNALS_SENDERS", CONCURRENCY)
 export const SIG_POLL_MS = env("BENCH_SIGNALS_POLL_MS", 5)
 /** Quiet time between "all parked" and the first signal. */
 export const SIG_SETTLE_MS = env("BENCH_SIGNALS_SETTLE_MS", 1_000)
+/** Signals per second over all senders (0: each sender sends as soon as its last send returned). */
+export const SIG_RATE = env("BENCH_SIGNALS_RATE", 0)
 
 /**
  * Records when the woken code of run i starts (`performance.now()`, the clock of the senders).
@@ -183,7 +187,14 @@ export const runSignals = async (opts: {
     await Promise.all(
       Array.from({ length: SIG_SENDERS }, async () => {
         while (next < order.length && now() < deadline) {
-          const i = order[next++]!
+          const k = next++
+          const i = order[k]!
+          // a fixed rate: send k is due at t0 + k / rate (a late sender sends at once)
+          if (SIG_RATE > 0) {
+            const due = t0 + (k * 1000) / SIG_RATE
+            const wait = due - now()
+            if (wait > 0) await sleep(wait)
+          }
           const t = now()
           await opts.send(i)
           const back = now()
