@@ -69,7 +69,7 @@ const archiveAndRead = (
   done: ReadonlyArray<Message>,
   limit: number,
   mark: string,
-  limited: boolean,
+  limited: boolean | "rates",
   ordered: boolean
 ) =>
   ctx.store
@@ -77,7 +77,7 @@ const archiveAndRead = (
       limit,
       visibilityTimeout: ctx.config.visibilityTimeout,
       claimedBy: mark,
-      ...(limited ? { limited, onRateWait } : {}),
+      ...(limited !== false ? { limited, onRateWait } : {}),
       ...(ordered ? { ordered } : {})
     })
     .pipe(
@@ -103,7 +103,7 @@ const readOne = (
   onRateWait: (ms: number) => void,
   queue: string,
   cursor: FairCursor | undefined,
-  limited: boolean,
+  limited: boolean | "rates",
   limit: number,
   withArchive: boolean,
   ordered: boolean
