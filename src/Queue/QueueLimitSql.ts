@@ -40,7 +40,10 @@ export const makeQueueLimitSql = ({
   // The last row is a summary (`msg_id` null): `more`, admissible messages were left behind
   // (parked ones are not news: the end of a run wakes the readers), or a key reached its limit
   // within this claim (the next passes it over); `wait_ms`, when the next token of a key that
-  // had to leave messages behind comes; `lo`, the lowest visible id from `from` on (the claim
+  // had to leave messages behind comes, or the earliest slot lease of a full key lapses (its
+  // parked jobs may run then: no NOTIFY says so when the holder went silent without dying, so
+  // the claimer wakes itself; a lease its holder renews meanwhile only costs an empty claim);
+  // `lo`, the lowest visible id from `from` on (the claim
   // cursor's floor, see ClaimCursor.ts: a limited claim starts there too, so it does not walk
   // the finished and running rows below it each time).
   // The candidates (cand) are locked as the index is walked, as PGMQ's read does, and the rows
@@ -77,7 +80,8 @@ export const makeQueueLimitSql = ({
     const limited = limits
       ? {
           running: sql`running AS (
-        SELECT t.message ->> 'pgbus_limit_key' AS k, count(*) AS n, max(${sql.literal(LIMIT_TO_EXPR)}) AS lim
+        SELECT t.message ->> 'pgbus_limit_key' AS k, count(*) AS n, max(${sql.literal(LIMIT_TO_EXPR)}) AS lim,
+          min(t.vt) AS lapse
         FROM ${q} t
         WHERE t.vt > ${NOW(sql, now)} AND t.claimed_by IS NOT NULL AND t.message ? 'pgbus_limit_key'
           AND NOT EXISTS (SELECT 1 FROM d WHERE d.msg_id = t.msg_id)
@@ -167,8 +171,15 @@ export const makeQueueLimitSql = ({
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
         (SELECT count(*) FROM ok) > ${limit} OR (SELECT count(*) FROM conc) < (SELECT count(*) FROM cand),
-        (SELECT min((1 - spent.left_tokens) * spent.rp / spent.rl) FROM spent
-         WHERE spent.behind AND spent.left_tokens < 1), (SELECT count(*) FROM a),
+        (SELECT min(w) FROM (
+          SELECT (1 - spent.left_tokens) * spent.rp / spent.rl AS w FROM spent
+          WHERE spent.behind AND spent.left_tokens < 1${
+            limits
+              ? sql`
+          UNION ALL
+          SELECT (extract(epoch FROM running.lapse - ${NOW(sql, now)}) * 1000)::float8 FROM running WHERE running.n >= running.lim`
+              : sql``
+          }) waits), (SELECT count(*) FROM a),
         (SELECT min(msg_id) FROM ${q} WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)})`
   }
 

@@ -66,7 +66,8 @@ export interface ReadOptions {
   readonly limited?: boolean | "rates" | undefined
   /**
    * With `limited`: told, after a claim that left messages behind for want of rate tokens, how
-   * long until the next token (the caller claims again then: no NOTIFY announces a token).
+   * long until the next token, or, with keys at their limit, until the earliest of their slot
+   * leases lapses (the caller claims again then: no NOTIFY announces either).
    */
   readonly onRateWait?: ((ms: number) => void) | undefined
   /** Per-key FIFO: claim a message with `pgbus_order_key` only as its key's head (QueueOrderSql.ts); `limited` and `fair` win. */

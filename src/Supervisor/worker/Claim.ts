@@ -16,8 +16,9 @@ import { takeCompleted } from "./Archive.ts"
 import { forget, gated, isPaused, room, type WorkerContext, worthClaiming } from "./Context.ts"
 
 /**
- * A rate-limited claim that left jobs behind says when the next token comes: no NOTIFY will
- * announce it, so the worker wakes itself then (one pending wake-up, the earliest).
+ * A rate-limited claim that left jobs behind says when the next token comes, a limited one with
+ * full keys when the earliest of their slot leases lapses: no NOTIFY will announce either, so
+ * the worker wakes itself then (one pending wake-up, the earliest).
  */
 const makeRateWake = (ctx: WorkerContext) => {
   let rateWait: number | undefined
