@@ -113,6 +113,35 @@ layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
     })
   )
 
+  it.effect("a key that fills within a claim says so (more), and the next claim passes it over to the other keys", () =>
+    Effect.gen(function* () {
+      const queue = fresh("fills")
+      const job = Job.make(
+        "LimitedFills",
+        { payload: Task, queue, limit: { to: 2, key: (p) => p.key } },
+        () => Effect.void
+      )
+      // five of a, then five of b (two slots each): a claim of five looks at six, five of them a's
+      yield* job.enqueueMany([
+        ...Array.from({ length: 5 }, (_, i) => ({ key: "a", i })),
+        ...Array.from({ length: 5 }, (_, i) => ({ key: "b", i: 5 + i }))
+      ])
+      const store = yield* QueueStore
+      const claim = (n: number) => store.archiveAndRead(queue, [], { limit: 5, limited: true, claimedBy: `t#${n}` })
+      const keys = (ms: ReadonlyArray<{ readonly message: unknown }>) =>
+        ms.map((m) => (m.message as { payload: { key: string } }).payload.key).join("")
+      const first = yield* claim(1)
+      assert.strictEqual(keys(first.messages), "aab", "a's two slots and the one b in reach")
+      assert.isTrue(first.more, "a filled within the claim: claim again")
+      const second = yield* claim(2)
+      assert.strictEqual(keys(second.messages), "b", "a is full: passed over; b's last slot")
+      assert.isTrue(second.more, "b filled within this claim")
+      const third = yield* claim(3)
+      assert.strictEqual(keys(third.messages), "", "both full")
+      assert.isFalse(third.more, "keys full before the claim are no news (the end of a run wakes the readers)")
+    })
+  )
+
   it.effect("concurrent claims never take more than the free slots (the claim is serialised per queue)", () =>
     Effect.gen(function* () {
       const queue = fresh("claims")

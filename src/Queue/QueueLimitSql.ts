@@ -38,14 +38,14 @@ export const makeQueueLimitSql = ({
   // let two concurrent claims both take the last slot or token). Mode `rates` (a queue whose
   // jobs have rates but no limits) does not count the running messages.
   // The last row is a summary (`msg_id` null): `more`, admissible messages were left behind
-  // (parked ones are not news: the end of a run wakes the readers), or a key reached its limit
-  // within this claim (the next passes it over); `wait_ms`, when the next token of a key that
-  // had to leave messages behind comes, or the earliest slot lease of a full key lapses (its
-  // parked jobs may run then: no NOTIFY says so when the holder went silent without dying, so
-  // the claimer wakes itself; a lease its holder renews meanwhile only costs an empty claim);
-  // `lo`, the lowest visible id from `from` on (the claim
-  // cursor's floor, see ClaimCursor.ts: a limited claim starts there too, so it does not walk
-  // the finished and running rows below it each time).
+  // (parked ones are not news: the end of a run wakes the readers), or a key with free slots
+  // reached its limit within this claim (the next passes it over); `wait_ms`, when the next
+  // token of a key that had to leave messages behind comes, or the earliest slot lease of a full
+  // key lapses (its parked jobs may run then: no NOTIFY says so when the holder went silent
+  // without dying, so the claimer wakes itself; a lease its holder renews meanwhile only costs
+  // an empty claim); `lo`, the lowest visible id from `from` on (the claim cursor's floor, see
+  // ClaimCursor.ts: a limited claim starts there too, so it does not walk the finished and
+  // running rows below it each time).
   // The candidates (cand) are locked as the index is walked, as PGMQ's read does, and the rows
   // that a slot or a token then refuses are left locked until the commit (relocking the taken
   // ones by id cost a second index probe per row). Full keys are passed over by a filter the
@@ -89,13 +89,21 @@ export const makeQueueLimitSql = ({
           columns: sql`, t.message ->> 'pgbus_limit_key' AS k, ${sql.literal(LIMIT_TO_EXPR)} AS lim`,
           filter: sql`
           AND coalesce(t.message ->> 'pgbus_limit_key', '') <> ALL(ARRAY(SELECT k FROM running WHERE n >= lim))`,
-          conc: sql`conc AS (
-        SELECT r.* FROM (
-          SELECT cand.*, row_number() OVER (PARTITION BY cand.k ORDER BY cand.msg_id) AS rn FROM cand) r
-        LEFT JOIN running ON running.k = r.k
-        WHERE r.k IS NULL OR coalesce(running.n, 0) + r.rn <= r.lim),`
+          conc: sql`ranked AS (
+        SELECT cand.*, coalesce(running.n, 0) AS n0,
+          row_number() OVER (PARTITION BY cand.k ORDER BY cand.msg_id) AS rn
+        FROM cand LEFT JOIN running ON running.k = cand.k),
+      conc AS (SELECT * FROM ranked WHERE k IS NULL OR n0 + rn <= lim),`,
+          // a key with free slots that this claim filled: the next claim passes it over
+          filled: sql` OR EXISTS (SELECT 1 FROM ranked WHERE k IS NOT NULL AND n0 < lim AND n0 + rn > lim)`
         }
-      : { running: sql``, columns: sql``, filter: sql``, conc: sql`conc AS (SELECT * FROM cand),` }
+      : {
+          running: sql``,
+          columns: sql``,
+          filter: sql``,
+          conc: sql`conc AS (SELECT * FROM cand),`,
+          filled: sql``
+        }
     return sql<
       MessageRow & {
         readonly more: boolean | null
@@ -170,7 +178,7 @@ export const makeQueueLimitSql = ({
         NULL::float8 AS wait_ms, NULL::int8 AS archived, NULL::int8 AS lo FROM u
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-        (SELECT count(*) FROM ok) > ${limit} OR (SELECT count(*) FROM conc) < (SELECT count(*) FROM cand),
+        (SELECT count(*) FROM ok) > ${limit}${limited.filled},
         (SELECT min(w) FROM (
           SELECT (1 - spent.left_tokens) * spent.rp / spent.rl AS w FROM spent
           WHERE spent.behind AND spent.left_tokens < 1${
