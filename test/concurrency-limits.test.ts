@@ -1,5 +1,5 @@
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Clock, Effect, Layer, Schema } from "effect"
+import { Clock, Duration, Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Job from "../src/Job/Job.ts"
 import * as Metrics from "../src/Operations/Metrics.ts"
@@ -34,13 +34,16 @@ const mostAtOnce = (intervals: ReadonlyArray<{ readonly start: number; readonly 
 
 const depthOf = (queue: string) => Effect.flatMap(QueueStore, (store) => store.metrics(queue))
 
+// the workers' poll: a lapsed slot must wake the parked jobs well before it
+const POLL_MS = 5_000
+
 const testLayer = Operations.layer.pipe(
   Layer.provideMerge(
     TestDatabase.layer({
       visibilityTimeout: "30 seconds",
       // two beats, 500 ms, is the floor of a slot's lease (`limit.duration`)
       visibilityHeartbeatInterval: "250 millis",
-      pollingInterval: "5 seconds",
+      pollingInterval: Duration.millis(POLL_MS),
       processHeartbeatInterval: "200 millis",
       staleProcessThreshold: "1 second"
     })
@@ -107,6 +110,35 @@ layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
       assert.strictEqual(mostAtOnce(runs.get("a")!), 1)
       assert.strictEqual(mostAtOnce(runs.get("b")!), 1)
       assert.strictEqual(mostAtOnce(all), 2, "a and b ran side by side")
+    })
+  )
+
+  it.effect("a key that fills within a claim says so (more), and the next claim passes it over to the other keys", () =>
+    Effect.gen(function* () {
+      const queue = fresh("fills")
+      const job = Job.make(
+        "LimitedFills",
+        { payload: Task, queue, limit: { to: 2, key: (p) => p.key } },
+        () => Effect.void
+      )
+      // five of a, then five of b (two slots each): a claim of five looks at six, five of them a's
+      yield* job.enqueueMany([
+        ...Array.from({ length: 5 }, (_, i) => ({ key: "a", i })),
+        ...Array.from({ length: 5 }, (_, i) => ({ key: "b", i: 5 + i }))
+      ])
+      const store = yield* QueueStore
+      const claim = (n: number) => store.archiveAndRead(queue, [], { limit: 5, limited: true, claimedBy: `t#${n}` })
+      const keys = (ms: ReadonlyArray<{ readonly message: unknown }>) =>
+        ms.map((m) => (m.message as { payload: { key: string } }).payload.key).join("")
+      const first = yield* claim(1)
+      assert.strictEqual(keys(first.messages), "aab", "a's two slots and the one b in reach")
+      assert.isTrue(first.more, "a filled within the claim: claim again")
+      const second = yield* claim(2)
+      assert.strictEqual(keys(second.messages), "b", "a is full: passed over; b's last slot")
+      assert.isTrue(second.more, "b filled within this claim")
+      const third = yield* claim(3)
+      assert.strictEqual(keys(third.messages), "", "both full")
+      assert.isFalse(third.more, "keys full before the claim are no news (the end of a run wakes the readers)")
     })
   )
 
@@ -215,8 +247,9 @@ layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
       )
       const first = Math.min(...runs.map((r) => r.start))
       assert.isAtLeast(first - before, 1_900, "nothing of the key started while the silent holder's lease ran")
-      // back by the lease (and the next poll, 5 s), not by the 30 s visibility timeout
-      assert.isBelow(first - before, 9_000)
+      // back when the lease lapses: the supervisor's first claim found the key full and woke
+      // itself at the lapse; its next poll (5 s after that claim) would come at least 3 s later
+      assert.isBelow(first - before, leaseMs + POLL_MS / 2, "woken by the lapse, not by the next poll")
       assert.strictEqual(mostAtOnce(runs), 1)
       assert.deepStrictEqual(runs.map((r) => r.i).sort(), [1, 2], "the silent holder's job ran again too")
     })

@@ -185,6 +185,9 @@ layer(testLayer, { excludeTestServices: true })("rate limits", (it) => {
         )
         const error = yield* job.enqueue({ account: "a", i: 1 }).pipe(Effect.flip)
         assert.strictEqual(error._tag, "InvalidLimitKey")
+        const many = yield* job.enqueueMany([{ account: "a", i: 2 }]).pipe(Effect.flip)
+        assert.strictEqual(many._tag, "InvalidLimitKey")
+        assert.include(many.message, "no account")
         const depth = yield* Effect.flatMap(QueueStore, (s) => s.metrics(queue)).pipe(
           Effect.map((m) => m.depth),
           Effect.catchTag("QueueNotFound", () => Effect.succeed(0))

@@ -10,7 +10,7 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Exit, Schema, SchemaIssue } from "effect"
+import { Duration, Effect, Exit, Result, Schema, SchemaIssue } from "effect"
 import { durationMillis } from "../Input.ts"
 import type { Message } from "../Queue/Message.ts"
 import { LIMIT_LEASE_FIELD } from "../Queue/SlotLease.ts"
@@ -126,35 +126,43 @@ export interface LimitFields {
   readonly pgbus_limit_lease_ms?: number
 }
 
-/** The fields a limited job's message carries; the key function may throw. */
-export const limitFields = (
+/**
+ * The fields a limited job's message carries, as a Result: no Effect per payload (an
+ * `enqueueMany` of 20,000 jobs computes them 20,000 times); the key function may throw.
+ */
+export const limitFieldsResult = (
   job: string,
   spec: LimitSpec,
   payload: unknown
-): Effect.Effect<LimitFields, InvalidLimitKey> => {
+): Result.Result<LimitFields, InvalidLimitKey> => {
   const fields = (key: string): LimitFields =>
     spec.leaseMs === undefined
       ? { [LIMIT_KEY_FIELD]: key, [LIMIT_TO_FIELD]: spec.to }
       : { [LIMIT_KEY_FIELD]: key, [LIMIT_TO_FIELD]: spec.to, [LIMIT_LEASE_FIELD]: spec.leaseMs }
   const fn = spec.key as ((payload: unknown) => unknown) | undefined
-  if (fn === undefined) return Effect.succeed(fields(job))
-  return Effect.try({
-    try: () => fn(payload),
-    catch: (error) =>
+  if (fn === undefined) return Result.succeed(fields(job))
+  let key: unknown
+  try {
+    key = fn(payload)
+  } catch (error) {
+    return Result.fail(
       new InvalidLimitKey({
         job,
         reason: `the key function threw: ${error instanceof Error ? error.message : String(error)}`
       })
-  }).pipe(
-    Effect.flatMap((key) =>
-      typeof key === "string" && key.length > 0 && key.length <= 255
-        ? Effect.succeed(fields(key))
-        : Effect.fail(
-            new InvalidLimitKey({ job, reason: "a key must be a non-empty string of at most 255 characters" })
-          )
     )
-  )
+  }
+  return typeof key === "string" && key.length > 0 && key.length <= 255
+    ? Result.succeed(fields(key))
+    : Result.fail(new InvalidLimitKey({ job, reason: "a key must be a non-empty string of at most 255 characters" }))
 }
+
+/** The fields a limited job's message carries; the key function may throw. */
+export const limitFields = (
+  job: string,
+  spec: LimitSpec,
+  payload: unknown
+): Effect.Effect<LimitFields, InvalidLimitKey> => Effect.fromResult(limitFieldsResult(job, spec, payload))
 
 /** Whether a stored message carries a concurrency limit. */
 export const isLimited = (m: Pick<Message, "message">): boolean => {

@@ -6,14 +6,14 @@
  *
  * @since 0.1.0
  */
-import { Effect } from "effect"
+import { Effect, Result } from "effect"
 import type { SqlClient } from "effect/sql"
 import type { PgBusConfigShape } from "../Config.ts"
 import { toDatabaseError } from "../Database.ts"
 import { fairFields } from "../Queue/FairShare.ts"
 import type { BatchEntry, QueueStore } from "../Queue/QueueStore.ts"
 import { CurrentBatch } from "./BatchMembership.ts"
-import { limitFields } from "./ConcurrencyLimit.ts"
+import { limitFields, limitFieldsResult } from "./ConcurrencyLimit.ts"
 import {
   checkEnqueue,
   type EnqueueOptions,
@@ -27,10 +27,10 @@ import {
   withOrderKey
 } from "./Envelope.ts"
 import type { Job } from "./Job.ts"
-import { ConcurrencyLimitExceeded, InvalidPayload } from "./JobError.ts"
+import { ConcurrencyLimitExceeded, type InvalidLimitKey, InvalidPayload } from "./JobError.ts"
 import { type JobRef, jobRef } from "./JobRef.ts"
 import { encodeAll, encodeOne } from "./PayloadEncoding.ts"
-import { rateFields } from "./RateLimit.ts"
+import { rateFields, rateFieldsResult } from "./RateLimit.ts"
 import type { JobQueues, makeDebouncedSend, makePlainSend, makeUniqueSend } from "./Send.ts"
 import { contextHeaders, traceHeaders } from "./TraceContext.ts"
 import { keyOf, specFor, UNIQUE_KEY_FIELD } from "./Uniqueness.ts"
@@ -53,6 +53,35 @@ const controlFields = <P>(job: Job<string, P, unknown, unknown, unknown>, payloa
     const rate = job.rate === undefined ? {} : yield* rateFields(job.name, job.rate, payload)
     return { ...limit, ...rate }
   })
+
+/**
+ * The control fields of many payloads in one loop (no Effect per payload), computed once when
+ * the job has no key function; the first key function failure fails the call.
+ */
+const controlFieldsMany = <P>(
+  job: Job<string, P, unknown, unknown, unknown>,
+  payloads: ReadonlyArray<P>
+): Effect.Effect<ReadonlyArray<object>, InvalidLimitKey> => {
+  const limit = job.limit
+  const rate = job.rate
+  const one = (payload: P): Result.Result<object, InvalidLimitKey> => {
+    const l = limit === undefined ? Result.succeed({}) : limitFieldsResult(job.name, limit, payload)
+    if (Result.isFailure(l)) return l
+    const r = rate === undefined ? Result.succeed({}) : rateFieldsResult(job.name, rate, payload)
+    return Result.isFailure(r) ? r : Result.succeed({ ...l.success, ...r.success })
+  }
+  if (limit?.key === undefined && rate?.key === undefined) {
+    const shared = one(payloads[0]!)
+    return Result.isFailure(shared) ? Effect.fail(shared.failure) : Effect.succeed(payloads.map(() => shared.success))
+  }
+  const out: Array<object> = []
+  for (const payload of payloads) {
+    const fields = one(payload)
+    if (Result.isFailure(fields)) return Effect.fail(fields.failure)
+    out.push(fields.success)
+  }
+  return Effect.succeed(out)
+}
 
 /** `enqueue`: one job. */
 export const makeEnqueue = ({ config, store, ensureJobQueue, sendPlain, sendUnique, sendDebounced }: EnqueueDeps) => {
@@ -152,9 +181,7 @@ export const makeEnqueueMany = (
               jobFairShare(config, job, p, logicalQueueOf(config, job, options), options?.headers)
             )
       const limits =
-        job.limit === undefined && job.rate === undefined
-          ? undefined
-          : yield* Effect.forEach(given, (p) => controlFields(job, p))
+        job.limit === undefined && job.rate === undefined ? undefined : yield* controlFieldsMany(job, given)
       const orderKeys =
         job.orderKey === undefined && options?.orderKey === undefined
           ? undefined

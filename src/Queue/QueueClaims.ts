@@ -14,6 +14,7 @@ import type { Message, Receipt } from "./Message.ts"
 import { pollDelay } from "./Notifier.ts"
 import type { makeQueueControls } from "./QueueControls.ts"
 import { InvalidMessage, type QueueError } from "./QueueError.ts"
+import type { LimitedClaimMode } from "./QueueLimitSql.ts"
 import type { PollOptions, ReadOptions, Target } from "./QueueStore.ts"
 import {
   byMsgId,
@@ -30,6 +31,10 @@ export interface ClaimsDeps {
   readonly archive: (queue: string, targets: ReadonlyArray<Target>) => Effect.Effect<number, QueueError>
   readonly readLimited: ReturnType<typeof makeQueueControls>["readLimited"]
 }
+
+/** The limited claim a read asks for, if any. */
+const limitedMode = (options: ReadOptions | undefined): LimitedClaimMode | undefined =>
+  options?.limited === true ? "limits" : options?.limited === "rates" ? "rates" : undefined
 
 /** Builds this part of the queue store on its shared context. */
 export const makeQueueClaims = (
@@ -62,15 +67,18 @@ export const makeQueueClaims = (
   const read = (queue: string, options?: ReadOptions) =>
     Effect.gen(function* () {
       const { name, limit, vtMs, now } = yield* readParams(queue, options)
-      if (options?.limited === true) {
+      const mode = limitedMode(options)
+      if (mode !== undefined) {
         const claimed = yield* readLimited(
           queue,
           name.physical,
           limit,
           vtMs,
-          options.claimedBy ?? null,
+          options?.claimedBy ?? null,
           now,
-          options.onRateWait
+          options?.onRateWait,
+          undefined,
+          { mode }
         )
         return claimed.messages
       }
@@ -91,20 +99,31 @@ export const makeQueueClaims = (
   const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) =>
     Effect.gen(function* () {
       const fair = options?.fair
-      if (options?.limited === true) {
-        // the limited claim archives the successes in its own statement (their slots free)
+      const mode = limitedMode(options)
+      if (mode !== undefined) {
+        // the limited claim archives the successes in its own statement (their slots free); it
+        // starts at the claim cursor too, from the lowest visible id its last claim saw
         const p = yield* readParams(queue, options)
+        const startedAt = yield* Clock.currentTimeMillis
+        const from = floors.start(p.name.physical, startedAt)
         const claimed = yield* readLimited(
           queue,
           p.name.physical,
           p.limit,
           p.vtMs,
-          options.claimedBy ?? null,
+          options?.claimedBy ?? null,
           p.now,
-          options.onRateWait,
-          splitTargets(receipts).receipts
+          options?.onRateWait,
+          splitTargets(receipts).receipts,
+          { mode, from }
         )
-        return { ...claimed, more: claimed.messages.length >= p.limit }
+        const at = yield* Clock.currentTimeMillis
+        floors.claimed(p.name.physical, from, startedAt, at - startedAt, claimed.lo === undefined ? [] : [claimed.lo])
+        return {
+          archived: claimed.archived,
+          messages: claimed.messages,
+          more: claimed.more || claimed.messages.length >= p.limit
+        }
       }
       // an ordered claim archives in its own statement, which takes the archived heads as gone
       // (their keys pass to their next messages); a fair read archives first, then claims

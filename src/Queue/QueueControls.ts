@@ -12,6 +12,7 @@ import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { statementNow, withTransaction } from "../Database.ts"
 import type { Message } from "./Message.ts"
 import { InvalidMessage, type QueueError } from "./QueueError.ts"
+import type { LimitedClaimMode } from "./QueueLimitSql.ts"
 import type * as QueueName from "./QueueName.ts"
 import type { MessageRow, RateOverrideRow, ReceiptParams } from "./QueueRows.ts"
 import type { QueueSql } from "./QueueSql.ts"
@@ -24,6 +25,16 @@ export interface RateOverride {
   readonly actor: string
   readonly reason: string | undefined
   readonly updatedAt: Date
+}
+
+/** A limited claim's outcome: its messages, the successes it archived, and its summary (see `messageReadLimited`). */
+export interface LimitedClaim {
+  readonly messages: ReadonlyArray<Message>
+  readonly archived: number
+  /** Admissible messages were left behind, or a key reached its limit within the claim. */
+  readonly more: boolean
+  /** The lowest visible id from the claim's start on (its cursor's next floor). */
+  readonly lo: bigint | undefined
 }
 
 /** What the controls need of the queue store. */
@@ -67,27 +78,32 @@ export const makeQueueControls = ({
     claimedBy: string | null,
     now: Date | null,
     onRateWait: ((ms: number) => void) | undefined,
-    receipts?: ReceiptParams | undefined
-  ): Effect.Effect<{ readonly messages: ReadonlyArray<Message>; readonly archived: number }, QueueError> =>
+    receipts?: ReceiptParams | undefined,
+    options: { readonly mode?: LimitedClaimMode | undefined; readonly from?: bigint | undefined } = {}
+  ): Effect.Effect<LimitedClaim, QueueError> =>
     withTransaction(
       sql,
       Effect.andThen(
         statements.queueLockLimits(physical),
-        statements.messageReadLimited(physical, limit, vtMs, leaseFloorMs, claimedBy, now, receipts)
+        statements.messageReadLimited(physical, limit, vtMs, leaseFloorMs, claimedBy, now, receipts, options)
       )
     ).pipe(
       Effect.mapError(fail("read from", queue)),
       Effect.map((rows) => {
         const messages: Array<Message> = []
         let archived = 0
+        let more = false
+        let lo: bigint | undefined
         for (const row of rows) {
           if (row.msg_id !== null) messages.push(toMessage(queue, row))
           else {
             archived = Number(row.archived ?? 0)
+            more = row.more === true
+            lo = row.lo ?? undefined
             if (row.wait_ms !== null && onRateWait !== undefined) onRateWait(Math.max(1, Math.ceil(row.wait_ms)))
           }
         }
-        return { messages: messages.sort(byMsgId) as ReadonlyArray<Message>, archived }
+        return { messages: messages.sort(byMsgId) as ReadonlyArray<Message>, archived, more, lo }
       })
     )
 

@@ -10,6 +10,12 @@ import { MAX_DURATION_MS } from "../Input.ts"
 import type { MessageRow, RateOverrideRow, ReceiptParams } from "./QueueRows.ts"
 import { LIMIT_TO_EXPR, NOW, type QueueSqlContext, typedArray } from "./QueueSqlContext.ts"
 
+/**
+ * What a limited claim enforces: `limits` (concurrency limits, and rates), or `rates` alone (a
+ * queue whose jobs have rates but no limits: the running messages are not counted).
+ */
+export type LimitedClaimMode = "limits" | "rates"
+
 /** Builds the flow control statements on the shared context. */
 export const makeQueueLimitSql = ({
   sql,
@@ -29,17 +35,27 @@ export const makeQueueLimitSql = ({
   // most its whole tokens, then stores what is left, in this one statement. It must run after
   // `queueLockLimits` in the same transaction: the count is then of committed claims only, and
   // no other claim of the queue runs meanwhile (counting in the claim's own snapshot alone would
-  // let two concurrent claims both take the last slot or token). The last row is a summary
-  // (`msg_id` null): `more`, admissible messages were left behind (parked ones are not news: the
-  // end of a run wakes the readers); `wait_ms`, when the next token of a key that had to leave
-  // messages behind comes.
-  // The candidates (cand) skip full keys with a scalar subquery, not NOT EXISTS: the planner then
-  // walks the msg_id index and stops at the LIMIT; as an anti-join it scanned and sorted every
-  // visible message (168 of a claim's 196 ms behind 20k jobs, EXPLAIN ANALYZE). The claim's own
-  // successes (d) are left out by c, not cand: they are running (their vt ahead), and checking
-  // every candidate against the receipts cost more than checking the claimed rows. A claim's
-  // lease (u) is a limited job's own (`pgbus_limit_lease_ms`, `limit.duration`) raised to two
-  // heartbeats (SlotLease.ts), else the visibility timeout.
+  // let two concurrent claims both take the last slot or token). Mode `rates` (a queue whose
+  // jobs have rates but no limits) does not count the running messages.
+  // The last row is a summary (`msg_id` null): `more`, admissible messages were left behind
+  // (parked ones are not news: the end of a run wakes the readers), or a key with free slots
+  // reached its limit within this claim (the next passes it over); `wait_ms`, when the next
+  // token of a key that had to leave messages behind comes, or the earliest slot lease of a full
+  // key lapses (its parked jobs may run then: no NOTIFY says so when the holder went silent
+  // without dying, so the claimer wakes itself; a lease its holder renews meanwhile only costs
+  // an empty claim); `lo`, the lowest visible id from `from` on (the claim cursor's floor, see
+  // ClaimCursor.ts: a limited claim starts there too, so it does not walk the finished and
+  // running rows below it each time).
+  // The candidates (cand) are locked as the index is walked, as PGMQ's read does, and the rows
+  // that a slot or a token then refuses are left locked until the commit (relocking the taken
+  // ones by id cost a second index probe per row). Full keys are passed over by a filter the
+  // planner takes as cheap (`<> ALL` of an array computed once), so that it walks the msg_id
+  // index and stops at the LIMIT: costed per row (a scalar subquery, or NOT EXISTS), it chose
+  // to scan and sort every visible message (72 of a claim's 76 ms behind 20k jobs). A key is full
+  // when its running messages reach their own largest limit; each candidate is then checked
+  // against its own limit (conc). A claim's lease (u) is a limited job's own
+  // (`pgbus_limit_lease_ms`, `limit.duration`) raised to two heartbeats (SlotLease.ts), else the
+  // visibility timeout. A key's rate is read from its oldest candidate's message, once per key.
   const messageReadLimited = (
     physical: string,
     limit: number,
@@ -49,17 +65,52 @@ export const makeQueueLimitSql = ({
     claimedBy: string | null,
     now: Date | null,
     // the worker's successes, archived first in this statement; they no longer hold a slot
-    r: ReceiptParams = { ids: [], readCounts: [] }
+    r: ReceiptParams = { ids: [], readCounts: [] },
+    options: { readonly mode?: LimitedClaimMode | undefined; readonly from?: bigint | undefined } = {}
   ) => {
     const q = messages(physical)
     const done = sql`${typedArray(r.ids, PgTypes.OID.int8)}::int8[]`
     const buckets = sql(`${schema}.rate_buckets`)
     const overrides = sql(`${schema}.rate_overrides`)
+    const from = options.from ?? 0n
+    const limits = options.mode !== "rates"
     // the bucket's clock: this statement's start, after the lock was taken (the transaction's
     // `now()` is from before a wait for it); a bucket never goes back in time
     const at = sql`coalesce(${now}::timestamptz, statement_timestamp())`
+    const limited = limits
+      ? {
+          running: sql`running AS (
+        SELECT t.message ->> 'pgbus_limit_key' AS k, count(*) AS n, max(${sql.literal(LIMIT_TO_EXPR)}) AS lim,
+          min(t.vt) AS lapse
+        FROM ${q} t
+        WHERE t.vt > ${NOW(sql, now)} AND t.claimed_by IS NOT NULL AND t.message ? 'pgbus_limit_key'
+          AND NOT EXISTS (SELECT 1 FROM d WHERE d.msg_id = t.msg_id)
+        GROUP BY 1),`,
+          columns: sql`, t.message ->> 'pgbus_limit_key' AS k, ${sql.literal(LIMIT_TO_EXPR)} AS lim`,
+          filter: sql`
+          AND coalesce(t.message ->> 'pgbus_limit_key', '') <> ALL(ARRAY(SELECT k FROM running WHERE n >= lim))`,
+          conc: sql`ranked AS (
+        SELECT cand.*, coalesce(running.n, 0) AS n0,
+          row_number() OVER (PARTITION BY cand.k ORDER BY cand.msg_id) AS rn
+        FROM cand LEFT JOIN running ON running.k = cand.k),
+      conc AS (SELECT * FROM ranked WHERE k IS NULL OR n0 + rn <= lim),`,
+          // a key with free slots that this claim filled: the next claim passes it over
+          filled: sql` OR EXISTS (SELECT 1 FROM ranked WHERE k IS NOT NULL AND n0 < lim AND n0 + rn > lim)`
+        }
+      : {
+          running: sql``,
+          columns: sql``,
+          filter: sql``,
+          conc: sql`conc AS (SELECT * FROM cand),`,
+          filled: sql``
+        }
     return sql<
-      MessageRow & { readonly more: boolean | null; readonly wait_ms: number | null; readonly archived: bigint | null }
+      MessageRow & {
+        readonly more: boolean | null
+        readonly wait_ms: number | null
+        readonly archived: bigint | null
+        readonly lo: bigint | null
+      }
     >`WITH d AS (
         DELETE FROM ${q} q USING ${receipts(r)}
         WHERE ${receiptMatch(r)}
@@ -68,36 +119,26 @@ export const makeQueueLimitSql = ({
         INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
         SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
         RETURNING msg_id),
-      running AS (
-        SELECT r.message ->> 'pgbus_limit_key' AS k, count(*) AS n
-        FROM ${q} r
-        WHERE r.vt > ${NOW(sql, now)} AND r.claimed_by IS NOT NULL AND r.message ? 'pgbus_limit_key'
-          AND NOT EXISTS (SELECT 1 FROM d WHERE d.msg_id = r.msg_id)
-        GROUP BY 1),
+      ${limited.running}
       cand AS (
-        SELECT t.msg_id, t.message ->> 'job' AS job, t.message ->> 'pgbus_limit_key' AS k,
-          ${sql.literal(LIMIT_TO_EXPR)} AS lim, t.message ->> 'pgbus_rate_key' AS rk,
-          CASE WHEN jsonb_typeof(t.message -> 'pgbus_rate_limit') = 'number'
-               THEN greatest((t.message ->> 'pgbus_rate_limit')::float8, 1) ELSE 1 END AS rlim,
-          CASE WHEN jsonb_typeof(t.message -> 'pgbus_rate_period_ms') = 'number'
-               THEN greatest((t.message ->> 'pgbus_rate_period_ms')::float8, 1) ELSE 1000 END AS rper
+        SELECT t.msg_id, t.message ->> 'pgbus_rate_key' AS rk${limited.columns}
         FROM ${q} t
-        WHERE t.vt <= ${NOW(sql, now)}
-          AND coalesce((SELECT running.n FROM running WHERE running.k = t.message ->> 'pgbus_limit_key'), 0)
-            < ${sql.literal(LIMIT_TO_EXPR)}
+        WHERE t.msg_id >= ${from} AND t.vt <= ${NOW(sql, now)} AND t.msg_id <> ALL(${done})${limited.filter}
         ORDER BY t.msg_id
-        LIMIT ${limit * 2 + 64}),
-      conc AS (
-        SELECT r.* FROM (
-          SELECT cand.*, row_number() OVER (PARTITION BY cand.k ORDER BY cand.msg_id) AS rn FROM cand) r
-        LEFT JOIN running ON running.k = r.k
-        WHERE r.k IS NULL OR coalesce(running.n, 0) + r.rn <= r.lim),
+        LIMIT ${limit + 1}
+        FOR UPDATE SKIP LOCKED),
+      ${limited.conc}
       rates AS (
-        SELECT DISTINCT ON (conc.rk) conc.rk, coalesce(o.rate_limit, conc.rlim) AS rl,
-          coalesce(o.period_ms, conc.rper) AS rp
-        FROM conc LEFT JOIN ${overrides} o ON o.job = conc.job
-        WHERE conc.rk IS NOT NULL
-        ORDER BY conc.rk, conc.msg_id),
+        SELECT f.rk, coalesce(o.rate_limit,
+            CASE WHEN jsonb_typeof(m.message -> 'pgbus_rate_limit') = 'number'
+                 THEN greatest((m.message ->> 'pgbus_rate_limit')::float8, 1) ELSE 1 END) AS rl,
+          coalesce(o.period_ms,
+            CASE WHEN jsonb_typeof(m.message -> 'pgbus_rate_period_ms') = 'number'
+                 THEN greatest((m.message ->> 'pgbus_rate_period_ms')::float8, 1) ELSE 1000 END) AS rp
+        FROM (SELECT DISTINCT ON (conc.rk) conc.rk, conc.msg_id FROM conc
+              WHERE conc.rk IS NOT NULL ORDER BY conc.rk, conc.msg_id) f
+        JOIN ${q} m ON m.msg_id = f.msg_id
+        LEFT JOIN ${overrides} o ON o.job = m.message ->> 'job'),
       avail AS (
         SELECT rates.rk, rates.rl, rates.rp,
           least(rates.rl, coalesce(b.tokens + greatest(extract(epoch FROM ${at} - b.refilled_at) * 1000, 0)
@@ -111,12 +152,6 @@ export const makeQueueLimitSql = ({
         WHERE r.rk IS NULL OR r.rr <= floor(a.tokens)
         ORDER BY r.msg_id
         LIMIT ${limit + 1}),
-      c AS (
-        SELECT msg_id FROM ${q}
-        WHERE msg_id = ANY(ARRAY(SELECT msg_id FROM ok)) AND vt <= ${NOW(sql, now)} AND msg_id <> ALL(${done})
-        ORDER BY msg_id
-        LIMIT ${limit}
-        FOR UPDATE SKIP LOCKED),
       u AS (
         UPDATE ${q} q
         SET vt = ${NOW(sql, now)} + (CASE WHEN jsonb_typeof(q.message -> 'pgbus_limit_lease_ms') = 'number'
@@ -127,7 +162,7 @@ export const makeQueueLimitSql = ({
               ELSE ${PgTypes.float8(visibilityMs)} END) * interval '1 millisecond',
             read_ct = q.read_ct + 1,
             claimed_by = ${claimedBy}
-        WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM c))
+        WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM ok ORDER BY msg_id LIMIT ${limit}))
         RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
           q.message ->> 'pgbus_rate_key' AS rk),
       spent AS (
@@ -140,11 +175,20 @@ export const makeQueueLimitSql = ({
         ON CONFLICT (queue, key) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
         RETURNING 1)
       SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::bool AS more,
-        NULL::float8 AS wait_ms, NULL::int8 AS archived FROM u
+        NULL::float8 AS wait_ms, NULL::int8 AS archived, NULL::int8 AS lo FROM u
       UNION ALL
-      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM ok) > ${limit},
-        (SELECT min((1 - spent.left_tokens) * spent.rp / spent.rl) FROM spent
-         WHERE spent.behind AND spent.left_tokens < 1), (SELECT count(*) FROM a)`
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        (SELECT count(*) FROM ok) > ${limit}${limited.filled},
+        (SELECT min(w) FROM (
+          SELECT (1 - spent.left_tokens) * spent.rp / spent.rl AS w FROM spent
+          WHERE spent.behind AND spent.left_tokens < 1${
+            limits
+              ? sql`
+          UNION ALL
+          SELECT (extract(epoch FROM running.lapse - ${NOW(sql, now)}) * 1000)::float8 FROM running WHERE running.n >= running.lim`
+              : sql``
+          }) waits), (SELECT count(*) FROM a),
+        (SELECT min(msg_id) FROM ${q} WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)})`
   }
 
   /** A job's rate changed at run time (see `messageReadLimited`). */

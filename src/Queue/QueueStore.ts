@@ -58,13 +58,16 @@ export interface ReadOptions {
   readonly fair?: boolean | FairCursor | undefined
   /**
    * Honour the concurrency limits that messages carry (`pgbus_limit_key`, `pgbus_limit_to`):
-   * a key's messages are claimed only while fewer than its limit run. Takes precedence over
-   * `fair` (the limited claim is oldest first).
+   * a key's messages are claimed only while fewer than its limit run, and the rates
+   * (`pgbus_rate_key`). Takes precedence over `fair` (the limited claim is oldest first).
+   * `"rates"`: the rates alone (a queue whose jobs have no concurrency limit; the claim does not
+   * count the running messages).
    */
-  readonly limited?: boolean | undefined
+  readonly limited?: boolean | "rates" | undefined
   /**
    * With `limited`: told, after a claim that left messages behind for want of rate tokens, how
-   * long until the next token (the caller claims again then: no NOTIFY announces a token).
+   * long until the next token, or, with keys at their limit, until the earliest of their slot
+   * leases lapses (the caller claims again then: no NOTIFY announces either).
    */
   readonly onRateWait?: ((ms: number) => void) | undefined
   /** Per-key FIFO: claim a message with `pgbus_order_key` only as its key's head (QueueOrderSql.ts); `limited` and `fair` win. */

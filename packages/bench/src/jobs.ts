@@ -343,18 +343,21 @@ const main = async () => {
   p(`### W1 throughput: ${W1_JOBS} no-op jobs (bulk enqueue in one call, then workers drain; completed = committed)`)
   p()
   p(
-    "| library | configuration | runs | bulk enqueue jobs/s | processing jobs/s | commits / job | WAL bytes / job | PG CPU ms / 1k jobs | Node CPU ms / 1k jobs | peak RSS MiB |"
+    "| library | configuration | runs | bulk enqueue jobs/s | processing jobs/s | commits / job | WAL bytes / job | PG CPU ms / 1k jobs | PG CPU ms / 1k jobs, run's backends | Node CPU ms / 1k jobs | peak RSS MiB |"
   )
-  p("|---|---|---|---|---|---|---|---|---|---|")
+  p("|---|---|---|---|---|---|---|---|---|---|---|")
   for (const { c, rs } of rowsOf("w1")) {
     // effect-pgbus archives on success: every completed job must be in the archive
     const short = values(rs, "archived").filter((n) => n < W1_JOBS)
     const check = short.length > 0 ? ` (archive short: ${short.join(", ")})` : ""
     p(
       `| ${libraryLabel(c.library)} | ${variantLabel(c)}${check} | ${runsCell(rs, RUNS)} | ${cell(rs, "enqueueBulkPerSec")} | ` +
-        `${cell(rs, "jobsPerSec")} | ${cell(rs, "commitsPerJob")} | ${cell(rs, "walBytesPerJob")} | ${cell(rs, "pgCpuMsPerKJob")} | ${cell(rs, "nodeCpuMsPerKJob")} | ${rssCell(rs)} |`
+        `${cell(rs, "jobsPerSec")} | ${cell(rs, "commitsPerJob")} | ${cell(rs, "walBytesPerJob")} | ${cell(rs, "pgCpuMsPerKJob")} | ${cell(rs, "pgDbCpuMsPerKJob")} | ${cell(rs, "nodeCpuMsPerKJob")} | ${rssCell(rs)} |`
     )
   }
+  p(
+    "- PG CPU: every `postgres` process of the server (shared with anything else it serves); run's backends: only the processes serving the run's database (its connections and autovacuum), steady under other load."
+  )
   p()
   p(
     `### W1b single-insert enqueue: ${ENQ_SINGLE_JOBS} jobs one insert per call, sequential, then from ${CONCURRENCY} concurrent producers`

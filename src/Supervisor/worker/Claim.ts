@@ -16,8 +16,9 @@ import { takeCompleted } from "./Archive.ts"
 import { forget, gated, isPaused, room, type WorkerContext, worthClaiming } from "./Context.ts"
 
 /**
- * A rate-limited claim that left jobs behind says when the next token comes: no NOTIFY will
- * announce it, so the worker wakes itself then (one pending wake-up, the earliest).
+ * A rate-limited claim that left jobs behind says when the next token comes, a limited one with
+ * full keys when the earliest of their slot leases lapses: no NOTIFY will announce either, so
+ * the worker wakes itself then (one pending wake-up, the earliest).
  */
 const makeRateWake = (ctx: WorkerContext) => {
   let rateWait: number | undefined
@@ -69,7 +70,7 @@ const archiveAndRead = (
   done: ReadonlyArray<Message>,
   limit: number,
   mark: string,
-  limited: boolean,
+  limited: boolean | "rates",
   ordered: boolean
 ) =>
   ctx.store
@@ -77,7 +78,7 @@ const archiveAndRead = (
       limit,
       visibilityTimeout: ctx.config.visibilityTimeout,
       claimedBy: mark,
-      ...(limited ? { limited, onRateWait } : {}),
+      ...(limited !== false ? { limited, onRateWait } : {}),
       ...(ordered ? { ordered } : {})
     })
     .pipe(
@@ -103,7 +104,7 @@ const readOne = (
   onRateWait: (ms: number) => void,
   queue: string,
   cursor: FairCursor | undefined,
-  limited: boolean,
+  limited: boolean | "rates",
   limit: number,
   withArchive: boolean,
   ordered: boolean

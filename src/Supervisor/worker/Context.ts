@@ -84,8 +84,8 @@ export interface QueueRead {
   readonly logical: string
   /** A fair queue's reads share a cursor; undefined for a plain read. */
   readonly cursor: FairCursor | undefined
-  /** Claimed by the limited claim (a job with a concurrency or rate limit on it). */
-  readonly limited: boolean
+  /** Claimed by the limited claim (a job with a concurrency or rate limit on it); `"rates"`: rates alone. */
+  readonly limited: boolean | "rates"
   /** Read in order (per-key FIFO). */
   readonly ordered: boolean
 }
@@ -194,17 +194,20 @@ export const makeStats = (capsule: Capsule): WorkerStats => ({
 
 /** How a capsule reads each of its queues, in priority order. */
 const queueReads = (capsule: Capsule, config: PgBusConfigShape, registry: Registry["Service"]): Array<QueueRead> => {
-  // a queue of a job with a concurrency limit is claimed by the limited claim (oldest first)
-  const limited = new Set<string>()
+  // a queue of a job with a concurrency limit or a rate is claimed by the limited claim (oldest
+  // first); one whose jobs have rates but no limits by its rates-only form (running jobs not counted)
+  const limited = new Map<string, true | "rates">()
   for (const { job } of registry.jobs.values()) {
-    if (job.limit !== undefined || job.rate !== undefined) limited.add(logicalQueueOf(config, job))
+    const q = logicalQueueOf(config, job)
+    if (job.limit !== undefined) limited.set(q, true)
+    else if (job.rate !== undefined && !limited.has(q)) limited.set(q, "rates")
   }
   return capsule.queues.flatMap((q) => {
     // one claim statement per queue: limits win over order (a queue may not have both, see
     // orderedLimitConflicts), order wins over fairness
-    const isLimited = limited.has(q)
-    const ordered = !isLimited && readsInOrder(config, registry, q)
-    const fair = !isLimited && !ordered && readsFairly(config, registry, q)
+    const isLimited = limited.get(q) ?? false
+    const ordered = isLimited === false && readsInOrder(config, registry, q)
+    const fair = isLimited === false && !ordered && readsFairly(config, registry, q)
     return servedQueues(config, q).map((queue) => ({
       queue,
       logical: q,

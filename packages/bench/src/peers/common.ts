@@ -173,8 +173,11 @@ const CLK_TCK = 100
 /**
  * CPU seconds used so far by every process named `postgres` (postmaster, backends, background
  * workers): utime+stime plus cutime+cstime of reaped children. Take a delta around a phase.
+ * With `database`: only the processes serving that database (its backends and autovacuum
+ * workers, named by their process title), which other work on a shared server does not move
+ * (backends that exit during the phase are missed).
  */
-export const pgCpuSeconds = (): number => {
+export const pgCpuSeconds = (database?: string): number => {
   let ticks = 0
   let dirs: Array<string>
   try {
@@ -194,6 +197,15 @@ export const pgCpuSeconds = (): number => {
     const lp = s.indexOf("(")
     const rp = s.lastIndexOf(")")
     if (s.slice(lp + 1, rp) !== "postgres") continue
+    if (database !== undefined) {
+      let title: string
+      try {
+        title = readFileSync(`/proc/${d}/cmdline`, "utf8")
+      } catch {
+        continue
+      }
+      if (!title.includes(` ${database} `)) continue
+    }
     const f = s.slice(rp + 2).split(" ")
     ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])
   }
@@ -217,13 +229,15 @@ export const nodeCpuSeconds = (): number => {
 }
 
 /** Wall time, Postgres CPU and Node CPU around an async phase. */
-export const measure = async <T>(fn: () => Promise<T>) => {
+export const measure = async <T>(fn: () => Promise<T>, database?: string) => {
   const pg0 = pgCpuSeconds()
+  const db0 = database === undefined ? Number.NaN : pgCpuSeconds(database)
   const n0 = nodeCpuSeconds()
   const t0 = now()
   const value = await fn()
   const wallMs = now() - t0
-  return { value, m: { wallMs, pgCpuS: pgCpuSeconds() - pg0, nodeCpuS: nodeCpuSeconds() - n0 } }
+  const pgDbCpuS = database === undefined ? undefined : pgCpuSeconds(database) - db0
+  return { value, m: { wallMs, pgCpuS: pgCpuSeconds() - pg0, pgDbCpuS, nodeCpuS: nodeCpuSeconds() - n0 } }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -277,10 +291,13 @@ export const timeProcessing = async (opts: {
   readonly start: () => Promise<void>
   readonly remaining: () => Promise<number>
   readonly capMs?: number
+  /** The run's database: its own backends' CPU is reported too (pgDbCpuMsPerKJob). */
+  readonly database?: string
 }) => {
   const capMs = opts.capMs ?? PHASE_CAP_MS
   const walStart = await walLsn()
   const pg0 = pgCpuSeconds()
+  const db0 = opts.database === undefined ? Number.NaN : pgCpuSeconds(opts.database)
   const n0 = nodeCpuSeconds()
   const t0 = now()
   await opts.start()
@@ -299,6 +316,7 @@ export const timeProcessing = async (opts: {
   }
   const wallMs = now() - t0
   const pgCpuS = pgCpuSeconds() - pg0
+  const pgDbCpuS = opts.database === undefined ? undefined : pgCpuSeconds(opts.database) - db0
   const nodeCpuS = nodeCpuSeconds() - n0
   const walEnd = await walLsn()
   const handled = opts.handled()
@@ -313,6 +331,7 @@ export const timeProcessing = async (opts: {
     pgCpuS: round2(pgCpuS),
     nodeCpuS: round2(nodeCpuS),
     pgCpuMsPerKJob: round2((pgCpuS * 1e6) / Math.max(completed, 1)),
+    ...(pgDbCpuS === undefined ? {} : { pgDbCpuMsPerKJob: round2((pgDbCpuS * 1e6) / Math.max(completed, 1)) }),
     nodeCpuMsPerKJob: round2((nodeCpuS * 1e6) / Math.max(completed, 1)),
     // WAL marks of the phase: the orchestrator counts the WAL of this run's database between them
     walStart,

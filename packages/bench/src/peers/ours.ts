@@ -200,7 +200,7 @@ try {
   } else if (args.workload === "w1") {
     await ensureQueue("bench")
     const payloads = Array.from({ length: W1_JOBS }, (_, i) => ({ i }))
-    const enq = await measure(() => runP(W1Run.enqueueMany(payloads)))
+    const enq = await measure(() => runP(W1Run.enqueueMany(payloads)), DB)
     let stop: () => Promise<void> = async () => {}
     const proc = await timeProcessing({
       total: W1_JOBS,
@@ -210,7 +210,8 @@ try {
         recordingFrom = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6))
         stop = startWorkers()
       },
-      remaining: async () => (await metrics()).depth
+      remaining: async () => (await metrics()).depth,
+      database: DB
     })
     recording = false
     printTally()
@@ -229,6 +230,7 @@ try {
         enqueueBulkPerSec: Math.round((W1_JOBS / enq.m.wallMs) * 1000),
         enqueueBulkMs: Math.round(enq.m.wallMs),
         enqueuePgCpuS: round2(enq.m.pgCpuS),
+        ...(enq.m.pgDbCpuS === undefined ? {} : { enqueuePgDbCpuS: round2(enq.m.pgDbCpuS) }),
         ...proc,
         archived: after.archiveSize,
         depthAfter: after.depth
