@@ -109,3 +109,4 @@ if (check && found.length > 0) {
   console.error(`${found.length} function(s) in ${root} of ${min} lines or more`)
   process.exit(1)
 }
+if (check) console.log(`function lengths: ok (none in ${root} of ${min} lines or more)`)
