@@ -53,11 +53,47 @@ export const recordJobUnsafe = (
   status: "completed" | "retried" | "dead_lettered" | "discarded" | "superseded",
   ms: number
 ): void => {
-  if (status !== "completed" && status !== "superseded")
-    counterOf(`${queue}\u0000${job}\u0000failed`).updateUnsafe(1, context)
-  counterOf(`${queue}\u0000${job}\u0000${status}`).updateUnsafe(1, context)
-  durationOf(`${queue}\u0000${job}`).updateUnsafe(ms, context)
+  let h = lastSeries
+  if (h === undefined || h.queue !== queue || h.job !== job) {
+    h = seriesOf(`${queue}\u0000${job}`)
+    lastSeries = h
+  }
+  if (status !== "completed" && status !== "superseded") h.failed.updateUnsafe(1, context)
+  h[status].updateUnsafe(1, context)
+  h.duration.updateUnsafe(ms, context)
 }
+
+/** A job's series on a queue, as `recordJobUnsafe` updates them. */
+interface JobSeries {
+  readonly queue: string
+  readonly job: string
+  readonly failed: ReturnType<typeof counterOf>
+  readonly completed: ReturnType<typeof counterOf>
+  readonly retried: ReturnType<typeof counterOf>
+  readonly dead_lettered: ReturnType<typeof counterOf>
+  readonly discarded: ReturnType<typeof counterOf>
+  readonly superseded: ReturnType<typeof counterOf>
+  readonly duration: ReturnType<typeof durationOf>
+}
+
+const seriesOf = boundedMemo((key): JobSeries => {
+  const [queue, job] = key.split("\u0000") as [string, string]
+  const counter = (status: string) => counterOf(`${key}\u0000${status}`)
+  return {
+    queue,
+    job,
+    failed: counter("failed"),
+    completed: counter("completed"),
+    retried: counter("retried"),
+    dead_lettered: counter("dead_lettered"),
+    discarded: counter("discarded"),
+    superseded: counter("superseded"),
+    duration: durationOf(key)
+  }
+})
+
+// the series of the previous delivery: a worker's deliveries mostly repeat it (no key string per job)
+let lastSeries: JobSeries | undefined
 
 /** Registers every status of a job on a queue at 0, so its series exist before its first delivery. */
 export const registerJob = (queue: string, job: string): Effect.Effect<void> =>

@@ -103,8 +103,8 @@ export const make = Effect.gen(function* () {
   let buffer = new Map<string, Entry>()
   const full = Latch.makeUnsafe(false)
 
-  const record: JobStatsRecorder["record"] = (queue, job, outcome, durationMs, latencyMs, nowMs) => {
-    const bucket = nowMs - (nowMs % 60_000)
+  /** The buffer's entry of a minute, queue and job (created empty). */
+  const entryOf = (bucket: number, queue: string, job: string): Entry => {
     const key = `${bucket}\u0000${queue}\u0000${job}`
     let e = buffer.get(key)
     if (e === undefined) {
@@ -123,6 +123,21 @@ export const make = Effect.gen(function* () {
       }
       buffer.set(key, e)
       if (buffer.size >= STATS_FLUSH_SIZE) full.openUnsafe()
+    }
+    return e
+  }
+
+  // the entry of the previous call: a worker's deliveries mostly repeat it (no key string per job)
+  let last: Entry | undefined
+  let lastOf: Map<string, Entry> | undefined
+
+  const record: JobStatsRecorder["record"] = (queue, job, outcome, durationMs, latencyMs, nowMs) => {
+    const bucket = nowMs - (nowMs % 60_000)
+    let e = last
+    if (e === undefined || lastOf !== buffer || e.bucket !== bucket || e.queue !== queue || e.job !== job) {
+      e = entryOf(bucket, queue, job)
+      last = e
+      lastOf = buffer
     }
     if (outcome === "completed") e.completed++
     else if (outcome === "retried") e.retried++
