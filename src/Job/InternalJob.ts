@@ -53,7 +53,7 @@ export const internalJob = <P>(
     decode: (message) =>
       decode(message).pipe(Effect.mapError((e) => new PayloadDecodeError({ job: name, issue: e.message }))),
     run: (message, context) => run(message as P, context),
-    provide: (effect) => effect,
+    provide: (effect, also) => (also === undefined ? effect : Effect.updateContext(effect, also)),
     ...(options?.deadLetterSource === undefined ? {} : { deadLetterSource: options.deadLetterSource })
   }
 }

@@ -20,8 +20,14 @@ export interface RegisteredJob {
   readonly decode: (payload: unknown) => Effect.Effect<unknown, PayloadDecodeError>
   /** Runs the handler; its services come from `provide`, around the whole delivery. */
   readonly run: (payload: unknown, context: JobContext["Service"]) => Effect.Effect<unknown, unknown>
-  /** Provides the services the handler needs (the registry's, merged once per executor context). */
-  readonly provide: <A, E>(effect: Effect.Effect<A, E>) => Effect.Effect<A, E>
+  /**
+   * Provides the services the handler needs (the registry's, merged once per executor context),
+   * then `also`'s additions (a delivery's own services) in the same context update.
+   */
+  readonly provide: <A, E>(
+    effect: Effect.Effect<A, E>,
+    also?: (context: Context.Context<never>) => Context.Context<never>
+  ) => Effect.Effect<A, E>
   /** Encodes the handler's output with the job's `success` Schema (absent: no result is kept). */
   readonly encodeResult?: ((output: unknown) => Effect.Effect<unknown, InvalidResult>) | undefined
   /** Who a dead letter's block names as its mover (default `worker`; event deliveries: `consumer`). */
@@ -67,7 +73,11 @@ export const cachedProvide = (services: Context.Context<never>) => {
     }
     return out
   }
-  return <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, E> => Effect.updateContext(effect, withServices)
+  return <A, E>(
+    effect: Effect.Effect<A, E>,
+    also?: (context: Context.Context<never>) => Context.Context<never>
+  ): Effect.Effect<A, E> =>
+    Effect.updateContext(effect, also === undefined ? withServices : (context) => also(withServices(context)))
 }
 
 /**
