@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Queue } from "effect"
+import { Cause, Effect, Exit, Queue } from "effect"
 import { type Completer, type Outcome, runDebounced, runExclusive } from "../../Job/Completer.ts"
 import { debounceKeyOfMessage } from "../../Job/Debounce.ts"
 import { execute, jobOf } from "../../Job/Executor.ts"
@@ -112,33 +112,40 @@ export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.E
     const guarded = unique ? runExclusive(uniqueKeys!, registry, m, processId, policy, run) : run
     return debounced ? runDebounced(debouncer!, registry, m, policy, guarded) : guarded
   }
+  // a delivery's slot is free: counted, and the claim loop or a waiting wake-up told
+  const freeSlot = (m: Message) =>
+    Effect.sync(() => {
+      stats.running--
+      running.delete(m)
+      checkBudget(ctx)
+      if (ctx.queuesMayHaveMore) {
+        if (worthClaiming(ctx)) capacityFreed.openUnsafe()
+      } else if (ctx.wokenWhileFull) {
+        // a wake-up came while every slot was taken: its message waits for this slot
+        ctx.wokenWhileFull = false
+        wakeups.wake()
+      }
+    })
   const runOne = (m: Message) =>
     Effect.suspend(() => {
       stats.buffered = Math.max(0, stats.buffered - 1)
       stats.running++
       running.add(m)
       const startedAt = ctx.clock.currentTimeMillisUnsafe()
+      let applied = false
       return executeOne(m).pipe(
-        Effect.onInterrupt(() => applyOutcome(ctx, completer, m, { _tag: "Abandoned" })),
         Effect.flatMap((outcome) => {
+          applied = true
           recordOutcome(ctx, m, outcome, startedAt)
           const end = applyOutcome(ctx, completer, m, outcome)
           // a plain success only joins the archive list: nothing to keep from an interruption
           return end === Effect.void ? end : Effect.uninterruptible(end)
         }),
-        Effect.ensuring(
-          Effect.sync(() => {
-            stats.running--
-            running.delete(m)
-            checkBudget(ctx)
-            if (ctx.queuesMayHaveMore) {
-              if (worthClaiming(ctx)) capacityFreed.openUnsafe()
-            } else if (ctx.wokenWhileFull) {
-              // a wake-up came while every slot was taken: its message waits for this slot
-              ctx.wokenWhileFull = false
-              wakeups.wake()
-            }
-          })
+        // one exit step per delivery: a run interrupted before its outcome gives its message back
+        Effect.onExit((exit) =>
+          Exit.hasInterrupts(exit) && !applied
+            ? Effect.ensuring(applyOutcome(ctx, completer, m, { _tag: "Abandoned" }), freeSlot(m))
+            : freeSlot(m)
         )
       )
     })
