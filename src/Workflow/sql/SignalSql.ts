@@ -8,7 +8,7 @@ import type { WorkflowSqlContext } from "./Context.ts"
 import type { SignalRow } from "./Rows.ts"
 
 /** A signal to store. */
-interface SignalInput {
+export interface SignalInput {
   readonly runId: string
   readonly name: string
   readonly payload: string
