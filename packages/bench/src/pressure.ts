@@ -375,11 +375,19 @@ const main = async () => {
     }
 
     await runtime.runPromise(Fiber.interrupt(fiber))
+    const server = await serverInfo()
     const header0 = [
       `## bench:pressure: effect-pgbus under MVCC pressure${LONG ? " (10-minute version)" : " (short)"}`,
       "",
       `- Machine: ${machine()}`,
-      `- PostgreSQL: ${await serverInfo()}`,
+      `- PostgreSQL: ${server}`,
+      // without autovacuum nothing reclaims the dead rows, readers or not: the dead-tuple and
+      // late-window figures then describe the server, not the library
+      ...(server.includes("autovacuum=off")
+        ? [
+            "- **autovacuum is off on this server**: dead tuples are never reclaimed during the run, so they grow with the jobs done and the claim's cost with them; run on a server with autovacuum on to read the dead-tuple bound"
+          ]
+        : []),
       `- effect-pgbus: one capsule on \`bench\`, concurrency ${CONCURRENCY}, read-ahead ${READ_AHEAD ?? "default"}, pool max ${POOL_MAX}, no-op handler, archive on success (default). Claim latency = the claim statements' time seen by the client (a tracer keeps only them: the library makes spans when one is installed, in every window alike).`,
       ""
     ]

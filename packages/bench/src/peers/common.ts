@@ -150,7 +150,7 @@ export const serverInfo = (): Promise<string> =>
     const { rows } = await c.query<{ v: string; s: string }>(
       `SELECT version() AS v, 'shared_buffers=' || current_setting('shared_buffers') || ' synchronous_commit=' ||
          current_setting('synchronous_commit') || ' fsync=' || current_setting('fsync') || ' max_connections=' ||
-         current_setting('max_connections') AS s`
+         current_setting('max_connections') || ' autovacuum=' || current_setting('autovacuum') AS s`
     )
     return `${rows[0]?.v ?? "?"}; ${rows[0]?.s ?? ""}`
   })
