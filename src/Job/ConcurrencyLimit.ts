@@ -127,6 +127,32 @@ export interface LimitFields {
 }
 
 /**
+ * A flow-control key from the job's key function (concurrency limit or rate): the function may
+ * throw or return something that is not a key; either is an `InvalidLimitKey` naming `what`.
+ */
+export const controlKey = (
+  job: string,
+  fn: (payload: unknown) => unknown,
+  payload: unknown,
+  what: string
+): Result.Result<string, InvalidLimitKey> => {
+  let key: unknown
+  try {
+    key = fn(payload)
+  } catch (error) {
+    return Result.fail(
+      new InvalidLimitKey({
+        job,
+        reason: `the ${what} function threw: ${error instanceof Error ? error.message : String(error)}`
+      })
+    )
+  }
+  return typeof key === "string" && key.length > 0 && key.length <= 255
+    ? Result.succeed(key)
+    : Result.fail(new InvalidLimitKey({ job, reason: "a key must be a non-empty string of at most 255 characters" }))
+}
+
+/**
  * The fields a limited job's message carries, as a Result: no Effect per payload (an
  * `enqueueMany` of 20,000 jobs computes them 20,000 times); the key function may throw.
  */
@@ -140,21 +166,7 @@ export const limitFieldsResult = (
       ? { [LIMIT_KEY_FIELD]: key, [LIMIT_TO_FIELD]: spec.to }
       : { [LIMIT_KEY_FIELD]: key, [LIMIT_TO_FIELD]: spec.to, [LIMIT_LEASE_FIELD]: spec.leaseMs }
   const fn = spec.key as ((payload: unknown) => unknown) | undefined
-  if (fn === undefined) return Result.succeed(fields(job))
-  let key: unknown
-  try {
-    key = fn(payload)
-  } catch (error) {
-    return Result.fail(
-      new InvalidLimitKey({
-        job,
-        reason: `the key function threw: ${error instanceof Error ? error.message : String(error)}`
-      })
-    )
-  }
-  return typeof key === "string" && key.length > 0 && key.length <= 255
-    ? Result.succeed(fields(key))
-    : Result.fail(new InvalidLimitKey({ job, reason: "a key must be a non-empty string of at most 255 characters" }))
+  return fn === undefined ? Result.succeed(fields(job)) : Result.map(controlKey(job, fn, payload, "key"), fields)
 }
 
 /** The fields a limited job's message carries; the key function may throw. */

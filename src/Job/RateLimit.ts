@@ -9,7 +9,8 @@
  */
 import { Duration, Effect, Result } from "effect"
 import type { Message } from "../Queue/Message.ts"
-import { InvalidLimitKey } from "./JobError.ts"
+import { controlKey } from "./ConcurrencyLimit.ts"
+import type { InvalidLimitKey } from "./JobError.ts"
 
 /** The envelope field carrying a rate-limited job's bucket key. */
 export const RATE_KEY_FIELD = "pgbus_rate_key"
@@ -84,21 +85,9 @@ export const rateFieldsResult = (
     pgbus_rate_period_ms: spec.periodMs
   })
   const fn = spec.key as ((payload: unknown) => unknown) | undefined
-  if (fn === undefined) return Result.succeed(fields(job))
-  let key: unknown
-  try {
-    key = fn(payload)
-  } catch (error) {
-    return Result.fail(
-      new InvalidLimitKey({
-        job,
-        reason: `the rate key function threw: ${error instanceof Error ? error.message : String(error)}`
-      })
-    )
-  }
-  return typeof key === "string" && key.length > 0 && key.length <= 255
-    ? Result.succeed(fields(`${job}:${key}`))
-    : Result.fail(new InvalidLimitKey({ job, reason: "a key must be a non-empty string of at most 255 characters" }))
+  return fn === undefined
+    ? Result.succeed(fields(job))
+    : Result.map(controlKey(job, fn, payload, "rate key"), (key) => fields(`${job}:${key}`))
 }
 
 /** The fields a rate-limited job's message carries; the key function may throw. */
