@@ -1,6 +1,6 @@
 /**
  * bench:jobs: the job workloads of the team's peer harness (shared/bench/peers) run on
- * effect-pgbus, graphile-worker 0.18.0 and pg-boss 12.38.0 in one session, on one PostgreSQL
+ * effect-pgbus, graphile-worker 0.18.0, pg-boss 12.38.0 and the harness's raw SQL floor (W1) in one session, on one PostgreSQL
  * server. Every run is its own Node process (packages/bench/src/peers/<library>.ts) on a freshly
  * created database, dropped afterwards; runs go round-robin (run 1 of every case, then run 2, ...)
  * and the tables show medians [min-max].
@@ -18,6 +18,7 @@
  *
  * The last line of stdout is one JSON object:
  * {"bench":"jobs","ours_jobs_per_s":N,"graphile_jobs_per_s":N,"pgboss_jobs_per_s":N,
+ *  "raw_jobs_per_s":N,"ours_tuned_over_raw":N,
  *  "ours_enqueue_bulk_per_s":N,"ours_insert_ms":N,"ours_p50_ms":N,"ours_p99_ms":N,
  *  "graphile_p50_ms":N,"graphile_p99_ms":N,"ours_nolocal_p50_ms":N,"ours_nolocal_p99_ms":N,
  *  "ours_keys_jobs_per_s":N,"ours_await_p50_ms":N,"ours_await_p99_ms":N}
@@ -44,7 +45,7 @@ import {
   W2_WARMUP_JOBS
 } from "./peers/common.ts"
 
-type Library = "ours" | "graphile" | "pgboss"
+type Library = "ours" | "graphile" | "pgboss" | "raw"
 type Workload = "enq" | "w1" | "w2" | "await"
 
 interface Case {
@@ -84,11 +85,13 @@ const W2_VARIANT =
 const RUN_TIMEOUT_MS = Number(process.env.BENCH_RUN_TIMEOUT_MS ?? Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
 const ONLY = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : undefined
 const TAG = String(process.pid)
-const LIBRARIES: ReadonlyArray<Library> = ["ours", "graphile", "pgboss"]
+const LIBRARIES: ReadonlyArray<Library> = ["ours", "graphile", "pgboss", "raw"]
 
 const W1_RAS = [...new Set([...TUNED_RA, REPORTED_RA])].filter((n) => n !== 0)
 const ALL_CASES: ReadonlyArray<Case> = [
-  ...LIBRARIES.map((library): Case => ({ key: `enq ${library}`, library, workload: "enq", variant: "default" })),
+  ...LIBRARIES.filter((l) => l !== "raw").map(
+    (library): Case => ({ key: `enq ${library}`, library, workload: "enq", variant: "default" })
+  ),
   { key: "enq ours unique", library: "ours", workload: "enq", variant: "unique" },
   // the library's defaults (no readAhead given): the headline
   { key: "w1 ours default", library: "ours", workload: "w1", variant: "default" },
@@ -105,6 +108,8 @@ const ALL_CASES: ReadonlyArray<Case> = [
   { key: `w1 ours ra${REPORTED_RA} keys`, library: "ours", workload: "w1", variant: `ra${REPORTED_RA}-keys` },
   { key: "w1 graphile batched", library: "graphile", workload: "w1", variant: "batched" },
   { key: "w1 pgboss b100", library: "pgboss", workload: "w1", variant: "b100" },
+  // the raw SQL floor of the peer harness (10 loops claiming up to 100, one DELETE per claim)
+  { key: "w1 raw c10-b100", library: "raw", workload: "w1", variant: "c10-b100" },
   { key: `w2 ours ${W2_VARIANT}`, library: "ours", workload: "w2", variant: W2_VARIANT },
   { key: `w2 ours ${W2_VARIANT} nolocal`, library: "ours", workload: "w2", variant: `${W2_VARIANT}-nolocal` },
   { key: "w2 graphile default", library: "graphile", workload: "w2", variant: "default" },
@@ -239,7 +244,9 @@ const libraryLabel = (library: Library): string =>
     ? "effect-pgbus (this repo)"
     : library === "graphile"
       ? `graphile-worker ${pkgVersion("graphile-worker")}`
-      : `pg-boss ${pkgVersion("pg-boss")}`
+      : library === "raw"
+        ? `raw SQL floor (postgres.js ${pkgVersion("postgres")})`
+        : `pg-boss ${pkgVersion("pg-boss")}`
 
 const variantLabel = (c: Case): string => {
   if (c.library !== "ours") return c.variant
@@ -310,7 +317,7 @@ const main = async () => {
   const lines: Array<string> = []
   const p = (s = "") => lines.push(s)
 
-  p(`## bench:jobs: effect-pgbus vs graphile-worker vs pg-boss (same run, same server)`)
+  p(`## bench:jobs: effect-pgbus vs graphile-worker vs pg-boss vs the raw SQL floor (same run, same server)`)
   p()
   p(
     `- Machine: ${machineLine} (start); load at the end ${os
@@ -333,6 +340,11 @@ const main = async () => {
     "- graphile-worker: `batched` = run({ concurrency: 10, pollInterval: 2000, preset: { worker: { localQueue: { size: 100 }, " +
       "completeJobBatchDelay: 0 } } }), jobs added with workerUtils.addJobs (one call); `default` = the same without the preset " +
       "(LISTEN/NOTIFY always on). Single inserts: workerUtils.addJob."
+  )
+  p(
+    "- raw SQL floor (W1 only): the peer harness's floor on postgres.js: a minimal jobs table, 10 loops each claiming up to 100 jobs with " +
+      "`UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 100) RETURNING`, one `DELETE ... WHERE id = any($ids)` per claim; " +
+      "no retries, leases, archive or statistics. Issue 24's target: ours_tuned ≥ 0.75× it."
   )
   p(
     "- pg-boss: `b100` = work(q, { localConcurrency: 10, batchSize: 100, burstWhenBatchFull: true }), jobs added with " +
@@ -410,12 +422,16 @@ const main = async () => {
   const tunedW1 = get(`w1 ours ra${REPORTED_RA}`)
   const graphileW1 = get("w1 graphile batched")
   const pgbossW1 = get("w1 pgboss b100")
+  const rawW1 = medianOf(get("w1 raw c10-b100"), "jobsPerSec")
+  const tunedOverRaw = medianOf(tunedW1, "jobsPerSec")
   const summary = {
     bench: "jobs",
     ours_jobs_per_s: round(medianOf(oursW1, "jobsPerSec")),
     ours_tuned_jobs_per_s: round(medianOf(tunedW1, "jobsPerSec")),
     graphile_jobs_per_s: round(medianOf(get("w1 graphile batched"), "jobsPerSec")),
     pgboss_jobs_per_s: round(medianOf(get("w1 pgboss b100"), "jobsPerSec")),
+    raw_jobs_per_s: round(rawW1),
+    ours_tuned_over_raw: tunedOverRaw === undefined || rawW1 === undefined ? null : round(tunedOverRaw / rawW1, 2),
     ours_enqueue_bulk_per_s: round(medianOf(oursW1, "enqueueBulkPerSec")),
     ours_insert_ms: round(medianOf(get("enq ours"), "sequentialMeanMs"), 2),
     ours_p50_ms: round(medianOf(get(`w2 ours ${W2_VARIANT}`), "latencyMs.p50"), 2),
@@ -441,6 +457,7 @@ const main = async () => {
     `JSON: ours_jobs_per_s = W1 processing of effect-pgbus at its defaults (no readAhead given), ours_tuned_jobs_per_s at read-ahead ${REPORTED_RA}; ours_enqueue_bulk_per_s = its bulk enqueue at defaults; ` +
       "*_commits_per_job = the run database's xact_commit over the whole W1 run process (setup and enqueue included) / jobs, " +
       "*_wal_bytes_per_job = WAL of the processing phase written for the run's database (pg_waldump; the LSN difference when it cannot read the WAL) / jobs; " +
+      "raw = the peer harness's raw SQL floor (postgres.js, 10 loops claiming up to 100 jobs, one DELETE per claim; no retries, leases or archive), ours_tuned_over_raw = ours_tuned_jobs_per_s / raw_jobs_per_s (target ≥ 0.75); " +
       `graphile = batched (W1) / default (W2); pg-boss = b100; ours_insert_ms = W1b sequential mean; p50/p99 = W2 medians over runs; ` +
       `ours_nolocal_* = W2 of effect-pgbus with local dispatch off (a diagnostic: jobs enqueued by a process without an idle worker of the queue); ` +
       `ours_keys_jobs_per_s = W1 on an ordered queue (1,000 ordering keys); ours_await_* = enqueue-to-result latency of awaitResult.`

@@ -1,6 +1,6 @@
 /**
  * bench:workflows: workload W3 of the team's peer harness (shared/bench/peers) run on
- * effect-pgbus, DBOS Transact 5.3.0 (`direct`) and pg-workflows 0.15.0 (`workers10`) in one
+ * effect-pgbus, DBOS Transact 5.3.0 (`direct`), pg-workflows 0.15.0 (`workers10`) and the harness's raw SQL floor in one
  * session, on one PostgreSQL server: 1,000 runs of a 3-step no-op workflow (each step returns its
  * input + 1), started by 10 concurrent starters, worker concurrency 10, timed from the first start
  * call to the last run finished. Every run is its own Node process
@@ -23,7 +23,7 @@
  *
  * The last line of stdout is one JSON object:
  * {"bench":"workflows","ours_runs_per_s":N (defaults),"ours_tuned_runs_per_s":N,"dbos_runs_per_s":N,
- *  "pgworkflows_runs_per_s":N, then commits and WAL bytes per run of each: "<lib>_commits_per_run", "<lib>_wal_bytes_per_run"}
+ *  "pgworkflows_runs_per_s":N,"raw_runs_per_s":N, then commits and WAL bytes per run of each: "<lib>_commits_per_run", "<lib>_wal_bytes_per_run"}
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { appendFileSync } from "node:fs"
@@ -125,7 +125,7 @@ export const runW3 = async (opts: {
 // ---------------------------------------------------------------------------------------------
 // The orchestrator
 
-type Library = "ours" | "dbos" | "pgworkflows"
+type Library = "ours" | "dbos" | "pgworkflows" | "raw"
 
 interface Case {
   readonly key: string
@@ -145,7 +145,7 @@ interface RunResult {
   db?: RunCost
 }
 
-const FILES: Record<Library, string> = { ours: "ours-workflows", dbos: "dbos", pgworkflows: "pgworkflows" }
+const FILES: Record<Library, string> = { ours: "ours-workflows", dbos: "dbos", pgworkflows: "pgworkflows", raw: "raw" }
 /** The database a run process of this library uses (`databaseName` in peers/common.ts). */
 const dbOf = (library: Library, tag: string) => `bench_jobs_wf_${library}_${tag}`
 
@@ -166,14 +166,16 @@ const main = async () => {
   const RUN_TIMEOUT_MS = env("BENCH_RUN_TIMEOUT_MS", Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
   const ONLY = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : undefined
   const TAG = String(process.pid)
-  const LIBRARIES: ReadonlyArray<Library> = ["ours", "dbos", "pgworkflows"]
+  const LIBRARIES: ReadonlyArray<Library> = ["ours", "dbos", "pgworkflows", "raw"]
   const OURS_RAS = [...new Set([0, ...TUNED_RA, REPORTED_RA])]
   const ALL_CASES: ReadonlyArray<Case> = [
     // the library's defaults (no readAhead given): the headline
     { key: "w3 ours default", library: "ours", variant: "default" },
     ...OURS_RAS.map((ra): Case => ({ key: `w3 ours ra${ra}`, library: "ours", variant: `ra${ra}` })),
     { key: "w3 dbos direct", library: "dbos", variant: "direct" },
-    { key: "w3 pgworkflows workers10", library: "pgworkflows", variant: "workers10" }
+    { key: "w3 pgworkflows workers10", library: "pgworkflows", variant: "workers10" },
+    // the peer harness's raw SQL floor: a run row, three checkpoint commits, a completion
+    { key: "w3 raw 3-step", library: "raw", variant: "3-step" }
   ]
   const CASES = ALL_CASES.filter((c) => ONLY === undefined || ONLY.test(c.key))
   const log = (line: string) => process.stderr.write(`${line}\n`)
@@ -297,7 +299,9 @@ const main = async () => {
       ? "effect-pgbus (this repo)"
       : c.library === "dbos"
         ? `DBOS ${pkgVersion("@dbos-inc/dbos-sdk")}`
-        : `pg-workflows ${pkgVersion("pg-workflows")} (pg-boss ${pkgVersion("pg-boss")})`
+        : c.library === "raw"
+          ? `raw SQL floor (postgres.js ${pkgVersion("postgres")})`
+          : `pg-workflows ${pkgVersion("pg-workflows")} (pg-boss ${pkgVersion("pg-boss")})`
   const configLabel = (c: Case): string => {
     if (c.library !== "ours") return `\`${c.variant}\``
     if (c.variant === "default") return "defaults (no readAhead given: the library decides) **= ours**"
@@ -398,12 +402,14 @@ const main = async () => {
   const tuned = get(`w3 ours ra${REPORTED_RA}`)
   const dbos = get("w3 dbos direct")
   const pgw = get("w3 pgworkflows workers10")
+  const raw = get("w3 raw 3-step")
   const summary = {
     bench: "workflows",
     ours_runs_per_s: round(medianOf(ours, "result.runsPerSec"), 1),
     ours_tuned_runs_per_s: round(medianOf(tuned, "result.runsPerSec"), 1),
     dbos_runs_per_s: round(medianOf(dbos, "result.runsPerSec"), 1),
     pgworkflows_runs_per_s: round(medianOf(pgw, "result.runsPerSec"), 1),
+    raw_runs_per_s: round(medianOf(raw, "result.runsPerSec"), 1),
     ours_commits_per_run: round(med(ours, commitsPerRun), 2),
     ours_wal_bytes_per_run: round(med(ours, walPerRun)),
     ours_tuned_commits_per_run: round(med(tuned, commitsPerRun), 2),
@@ -416,7 +422,7 @@ const main = async () => {
   const exact = [...results.values()].flat().every((r) => r.db?.walExact !== false)
   p(
     "JSON: medians; ours = effect-pgbus at its defaults (no readAhead given), ours_tuned = read-ahead " +
-      `${REPORTED_RA}, dbos = DBOS \`direct\`, pgworkflows = pg-workflows \`workers10\`; *_commits_per_run and ` +
+      `${REPORTED_RA}, dbos = DBOS \`direct\`, pgworkflows = pg-workflows \`workers10\`, raw = the peer harness's raw SQL floor (a run row claimed with SKIP LOCKED, three checkpoint commits, a completion); *_commits_per_run and ` +
       `*_wal_bytes_per_run as in the table (WAL ${exact ? "attributed to the run's database with pg_waldump" : "partly the server-wide LSN difference: pg_waldump could not read the WAL of some runs"}).`
   )
   p()
