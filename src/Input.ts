@@ -199,7 +199,10 @@ export const messageIdProblem = (id: unknown, path = "id"): string | undefined =
 /** What keeps a value from being a receipt (`{ msgId, readCt }`), or undefined. */
 export const receiptProblem = (receipt: unknown, path = "receipt"): string | undefined => {
   if (!isPlainObject(receipt)) return `${path} must be a receipt { msgId, readCt }`
-  return messageIdProblem(receipt.msgId, `${path}.msgId`) ?? intProblem(receipt.readCt, 0, INT4_MAX, `${path}.readCt`)
+  // the fields' paths are built for a problem only (checked per receipt of every archive)
+  return messageIdProblem(receipt.msgId, path) === undefined && intProblem(receipt.readCt, 0, INT4_MAX) === undefined
+    ? undefined
+    : (messageIdProblem(receipt.msgId, `${path}.msgId`) ?? intProblem(receipt.readCt, 0, INT4_MAX, `${path}.readCt`))
 }
 
 /** What keeps a value from being a message id or a receipt, or undefined. */
@@ -213,9 +216,9 @@ export const listProblem = (
   path: string
 ): string | undefined => {
   if (!Array.isArray(list)) return `${path} must be an array`
+  // an item's path is built for its problem only: a worker's archive checks every receipt
   for (let i = 0; i < list.length; i++) {
-    const p = problem(list[i], `${path}[${i}]`)
-    if (p !== undefined) return p
+    if (problem(list[i], path) !== undefined) return problem(list[i], `${path}[${i}]`)
   }
   return undefined
 }

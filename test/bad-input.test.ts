@@ -225,6 +225,22 @@ layer(TestDatabase.layer({ maxPayloadSize: 200_000 }), { excludeTestServices: tr
       assert.isTrue(Exit.isFailure(Schema.decodeUnknownExit(Input.Headers)({ h: LONE })))
       assert.isTrue(Exit.isSuccess(Schema.decodeUnknownExit(Input.Headers)({ h: "v" })))
     })
+    it("a bad target of a list is named by its index and field", () => {
+      const ok = { msgId: 1n, readCt: 1 }
+      assert.isUndefined(Input.listProblem([ok, 2n], Input.targetProblem, "targets"))
+      assert.strictEqual(
+        Input.listProblem([ok, { msgId: 1n, readCt: -1 }], Input.targetProblem, "targets"),
+        "targets[1].readCt: must be an integer from 0 to 2147483647"
+      )
+      assert.strictEqual(
+        Input.listProblem([ok, ok, { msgId: -1n, readCt: 1 }], Input.targetProblem, "targets"),
+        "targets[2].msgId must be a message id (a bigint of 0 or more)"
+      )
+      assert.strictEqual(
+        Input.listProblem([null], Input.targetProblem, "targets"),
+        "targets[0] must be a receipt { msgId, readCt }"
+      )
+    })
     it.effect("a job whose payload schema uses StorableText refuses a NUL as InvalidPayload", () =>
       Effect.gen(function* () {
         const Strict = Job.make(

@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { type Context, Effect, Metric } from "effect"
+import { Context, Effect, Metric } from "effect"
 import { boundedMemo } from "../internal/memo.ts"
 
 /** What ended a delivery, as the counter's `status` label says it. */
@@ -54,43 +54,65 @@ export const recordJobUnsafe = (
   ms: number
 ): void => {
   let h = lastSeries
-  if (h === undefined || h.queue !== queue || h.job !== job) {
-    h = seriesOf(`${queue}\u0000${job}`)
+  if (h === undefined || h.queue !== queue || h.job !== job || h.context !== context) {
+    h = seriesIn(context)(`${queue}\u0000${job}`)
     lastSeries = h
   }
-  if (status !== "completed" && status !== "superseded") h.failed.updateUnsafe(1, context)
-  h[status].updateUnsafe(1, context)
-  h.duration.updateUnsafe(ms, context)
+  if (status !== "completed" && status !== "superseded") jobCount.updateUnsafe(1, h.failed)
+  jobCount.updateUnsafe(1, h[status])
+  jobDuration.updateUnsafe(ms, h.duration)
 }
 
-/** A job's series on a queue, as `recordJobUnsafe` updates them. */
+/**
+ * A job's series on a queue, as `recordJobUnsafe` updates them: for each, the worker's context
+ * with the series' attributes added, as `Metric.withAttributes` adds them on every update (a
+ * copy of the context per update once it is deep), made once per series instead.
+ */
 interface JobSeries {
+  readonly context: Context.Context<never>
   readonly queue: string
   readonly job: string
-  readonly failed: ReturnType<typeof counterOf>
-  readonly completed: ReturnType<typeof counterOf>
-  readonly retried: ReturnType<typeof counterOf>
-  readonly dead_lettered: ReturnType<typeof counterOf>
-  readonly discarded: ReturnType<typeof counterOf>
-  readonly superseded: ReturnType<typeof counterOf>
-  readonly duration: ReturnType<typeof durationOf>
+  readonly failed: Context.Context<never>
+  readonly completed: Context.Context<never>
+  readonly retried: Context.Context<never>
+  readonly dead_lettered: Context.Context<never>
+  readonly discarded: Context.Context<never>
+  readonly superseded: Context.Context<never>
+  readonly duration: Context.Context<never>
 }
 
-const seriesOf = boundedMemo((key): JobSeries => {
-  const [queue, job] = key.split("\u0000") as [string, string]
-  const counter = (status: string) => counterOf(`${key}\u0000${status}`)
-  return {
-    queue,
-    job,
-    failed: counter("failed"),
-    completed: counter("completed"),
-    retried: counter("retried"),
-    dead_lettered: counter("dead_lettered"),
-    discarded: counter("discarded"),
-    superseded: counter("superseded"),
-    duration: durationOf(key)
+const withAttributes = (context: Context.Context<never>, attributes: Readonly<Record<string, string>>) =>
+  Context.add(context, Metric.CurrentMetricAttributes, {
+    ...Context.get(context, Metric.CurrentMetricAttributes),
+    ...attributes
+  })
+
+const seriesMemos = new WeakMap<Context.Context<never>, (key: string) => JobSeries>()
+
+/** The series of a context (a worker's), by `queue\0job`. */
+const seriesIn = (context: Context.Context<never>): ((key: string) => JobSeries) => {
+  let memo = seriesMemos.get(context)
+  if (memo === undefined) {
+    memo = boundedMemo((key): JobSeries => {
+      const [queue, job] = key.split("\u0000") as [string, string]
+      const counter = (status: string) => withAttributes(context, { queue, job, status })
+      return {
+        context,
+        queue,
+        job,
+        failed: counter("failed"),
+        completed: counter("completed"),
+        retried: counter("retried"),
+        dead_lettered: counter("dead_lettered"),
+        discarded: counter("discarded"),
+        superseded: counter("superseded"),
+        duration: withAttributes(context, { queue, job })
+      }
+    })
+    seriesMemos.set(context, memo)
   }
-})
+  return memo
+}
 
 // the series of the previous delivery: a worker's deliveries mostly repeat it (no key string per job)
 let lastSeries: JobSeries | undefined

@@ -58,6 +58,10 @@ export const jobOf = (
   return { name: envelope.job, registered: registry.jobs.get(envelope.job), payload: envelope.payload }
 }
 
+/** The name of the job a message names, as `jobOf` gives it, without the lookup (per ended delivery). */
+export const jobNameOf = (message: Message): string =>
+  isEnvelope(message.message) ? message.message.job : "(not a job envelope)"
+
 /**
  * Provides `services` through a cache of merged contexts: an executor runs every delivery in
  * the same context, so the merge (a copy of the whole context, then a new fiber cache) is done

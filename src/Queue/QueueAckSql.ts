@@ -10,11 +10,23 @@ import type { ReceiptParams } from "./QueueRows.ts"
 import { NOW, type QueueSqlContext, typedArray } from "./QueueSqlContext.ts"
 
 /** Builds the acknowledgement statements on the shared context. */
-export const makeQueueAckSql = ({ sql, messages, archive, notifyFilter, receipts, receiptMatch }: QueueSqlContext) => {
+export const makeQueueAckSql = ({
+  sql,
+  messages,
+  archive,
+  notifyFilter,
+  receipts,
+  receiptMatch,
+  receiptIdsCte,
+  receiptsOnce,
+  receiptMatchOnce
+}: QueueSqlContext) => {
+  // the ids once (a worker's flush archives a few hundred successes at a time)
   const messageArchiveReceipts = (physical: string, r: ReceiptParams, now: Date | null) =>
-    sql<{ readonly msg_id: bigint }>`WITH d AS (
-        DELETE FROM ${messages(physical)} q USING ${receipts(r)}
-        WHERE ${receiptMatch(r)}
+    sql<{ readonly msg_id: bigint }>`WITH ${receiptIdsCte(r)},
+      d AS (
+        DELETE FROM ${messages(physical)} q USING ${receiptsOnce(r)}
+        WHERE ${receiptMatchOnce}
         RETURNING q.*)
       INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
       SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d

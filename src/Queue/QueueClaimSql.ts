@@ -18,7 +18,15 @@ import {
 } from "./QueueSqlContext.ts"
 
 /** Builds the claim statements on the shared context. */
-export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMatch }: QueueSqlContext) => {
+export const makeQueueClaimSql = ({
+  sql,
+  messages,
+  archive,
+  receiptIdsCte,
+  RECEIPT_IDS,
+  receiptsOnce,
+  receiptMatchOnce
+}: QueueSqlContext) => {
   // PGMQ's read: oldest visible first, rows locked by another reader skipped, vt moved on.
   // The claimed rows are updated by id (= ANY of the locked ids), not by a join with the CTE:
   // in the prepared statement's generic plan (the LIMIT unknown) the join was a hash join over
@@ -57,7 +65,7 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
 
   // Archives a worker's finished messages and claims the next ones in one statement (one round
   // trip where a flush and a read took two). The claim skips every row the receipts name: a
-  // row modified twice in one statement would end in either state.
+  // row modified twice in one statement would end in either state. The ids are sent once (`rids`).
   const messageArchiveAndRead = (
     physical: string,
     r: ReceiptParams,
@@ -67,9 +75,10 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
     now: Date | null,
     from = 0n
   ) =>
-    sql<MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }>`WITH d AS (
-        DELETE FROM ${messages(physical)} q USING ${receipts(r)}
-        WHERE ${receiptMatch(r)}
+    sql<MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }>`WITH ${receiptIdsCte(r)},
+      d AS (
+        DELETE FROM ${messages(physical)} q USING ${receiptsOnce(r)}
+        WHERE ${receiptMatchOnce}
         RETURNING q.*),
       a AS (
         INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
@@ -77,7 +86,7 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
         RETURNING msg_id),
       c AS (
         SELECT msg_id FROM ${messages(physical)}
-        WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)} AND msg_id <> ALL(${typedArray(r.ids, PgTypes.OID.int8)}::int8[])
+        WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)} AND msg_id <> ALL(${RECEIPT_IDS})
         ORDER BY msg_id
         LIMIT ${limit + 1}
         FOR UPDATE SKIP LOCKED),

@@ -6,7 +6,7 @@
  */
 import { Duration, Effect } from "effect"
 import { archivableByClaim, type Completer } from "../../Job/Completer.ts"
-import { type Message, receiptOf } from "../../Queue/Message.ts"
+import type { Message } from "../../Queue/Message.ts"
 import { forget, groupMessagesByQueue, type WorkerContext } from "./Context.ts"
 
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
@@ -25,7 +25,7 @@ export const makeFlush = (ctx: WorkerContext, completer: Completer): Effect.Effe
         let ok = true
         const batch = completed.splice(0, completed.length)
         for (const [queue, messages] of groupMessagesByQueue(batch)) {
-          const archived = yield* Effect.result(store.archive(queue, messages.map(receiptOf)))
+          const archived = yield* Effect.result(store.archive(queue, messages))
           if (archived._tag === "Failure") {
             ok = false
             completed.push(...messages)

@@ -9,7 +9,7 @@ import { Duration, Effect, Queue } from "effect"
 import { isPassingFailure, retryTransient } from "../../Database.ts"
 import * as OutageBackoff from "../../internal/OutageBackoff.ts"
 import type { FairCursor } from "../../Queue/FairShare.ts"
-import { type Message, receiptOf } from "../../Queue/Message.ts"
+import type { Message } from "../../Queue/Message.ts"
 import { pollDelay } from "../../Queue/Notifier.ts"
 import { isBreakerOpen } from "../ConnectionWatch.ts"
 import { takeCompleted } from "./Archive.ts"
@@ -74,7 +74,7 @@ const archiveAndRead = (
   ordered: boolean
 ) =>
   ctx.store
-    .archiveAndRead(queue, done.map(receiptOf), {
+    .archiveAndRead(queue, done, {
       limit,
       visibilityTimeout: ctx.config.visibilityTimeout,
       claimedBy: mark,

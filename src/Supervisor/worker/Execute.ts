@@ -10,6 +10,7 @@ import { type Completer, type Outcome, runDebounced, runExclusive } from "../../
 import { debounceKeyOfMessage } from "../../Job/Debounce.ts"
 import { execute, jobOf } from "../../Job/Executor.ts"
 import { recordJobUnsafe } from "../../Job/JobMetrics.ts"
+import { jobNameOf } from "../../Job/RegisteredJob.ts"
 import { resolvePolicy } from "../../Job/Retry.ts"
 import { keyOfMessage } from "../../Job/Uniqueness.ts"
 import type { Message } from "../../Queue/Message.ts"
@@ -77,7 +78,7 @@ const recordOutcome = (ctx: WorkerContext, m: Message, outcome: Outcome, started
   const now = ctx.clock.currentTimeMillisUnsafe()
   const ms = now - startedAt
   if (status !== "superseded") ctx.readAhead.ran(ms)
-  const name = jobOf(ctx.deps.registry, m).name
+  const name = jobNameOf(m)
   recordJobUnsafe(ctx.metricsContext, m.queue, name, status, ms)
   // pickup latency of a first delivery: enqueued -> started (a scheduled job's delay included)
   if (status !== "discarded" && status !== "superseded") {
