@@ -9,6 +9,7 @@ import { PgTypes } from "@effect/sql-pg"
 import { LEASE_COMMIT } from "../internal/leaseCommit.ts"
 import type { FairMessageRow, MessageRow, ReceiptParams } from "./QueueRows.ts"
 import {
+  claimScan,
   FAIR_KEY_EXPR,
   FAIR_WEIGHT_EXPR,
   NOW,
@@ -38,13 +39,15 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
     now: Date | null,
     from = 0n,
     lease = false
-  ) =>
-    // one row more than the limit is locked (not claimed): `more` says whether the read left any
-    sql<MessageRow & { readonly more: boolean }>`WITH c AS (
+  ) => {
+    // one row more than the limit is locked (not claimed): `more` says whether the read left any;
+    // the scan reads the primary key whatever the statistics (claimScan)
+    const scan = claimScan(sql, "", from, limit + 1, now)
+    return sql<MessageRow & { readonly more: boolean }>`WITH c AS (
         SELECT msg_id FROM ${messages(physical)}
-        WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)}
+        WHERE ${scan.where}
         ORDER BY msg_id
-        LIMIT ${limit + 1}
+        LIMIT ${scan.limit}
         FOR UPDATE SKIP LOCKED),
       t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
       UPDATE ${messages(physical)} q
@@ -54,6 +57,7 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
       WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))${lease ? sql` AND ${sql.literal(LEASE_COMMIT)}` : sql``}
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
         (SELECT count(*) FROM c) > ${limit} AS more`
+  }
 
   // Archives a worker's finished messages and claims the next ones in one statement (one round
   // trip where a flush and a read took two). The claim skips every row the receipts name: a
@@ -66,8 +70,9 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
     claimedBy: string | null,
     now: Date | null,
     from = 0n
-  ) =>
-    sql<MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }>`WITH d AS (
+  ) => {
+    const scan = claimScan(sql, "", from, limit + 1, now, r.ids)
+    return sql<MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }>`WITH d AS (
         DELETE FROM ${messages(physical)} q USING ${receipts(r)}
         WHERE ${receiptMatch(r)}
         RETURNING q.*),
@@ -77,9 +82,9 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
         RETURNING msg_id),
       c AS (
         SELECT msg_id FROM ${messages(physical)}
-        WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)} AND msg_id <> ALL(${typedArray(r.ids, PgTypes.OID.int8)}::int8[])
+        WHERE ${scan.where}
         ORDER BY msg_id
-        LIMIT ${limit + 1}
+        LIMIT ${scan.limit}
         FOR UPDATE SKIP LOCKED),
       t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit}),
       u AS (
@@ -93,6 +98,7 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
         NULL::bool AS more FROM u
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a), (SELECT count(*) FROM c) > ${limit}`
+  }
 
   // The fair read (see FairShare.ts): the keys present are found by a skip scan of the fair
   // index (one probe per key); each key with visible messages ranks its `limit` oldest, rank r
