@@ -10,6 +10,7 @@ import { SqlClient } from "effect/sql"
 import { MIGRATION_FILES } from "../src/internal/MigrationFiles.ts"
 import { splitStatements } from "../src/internal/splitStatements.ts"
 import * as Job from "../src/Job/Job.ts"
+import { makeQueueSql } from "../src/Queue/QueueSql.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
@@ -98,6 +99,60 @@ describe("claims under a held snapshot", () => {
           [...(yield* options("q_pgbus_old_q"))],
           ["vacuum_truncate=false", "autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_cost_delay=0"]
         )
+      })
+    )
+  )
+})
+
+describe("the claim's plan whatever the statistics", () => {
+  // Issue 24 (the steady run's collapse): statistics taken when a bloated queue table was nearly
+  // empty, its few live rows claimed (vt in the future), then a backlog arrives before the next
+  // analyze. Planned with those statistics, the claim read every visible row through the vt
+  // index (or the whole table) and sorted them: O(backlog) per claim. It must walk the primary
+  // key in id order, in the custom plan (the values known) and the generic one.
+  it.live("bloated, analyzed nearly empty, then a backlog: every claim scans the primary key", () =>
+    TestDatabase.onFreshDatabase({}, () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const store = yield* QueueStore
+        yield* store.create("stale")
+        const physical = "pgbus_stale"
+        const q = sql(`pgbus.q_${physical}`)
+        yield* sql`ALTER TABLE ${q} SET (autovacuum_enabled = false)`
+        yield* sql`INSERT INTO ${q} (message) SELECT '{}'::jsonb FROM generate_series(1, 60000)`
+        yield* sql`DELETE FROM ${q} WHERE msg_id <= 59800`
+        yield* sql`UPDATE ${q} SET vt = now() + interval '30 seconds' WHERE msg_id <= 59950`
+        yield* sql.unsafe(`VACUUM (ANALYZE) pgbus.q_${physical}`).unprepared
+        yield* sql`INSERT INTO ${q} (message) SELECT '{}'::jsonb FROM generate_series(1, 30000)`
+        const statements = makeQueueSql(sql, "pgbus", "")
+        const held = Array.from({ length: 300 }, (_, i) => BigInt(59801 + i))
+        const r = { ids: held, readCounts: held.map(() => 0) }
+        const checked = [
+          statements.messageRead(physical, 650, 30_000, null, null, 0n),
+          statements.messageRead(physical, 650, 30_000, null, null, 59_000n),
+          statements.messageArchiveAndRead(physical, r, 650, 30_000, null, null, 0n),
+          statements.messageArchiveAndRead(physical, r, 650, 30_000, null, null, 60_001n),
+          statements.messageReadLimited(physical, 650, 30_000, 1000, null, null, r, { from: 60_001n })
+        ]
+        for (const mode of ["force_custom_plan", "force_generic_plan"]) {
+          for (const statement of checked) {
+            const [text, params] = statement.compile()
+            const plan = yield* sql.withTransaction(
+              Effect.andThen(
+                sql.unsafe(`SET LOCAL plan_cache_mode = ${mode}`),
+                sql.unsafe<{ readonly "QUERY PLAN": string }>(`EXPLAIN ${text}`, params)
+              )
+            )
+            const lines = plan.map((row) => row["QUERY PLAN"]).join("\n")
+            const where = `${mode}: ${text.slice(0, 60)}\n${lines}`
+            assert.notInclude(lines, `q_${physical}_vt_idx`, where)
+            // the claim's scan (under its row locks): the primary key in id order, no sort
+            const rows = lines.split("\n")
+            const locks = rows.flatMap((line, i) => (line.includes("LockRows") ? [rows[i + 1] ?? ""] : []))
+            assert.isAbove(locks.length, 0, where)
+            for (const scan of locks) assert.include(scan, `Index Scan using q_${physical}_pkey`, where)
+          }
+        }
       })
     )
   )

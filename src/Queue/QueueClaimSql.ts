@@ -9,6 +9,7 @@ import { PgTypes } from "@effect/sql-pg"
 import { LEASE_COMMIT } from "../internal/leaseCommit.ts"
 import type { FairMessageRow, MessageRow, ReceiptParams } from "./QueueRows.ts"
 import {
+  claimScan,
   FAIR_KEY_EXPR,
   FAIR_WEIGHT_EXPR,
   NOW,
@@ -46,13 +47,15 @@ export const makeQueueClaimSql = ({
     now: Date | null,
     from = 0n,
     lease = false
-  ) =>
-    // one row more than the limit is locked (not claimed): `more` says whether the read left any
-    sql<MessageRow & { readonly more: boolean }>`WITH c AS (
+  ) => {
+    // one row more than the limit is locked (not claimed): `more` says whether the read left any;
+    // the scan reads the primary key whatever the statistics (claimScan)
+    const scan = claimScan(sql, "", from, limit + 1, now)
+    return sql<MessageRow & { readonly more: boolean }>`WITH c AS (
         SELECT msg_id FROM ${messages(physical)}
-        WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)}
+        WHERE ${scan.where}
         ORDER BY msg_id
-        LIMIT ${limit + 1}
+        LIMIT ${scan.limit}
         FOR UPDATE SKIP LOCKED),
       t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
       UPDATE ${messages(physical)} q
@@ -62,6 +65,7 @@ export const makeQueueClaimSql = ({
       WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))${lease ? sql` AND ${sql.literal(LEASE_COMMIT)}` : sql``}
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
         (SELECT count(*) FROM c) > ${limit} AS more`
+  }
 
   // Archives a worker's finished messages and claims the next ones in one statement (one round
   // trip where a flush and a read took two). The claim skips every row the receipts name: a
@@ -74,8 +78,12 @@ export const makeQueueClaimSql = ({
     claimedBy: string | null,
     now: Date | null,
     from = 0n
-  ) =>
-    sql<MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }>`WITH ${receiptIdsCte(r)},
+  ) => {
+    // the receipts' ids are skipped through the rids CTE (a scalar subquery, unseen by the planner too)
+    const scan = claimScan(sql, "", from, limit + 1, now)
+    return sql<
+      MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }
+    >`WITH ${receiptIdsCte(r)},
       d AS (
         DELETE FROM ${messages(physical)} q USING ${receiptsOnce(r)}
         WHERE ${receiptMatchOnce}
@@ -86,9 +94,9 @@ export const makeQueueClaimSql = ({
         RETURNING msg_id),
       c AS (
         SELECT msg_id FROM ${messages(physical)}
-        WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)} AND msg_id <> ALL(${RECEIPT_IDS})
+        WHERE ${scan.where} AND msg_id <> ALL(${RECEIPT_IDS})
         ORDER BY msg_id
-        LIMIT ${limit + 1}
+        LIMIT ${scan.limit}
         FOR UPDATE SKIP LOCKED),
       t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit}),
       u AS (
@@ -102,6 +110,7 @@ export const makeQueueClaimSql = ({
         NULL::bool AS more FROM u
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a), (SELECT count(*) FROM c) > ${limit}`
+  }
 
   // The fair read (see FairShare.ts): the keys present are found by a skip scan of the fair
   // index (one probe per key); each key with visible messages ranks its `limit` oldest, rank r

@@ -8,7 +8,7 @@
 import { PgTypes } from "@effect/sql-pg"
 import { MAX_DURATION_MS } from "../Input.ts"
 import type { MessageRow, RateOverrideRow, ReceiptParams } from "./QueueRows.ts"
-import { LIMIT_TO_EXPR, NOW, type QueueSqlContext, typedArray } from "./QueueSqlContext.ts"
+import { claimScan, LIMIT_TO_EXPR, NOW, type QueueSqlContext, typedArray } from "./QueueSqlContext.ts"
 
 /**
  * What a limited claim enforces: `limits` (concurrency limits, and rates), or `rates` alone (a
@@ -69,10 +69,11 @@ export const makeQueueLimitSql = ({
     options: { readonly mode?: LimitedClaimMode | undefined; readonly from?: bigint | undefined } = {}
   ) => {
     const q = messages(physical)
-    const done = sql`${typedArray(r.ids, PgTypes.OID.int8)}::int8[]`
     const buckets = sql(`${schema}.rate_buckets`)
     const overrides = sql(`${schema}.rate_overrides`)
     const from = options.from ?? 0n
+    // the scan reads the primary key whatever the statistics (claimScan)
+    const scan = claimScan(sql, "t", from, limit + 1, now, r.ids)
     const limits = options.mode !== "rates"
     // the bucket's clock: this statement's start, after the lock was taken (the transaction's
     // `now()` is from before a wait for it); a bucket never goes back in time
@@ -123,9 +124,9 @@ export const makeQueueLimitSql = ({
       cand AS (
         SELECT t.msg_id, t.message ->> 'pgbus_rate_key' AS rk${limited.columns}
         FROM ${q} t
-        WHERE t.msg_id >= ${from} AND t.vt <= ${NOW(sql, now)} AND t.msg_id <> ALL(${done})${limited.filter}
+        WHERE ${scan.where}${limited.filter}
         ORDER BY t.msg_id
-        LIMIT ${limit + 1}
+        LIMIT ${scan.limit}
         FOR UPDATE SKIP LOCKED),
       ${limited.conc}
       rates AS (

@@ -17,6 +17,41 @@ export const typedArray = (values: ReadonlyArray<unknown>, oid: number): unknown
 
 export const NOW = (sql: SqlClient.SqlClient, now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
 
+// Why claimScan (issue 24, the steady pressure run's collapse): autoanalyze follows each vacuum,
+// and a queue table is vacuumed when its backlog has drained: the statistics then see a few
+// hundred rows, most of them claimed (`vt` in the future). Planned with those statistics and the
+// statement's values (a prepared statement's custom plan), `vt <= now()` looked empty and the
+// LIMIT above every row, so the claim read every visible row through the vt index and sorted
+// them by id (or scanned the table and sorted): cheap with no backlog, O(backlog) per claim once
+// one builds (0.4-1.6 s with 100-300k queued), so throughput fell below the load and the backlog
+// grew until the next analyze saw it. The bounds are unseen (scalar subqueries: default
+// selectivities, a LIMIT taken as a tenth of the rows) and `vt` is compared through an
+// expression no index answers (PGMQ's `vt <= clock_timestamp()` is unindexable too): the scan is
+// the primary key's in id order whatever the statistics say. A queue of many delayed messages
+// pays for it in its full claims only (ClaimCursor bounds their share).
+/**
+ * The scan of a claim of a queue table in id order: the condition (`msg_id >= from`, visible at
+ * `now`, not among `skip`) and the LIMIT, in forms the planner cannot misjudge from statistics.
+ */
+export const claimScan = (
+  sql: SqlClient.SqlClient,
+  alias: string,
+  from: bigint,
+  limit: number,
+  now: Date | null,
+  skip?: ReadonlyArray<bigint>
+) => {
+  const col = (name: string) => sql.literal(alias === "" ? name : `${alias}.${name}`)
+  return {
+    where: sql`${col("msg_id")} >= (SELECT ${from}::int8) AND ${col("vt")} + interval '0 s' <= (SELECT ${NOW(sql, now)})${
+      skip === undefined
+        ? sql``
+        : sql` AND ${col("msg_id")} <> ALL((SELECT ${typedArray(skip, PgTypes.OID.int8)}::int8[])::int8[])`
+    }`,
+    limit: sql`(SELECT ${limit}::int8)`
+  }
+}
+
 // A claim's next read count, capped at int4's maximum: a row already there (written by hand,
 // or after two billion deliveries) is still claimed, and the worker dead-letters it
 // (`read_count_limit`), instead of failing every claim of its queue with "integer out of range".
