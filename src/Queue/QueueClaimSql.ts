@@ -57,7 +57,9 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
 
   // Archives a worker's finished messages and claims the next ones in one statement (one round
   // trip where a flush and a read took two). The claim skips every row the receipts name: a
-  // row modified twice in one statement would end in either state.
+  // row modified twice in one statement would end in either state. `lease`: as `messageRead`'s,
+  // only when the archive is not the messages' outcome (workflow steps': their outcome is
+  // committed with the step); never for a job whose archive is its completion.
   const messageArchiveAndRead = (
     physical: string,
     r: ReceiptParams,
@@ -65,7 +67,8 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
     visibilityMs: number,
     claimedBy: string | null,
     now: Date | null,
-    from = 0n
+    from = 0n,
+    lease = false
   ) =>
     sql<MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }>`WITH d AS (
         DELETE FROM ${messages(physical)} q USING ${receipts(r)}
@@ -92,7 +95,7 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receipts, receiptMat
       SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::int8 AS archived,
         NULL::bool AS more FROM u
       UNION ALL
-      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a), (SELECT count(*) FROM c) > ${limit}`
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a), (SELECT count(*) FROM c) > ${limit}${lease ? sql` WHERE ${sql.literal(LEASE_COMMIT)}` : sql``}`
 
   // The fair read (see FairShare.ts): the keys present are found by a skip scan of the fair
   // index (one probe per key); each key with visible messages ranks its `limit` oldest, rank r

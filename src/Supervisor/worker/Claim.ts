@@ -8,6 +8,7 @@
 import { Duration, Effect, Queue } from "effect"
 import { isPassingFailure, retryTransient } from "../../Database.ts"
 import * as OutageBackoff from "../../internal/OutageBackoff.ts"
+import { jobOf } from "../../Job/Executor.ts"
 import type { FairCursor } from "../../Queue/FairShare.ts"
 import { type Message, receiptOf } from "../../Queue/Message.ts"
 import { pollDelay } from "../../Queue/Notifier.ts"
@@ -78,6 +79,10 @@ const archiveAndRead = (
       limit,
       visibilityTimeout: ctx.config.visibilityTimeout,
       claimedBy: mark,
+      // workflow steps' archives are no outcome: the statement need not wait for the WAL flush
+      ...(done.length > 0 && done.every((m) => jobOf(ctx.deps.registry, m).registered?.archiveIsLease === true)
+        ? { archiveIsLease: true }
+        : {}),
       ...(limited !== false ? { limited, onRateWait } : {}),
       ...(ordered ? { ordered } : {})
     })
