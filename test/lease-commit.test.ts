@@ -9,12 +9,20 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Job from "../src/Job/Job.ts"
+import type { Message } from "../src/Queue/Message.ts"
 import { makeQueueSql } from "../src/Queue/QueueSql.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { Registry } from "../src/Registry.ts"
+import { archiveIsLease } from "../src/Supervisor/worker/Claim.ts"
+import * as Workflow from "../src/Workflow/Workflow.ts"
+import { STEP_JOB } from "../src/Workflow/WorkflowSql.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Payload = Schema.Struct({ n: Schema.Number })
 const Lease = Job.make("LeaseWork", { payload: Payload, queue: "lease" }, () => Effect.void)
+const Pinged = Workflow.make("LeasePinged", { payload: Payload }, function* () {
+  return yield* Workflow.step("ping", Effect.succeed(1))
+})
 
 const setting = (sql: SqlClient.SqlClient) =>
   Effect.map(
@@ -141,6 +149,32 @@ describe("claims commit as leases", () => {
           const left = yield* sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pgbus.q_pgbus_lease`
           assert.strictEqual(left[0]!.n, 1, "four archived, the fifth claimed")
         })
+      )
+  )
+
+  it.live(
+    "a worker's archive is a lease for workflow steps' messages only, never with a job's success among them",
+    () =>
+      TestDatabase.onFreshDatabase({}, () =>
+        Effect.gen(function* () {
+          const registry = yield* Registry
+          const message = (job: string, msgId: bigint): Message => ({
+            queue: "default",
+            msgId,
+            readCt: 1,
+            enqueuedAt: new Date(0),
+            vt: new Date(0),
+            message: { job, payload: {} },
+            headers: {},
+            lastError: undefined
+          })
+          const step = message(STEP_JOB, 1n)
+          const job = message(Lease.name, 2n)
+          assert.isTrue(archiveIsLease(registry, [step, message(STEP_JOB, 3n)]))
+          assert.isFalse(archiveIsLease(registry, [step, job]), "a job's archive is its completion")
+          assert.isFalse(archiveIsLease(registry, [job]))
+          assert.isFalse(archiveIsLease(registry, []))
+        }).pipe(Effect.provide(Registry.layer([Lease, Pinged])))
       )
   )
 })

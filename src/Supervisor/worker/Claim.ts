@@ -9,6 +9,7 @@ import { Duration, Effect, Queue } from "effect"
 import { isPassingFailure, retryTransient } from "../../Database.ts"
 import * as OutageBackoff from "../../internal/OutageBackoff.ts"
 import { jobOf } from "../../Job/Executor.ts"
+import type { JobRegistry } from "../../Job/RegisteredJob.ts"
 import type { FairCursor } from "../../Queue/FairShare.ts"
 import { type Message, receiptOf } from "../../Queue/Message.ts"
 import { pollDelay } from "../../Queue/Notifier.ts"
@@ -63,6 +64,14 @@ const releaseLostClaim = (ctx: WorkerContext, queue: string, mark: string) =>
     Effect.catch((error) => Effect.logWarning("pgbus: releasing a claim whose reply was lost failed", error))
   )
 
+/**
+ * Whether archiving these successes is a lease: every one is a workflow step's (its outcome was
+ * committed with the step), so a crash that loses the archive only makes it visible again. A
+ * job's archive is its completion: one among them keeps the statement's commit durable.
+ */
+export const archiveIsLease = (registry: JobRegistry, done: ReadonlyArray<Message>): boolean =>
+  done.length > 0 && done.every((m) => jobOf(registry, m).registered?.archiveIsLease === true)
+
 /** Archives the given successes with the read (one statement); on failure they go back on the list. */
 const archiveAndRead = (
   ctx: WorkerContext,
@@ -79,10 +88,7 @@ const archiveAndRead = (
       limit,
       visibilityTimeout: ctx.config.visibilityTimeout,
       claimedBy: mark,
-      // workflow steps' archives are no outcome: the statement need not wait for the WAL flush
-      ...(done.length > 0 && done.every((m) => jobOf(ctx.deps.registry, m).registered?.archiveIsLease === true)
-        ? { archiveIsLease: true }
-        : {}),
+      ...(archiveIsLease(ctx.deps.registry, done) ? { archiveIsLease: true } : {}),
       ...(limited !== false ? { limited, onRateWait } : {}),
       ...(ordered ? { ordered } : {})
     })
