@@ -155,6 +155,46 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           assert.notInclude(yield* eventTypes(run.id), "stall_detected")
         })
       )
+      it.effect(
+        "a woken step's message whose archive a crash lost (a lease): redelivered, it changes nothing and the signal is taken once",
+        () =>
+          Effect.gen(function* () {
+            let ran = 0
+            const Woken = Workflow.make(
+              "WokenLostArchive",
+              { payload: Payload, signals: { go: Schema.Struct({ n: Schema.Number }) } },
+              function* () {
+                return yield* Workflow.step(
+                  "got",
+                  Effect.gen(function* () {
+                    ran++
+                    return (yield* Workflow.context).signal?.payload
+                  }),
+                  { waitFor: "go" }
+                )
+              }
+            )
+            const run = yield* Woken.start({ id: "woken" })
+            yield* performNextStep(run.id).pipe(withRegistry([Woken]))
+            assert.strictEqual((yield* info(run.id)).status, "waiting")
+            yield* run.signal("go", { n: 7 })
+            const got = { workflow: "WokenLostArchive", run: run.id, step: yield* stepId(run.id, "got") }
+            yield* deliver([Woken], got, { attempt: 1, msgId: 11n, queue: "default" })
+            assert.strictEqual((yield* info(run.id)).status, "finished")
+            const before = yield* eventTypes(run.id)
+            // the archive's commit was lost with the server: the message comes back, read again
+            yield* deliver([Woken], got, { attempt: 2, msgId: 11n, queue: "default" })
+            assert.strictEqual(ran, 1, "the step's body ran once")
+            assert.strictEqual((yield* info(run.id)).status, "finished")
+            assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:completed"])
+            assert.deepStrictEqual(yield* eventTypes(run.id), before, "nothing written by the redelivery")
+            const signals = yield* Effect.flatMap(WorkflowClient, (c) => c.signals(run.id))
+            assert.deepStrictEqual(
+              signals.map((x) => x.status),
+              ["consumed"]
+            )
+          })
+      )
     })
 
     describe("an execution interrupted from outside (a drain past its timeout)", () => {

@@ -27,6 +27,8 @@ export const internalJob = <P>(
      * Schema's decode (which must give back the same value for it); any other goes through the Schema.
      */
     readonly accepts?: ((message: unknown) => message is P) | undefined
+    /** The job's outcome is written elsewhere, durably: its archive is a lease (`RegisteredJob.archiveIsLease`). */
+    readonly archiveIsLease?: boolean | undefined
   }
 ): RegisteredJob => {
   const decodeSchema = Schema.decodeUnknownEffect(payload)
@@ -54,6 +56,7 @@ export const internalJob = <P>(
       decode(message).pipe(Effect.mapError((e) => new PayloadDecodeError({ job: name, issue: e.message }))),
     run: (message, context) => run(message as P, context),
     provide: (effect, also) => (also === undefined ? effect : Effect.updateContext(effect, also)),
-    ...(options?.deadLetterSource === undefined ? {} : { deadLetterSource: options.deadLetterSource })
+    ...(options?.deadLetterSource === undefined ? {} : { deadLetterSource: options.deadLetterSource }),
+    ...(options?.archiveIsLease === true ? { archiveIsLease: true } : {})
   }
 }

@@ -32,6 +32,11 @@ export interface RegisteredJob {
   readonly encodeResult?: ((output: unknown) => Effect.Effect<unknown, InvalidResult>) | undefined
   /** Who a dead letter's block names as its mover (default `worker`; event deliveries: `consumer`). */
   readonly deadLetterSource?: DeadLetterSource | undefined
+  /**
+   * Its message's archive is not its outcome (a workflow step's outcome is committed with the
+   * step): a claim that archives only such messages may commit without waiting for the WAL flush.
+   */
+  readonly archiveIsLease?: boolean | undefined
 }
 
 /**

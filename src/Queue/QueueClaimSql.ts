@@ -70,6 +70,8 @@ export const makeQueueClaimSql = ({
   // Archives a worker's finished messages and claims the next ones in one statement (one round
   // trip where a flush and a read took two). The claim skips every row the receipts name: a
   // row modified twice in one statement would end in either state. The ids are sent once (`rids`).
+  // `lease`: as `messageRead`'s, only when the archive is not the messages' outcome (workflow
+  // steps': their outcome is committed with the step); never for a job whose archive is its completion.
   const messageArchiveAndRead = (
     physical: string,
     r: ReceiptParams,
@@ -77,7 +79,8 @@ export const makeQueueClaimSql = ({
     visibilityMs: number,
     claimedBy: string | null,
     now: Date | null,
-    from = 0n
+    from = 0n,
+    lease = false
   ) => {
     // the receipts' ids are skipped through the rids CTE (a scalar subquery, unseen by the planner too)
     const scan = claimScan(sql, "", from, limit + 1, now)
@@ -109,7 +112,7 @@ export const makeQueueClaimSql = ({
       SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::int8 AS archived,
         NULL::bool AS more FROM u
       UNION ALL
-      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a), (SELECT count(*) FROM c) > ${limit}`
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a), (SELECT count(*) FROM c) > ${limit}${lease ? sql` WHERE ${sql.literal(LEASE_COMMIT)}` : sql``}`
   }
 
   // The fair read (see FairShare.ts): the keys present are found by a skip scan of the fair

@@ -148,10 +148,10 @@ export const makeQueueClaims = (
             messages.map((m) => m.msgId)
           )
         )
+      // on its own (not in a caller's transaction), the claim commits without waiting for the
+      // WAL flush: a lease, redelivered if a crash loses it (internal/leaseCommit.ts)
+      const lease = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
       if (receipts.length === 0) {
-        // on its own (not in a caller's transaction), the claim commits without waiting for the
-        // WAL flush: a lease, redelivered if a crash loses it (internal/leaseCommit.ts)
-        const lease = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
         const claimed = yield* statements
           .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now, from, lease)
           .pipe(Effect.mapError(fail("read from", queue)))
@@ -167,7 +167,10 @@ export const makeQueueClaims = (
           vtMs,
           options?.claimedBy ?? null,
           now,
-          from
+          from,
+          // an archive that is no outcome (workflow steps'): a crash that loses it makes the
+          // messages visible again, as a lost claim does
+          lease && options?.archiveIsLease === true
         )
         .pipe(Effect.mapError(fail("archive and read in", queue)))
       let archived = 0

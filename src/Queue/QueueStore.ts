@@ -72,6 +72,12 @@ export interface ReadOptions {
   readonly onRateWait?: ((ms: number) => void) | undefined
   /** Per-key FIFO: claim a message with `pgbus_order_key` only as its key's head (QueueOrderSql.ts); `limited` and `fair` win. */
   readonly ordered?: boolean | undefined
+  /**
+   * `archiveAndRead`'s plain claim: the archived messages' archive is not their outcome (it is
+   * written elsewhere, durably), so the statement commits without waiting for the WAL flush, as
+   * a claim alone does (internal/leaseCommit.ts). Ignored inside a caller's transaction.
+   */
+  readonly archiveIsLease?: boolean | undefined
 }
 
 /** How a queue is created. */

@@ -68,7 +68,9 @@ export const registerWorkflows = (
             queue: context.queue,
             last: isLastAttempt(stepPolicy, context.attempt)
           }),
-        { accepts: isStepMessage }
+        // the step's outcome commits with the step (synchronously): a lost archive only makes the
+        // message visible again, and its redelivery finds the step moved on
+        { accepts: isStepMessage, archiveIsLease: true }
       ),
       // a fan-out batch's callback resumes the step waiting on it
       internalJob(config, FAN_OUT_JOB, BatchFinished, config.workflowQueue, (payload) => runner.fanOutFinished(payload))

@@ -8,6 +8,8 @@
 import { Duration, Effect, Queue } from "effect"
 import { isPassingFailure, retryTransient } from "../../Database.ts"
 import * as OutageBackoff from "../../internal/OutageBackoff.ts"
+import { jobOf } from "../../Job/Executor.ts"
+import type { JobRegistry } from "../../Job/RegisteredJob.ts"
 import type { FairCursor } from "../../Queue/FairShare.ts"
 import type { Message } from "../../Queue/Message.ts"
 import { pollDelay } from "../../Queue/Notifier.ts"
@@ -62,6 +64,14 @@ const releaseLostClaim = (ctx: WorkerContext, queue: string, mark: string) =>
     Effect.catch((error) => Effect.logWarning("pgbus: releasing a claim whose reply was lost failed", error))
   )
 
+/**
+ * Whether archiving these successes is a lease: every one is a workflow step's (its outcome was
+ * committed with the step), so a crash that loses the archive only makes it visible again. A
+ * job's archive is its completion: one among them keeps the statement's commit durable.
+ */
+export const archiveIsLease = (registry: JobRegistry, done: ReadonlyArray<Message>): boolean =>
+  done.length > 0 && done.every((m) => jobOf(registry, m).registered?.archiveIsLease === true)
+
 /** Archives the given successes with the read (one statement); on failure they go back on the list. */
 const archiveAndRead = (
   ctx: WorkerContext,
@@ -78,6 +88,7 @@ const archiveAndRead = (
       limit,
       visibilityTimeout: ctx.config.visibilityTimeout,
       claimedBy: mark,
+      ...(archiveIsLease(ctx.deps.registry, done) ? { archiveIsLease: true } : {}),
       ...(limited !== false ? { limited, onRateWait } : {}),
       ...(ordered ? { ordered } : {})
     })
