@@ -91,5 +91,9 @@ export const MIGRATION_FILES: ReadonlyArray<{ readonly file: string; readonly te
   {
     file: "0023_recurring_actor.sql",
     text: "-- Who fired a recurring task by hand, and why (a run-now from the API, the dashboard, MCP or the\n-- CLI): the caller's actor and reason on its ledger row. Scheduled fires leave both null, as do\n-- the manual fires recorded before this migration. Adding nullable columns without a default\n-- rewrites nothing.\nALTER TABLE {{schema}}.recurring_executions\n  ADD COLUMN actor text,\n  ADD COLUMN reason text;\n"
+  },
+  {
+    file: "0024_rate_bucket_taken.sql",
+    text: "-- What a claim took from a rate bucket: the limited claim takes its tokens in one upsert whose\n-- update reads the bucket's latest committed row (refilled there, then taken), and returns what it\n-- took from this column, so that concurrent claims need no lock to share a bucket\n-- (src/Queue/QueueLimitSql.ts, messageReadLimited). A constant default rewrites nothing.\nALTER TABLE {{schema}}.rate_buckets\n  ADD COLUMN taken double precision NOT NULL DEFAULT 0;\n"
   }
 ]
