@@ -68,9 +68,8 @@ export const makeQueueControls = ({
   toMessage,
   leaseFloorMs
 }: QueueControlsDeps) => {
-  // The limited claim counts the running messages of each key: under the queue's lock, in a
-  // statement of its own, so that it sees every committed claim and no concurrent one. The
-  // rates-only claim is one statement on its own (its buckets are taken by an atomic upsert).
+  // The limited claim is one statement: it takes the queue's limits lock itself and counts the
+  // running messages of each key in a snapshot taken once the lock is held (QueueLimitSql.ts).
   const readLimited = (
     queue: string,
     physical: string,
@@ -81,14 +80,8 @@ export const makeQueueControls = ({
     onRateWait: ((ms: number) => void) | undefined,
     receipts?: ReceiptParams | undefined,
     options: { readonly mode?: LimitedClaimMode | undefined; readonly from?: bigint | undefined } = {}
-  ): Effect.Effect<LimitedClaim, QueueError> => {
-    const claim = statements.messageReadLimited(physical, limit, vtMs, leaseFloorMs, claimedBy, now, receipts, options)
-    // rates alone need no lock: the buckets are taken by an upsert on their latest rows
-    return (
-      options.mode === "rates"
-        ? claim
-        : withTransaction(sql, Effect.andThen(statements.queueLockLimits(physical), claim))
-    ).pipe(
+  ): Effect.Effect<LimitedClaim, QueueError> =>
+    statements.messageReadLimited(physical, limit, vtMs, leaseFloorMs, claimedBy, now, receipts, options).pipe(
       Effect.mapError(fail("read from", queue)),
       Effect.map((rows) => {
         const messages: Array<Message> = []
@@ -107,7 +100,6 @@ export const makeQueueControls = ({
         return { messages: messages.sort(byMsgId) as ReadonlyArray<Message>, archived, more, lo }
       })
     )
-  }
 
   /** Sets or clears a job's run-time rate (see `QueueStore.setRate`). */
   const setRate = (

@@ -36,12 +36,15 @@ export const makeQueueLimitSql = ({
   // update reads the bucket's latest committed row, not this statement's snapshot (PostgreSQL's
   // ON CONFLICT DO UPDATE locks and reads that row), and returns what it took (`taken`), so two
   // concurrent claims take a bucket's tokens one after the other without a lock. The count of
-  // running messages has no such row: mode `limits` must run after `queueLockLimits` in the same
-  // transaction, so that it counts committed claims only and no other claim of the queue runs
-  // meanwhile (counting in the claim's own snapshot alone would let two concurrent claims both
-  // take a key's last slot). Mode `rates` (a queue whose jobs have rates but no limits) does not
-  // count the running messages, and runs alone: one round trip instead of four (begin, lock,
-  // claim, commit), which was most of its cost over the plain claim.
+  // running messages has no such row: mode `limits` takes the queue's limits lock (the one
+  // `queueLockLimits` takes) in this statement (lk), and counts in `limit_running` (migration
+  // 0024), whose query takes its own snapshot once the lock is held. So it counts every claim
+  // committed before, and no other claim of the queue runs meanwhile (counting in this
+  // statement's snapshot, taken before it waited for the lock, would let two concurrent claims
+  // both take a key's last slot; the candidates need no fresher view: a row claimed meanwhile
+  // fails its recheck under FOR UPDATE). Mode `rates` (a queue whose jobs have rates but no
+  // limits) neither locks nor counts. Either is one round trip, where a transaction (begin,
+  // lock, claim, commit) was four: most of their cost over the plain claim.
   // The last row is a summary (`msg_id` null): `more`, admissible messages were left behind
   // (parked ones are not news: the end of a run wakes the readers), or a key with free slots
   // reached its limit within this claim (the next passes it over); `wait_ms`, when the next
@@ -89,13 +92,13 @@ export const makeQueueLimitSql = ({
             * ${rate("rl")} / ${rate("rp")})`
     const limited = limits
       ? {
-          running: sql`running AS (
-        SELECT t.message ->> 'pgbus_limit_key' AS k, count(*) AS n, max(${sql.literal(LIMIT_TO_EXPR)}) AS lim,
-          min(t.vt) AS lapse
-        FROM ${q} t
-        WHERE t.vt > ${NOW(sql, now)} AND t.claimed_by IS NOT NULL AND t.message ? 'pgbus_limit_key'
-          AND NOT EXISTS (SELECT 1 FROM d WHERE d.msg_id = t.msg_id)
-        GROUP BY 1),`,
+          // the queue's limits lock, then the count in a snapshot taken once it is held
+          running: sql`lk AS (
+        SELECT 1 AS held FROM (SELECT pg_advisory_xact_lock(hashtext(${`${schema}.limits:${physical}`}))) l),
+      running AS (
+        SELECT r.k, r.n, r.lim, r.lapse
+        FROM lk CROSS JOIN LATERAL ${sql(`${schema}.limit_running`)}(${`"${schema}"."q_${physical}"`}::regclass,
+          ${NOW(sql, now)}, ARRAY(SELECT msg_id FROM d), lk.held) r),`,
           columns: sql`, t.message ->> 'pgbus_limit_key' AS k, ${sql.literal(LIMIT_TO_EXPR)} AS lim`,
           filter: sql`
           AND coalesce(t.message ->> 'pgbus_limit_key', '') <> ALL(ARRAY(SELECT k FROM running WHERE n >= lim))`,
