@@ -1,5 +1,5 @@
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Clock, Duration, Effect, Layer, Schema } from "effect"
+import { Clock, Deferred, Duration, Effect, Fiber, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Job from "../src/Job/Job.ts"
 import * as Metrics from "../src/Operations/Metrics.ts"
@@ -165,6 +165,35 @@ layer(testLayer, { excludeTestServices: true })("concurrency limits", (it) => {
       const next = yield* store.read(queue, { limit: 10, limited: true, claimedBy: "p#2" })
       assert.strictEqual(next.length, 1)
     })
+  )
+
+  it.effect(
+    "claims that waited for the queue's lock count the slots taken meanwhile (one statement, no stale count)",
+    () =>
+      Effect.gen(function* () {
+        const queue = fresh("waited")
+        const job = Job.make("LimitedWaited", { payload: Task, queue, limit: { to: 3 } }, () => Effect.void)
+        yield* job.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ key: "k", i })))
+        const store = yield* QueueStore
+        const locked = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        // the lock is held while the claims start: each statement's snapshot is older than the
+        // claims committed while it waited, so its count must not come from that snapshot
+        const holder = yield* store
+          .withLimitLock(queue, Effect.andThen(Deferred.succeed(locked, undefined), Deferred.await(release)))
+          .pipe(Effect.forkChild)
+        yield* Deferred.await(locked)
+        const claims = yield* Effect.forEach(
+          Array.from({ length: 8 }, (_, i) => i),
+          (i) => store.read(queue, { limit: 10, limited: true, visibilityTimeout: "1 minute", claimedBy: `w${i}#1` }),
+          { concurrency: "unbounded" }
+        ).pipe(Effect.forkChild)
+        yield* Effect.sleep("500 millis")
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(holder)
+        const claimed = (yield* Fiber.join(claims)).flat()
+        assert.strictEqual(claimed.length, 3, "the limit, across claims that all waited for the lock")
+      })
   )
 
   it.effect("a dead process's slot comes back through fast recovery and its parked job runs", () =>

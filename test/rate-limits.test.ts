@@ -100,6 +100,34 @@ layer(testLayer, { excludeTestServices: true })("rate limits", (it) => {
     })
   )
 
+  it.effect("concurrent rates-only claims (no lock) share a bucket: together they take its tokens, no more", () =>
+    Effect.gen(function* () {
+      const store = yield* QueueStore
+      // a new key's first claims race on creating its bucket too (twice: a fresh key, then a used one)
+      for (const round of [0, 1]) {
+        const queue = fresh("rated_race")
+        const job = Job.make(
+          "RatedRace",
+          { payload: Call, queue, rate: { limit: 25, period: "1 hour" } },
+          () => Effect.void
+        )
+        yield* job.enqueueMany(Array.from({ length: 200 }, (_, i) => ({ account: "a", i })))
+        if (round === 1) {
+          const first = yield* store.read(queue, { limit: 5, limited: "rates", claimedBy: "t#0" })
+          assert.strictEqual(first.length, 5)
+        }
+        const claims = yield* Effect.all(
+          Array.from({ length: 12 }, (_, i) =>
+            store.read(queue, { limit: 7, limited: "rates", claimedBy: `t#${i + 1}` })
+          ),
+          { concurrency: "unbounded" }
+        )
+        const taken = claims.reduce((n, c) => n + c.length, round === 1 ? 5 : 0)
+        assert.strictEqual(taken, 25, `round ${round}: the bucket's 25 tokens, taken once each`)
+        assert.strictEqual(new Set(claims.flat().map((m) => m.msgId)).size, taken - (round === 1 ? 5 : 0))
+      }
+    })
+  )
   it.effect("a rate changed at run time through the operations service takes effect within a second", () =>
     Effect.gen(function* () {
       const queue = fresh("runtime")

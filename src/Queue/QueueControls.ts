@@ -68,8 +68,8 @@ export const makeQueueControls = ({
   toMessage,
   leaseFloorMs
 }: QueueControlsDeps) => {
-  // The limited claim counts the running messages of each key: under the queue's lock, in a
-  // statement of its own, so that it sees every committed claim and no concurrent one.
+  // The limited claim is one statement: it takes the queue's limits lock itself and counts the
+  // running messages of each key in a snapshot taken once the lock is held (QueueLimitSql.ts).
   const readLimited = (
     queue: string,
     physical: string,
@@ -81,13 +81,7 @@ export const makeQueueControls = ({
     receipts?: ReceiptParams | undefined,
     options: { readonly mode?: LimitedClaimMode | undefined; readonly from?: bigint | undefined } = {}
   ): Effect.Effect<LimitedClaim, QueueError> =>
-    withTransaction(
-      sql,
-      Effect.andThen(
-        statements.queueLockLimits(physical),
-        statements.messageReadLimited(physical, limit, vtMs, leaseFloorMs, claimedBy, now, receipts, options)
-      )
-    ).pipe(
+    statements.messageReadLimited(physical, limit, vtMs, leaseFloorMs, claimedBy, now, receipts, options).pipe(
       Effect.mapError(fail("read from", queue)),
       Effect.map((rows) => {
         const messages: Array<Message> = []

@@ -31,12 +31,20 @@ export const makeQueueLimitSql = ({
   // `vt` not lapsed) are counted per key, keys at their limit are passed over (their jobs stay
   // visible, parked), and the oldest of the rest are taken, each key up to its free slots. Rate
   // limits (`pgbus_rate_key`, `pgbus_rate_limit` per `pgbus_rate_period_ms`, or the job's row of
-  // `rate_overrides`): each key's bucket of the queue is refilled to now and the claim takes at
-  // most its whole tokens, then stores what is left, in this one statement. It must run after
-  // `queueLockLimits` in the same transaction: the count is then of committed claims only, and
-  // no other claim of the queue runs meanwhile (counting in the claim's own snapshot alone would
-  // let two concurrent claims both take the last slot or token). Mode `rates` (a queue whose
-  // jobs have rates but no limits) does not count the running messages.
+  // `rate_overrides`): one upsert per claim (took) refills each key's bucket of the queue to now
+  // and takes at most its whole tokens, for as many messages as the claim wants of the key; its
+  // update reads the bucket's latest committed row, not this statement's snapshot (PostgreSQL's
+  // ON CONFLICT DO UPDATE locks and reads that row), and returns what it took (`taken`), so two
+  // concurrent claims take a bucket's tokens one after the other without a lock. The count of
+  // running messages has no such row: mode `limits` takes the queue's limits lock (the one
+  // `queueLockLimits` takes) in this statement (lk), and counts in `limit_running` (migration
+  // 0024), whose query takes its own snapshot once the lock is held. So it counts every claim
+  // committed before, and no other claim of the queue runs meanwhile (counting in this
+  // statement's snapshot, taken before it waited for the lock, would let two concurrent claims
+  // both take a key's last slot; the candidates need no fresher view: a row claimed meanwhile
+  // fails its recheck under FOR UPDATE). Mode `rates` (a queue whose jobs have rates but no
+  // limits) neither locks nor counts. Either is one round trip, where a transaction (begin,
+  // lock, claim, commit) was four: most of their cost over the plain claim.
   // The last row is a summary (`msg_id` null): `more`, admissible messages were left behind
   // (parked ones are not news: the end of a run wakes the readers), or a key with free slots
   // reached its limit within this claim (the next passes it over); `wait_ms`, when the next
@@ -78,15 +86,20 @@ export const makeQueueLimitSql = ({
     // the bucket's clock: this statement's start, after the lock was taken (the transaction's
     // `now()` is from before a wait for it); a bucket never goes back in time
     const at = sql`coalesce(${now}::timestamptz, statement_timestamp())`
+    // a bucket's tokens refilled to the claim's clock, from its latest committed row (in the
+    // upsert's update, bk is that row even when this statement's snapshot is older)
+    const rate = (column: "rl" | "rp") => sql`(SELECT rates.${sql.literal(column)} FROM rates WHERE rates.rk = bk.key)`
+    const refilled = sql`least(${rate("rl")}, bk.tokens + greatest(extract(epoch FROM excluded.refilled_at - bk.refilled_at) * 1000, 0)
+            * ${rate("rl")} / ${rate("rp")})`
     const limited = limits
       ? {
-          running: sql`running AS (
-        SELECT t.message ->> 'pgbus_limit_key' AS k, count(*) AS n, max(${sql.literal(LIMIT_TO_EXPR)}) AS lim,
-          min(t.vt) AS lapse
-        FROM ${q} t
-        WHERE t.vt > ${NOW(sql, now)} AND t.claimed_by IS NOT NULL AND t.message ? 'pgbus_limit_key'
-          AND NOT EXISTS (SELECT 1 FROM d WHERE d.msg_id = t.msg_id)
-        GROUP BY 1),`,
+          // the queue's limits lock, then the count in a snapshot taken once it is held
+          running: sql`lk AS (
+        SELECT 1 AS held FROM (SELECT pg_advisory_xact_lock(hashtext(${`${schema}.limits:${physical}`}))) l),
+      running AS (
+        SELECT r.k, r.n, r.lim, r.lapse
+        FROM lk CROSS JOIN LATERAL ${sql(`${schema}.limit_running`)}(${`"${schema}"."q_${physical}"`}::regclass,
+          ${NOW(sql, now)}, ARRAY(SELECT msg_id FROM d), lk.held) r),`,
           columns: sql`, t.message ->> 'pgbus_limit_key' AS k, ${sql.literal(LIMIT_TO_EXPR)} AS lim`,
           filter: sql`
           AND coalesce(t.message ->> 'pgbus_limit_key', '') <> ALL(ARRAY(SELECT k FROM running WHERE n >= lim))`,
@@ -129,6 +142,10 @@ export const makeQueueLimitSql = ({
         LIMIT ${scan.limit}
         FOR UPDATE SKIP LOCKED),
       ${limited.conc}
+      head AS (
+        SELECT conc.msg_id, conc.rk, row_number() OVER (ORDER BY conc.msg_id) AS pos,
+          row_number() OVER (PARTITION BY conc.rk ORDER BY conc.msg_id) AS rr
+        FROM conc),
       rates AS (
         SELECT f.rk, coalesce(o.rate_limit,
             CASE WHEN jsonb_typeof(m.message -> 'pgbus_rate_limit') = 'number'
@@ -136,23 +153,26 @@ export const makeQueueLimitSql = ({
           coalesce(o.period_ms,
             CASE WHEN jsonb_typeof(m.message -> 'pgbus_rate_period_ms') = 'number'
                  THEN greatest((m.message ->> 'pgbus_rate_period_ms')::float8, 1) ELSE 1000 END) AS rp
-        FROM (SELECT DISTINCT ON (conc.rk) conc.rk, conc.msg_id FROM conc
-              WHERE conc.rk IS NOT NULL ORDER BY conc.rk, conc.msg_id) f
+        FROM (SELECT DISTINCT ON (head.rk) head.rk, head.msg_id FROM head
+              WHERE head.rk IS NOT NULL ORDER BY head.rk, head.msg_id) f
         JOIN ${q} m ON m.msg_id = f.msg_id
         LEFT JOIN ${overrides} o ON o.job = m.message ->> 'job'),
-      avail AS (
-        SELECT rates.rk, rates.rl, rates.rp,
-          least(rates.rl, coalesce(b.tokens + greatest(extract(epoch FROM ${at} - b.refilled_at) * 1000, 0)
-            * rates.rl / rates.rp, rates.rl)) AS tokens,
-          greatest(b.refilled_at, ${at}) AS refilled_at
-        FROM rates LEFT JOIN ${buckets} b ON b.queue = ${physical} AND b.key = rates.rk),
+      want AS (
+        SELECT head.rk, count(*) FILTER (WHERE head.pos <= ${limit}) AS n, count(*) AS n_all
+        FROM head WHERE head.rk IS NOT NULL GROUP BY head.rk),
+      took AS (
+        INSERT INTO ${buckets} AS bk (queue, key, tokens, refilled_at, taken)
+        SELECT ${physical}, want.rk, rates.rl - least(floor(rates.rl), want.n), ${at}, least(floor(rates.rl), want.n)
+        FROM want JOIN rates ON rates.rk = want.rk
+        ORDER BY want.rk
+        ON CONFLICT (queue, key) DO UPDATE SET
+          taken = least(floor(${refilled}), excluded.taken),
+          tokens = ${refilled} - least(floor(${refilled}), excluded.taken),
+          refilled_at = greatest(bk.refilled_at, excluded.refilled_at)
+        RETURNING bk.key AS rk, bk.tokens, bk.taken),
       ok AS (
-        SELECT r.msg_id, r.rk FROM (
-          SELECT conc.msg_id, conc.rk, row_number() OVER (PARTITION BY conc.rk ORDER BY conc.msg_id) AS rr FROM conc) r
-        LEFT JOIN avail a ON a.rk = r.rk
-        WHERE r.rk IS NULL OR r.rr <= floor(a.tokens)
-        ORDER BY r.msg_id
-        LIMIT ${limit + 1}),
+        SELECT head.msg_id FROM head LEFT JOIN took ON took.rk = head.rk
+        WHERE head.pos <= ${limit} AND (head.rk IS NULL OR head.rr <= took.taken)),
       u AS (
         UPDATE ${q} q
         SET vt = ${NOW(sql, now)} + (CASE WHEN jsonb_typeof(q.message -> 'pgbus_limit_lease_ms') = 'number'
@@ -163,26 +183,18 @@ export const makeQueueLimitSql = ({
               ELSE ${PgTypes.float8(visibilityMs)} END) * interval '1 millisecond',
             read_ct = q.read_ct + 1,
             claimed_by = ${claimedBy}
-        WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM ok ORDER BY msg_id LIMIT ${limit}))
-        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
-          q.message ->> 'pgbus_rate_key' AS rk),
-      spent AS (
-        SELECT a.rk, a.rl, a.rp, a.refilled_at, a.tokens - (SELECT count(*) FROM u WHERE u.rk = a.rk) AS left_tokens,
-          (SELECT count(*) FROM conc WHERE conc.rk = a.rk) > (SELECT count(*) FROM u WHERE u.rk = a.rk) AS behind
-        FROM avail a),
-      b AS (
-        INSERT INTO ${buckets} AS bk (queue, key, tokens, refilled_at)
-        SELECT ${physical}, spent.rk, spent.left_tokens, spent.refilled_at FROM spent
-        ON CONFLICT (queue, key) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
-        RETURNING 1)
+        WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM ok))
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error)
       SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::bool AS more,
         NULL::float8 AS wait_ms, NULL::int8 AS archived, NULL::int8 AS lo FROM u
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-        (SELECT count(*) FROM ok) > ${limit}${limited.filled},
+        EXISTS (SELECT 1 FROM head WHERE head.pos > ${limit}
+          AND NOT EXISTS (SELECT 1 FROM took WHERE took.rk = head.rk AND took.tokens < 1))${limited.filled},
         (SELECT min(w) FROM (
-          SELECT (1 - spent.left_tokens) * spent.rp / spent.rl AS w FROM spent
-          WHERE spent.behind AND spent.left_tokens < 1${
+          SELECT (1 - took.tokens) * rates.rp / rates.rl AS w
+          FROM took JOIN rates ON rates.rk = took.rk JOIN want ON want.rk = took.rk
+          WHERE want.n_all > took.taken AND took.tokens < 1${
             limits
               ? sql`
           UNION ALL
