@@ -3,7 +3,7 @@
  * flushes the rest once, and logs nothing (an interrupt is not a failure to write).
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Logger, Schema } from "effect"
+import { Deferred, Effect, Fiber, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
 import * as Job from "../src/Job/Job.ts"
@@ -12,16 +12,8 @@ import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Registry } from "../src/Registry.ts"
 import * as Supervisor from "../src/Supervisor/Supervisor.ts"
 import { eventually } from "./support/jobs.ts"
+import { withCapturedLogs } from "./support/logs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
-
-/** Log lines written while `effect` runs (its fibers included). */
-const withCapturedLogs = <A, E, R>(lines: Array<string>, effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Logger.CurrentLoggers, (current) => {
-    const capture = Logger.make(({ message }) => {
-      lines.push((Array.isArray(message) ? message : [message]).map(String).join(" "))
-    })
-    return Effect.provideService(effect, Logger.CurrentLoggers, new Set([...current, capture]))
-  })
 
 const Tick = Job.make("StatsTick", { payload: Schema.Struct({ n: Schema.Number }), queue: "stats" }, () => Effect.void)
 
