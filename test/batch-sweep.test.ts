@@ -8,6 +8,7 @@ import { layerEffectClock } from "../src/Database.ts"
 import { outcomesOf } from "../src/Job/BatchMembership.ts"
 import * as Job from "../src/Job/Job.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { snapshot } from "./support/batches.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -15,28 +16,6 @@ let n = 0
 const unique = (base: string) => `${base}_${n++}`
 
 const Payload = Schema.Struct({ id: Schema.Number })
-
-/** The counters and the execution rows of a batch, read in one statement (one snapshot). */
-const snapshot = (id: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{
-      readonly total: bigint
-      readonly completed: bigint
-      readonly failed: bigint
-      readonly rows: bigint
-      readonly status: string
-    }>`SELECT b.total_jobs AS total, b.completed_jobs AS completed, b.failed_jobs AS failed, b.status,
-        (SELECT count(*) FROM pgbus.batch_executions e WHERE e.batch_id = b.id) AS rows
-      FROM pgbus.batches b WHERE b.id = ${id}::uuid`.pipe(
-      Effect.map(([row]) => ({
-        total: Number(row!.total),
-        completed: Number(row!.completed),
-        failed: Number(row!.failed),
-        rows: Number(row!.rows),
-        status: row!.status
-      }))
-    )
-  ).pipe(Effect.orDie)
 
 /** Runs a test on TestClock, statements bound to it, starting at the real time. */
 const onTestClock = <A, E, R>(effect: Effect.Effect<A, E, R>) =>

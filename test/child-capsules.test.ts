@@ -6,12 +6,12 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Schema } from "effect"
-import { SqlClient } from "effect/sql"
 import * as Job from "../src/Job/Job.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { type Capsule, validateCapsules } from "../src/Supervisor/Capsule.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import { bundledFixture, type Child, spawnSupervisor } from "./support/child.ts"
+import { createLog, fastEnv, logCount, logRows } from "./support/childLog.ts"
 import { eventually } from "./support/jobs.ts"
 import { freePort } from "./support/ports.ts"
 import { onFreshDatabase } from "./support/TestDatabase.ts"
@@ -20,35 +20,7 @@ const FIXTURE = "test/fixtures/child-capsule-app.ts"
 const Key = Schema.Struct({ key: Schema.String })
 
 /** The parent's environment: beats every 200 ms, dead after 2 s, polls every 100 ms. */
-const appEnv = (url: string, extra: Record<string, string>) => ({
-  DATABASE_URL: url,
-  PGBUS_PROCESS_HEARTBEAT_INTERVAL: "0.2",
-  PGBUS_STALE_PROCESS_THRESHOLD: "2",
-  PGBUS_POLLING_INTERVAL: "0.1",
-  PGBUS_VISIBILITY_TIMEOUT: "30",
-  ...extra
-})
-
-interface LogRow {
-  readonly key: string
-  readonly event: string
-  readonly pid: number
-  readonly at: Date
-}
-
-const createLog = Effect.flatMap(
-  SqlClient.SqlClient,
-  (sql) =>
-    sql`CREATE TABLE child_log (key text NOT NULL, event text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`
-)
-
-const logRows = (event: string) =>
-  Effect.flatMap(
-    SqlClient.SqlClient,
-    (sql) => sql<LogRow>`SELECT key, event, pid, at FROM child_log WHERE event = ${event} ORDER BY at`
-  ).pipe(Effect.orDie)
-
-const count = (event: string) => Effect.map(logRows(event), (rows) => rows.length)
+const appEnv = (url: string, extra: Record<string, string>) => fastEnv(url, "2", extra)
 
 /** The fixture app's log table and its `kids` queue. */
 const prepare = Effect.andThen(
@@ -60,12 +32,56 @@ const prepare = Effect.andThen(
 const startParent = (url: string, extra: Record<string, string>) =>
   Effect.flatMap(bundledFixture(FIXTURE), (bundle) => spawnSupervisor(appEnv(url, extra), bundle))
 
+/**
+ * A test on a fresh database with the fixture app's log table and `kids` queue; `start` spawns the
+ * parent with `extra` settings, whose output is logged when the test fails.
+ */
+const withApp = <A, E, R>(
+  body: (start: (extra: Record<string, string>) => ReturnType<typeof startParent>) => Effect.Effect<A, E, R>
+) =>
+  onFreshDatabase({}, (url) => {
+    let parent: Child | undefined
+    return prepare.pipe(
+      Effect.andThen(
+        body((extra) =>
+          Effect.tap(startParent(url, extra), (started) =>
+            Effect.sync(() => {
+              parent = started
+            })
+          )
+        )
+      ),
+      Effect.onError(() => Effect.logError(parent?.output() ?? ""))
+    )
+  })
+
 /** Waits until `n` children of `parent` have booted. */
 const childrenBooted = (parent: Child, n: number) =>
   eventually(
     `${n} children ready`,
     Effect.sync(() => parent.output().split("boot: child process").length - 1 >= n),
     "60 seconds"
+  )
+
+/**
+ * Starts the parent with `n` children of one job at a time and no read-ahead (`extra` besides),
+ * and waits until they booted.
+ */
+const oneJobEach = (
+  start: (extra: Record<string, string>) => ReturnType<typeof startParent>,
+  n: number,
+  extra: Record<string, string>
+) =>
+  Effect.tap(start({ CHILD_PROCESSES: String(n), CHILD_CONCURRENCY: "1", CHILD_READ_AHEAD: "0", ...extra }), (parent) =>
+    childrenBooted(parent, n)
+  )
+
+/** Waits until `n` jobs have started (30 s at most). */
+const startedAtLeast = (n: number) =>
+  eventually(
+    `${n} job(s) started`,
+    Effect.map(logCount("started"), (started) => started >= n),
+    "30 seconds"
   )
 
 /** Enqueues `n` jobs of the app's job `name` on `kids`, keys in order. */
@@ -95,16 +111,14 @@ describe("child-process capsules", () => {
   it.live(
     "2,000 jobs through one child process of at most 200 jobs: 10 recycles, every job run and archived exactly once",
     () =>
-      onFreshDatabase({}, (url) => {
-        let parent: Child | undefined
-        return Effect.gen(function* () {
-          yield* prepare
+      withApp((start) =>
+        Effect.gen(function* () {
           // the issue's 10,000 jobs with 1,000 per child passed too (69.6 s on a loaded 2-core
           // machine); the suite runs a fifth of it (23-52 s)
           const total = 2000
           const perChild = 200
           yield* enqueue("Tracked", total)
-          parent = yield* startParent(url, {
+          const parent = yield* start({
             CHILD_PROCESSES: "1",
             CHILD_CONCURRENCY: "5",
             CHILD_MAX_JOBS: String(perChild)
@@ -114,17 +128,17 @@ describe("child-process capsules", () => {
           const processes = yield* Processes
           yield* eventually(
             "a child's row beside its parent's",
-            Effect.map(processes.list, (rows) => rows.some((r) => r.pid !== parent!.process.pid)).pipe(Effect.orDie),
+            Effect.map(processes.list, (rows) => rows.some((r) => r.pid !== parent.process.pid)).pipe(Effect.orDie),
             "60 seconds"
           )
           yield* eventually(
             "every job completed",
-            Effect.map(count("completed"), (n) => n >= total),
+            Effect.map(logCount("completed"), (n) => n >= total),
             "180 seconds"
           )
           yield* eventually(
             "10 recycles logged",
-            Effect.sync(() => recycleLines(parent!).length >= 10),
+            Effect.sync(() => recycleLines(parent).length >= 10),
             "30 seconds"
           )
           const seconds = (performance.now() - startedAt) / 1000
@@ -142,9 +156,9 @@ describe("child-process capsules", () => {
             Array.from({ length: total / perChild }, () => perChild),
             "ten child processes ran 200 jobs each"
           )
-          assert.notInclude([...perPid.keys()], parent!.process.pid, "the parent ran none")
+          assert.notInclude([...perPid.keys()], parent.process.pid, "the parent ran none")
           // recycled children exited; the eleventh waits for work
-          assert.strictEqual(recycleLines(parent!).length, 10, parent!.output())
+          assert.strictEqual(recycleLines(parent).length, 10, parent.output())
           for (const pid of perPid.keys()) {
             yield* eventually(
               `child ${pid} exited`,
@@ -163,31 +177,19 @@ describe("child-process capsules", () => {
             Effect.map(processes.list, (rows) => rows.length === 2).pipe(Effect.orDie),
             "20 seconds"
           )
-        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
-      }),
+        })
+      ),
     300_000
   )
 
   it.live(
     "SIGKILL of a child mid-job: its claim is released at once and the job runs again within seconds",
     () =>
-      onFreshDatabase({}, (url) => {
-        let parent: Child | undefined
-        return Effect.gen(function* () {
-          yield* prepare
-          parent = yield* startParent(url, {
-            CHILD_PROCESSES: "2",
-            CHILD_CONCURRENCY: "1",
-            CHILD_READ_AHEAD: "0",
-            CHILD_JOB_MS: "3000"
-          })
-          yield* childrenBooted(parent, 2)
+      withApp((start) =>
+        Effect.gen(function* () {
+          const parent = yield* oneJobEach(start, 2, { CHILD_JOB_MS: "3000" })
           yield* enqueue("Tracked", 2)
-          yield* eventually(
-            "both jobs started",
-            Effect.map(count("started"), (n) => n >= 2),
-            "30 seconds"
-          )
+          yield* startedAtLeast(2)
           const [victim] = yield* logRows("started")
           const killedAt = Date.now()
           process.kill(victim!.pid, "SIGKILL")
@@ -201,10 +203,10 @@ describe("child-process capsules", () => {
           yield* Effect.logInfo(`child-capsules: the killed child's job started again ${tookMs} ms after SIGKILL`)
           // the visibility timeout is 30 s and the stale threshold 2 s: the parent released it
           assert.isBelow(tookMs, 5000, `started again ${tookMs} ms after the kill`)
-          assert.include(parent!.output(), "exited without a drain (SIGKILL); released 1 claimed message(s)")
+          assert.include(parent.output(), "exited without a drain (SIGKILL); released 1 claimed message(s)")
           yield* eventually(
             "both jobs completed",
-            Effect.map(count("completed"), (n) => n >= 2),
+            Effect.map(logCount("completed"), (n) => n >= 2),
             "30 seconds"
           )
           const completed = yield* logRows("completed")
@@ -212,34 +214,22 @@ describe("child-process capsules", () => {
           // the slot was restarted: two live children again
           yield* eventually(
             "a replacement child",
-            Effect.sync(() => parent!.output().split("boot: child process").length - 1 >= 3),
+            Effect.sync(() => parent.output().split("boot: child process").length - 1 >= 3),
             "30 seconds"
           )
-        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
-      }),
+        })
+      ),
     120_000
   )
 
   it.live(
     "SIGTERM of the parent drains its children: running jobs finish, every process exits, no row is left",
     () =>
-      onFreshDatabase({}, (url) => {
-        let parent: Child | undefined
-        return Effect.gen(function* () {
-          yield* prepare
-          parent = yield* startParent(url, {
-            CHILD_PROCESSES: "2",
-            CHILD_CONCURRENCY: "1",
-            CHILD_READ_AHEAD: "0",
-            CHILD_JOB_MS: "2000"
-          })
-          yield* childrenBooted(parent, 2)
+      withApp((start) =>
+        Effect.gen(function* () {
+          const parent = yield* oneJobEach(start, 2, { CHILD_JOB_MS: "2000" })
           yield* enqueue("Tracked", 4)
-          yield* eventually(
-            "two jobs started",
-            Effect.map(count("started"), (n) => n >= 2),
-            "30 seconds"
-          )
+          yield* startedAtLeast(2)
           const children = [...new Set((yield* logRows("started")).map((r) => r.pid))]
           assert.strictEqual(children.length, 2)
           parent.process.kill("SIGTERM")
@@ -257,23 +247,21 @@ describe("child-process capsules", () => {
           assert.strictEqual((yield* kidsQueue).depth, 2, "the two jobs not started wait in the queue")
           const rows = yield* Effect.orDie((yield* Processes).list)
           assert.strictEqual(rows.length, 0, "every process unregistered")
-        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
-      }),
+        })
+      ),
     120_000
   )
 
   it.live(
     "SIGKILL of the parent: its children see the IPC channel close, drain and exit",
     () =>
-      onFreshDatabase({}, (url) => {
-        let parent: Child | undefined
-        return Effect.gen(function* () {
-          yield* prepare
-          parent = yield* startParent(url, { CHILD_PROCESSES: "2", CHILD_CONCURRENCY: "1" })
+      withApp((start) =>
+        Effect.gen(function* () {
+          const parent = yield* start({ CHILD_PROCESSES: "2", CHILD_CONCURRENCY: "1" })
           const processes = yield* Processes
-          const childRows = Effect.map(processes.list, (rows) =>
-            rows.filter((r) => r.pid !== parent!.process.pid)
-          ).pipe(Effect.orDie)
+          const childRows = Effect.map(processes.list, (rows) => rows.filter((r) => r.pid !== parent.process.pid)).pipe(
+            Effect.orDie
+          )
           yield* eventually(
             "two children registered",
             Effect.map(childRows, (rows) => rows.length === 2),
@@ -295,35 +283,22 @@ describe("child-process capsules", () => {
             Effect.map(childRows, (rows) => rows.length === 0),
             "5 seconds"
           )
-        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
-      }),
+        })
+      ),
     120_000
   )
 
   it.live(
     "a CPU-bound job blocks its child's event loop for 10 s: the parent keeps its claim (no redelivery) and its other capsule keeps claiming",
     () =>
-      onFreshDatabase({}, (url) => {
-        let parent: Child | undefined
-        return Effect.gen(function* () {
-          yield* prepare
+      withApp((start) =>
+        Effect.gen(function* () {
           yield* (yield* QueueStore).create("local")
           // a visibility timeout of 3 s and a stale threshold of 2 s: without the parent's keeping,
           // the blocked child's claim would come back (reaped, or lapsed) and the other child run it
-          parent = yield* startParent(url, {
-            CHILD_PROCESSES: "2",
-            CHILD_CONCURRENCY: "1",
-            CHILD_READ_AHEAD: "0",
-            CHILD_BURN_MS: "10000",
-            PGBUS_VISIBILITY_TIMEOUT: "3"
-          })
-          yield* childrenBooted(parent, 2)
+          const parent = yield* oneJobEach(start, 2, { CHILD_BURN_MS: "10000", PGBUS_VISIBILITY_TIMEOUT: "3" })
           yield* Job.make("Burn", { payload: Key, queue: "kids" }, () => Effect.void).enqueue({ key: "burn" })
-          yield* eventually(
-            "the burn started",
-            Effect.map(count("started"), (n) => n >= 1),
-            "30 seconds"
-          )
+          yield* startedAtLeast(1)
           const [burn] = yield* logRows("started")
           // meanwhile the parent's in-process capsule claims and runs a job every 300 ms
           const Local = Job.make("Local", { payload: Key, queue: "local" }, () => Effect.void)
@@ -333,7 +308,7 @@ describe("child-process capsules", () => {
           }
           yield* eventually(
             "the burn completed",
-            Effect.map(count("completed"), (n) => n >= 1),
+            Effect.map(logCount("completed"), (n) => n >= 1),
             "30 seconds"
           )
           const [done] = yield* logRows("completed")
@@ -354,17 +329,14 @@ describe("child-process capsules", () => {
             [["burn", burn!.pid]],
             "the blocking job was not delivered again"
           )
-          assert.strictEqual(yield* count("completed"), 1)
+          assert.strictEqual(yield* logCount("completed"), 1)
           const kids = yield* kidsQueue
           assert.deepStrictEqual([kids.depth, kids.archiveSize], [0, 1], "archived once")
-          assert.match(
-            parent!.output(),
-            /silent for \d+ ms \(its event loop is blocked\): the parent keeps its 1 claim/
-          )
-          assert.match(parent!.output(), /answers again after \d+ ms/)
-          assert.include(parent!.output(), "event loop blocked for", "the child's own watchdog logged the block")
-        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
-      }),
+          assert.match(parent.output(), /silent for \d+ ms \(its event loop is blocked\): the parent keeps its 1 claim/)
+          assert.match(parent.output(), /answers again after \d+ ms/)
+          assert.include(parent.output(), "event loop blocked for", "the child's own watchdog logged the block")
+        })
+      ),
     120_000
   )
 })
@@ -373,13 +345,11 @@ describe("child-process capsules: readiness", () => {
   it.live(
     "the parent's /readyz counts its children: OK once they boot, DEGRADED while one is frozen, OK again after",
     () =>
-      onFreshDatabase({}, (url) => {
-        let parent: Child | undefined
-        return Effect.gen(function* () {
-          yield* prepare
+      withApp((start) =>
+        Effect.gen(function* () {
           yield* (yield* QueueStore).create("local")
           const port = yield* freePort
-          parent = yield* startParent(url, { CHILD_PROCESSES: "2", PGBUS_HEALTH_PORT: String(port) })
+          const parent = yield* start({ CHILD_PROCESSES: "2", PGBUS_HEALTH_PORT: String(port) })
           const readyz = Effect.promise(() =>
             fetch(`http://127.0.0.1:${port}/readyz`)
               .then(async (r) => ({
@@ -396,7 +366,7 @@ describe("child-process capsules: readiness", () => {
           )
           const processes = yield* Processes
           const rows = yield* processes.list.pipe(Effect.orDie)
-          const child = rows.find((r) => r.pid !== parent!.process.pid)
+          const child = rows.find((r) => r.pid !== parent.process.pid)
           assert.isDefined(child, "a child's row")
           // a frozen child is silent, as a blocked loop is: not live, so the parent is not ready
           process.kill(child!.pid, "SIGSTOP")
@@ -411,8 +381,8 @@ describe("child-process capsules: readiness", () => {
             Effect.map(readyz, (r) => r.status === 200 && r.body.status === "OK" && r.body.live === 3),
             "10 seconds"
           )
-        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
-      }),
+        })
+      ),
     120_000
   )
 })
@@ -421,24 +391,18 @@ describe("child-process capsules: a hung child", () => {
   it.live(
     "a child whose loop stays blocked past maxBlocked is killed and restarted; its job runs again in the new child",
     () =>
-      onFreshDatabase({}, (url) => {
-        let parent: Child | undefined
-        return Effect.gen(function* () {
-          yield* prepare
+      withApp((start) =>
+        Effect.gen(function* () {
           // the first delivery spins for ten minutes (an endless loop, as far as the test goes)
-          parent = yield* startParent(url, {
-            CHILD_PROCESSES: "1",
-            CHILD_CONCURRENCY: "1",
-            CHILD_READ_AHEAD: "0",
+          const parent = yield* oneJobEach(start, 1, {
             CHILD_BURN_MS: "600000",
             CHILD_BURN_ONCE: "1",
             CHILD_MAX_BLOCKED: "3"
           })
-          yield* childrenBooted(parent, 1)
           yield* Job.make("Burn", { payload: Key, queue: "kids" }, () => Effect.void).enqueue({ key: "hung" })
           yield* eventually(
             "the job completed in a new child",
-            Effect.map(count("completed"), (n) => n >= 1),
+            Effect.map(logCount("completed"), (n) => n >= 1),
             "60 seconds"
           )
           const started = yield* logRows("started")
@@ -458,8 +422,8 @@ describe("child-process capsules: a hung child", () => {
             Effect.map(kidsQueue, (kids) => kids.depth === 0 && kids.archiveSize === 1),
             "10 seconds"
           )
-        }).pipe(Effect.onError(() => Effect.logError(parent?.output() ?? "")))
-      }),
+        })
+      ),
     120_000
   )
 })

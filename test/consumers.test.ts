@@ -14,49 +14,19 @@ import type { Capsule } from "../src/Supervisor/Capsule.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import * as Supervisor from "../src/Supervisor/Supervisor.ts"
 import { bundledFixture, type Child, spawnSupervisor } from "./support/child.ts"
+import { createLog, fastEnv, type LogRow, logCount, logRows } from "./support/childLog.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import { onFreshDatabase } from "./support/TestDatabase.ts"
 
 const Key = Schema.Struct({ key: Schema.String })
 
 /** The children's timings: beats every 200 ms, dead after 1.5 s, polls every 100 ms. */
-const childEnv = (url: string, queue: string, extra: Record<string, string>) => ({
-  DATABASE_URL: url,
-  CHILD_QUEUE: queue,
-  CHILD_CONCURRENCY: "1",
-  CHILD_JOB_MS: "40",
-  PGBUS_PROCESS_HEARTBEAT_INTERVAL: "0.2",
-  PGBUS_STALE_PROCESS_THRESHOLD: "1.5",
-  PGBUS_POLLING_INTERVAL: "0.1",
-  PGBUS_VISIBILITY_TIMEOUT: "30",
-  ...extra
-})
+const childEnv = (url: string, queue: string, extra: Record<string, string>) =>
+  fastEnv(url, "1.5", { CHILD_QUEUE: queue, CHILD_CONCURRENCY: "1", CHILD_JOB_MS: "40", ...extra })
 
-interface LogRow {
-  readonly key: string
-  readonly event: string
-  readonly pid: number
-  readonly at: Date
-}
+const started = logRows("started")
 
-const createLog = Effect.flatMap(
-  SqlClient.SqlClient,
-  (sql) =>
-    sql`CREATE TABLE child_log (key text NOT NULL, event text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`
-)
-
-const started = Effect.flatMap(
-  SqlClient.SqlClient,
-  (sql) => sql<LogRow>`SELECT key, event, pid, at FROM child_log WHERE event = 'started' ORDER BY at`
-).pipe(Effect.orDie)
-
-const completedCount = Effect.flatMap(
-  SqlClient.SqlClient,
-  (sql) => sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM child_log WHERE event = 'completed'`
-).pipe(
-  Effect.map(([row]) => row!.n),
-  Effect.orDie
-)
+const completedCount = logCount("completed")
 
 /** Enqueues `n` jobs of the children's job (same name, same queue), keys in order. */
 const enqueue = (queue: string, n: number) => {

@@ -236,6 +236,16 @@ layer(envLayer, { excludeTestServices: true, timeout: "120 seconds" })("dashboar
           assert.notInclude(after, "never")
           assert.match(after, /\d+(ms|s) ago/)
           assert.match(after, /run now \d+(ms|s) ago by dashboard:alice: finance asked for it now/)
+          // the task's page lists its fires with who ran it now and why
+          await page
+            .locator("#recurring-tasks tr", { hasText: "nightly-report" })
+            .getByRole("link", { name: "nightly-report" })
+            .click()
+          await page.waitForURL(`${base}/recurring/nightly-report`)
+          const fires = page.locator("#recurring-executions tbody tr")
+          assert.strictEqual(await fires.count(), 1)
+          const fire = (await fires.first().locator("td").allTextContents()).join(" ")
+          assert.match(fire, /run now reports reports:\d+ dashboard:alice finance asked for it now/)
         })
         const messages = yield* (yield* QueueStore).browse("reports")
         assert.deepStrictEqual(

@@ -373,6 +373,24 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               actor: "api:alice",
               reason: "report needed now"
             })
+            // the ledger's fires, newest first, name who ran it now and why
+            const fires = yield* bare("GET", `${api}/recurring/http-nightly/executions`, undefined, reader)
+            assert.strictEqual(fires.status, 200, fires.text)
+            assert.deepStrictEqual(
+              fires.json.map((e: Record<string, unknown>) => [
+                e.runAt,
+                e.manual,
+                e.queue,
+                e.messageId,
+                e.actor,
+                e.reason
+              ]),
+              [[fired.json.runAt, true, queue, `${queue}:${messages[0]!.msgId}`, "api:alice", "report needed now"]]
+            )
+            const badLimit = yield* bare("GET", `${api}/recurring/http-nightly/executions?limit=0`, undefined, reader)
+            assert.strictEqual(badLimit.status, 400, badLimit.text)
+            const noFires = yield* bare("GET", `${api}/recurring/no-such-task/executions`, undefined, reader)
+            assert.deepStrictEqual([noFires.status, noFires.json.error], [404, "not_found"])
 
             const unknown = yield* bare("POST", `${api}/recurring/no-such-task/run-now`, {}, writer)
             assert.deepStrictEqual([unknown.status, unknown.json.error], [404, "not_found"])

@@ -62,6 +62,24 @@ const finish = (
     (rows) => rows[0]?.applied === 1n
   )
 
+/** claimAndFinishMany of one claim (of `claimRunId`) and one finish (of `finished`'s step); its rows, checked to be a claim's and a finish's. */
+const claimAndFinishOne = (c: Ctx, claimRunId: string, finished: { readonly runId: string; readonly stepId: bigint }) =>
+  Effect.tap(
+    c.statements.claimAndFinishMany(
+      [{ runId: claimRunId, name: "one", queue: "default", timeoutMs: null, claimedBy: null, now: null }],
+      [{ ...finished, output: null, definitionHash: null, next: { _tag: "finish", output: null }, now: null }],
+      "tester",
+      null
+    ),
+    (rows) =>
+      Effect.sync(() =>
+        assert.deepStrictEqual(
+          rows.map((r) => r.kind),
+          ["c", "f"]
+        )
+      )
+  )
+
 const schedule = (c: Ctx, reattempt: boolean) =>
   ({
     _tag: "schedule",
@@ -169,31 +187,10 @@ const cases: ReadonlyArray<Case> = [
     verbs: ["claim"],
     step: null,
     run: (c) =>
-      Effect.map(
-        c.statements.claimAndFinishMany(
-          [{ runId: c.runId, name: "one", queue: "default", timeoutMs: null, claimedBy: null, now: null }],
-          [
-            {
-              runId: crypto.randomUUID(),
-              stepId: 0n,
-              output: null,
-              definitionHash: null,
-              next: { _tag: "finish", output: null },
-              now: null
-            }
-          ],
-          "tester",
-          null
-        ),
-        (rows) => {
-          assert.deepStrictEqual(
-            rows.map((r) => r.kind),
-            ["c", "f"]
-          )
-          assert.strictEqual(rows[1]?.f_applied, 0n)
-          return rows[0]?.id !== null && rows[0]?.id !== undefined
-        }
-      )
+      Effect.map(claimAndFinishOne(c, c.runId, { runId: crypto.randomUUID(), stepId: 0n }), (rows) => {
+        assert.strictEqual(rows[1]?.f_applied, 0n)
+        return rows[0]?.id !== null && rows[0]?.id !== undefined
+      })
   },
   {
     name: "stepInsertClaimed",
@@ -342,31 +339,10 @@ const cases: ReadonlyArray<Case> = [
     verbs: ["finish"],
     step: "in_progress",
     run: (c) =>
-      Effect.map(
-        c.statements.claimAndFinishMany(
-          [{ runId: crypto.randomUUID(), name: "one", queue: "default", timeoutMs: null, claimedBy: null, now: null }],
-          [
-            {
-              runId: c.runId,
-              stepId: c.stepId,
-              output: null,
-              definitionHash: null,
-              next: { _tag: "finish", output: null },
-              now: null
-            }
-          ],
-          "tester",
-          null
-        ),
-        (rows) => {
-          assert.deepStrictEqual(
-            rows.map((r) => r.kind),
-            ["c", "f"]
-          )
-          assert.isNull(rows[0]?.id)
-          return rows[1]?.f_applied === 1n
-        }
-      )
+      Effect.map(claimAndFinishOne(c, crypto.randomUUID(), { runId: c.runId, stepId: c.stepId }), (rows) => {
+        assert.isNull(rows[0]?.id)
+        return rows[1]?.f_applied === 1n
+      })
   },
   {
     name: "stepPark",

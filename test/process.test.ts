@@ -5,18 +5,13 @@ import { SqlClient } from "effect/sql"
 import * as Job from "../src/Job/Job.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { bundledFixture, spawnSupervisor } from "./support/child.ts"
+import { createLog } from "./support/childLog.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import { onFreshDatabase } from "./support/TestDatabase.ts"
 
 /** The child supervisor fixture, bundled (it boots in about half a second, tsx took ten under load). */
 const supervisorChild = (env: Record<string, string>) =>
   Effect.flatMap(bundledFixture("test/fixtures/supervisor-child.ts"), (bundle) => spawnSupervisor(env, bundle))
-
-const createLog = Effect.flatMap(
-  SqlClient.SqlClient,
-  (sql) =>
-    sql`CREATE TABLE child_log (key text NOT NULL, event text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`
-)
 
 const logRows = Effect.flatMap(
   SqlClient.SqlClient,

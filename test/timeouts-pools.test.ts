@@ -5,7 +5,7 @@
  */
 import { execFile } from "node:child_process"
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Fiber, Logger, Ref, Schema } from "effect"
+import { Cause, Effect, Exit, Fiber, Ref, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { effectivePoolSize, resolve } from "../src/Config.ts"
 import { targetOf } from "../src/Connection.ts"
@@ -15,16 +15,8 @@ import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Registry } from "../src/Registry.ts"
 import * as Supervisor from "../src/Supervisor/Supervisor.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
+import { withCapturedLogs } from "./support/logs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
-
-/** Log lines written while `effect` runs (its fibers included). */
-const withCapturedLogs = <A, E, R>(lines: Array<string>, effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Logger.CurrentLoggers, (current) => {
-    const capture = Logger.make(({ message }) => {
-      lines.push((Array.isArray(message) ? message : [message]).map(String).join(" "))
-    })
-    return Effect.provideService(effect, Logger.CurrentLoggers, new Set([...current, capture]))
-  })
 
 /** The local ports of this process's established TCP connections to `port`, with their timers (`ss -o`). */
 const socketTimers = (port: number) =>

@@ -6,7 +6,7 @@
  * finishes while its parent's process is down.
  */
 import { assert, describe, expect, it, layer } from "@effect/vitest"
-import { Effect, Schema } from "effect"
+import { type Duration, Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { Registry } from "../src/Registry.ts"
 import { speedrun } from "../src/Testing/Workflows.ts"
@@ -44,6 +44,22 @@ const status = (id: string) => Effect.flatMap(WorkflowClient, (c) => Effect.map(
 const info = (id: string) => Effect.flatMap(WorkflowClient, (c) => Effect.map(c.get(id), (h) => h.info))
 const eventsOf = (id: string, type: string) =>
   Effect.flatMap(WorkflowClient, (c) => Effect.map(c.events(id), (es) => es.filter((e) => e.type === type)))
+/** Waits until run `id` is `wanted` (30 s at most unless `timeout`). */
+const statusBecomes = (id: string, wanted: string, timeout: Duration.Input = "30 seconds") =>
+  eventually(
+    `run ${id} is ${wanted}`,
+    Effect.map(status(id), (s) => s === wanted),
+    timeout
+  )
+/** Waits until the checkout run `id` finished, and checks it recorded the receipt of `orderId`. */
+const finishedWithReceipt = (id: string, orderId: string, timeout: Duration.Input = "30 seconds") =>
+  Effect.gen(function* () {
+    yield* statusBecomes(id, "finished", timeout)
+    assert.deepStrictEqual((yield* info(id)).output, {
+      receiptId: `rcpt_${orderId}`,
+      recorded: `recorded rcpt_${orderId}`
+    })
+  })
 /** The parent's only child, once it is in `wanted`. */
 const childWhen = (parentId: string, wanted: string) =>
   Effect.gen(function* () {
@@ -145,15 +161,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
       const waiting = (yield* client.steps(parent.id)).find((s) => s.status === "waiting")
       assert.strictEqual(waiting?.waitingFor, "pgbus.child:receipt")
       yield* client.signal(child.id, "go", {})
-      yield* eventually(
-        "the parent finished",
-        Effect.map(status(parent.id), (s) => s === "finished"),
-        "30 seconds"
-      )
-      assert.deepStrictEqual((yield* info(parent.id)).output, {
-        receiptId: "rcpt_o1",
-        recorded: "recorded rcpt_o1"
-      })
+      yield* finishedWithReceipt(parent.id, "o1")
       const childInfo = yield* info(child.id)
       assert.strictEqual(childInfo.status, "finished")
       assert.strictEqual(childInfo.parentRunId, parent.id)
@@ -183,11 +191,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
       yield* startSupervisor([Checkout, Receipt], capsules(2))
       const child = yield* childWhen(parent.id, "waiting")
       yield* client.cancel(child.id, { reason: "out of stock" })
-      yield* eventually(
-        "the parent paused",
-        Effect.map(status(parent.id), (s) => s === "paused"),
-        "30 seconds"
-      )
+      yield* statusBecomes(parent.id, "paused")
       expect((yield* info(parent.id)).error).toMatchObject({
         tag: "ChildWorkflowFailed",
         message: `step receipt: child workflow ChildReceipt run ${child.id} cancelled`
@@ -204,11 +208,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
       yield* startSupervisor([Forgiving, Receipt], capsules(2))
       const child = yield* childWhen(parent.id, "waiting")
       yield* client.cancel(child.id)
-      yield* eventually(
-        "the parent finished",
-        Effect.map(status(parent.id), (s) => s === "finished"),
-        "30 seconds"
-      )
+      yield* statusBecomes(parent.id, "finished")
       assert.deepStrictEqual((yield* info(parent.id)).output, { receiptId: null })
     })
   )
@@ -218,11 +218,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
       const strict = yield* Strict.start({ n: 1 })
       const patient = yield* Patient.start({ n: 2 })
       yield* startSupervisor([Strict, Patient, Broken], capsules(2))
-      yield* eventually(
-        "the strict parent cancelled itself",
-        Effect.map(status(strict.id), (s) => s === "cancelled"),
-        "30 seconds"
-      )
+      yield* statusBecomes(strict.id, "cancelled")
       const [strictChild] = yield* childrenOf(strict.id)
       assert.strictEqual(strictChild?.status, "paused")
       const [paused] = yield* eventsOf(strict.id, "child_paused")
@@ -242,11 +238,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
       yield* Effect.scoped(
         Effect.gen(function* () {
           yield* startSupervisor([Checkout], capsules(2))
-          yield* eventually(
-            "the parent paused",
-            Effect.map(status(unregistered.id), (s) => s === "paused"),
-            "30 seconds"
-          )
+          yield* statusBecomes(unregistered.id, "paused")
         })
       )
       expect((yield* info(unregistered.id)).error).toMatchObject({
@@ -255,11 +247,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
       })
       const bad = yield* BadInput.start({ ...waitForGo, orderId: "o5" })
       yield* startSupervisor([BadInput, Receipt], capsules(2))
-      yield* eventually(
-        "the parent paused",
-        Effect.map(status(bad.id), (s) => s === "paused"),
-        "30 seconds"
-      )
+      yield* statusBecomes(bad.id, "paused")
       expect((yield* info(bad.id)).error).toMatchObject({ tag: "InvalidWorkflowPayload" })
       assert.lengthOf(yield* childrenOf(unregistered.id), 0)
       assert.lengthOf(yield* childrenOf(bad.id), 0)
@@ -285,11 +273,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
       // the other child runs to its own end; its cancelled parent stays cancelled
       assert.strictEqual(yield* status(keptChild.id), "waiting")
       yield* client.signal(keptChild.id, "go", {})
-      yield* eventually(
-        "the kept child finished",
-        Effect.map(status(keptChild.id), (s) => s === "finished"),
-        "30 seconds"
-      )
+      yield* statusBecomes(keptChild.id, "finished")
       assert.strictEqual(yield* status(kept.id), "cancelled")
       assert.lengthOf(yield* eventsOf(kept.id, "child_ended"), 0)
       // a bad option is refused before anything happens
@@ -312,11 +296,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
         ),
         "30 seconds"
       )
-      yield* eventually(
-        "the parent finished",
-        Effect.map(status(parent.id), (s) => s === "finished"),
-        "30 seconds"
-      )
+      yield* statusBecomes(parent.id, "finished")
       assert.strictEqual((yield* info(parent.id)).output, "went on")
       const [timedOut] = yield* eventsOf(child.id, "wait_timed_out")
       const [ended] = yield* eventsOf(parent.id, "child_ended")
@@ -358,11 +338,7 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("child workflows", (i
       assert.strictEqual(report.childrenWoken, 1)
       assert.strictEqual((yield* (yield* WorkflowSweep).runOnce).childrenWoken, 0, "woken once")
       yield* startSupervisor([Checkout, Receipt], capsules(2))
-      yield* eventually(
-        "the parent finished",
-        Effect.map(status(parent.id), (s) => s === "finished"),
-        "30 seconds"
-      )
+      yield* statusBecomes(parent.id, "finished")
       expect((yield* info(parent.id)).output).toMatchObject({ receiptId: "rcpt_swept" })
     })
   )
@@ -394,15 +370,7 @@ describe("child workflows across processes", () => {
           yield* first.exited
           assert.strictEqual(yield* status(parent.id), "waiting")
           yield* spawnSupervisor(childEnv(url, "both"), bundle)
-          yield* eventually(
-            "the parent finished",
-            Effect.map(status(parent.id), (s) => s === "finished"),
-            "60 seconds"
-          )
-          assert.deepStrictEqual((yield* info(parent.id)).output, {
-            receiptId: "rcpt_k1",
-            recorded: "recorded rcpt_k1"
-          })
+          yield* finishedWithReceipt(parent.id, "k1", "60 seconds")
           assert.strictEqual(yield* status(child.id), "finished")
           assert.lengthOf(yield* childrenOf(parent.id), 1)
           assert.lengthOf(yield* eventsOf(parent.id, "child_started"), 1)
@@ -426,24 +394,12 @@ describe("child workflows across processes", () => {
           // children only from here: nothing runs the parent
           yield* spawnSupervisor(childEnv(url, "children"), bundle)
           yield* client.signal(child.id, "go", {})
-          yield* eventually(
-            "the child finished",
-            Effect.map(status(child.id), (s) => s === "finished"),
-            "60 seconds"
-          )
+          yield* statusBecomes(child.id, "finished", "60 seconds")
           // woken in the child's last transaction: its step is due, waiting for a process
           assert.strictEqual(yield* status(parent.id), "ready")
           assert.lengthOf(yield* eventsOf(parent.id, "child_ended"), 1)
           yield* spawnSupervisor(childEnv(url, "both"), bundle)
-          yield* eventually(
-            "the parent finished",
-            Effect.map(status(parent.id), (s) => s === "finished"),
-            "60 seconds"
-          )
-          assert.deepStrictEqual((yield* info(parent.id)).output, {
-            receiptId: "rcpt_k2",
-            recorded: "recorded rcpt_k2"
-          })
+          yield* finishedWithReceipt(parent.id, "k2", "60 seconds")
         })
       ),
     120_000

@@ -18,6 +18,15 @@ const createLog = Effect.flatMap(
       at timestamptz NOT NULL DEFAULT clock_timestamp())`
 )
 
+/** A test on a fresh database with the log table the crash workflows write. */
+const onCrashDatabase = <A, E, R>(body: (url: string, sql: SqlClient.SqlClient) => Effect.Effect<A, E, R>) =>
+  onFreshDatabase({}, (url) =>
+    Effect.gen(function* () {
+      yield* createLog
+      return yield* body(url, yield* SqlClient.SqlClient)
+    })
+  )
+
 /** Steps started by a process (its pid). */
 const startedBy = (pid: number) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
@@ -164,10 +173,8 @@ describe("workflow runs under SIGKILLs of their supervisors", () => {
   it.live(
     "stall action reattempt: every run finishes, each step's outcome applied once, no run left performing or ready",
     () =>
-      onFreshDatabase({}, (url) =>
+      onCrashDatabase((url, sql) =>
         Effect.gen(function* () {
-          yield* createLog
-          const sql = yield* SqlClient.SqlClient
           const { runs, killed, seed } = yield* underKills(url, "reattempt", 5)
           const settled = yield* eventually(
             "every run finished",
@@ -199,10 +206,8 @@ describe("workflow runs under SIGKILLs of their supervisors", () => {
   it.live(
     "stall action pause: only runs whose step was in flight in a killed process pause; the others finish",
     () =>
-      onFreshDatabase({}, (url) =>
+      onCrashDatabase((url, sql) =>
         Effect.gen(function* () {
-          yield* createLog
-          const sql = yield* SqlClient.SqlClient
           const client = yield* WorkflowClient
           const { runs, killed, seed } = yield* underKills(url, "pause", 4)
           yield* eventually(
@@ -249,10 +254,8 @@ describe("a drain whose timeout interrupts a step", () => {
   it.live(
     "SIGTERM with a drain timeout shorter than a step: no run paused, the step runs again, exit 0",
     () =>
-      onFreshDatabase({}, (url) =>
+      onCrashDatabase((url, sql) =>
         Effect.gen(function* () {
-          yield* createLog
-          const sql = yield* SqlClient.SqlClient
           const client = yield* WorkflowClient
           const env = { ...childEnv(url, "pause"), PGBUS_DRAIN_TIMEOUT: "1", CRASH_SLOW_MS: "30000" }
           const workflowChild = yield* workflowChildren(env)

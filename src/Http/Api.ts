@@ -379,6 +379,17 @@ const recurring = HttpApiGroup.make("recurring")
     )
   )
   .add(
+    HttpApiEndpoint.get("executions", "/recurring/:key/executions", {
+      params: { key: Schema.String },
+      query: { limit: Limit },
+      success: Schema.Array(Model.RecurringExecutionView),
+      error: ReadErrors
+    }).annotate(
+      OpenApi.Description,
+      "A recurring task's fires in the ledger, newest first (limit: 1 to 500, default 50): scheduled, or run now with who ran it (actor) and why (reason). Unknown key: 404"
+    )
+  )
+  .add(
     HttpApiEndpoint.post("runNow", "/recurring/:key/run-now", {
       params: { key: Schema.String },
       payload: Schema.Struct({ reason: Reason }),

@@ -12,7 +12,7 @@ import { locksView } from "../Operations/Locks.ts"
 import { Operations } from "../Operations/Operations.ts"
 import { NotFound, type OperationsError } from "../Operations/OperationsError.ts"
 import { jobRateView } from "../Operations/Rates.ts"
-import { recurringFireView, recurringTaskView } from "../Operations/Recurring.ts"
+import { recurringExecutionView, recurringFireView, recurringTaskView } from "../Operations/Recurring.ts"
 import type { RunFilter } from "../Operations/Workflows.ts"
 import { type RunStatus, RunStatuses } from "../Workflow/States.ts"
 import { type ApiAccess, Caller, type CallerShape, requireClusterWide, requireWrite } from "./Access.ts"
@@ -359,6 +359,13 @@ export const handlers = (
       return h
         .handle("list", () =>
           clusterWide(() => Effect.map(ops.recurringTasks, (tasks) => tasks.map(recurringTaskView)))
+        )
+        .handle("executions", ({ params, query }) =>
+          clusterWide(() =>
+            Effect.map(ops.recurringExecutions(params.key, query.limit), (r) =>
+              r.executions.map(recurringExecutionView)
+            )
+          )
         )
         .handle("runNow", ({ params, payload }) =>
           write(

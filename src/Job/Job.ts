@@ -83,16 +83,8 @@ export interface JobOptions<P, A = unknown> {
 
 const TypeId = "~effect-pgbus/Job"
 
-/**
- * A job definition.
- *
- * @category models
- */
-export interface Job<out Name extends string, in out P, out A = unknown, out E = unknown, out R = never> {
-  readonly [TypeId]: typeof TypeId
-  readonly name: Name
-  readonly payload: Schema.ConstraintCodec<P, unknown>
-  readonly success: Schema.ConstraintCodec<A, unknown> | undefined
+/** A job's settings that do not depend on its payload's type (shared by `Job` and `AnyJob`). */
+export interface JobSettings {
   readonly queue: string | undefined
   readonly priority: number | undefined
   readonly retry: RetryPolicy | undefined
@@ -103,8 +95,21 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
   readonly debounce: DebounceSpec | undefined
   readonly discardOn: ReadonlyArray<string> | undefined
   readonly deadLetterOn: ReadonlyArray<string> | undefined
-  readonly orderKey: ((payload: P) => string | undefined) | undefined
   readonly onDeadLetter: "continue" | "block" | undefined
+}
+
+/**
+ * A job definition.
+ *
+ * @category models
+ */
+export interface Job<out Name extends string, in out P, out A = unknown, out E = unknown, out R = never>
+  extends JobSettings {
+  readonly [TypeId]: typeof TypeId
+  readonly name: Name
+  readonly payload: Schema.ConstraintCodec<P, unknown>
+  readonly success: Schema.ConstraintCodec<A, unknown> | undefined
+  readonly orderKey: ((payload: P) => string | undefined) | undefined
   readonly handler: (payload: P, context: JobContext["Service"]) => Effect.Effect<A, E, R>
   /** Enqueues one job (joins the caller's transaction); returns where it is. */
   readonly enqueue: (payload: P, options?: EnqueueOptions) => Effect.Effect<JobRef, EnqueueError, JobClient>
@@ -121,23 +126,12 @@ export interface Job<out Name extends string, in out P, out A = unknown, out E =
 }
 
 /** Any job, for registries and lists. */
-export interface AnyJob {
+export interface AnyJob extends JobSettings {
   readonly [TypeId]: typeof TypeId
   readonly name: string
   readonly payload: Schema.ConstraintCodec<unknown, unknown>
   readonly success: Schema.ConstraintCodec<unknown, unknown> | undefined
-  readonly queue: string | undefined
-  readonly priority: number | undefined
-  readonly retry: RetryPolicy | undefined
-  readonly timeout: Duration.Duration | undefined
-  readonly unique: UniqueSpec | undefined
-  readonly limit: LimitSpec | undefined
-  readonly rate: RateSpec | undefined
-  readonly debounce: DebounceSpec | undefined
-  readonly discardOn: ReadonlyArray<string> | undefined
-  readonly deadLetterOn: ReadonlyArray<string> | undefined
   readonly orderKey: ((payload: never) => string | undefined) | undefined
-  readonly onDeadLetter: "continue" | "block" | undefined
   readonly handler: (payload: never, context: JobContext["Service"]) => Effect.Effect<unknown, unknown, unknown>
 }
 

@@ -3,13 +3,15 @@
  * counted in memory, per minute, queue and job, with its run time and (for a first delivery) its
  * pickup latency in fixed-boundary histograms; a flush adds the buffer to the `job_stats` rows of
  * those minutes. A worker flushes every `STATS_FLUSH_INTERVAL` (5 s), as soon as its buffer holds
- * `STATS_FLUSH_SIZE` (100) keys, and when it stops (a drain loses nothing; a SIGKILL loses at most
- * the last interval). Recording is synchronous and costs a map lookup and a few additions a job:
+ * `STATS_FLUSH_SIZE` (100) keys, and when it stops (a drain loses nothing unless its last flush
+ * outruns `STATS_LAST_FLUSH_TIMEOUT`; a SIGKILL loses at most the last interval). A write is never interrupted
+ * halfway by the drain: an interrupted INSERT may still commit, and its rows, kept for the next
+ * flush, would then be counted twice. Recording is synchronous and costs a map lookup and a few additions a job:
  * rows are per minute, never per job, so a 28k jobs/s worker writes a handful of rows a flush.
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Latch, Schedule } from "effect"
+import { Cause, Duration, Effect, Fiber, Latch } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../Config.ts"
 import { unlessUnreachable } from "../Database.ts"
@@ -28,6 +30,12 @@ export const STATS_FLUSH_SIZE = 100
 
 /** Flush at least this often. */
 export const STATS_FLUSH_INTERVAL = Duration.seconds(5)
+
+/**
+ * How long a drain waits for the flusher's last write (after the workers drained): inside the
+ * 10 s a draining child process is given past `drainTimeout` before it is killed (ChildCapsule.ts).
+ */
+export const STATS_LAST_FLUSH_TIMEOUT = Duration.seconds(5)
 
 /** Rows older than this are deleted by the dispatcher. */
 export const STATS_RETENTION = Duration.days(30)
@@ -93,8 +101,8 @@ export interface JobStatsRecorder {
 }
 
 /**
- * A statistics buffer whose flusher runs in the current scope, and whose last flush runs when the
- * scope closes.
+ * A statistics buffer whose flusher runs in the current scope; when the scope closes, the flusher
+ * ends the write it is in, flushes what is left once and stops (within `STATS_LAST_FLUSH_TIMEOUT`).
  */
 export const make = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
@@ -195,21 +203,37 @@ export const make = Effect.gen(function* () {
     return statements.jobStatsAdd([...taken.values()].map(toDelta)).pipe(
       Effect.asVoid,
       Effect.catchCause((cause) =>
-        Effect.sync(() => {
-          // kept for the next flush (the stats are advisory: a lasting failure only logs)
-          merge(buffer, taken)
-        }).pipe(
-          Effect.andThen(unlessUnreachable(config, Effect.logWarning("pgbus: could not write job statistics", cause)))
-        )
+        // interrupted past the drain's deadline: given up, quietly (the write may have committed)
+        Cause.hasInterruptsOnly(cause)
+          ? Effect.void
+          : Effect.sync(() => {
+              // kept for the next flush (the stats are advisory: a lasting failure only logs)
+              merge(buffer, taken)
+            }).pipe(
+              Effect.andThen(
+                unlessUnreachable(config, Effect.logWarning("pgbus: could not write job statistics", cause))
+              )
+            )
       )
     )
   })
 
-  const flusher = Effect.race(full.await, Effect.sleep(STATS_FLUSH_INTERVAL)).pipe(
-    Effect.andThen(flush),
-    Effect.repeat(Schedule.forever)
+  // the drain asks the flusher to stop rather than interrupting it, so a write it is in ends
+  const stopping = Latch.makeUnsafe(false)
+  const flusher = Effect.gen(function* () {
+    while (!Latch.isOpen(stopping)) {
+      yield* Effect.raceAll([full.await, stopping.await, Effect.sleep(STATS_FLUSH_INTERVAL)])
+      yield* flush
+    }
+  })
+  const fiber = yield* Effect.forkScoped(flusher)
+  // added after the fork, so it runs before the fiber is interrupted: only one past the deadline is
+  yield* Effect.addFinalizer(() =>
+    Effect.sync(() => stopping.openUnsafe()).pipe(
+      Effect.andThen(Fiber.await(fiber)),
+      Effect.timeoutOption(STATS_LAST_FLUSH_TIMEOUT),
+      Effect.asVoid
+    )
   )
-  yield* Effect.forkScoped(flusher)
-  yield* Effect.addFinalizer(() => flush)
   return { record, flush } satisfies JobStatsRecorder
 })

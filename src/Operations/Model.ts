@@ -654,6 +654,26 @@ export const RecurringTaskView = Schema.Struct({
 })
 export type RecurringTaskView = typeof RecurringTaskView.Type
 
+/** A fire in a recurring task's ledger: scheduled, or run now (by whom and why). */
+export const RecurringExecutionView = Schema.Struct({
+  /** The slot it fired for (a run-now: the time it was asked). */
+  runAt: Schema.String,
+  /** A run-now (true) or a scheduled fire. */
+  manual: Schema.Boolean,
+  queue: Schema.String,
+  /** `<queue>:<msg_id>` of the job's message (null for a workflow's schedule). */
+  messageId: NullableString,
+  createdAt: Schema.String,
+  /**
+   * Who ran it now (`api:<actor>`, `dashboard:<actor>`, `mcp:<client>`, `cli:<user>`); null for a
+   * scheduled fire, or a run-now recorded before the ledger kept it.
+   */
+  actor: NullableString,
+  /** Why it was run now (null when no reason was given, and for a scheduled fire). */
+  reason: NullableString
+})
+export type RecurringExecutionView = typeof RecurringExecutionView.Type
+
 /** What a run-now did: the job's message, the run it started, or the singleton run holding the slot. */
 export const RecurringFireView = Schema.Struct({
   task: Schema.String,

@@ -129,7 +129,8 @@ const build = (deps: Deps) => {
     blockedKeys: queues.blockedKeys,
     releaseKey: queues.releaseKey,
     recurringTasks: recurring.recurringTasks,
-    runRecurringNow: recurring.runRecurringNow
+    runRecurringNow: recurring.runRecurringNow,
+    recurringExecutions: recurring.recurringExecutions
   }
 }
 

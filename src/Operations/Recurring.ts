@@ -2,14 +2,14 @@
  * Recurring tasks on the operations surface: every stored task with its schedule, what it fires,
  * its last and next fire (what `pgbus recurring list` prints), and firing one now through the
  * scheduler's `runNow` (a manual fire in the ledger, with who fired it and why; its schedule is
- * unchanged), also logged.
+ * unchanged), also logged; a task's fires in the ledger, each run-now's actor and reason with it.
  *
  * @since 0.1.0
  */
 import { Effect, Option } from "effect"
-import type { Fire, TaskSummary } from "../Recurring/Scheduler.ts"
-import type { Change, Deps } from "./Deps.ts"
-import type { RecurringFireView, RecurringTaskView } from "./Model.ts"
+import type { Execution, Fire, TaskSummary } from "../Recurring/Scheduler.ts"
+import { type Change, type Deps, iso, pageSize } from "./Deps.ts"
+import type { RecurringExecutionView, RecurringFireView, RecurringTaskView } from "./Model.ts"
 import { InvalidRequest, NotFound, type OperationsError } from "./OperationsError.ts"
 import { fromQueueError } from "./Queues.ts"
 
@@ -33,6 +33,17 @@ export const recurringTaskView = (t: TaskSummary): RecurringTaskView => ({
     t.lastManual === null
       ? null
       : { runAt: t.lastManual.runAt.toISOString(), actor: t.lastManual.actor, reason: t.lastManual.reason }
+})
+
+/** A fire in the ledger as the JSON API answers it. */
+export const recurringExecutionView = (e: Execution): RecurringExecutionView => ({
+  runAt: iso(e.runAt),
+  manual: e.manual,
+  queue: e.queue,
+  messageId: e.msgId === null ? null : `${e.queue}:${e.msgId}`,
+  createdAt: iso(e.createdAt),
+  actor: e.actor,
+  reason: e.reason
 })
 
 /** What a manual fire did, in words. */
@@ -101,5 +112,17 @@ export const makeRecurring = (deps: Deps) => {
       return fire
     })
 
-  return { recurringTasks, runRecurringNow }
+  /** A stored task and its fires in the ledger, newest first (`limit`: 1 to 500, default 50). */
+  const recurringExecutions = (
+    key: string,
+    limit?: number
+  ): Effect.Effect<{ readonly task: TaskSummary; readonly executions: ReadonlyArray<Execution> }, OperationsError> =>
+    Effect.gen(function* () {
+      const size = yield* pageSize(limit)
+      const task = (yield* recurring.list).find((t) => t.key === key)
+      if (task === undefined) return yield* new NotFound({ kind: "recurring task", id: key })
+      return { task, executions: yield* recurring.executions(key, size) }
+    })
+
+  return { recurringTasks, runRecurringNow, recurringExecutions }
 }

@@ -78,6 +78,18 @@ export interface ManualFire {
   readonly reason: string | null
 }
 
+/** A fire in the ledger: scheduled, or run now by `actor` for `reason` (null for a scheduled one). */
+export interface Execution {
+  readonly runAt: Date
+  readonly manual: boolean
+  readonly queue: string
+  /** The job's message (null for a workflow's schedule, or a fire that started nothing). */
+  readonly msgId: bigint | null
+  readonly createdAt: Date
+  readonly actor: string | null
+  readonly reason: string | null
+}
+
 /** A task as `pgbus recurring list` shows it. */
 export interface TaskSummary {
   readonly key: string
@@ -172,6 +184,8 @@ export class RecurringScheduler extends Context.Service<
     >
     /** Every stored task with its last and next fire. */
     readonly list: Effect.Effect<ReadonlyArray<TaskSummary>, DatabaseError>
+    /** A task's fires in the ledger, newest first, at most `limit` (none for an unknown key). */
+    readonly executions: (key: string, limit: number) => Effect.Effect<ReadonlyArray<Execution>, DatabaseError>
     /** Deletes ledger rows past the retention (each task's latest scheduled fire stays). */
     readonly purge: Effect.Effect<number, DatabaseError>
   }
@@ -398,6 +412,24 @@ export class RecurringScheduler extends Context.Service<
         return rows.map((r) => summaryOf(r, clock!.now))
       }).pipe(Effect.mapError(toDatabaseError("list recurring tasks")))
 
+      const executions = (key: string, limit: number) =>
+        statements.executionList(key, limit).pipe(
+          Effect.map((rows) =>
+            rows.map(
+              (r): Execution => ({
+                runAt: r.run_at,
+                manual: r.manual,
+                queue: r.queue,
+                msgId: r.msg_id,
+                createdAt: r.created_at,
+                actor: r.actor,
+                reason: r.reason
+              })
+            )
+          ),
+          Effect.mapError(toDatabaseError("list a recurring task's fires"))
+        )
+
       const purge = Effect.flatMap(statementNow, (now) =>
         statements.executionsDeleteOld(Duration.toMillis(config.recurringExecutionRetention), now)
       ).pipe(
@@ -405,7 +437,7 @@ export class RecurringScheduler extends Context.Service<
         Effect.mapError(toDatabaseError("recurring ledger retention"))
       )
 
-      return RecurringScheduler.of({ sync, session, runNow, list, purge })
+      return RecurringScheduler.of({ sync, session, runNow, list, executions, purge })
     })
   )
 }

@@ -2,18 +2,19 @@
  * Recurring tasks: every task the scheduler's leader stored, with its schedule in words and as
  * cron, what it fires (a job, or a workflow's run) on which queue, its catch-up, when it last
  * fired and when it fires next, and a Run now button (with a reason) that fires it at once
- * through the scheduler's ledger, its schedule unchanged.
+ * through the scheduler's ledger, its schedule unchanged; a task's page lists its fires in the
+ * ledger, with who ran each run-now and why.
  *
  * @since 0.1.0
  */
 import { Effect } from "effect"
 import type { RecurringTaskView } from "../../Operations/Model.ts"
 import { Operations } from "../../Operations/Operations.ts"
-import { describeFire, recurringTaskView } from "../../Operations/Recurring.ts"
+import { describeFire, recurringExecutionView, recurringTaskView } from "../../Operations/Recurring.ts"
 import { ago, num } from "../Format.ts"
 import { html } from "../Html.ts"
 import { field, ok, type PageModule, postForm } from "../Page.ts"
-import { card, n, table } from "../Views.ts"
+import { card, facts, n, table } from "../Views.ts"
 
 /** What each catch-up setting does, in words. */
 const catchUpText = {
@@ -52,7 +53,7 @@ ${card("fires", num(fires), "in the ledger (kept for the retention; each task's 
 ${table(
   ["task", "schedule", "runs", "queue", "catch-up", "last run", "next run", n("fires"), ""],
   tasks.map((t) => [
-    html`<code>${t.key}</code>${t.description === null ? "" : html`<br><small class="muted">${t.description}</small>`}`,
+    html`<a href="${ctx.base}/recurring/${encodeURIComponent(t.key)}"><code>${t.key}</code></a>${t.description === null ? "" : html`<br><small class="muted">${t.description}</small>`}`,
     html`${t.schedule}${t.schedule === t.cron ? "" : html` <small class="muted">(${t.cron})</small>`}<br><small class="muted">${t.timeZone}</small>`,
     t.kind === "job" ? html`job ${t.job}` : html`a run of workflow ${t.workflow}`,
     t.queue,
@@ -68,6 +69,41 @@ ${table(
   }
 )}
 <p class="muted">Run now fires a task at once, recorded in the ledger as a manual fire; its schedule is unchanged. A workflow's schedule starts its run only where the workflow is registered (the app's Registry layer).</p>`
+        })
+    },
+    {
+      path: "/recurring/:key",
+      clusterWide: true,
+      title: (ctx) => `Recurring task ${ctx.params.key ?? ""}`,
+      view: (ctx) =>
+        Effect.gen(function* () {
+          const found = yield* (yield* Operations).recurringExecutions(ctx.params.key ?? "")
+          const t = recurringTaskView(found.task)
+          return html`<h1>Recurring task <code>${t.key}</code></h1><p><a href="${ctx.base}/recurring">← recurring tasks</a></p>
+${facts([
+  ["schedule", html`${t.schedule} <small class="muted">(${t.cron}, ${t.timeZone})</small>`],
+  ["runs", t.kind === "job" ? html`job ${t.job}` : html`a run of workflow ${t.workflow}`],
+  ["queue", t.queue],
+  ["next run", t.nextRunAt === null ? "—" : ago(t.nextRunAt, ctx.now)],
+  ["fires", num(t.fires)]
+])}
+<h2>Fires</h2>
+${table(
+  ["fired", "for", "queue", "message", "by", "reason"],
+  found.executions
+    .map(recurringExecutionView)
+    .map((e) => [
+      ago(e.createdAt, ctx.now),
+      e.manual ? "run now" : html`slot ${e.runAt}`,
+      e.queue,
+      e.messageId ?? "—",
+      e.manual
+        ? (e.actor ?? html`<span class="muted">(not recorded)</span>`)
+        : html`<span class="muted">schedule</span>`,
+      e.reason ?? ""
+    ]),
+  { empty: "no fire in the ledger (kept for the retention)", id: "recurring-executions" }
+)}`
         })
     }
   ],

@@ -10,13 +10,12 @@ import type { RunStatus, Verb } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
 import type { ClaimRow, OnTimeout, StepRow } from "./Rows.ts"
 
-/** Wait statements of one schema. */
-export const makeWaitSql = (ctx: WorkflowSqlContext) => {
+/** Parking a step at its gate and waking it (a signal, or its deadline). */
+const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
   const {
     runs,
     steps,
     events,
-    signals,
     NOW,
     stepMessage,
     claimedStepColumns,
@@ -152,6 +151,13 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
       SELECT ${claimColumns}, ${message.claimed} FROM r, s`
   }
 
+  return { stepPark, stepWake, stepWakeClaim }
+}
+
+/** Resolving a waiting step (skip, pause, cancel) and the rewait after a pause. */
+const makeResolveWaitSql = (ctx: WorkflowSqlContext) => {
+  const { runs, steps, events, signals, NOW, stepMessage, sql, messageCtes, fromIn, toOf } = ctx
+
   /** The step a run waits at (status waiting), if any. */
   const stepWaitingOf = (runId: string) =>
     sql<StepRow>`SELECT * FROM ${steps} WHERE run_id = ${runId}::uuid AND status = 'waiting' ORDER BY id DESC LIMIT 1`
@@ -242,12 +248,8 @@ export const makeWaitSql = (ctx: WorkflowSqlContext) => {
         FROM r WHERE ru.id = r.id RETURNING ru.id)
       SELECT u.id FROM u`
 
-  return {
-    stepPark,
-    stepWake,
-    stepWakeClaim,
-    stepWaitingOf,
-    stepResolveWaiting,
-    runRewait
-  }
+  return { stepWaitingOf, stepResolveWaiting, runRewait }
 }
+
+/** Wait statements of one schema. */
+export const makeWaitSql = (ctx: WorkflowSqlContext) => ({ ...makeParkWakeSql(ctx), ...makeResolveWaitSql(ctx) })
