@@ -157,9 +157,12 @@ export const DatabaseClock = Context.Reference<"database" | "effect">("effect-pg
   defaultValue: () => "database"
 })
 
-/** The `$now` to bind in a time-dependent statement (null means the database's `now()`). */
-export const statementNow: Effect.Effect<Date | null> = Effect.flatMap(DatabaseClock, (clock) =>
-  clock === "database" ? Effect.succeed(null) : Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+/**
+ * The `$now` to bind in a time-dependent statement (null means the database's `now()`). One read
+ * of the fiber's references: it is bound in several statements of every workflow step.
+ */
+export const statementNow: Effect.Effect<Date | null> = Effect.withFiberSucceed((fiber) =>
+  fiber.getRef(DatabaseClock) === "database" ? null : new Date(fiber.getRef(Clock.Clock).currentTimeMillisUnsafe())
 )
 
 /** Layer that makes every statement use Effect's `Clock` (TestClock in tests). */

@@ -102,17 +102,20 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
   })
 
   group.pumps.push(pump)
+  // per item: no generator and no Effect to make its Deferred (a workflow step sends one or two items)
   return (item) =>
-    Effect.gen(function* () {
-      const queued: Queued = { item, done: yield* Deferred.make<O, E>() }
+    Effect.suspend(() => {
+      const queued: Queued = { item, done: Deferred.makeUnsafe<O, E>() }
       waiting.push(queued)
-      yield* pump
-      return yield* Deferred.await(queued.done).pipe(
-        Effect.onInterrupt(() =>
-          Effect.sync(() => {
-            const at = waiting.indexOf(queued)
-            if (at >= 0) waiting.splice(at, 1)
-          })
+      return Effect.andThen(
+        pump,
+        Deferred.await(queued.done).pipe(
+          Effect.onInterrupt(() =>
+            Effect.sync(() => {
+              const at = waiting.indexOf(queued)
+              if (at >= 0) waiting.splice(at, 1)
+            })
+          )
         )
       )
     })

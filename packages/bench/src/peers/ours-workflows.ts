@@ -52,6 +52,24 @@ const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
 // during the timed phase. BENCH_OURS_PROFILE=1 also tallies every span by name and statement text
 // (count and time) and prints the tally to stderr: a diagnostic run, not to be measured.
 const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
+// BENCH_OURS_CPUPROF=<file>: a V8 CPU profile of the timed phase only (no startup, no migration), written
+// to <file> (.cpuprofile, for DevTools or a script): a diagnostic run, not to be measured.
+const CPUPROF = process.env.BENCH_OURS_CPUPROF
+const cpuProfiler = async (): Promise<(() => Promise<void>) | undefined> => {
+  if (CPUPROF === undefined || CPUPROF === "") return undefined
+  const { Session } = await import("node:inspector/promises")
+  const { writeFileSync } = await import("node:fs")
+  const session = new Session()
+  session.connect()
+  await session.post("Profiler.enable")
+  await session.post("Profiler.setSamplingInterval", { interval: 200 })
+  await session.post("Profiler.start")
+  return async () => {
+    const { profile } = await session.post("Profiler.stop")
+    writeFileSync(CPUPROF, JSON.stringify(profile))
+    session.disconnect()
+  }
+}
 interface Tally {
   count: number
   ns: bigint
@@ -75,7 +93,50 @@ class CountingSpan extends Tracer.NativeSpan {
     super.end(endTime, exit)
   }
 }
-const counting = Tracer.make({ span: (options) => new CountingSpan(options) })
+// BENCH_OURS_OPS=1: counts the Effect primitives every fiber evaluates during the timed phase (by
+// primitive), through the tracer's per-primitive hook: a load-independent measure of the work per run.
+const OPS = process.env.BENCH_OURS_OPS === "1"
+// BENCH_OURS_OPS_DETAIL=<span name>|(none): the primitives evaluated inside that span, by the source of their function
+const OPS_DETAIL = process.env.BENCH_OURS_OPS_DETAIL
+const EFFECT = "~effect/Effect"
+const EVALUATE = "~effect/Effect/evaluate"
+const sourceOf = new WeakMap<object, string>()
+const IDENTIFIER = "~effect/Effect/identifier"
+let ops = 0
+const opsBy = new Map<string, number>()
+type Primitive = Record<string, unknown> & { readonly [EVALUATE]: (fiber: unknown) => unknown }
+const counting = Tracer.make({
+  span: (options) => new CountingSpan(options),
+  ...(OPS
+    ? {
+        context: <X>(primitive: unknown, fiber: unknown): X => {
+          const p = primitive as Primitive
+          if (recording) {
+            ops++
+            const id = String(p[IDENTIFIER] ?? p._tag ?? "?")
+            opsBy.set(id, (opsBy.get(id) ?? 0) + 1)
+            // by the innermost span the fiber runs in (a phase: start, run, step, statement, none)
+            const span = (fiber as { readonly currentSpanLocal?: { readonly name: string } }).currentSpanLocal
+            const phase = `span ${span?.name ?? "(none)"}`
+            opsBy.set(phase, (opsBy.get(phase) ?? 0) + 1)
+            if (OPS_DETAIL !== undefined && (span?.name ?? "(none)") === OPS_DETAIL) {
+              const fn = [p.payload, p[`${EFFECT}/successCont`], p[`${EFFECT}/args`]].find(
+                (f): f is (...a: ReadonlyArray<unknown>) => unknown => typeof f === "function"
+              )
+              let text = fn === undefined ? "" : sourceOf.get(fn)
+              if (fn !== undefined && text === undefined) {
+                text = fn.toString().replace(/\s+/g, " ").slice(0, 90)
+                sourceOf.set(fn, text)
+              }
+              const key = `in ${id} ${text}`
+              opsBy.set(key, (opsBy.get(key) ?? 0) + 1)
+            }
+          }
+          return p[EVALUATE](fiber) as X
+        }
+      }
+    : {})
+})
 const traced = Layer.succeed(Tracer.Tracer, counting)
 
 await resetDatabase(DB)
@@ -124,9 +185,11 @@ try {
     await runP(JobClient.use((client) => client.ensureQueue(queue)))
     const stop = startWorkers(queue)
     await sleep(500)
+    const stopProfile = await cpuProfiler()
     recording = true
     const r = await runW3({ start: (i) => runP(ThreeSteps.start({ n: i })), finished, pollMs: W3_POLL_MS })
     recording = false
+    await stopProfile?.()
     await stop()
     if (PROFILE) {
       const rows = [...tally].sort((a, b) => Number(b[1].ns - a[1].ns))
@@ -136,6 +199,14 @@ try {
         console.error(
           `  ${String(t.count).padStart(7)} ${(t.count / Math.max(1, r.completed)).toFixed(2).padStart(6)} ${ms.toFixed(0).padStart(7)} ${(ms / t.count).toFixed(2).padStart(7)}  ${key}`
         )
+      }
+    }
+    if (OPS) {
+      console.error(
+        `ours-workflows Effect primitives (timed phase): ${(ops / Math.max(1, r.completed)).toFixed(1)} per run`
+      )
+      for (const [id, n] of [...opsBy].sort((a, b) => b[1] - a[1]).slice(0, OPS_DETAIL !== undefined ? 120 : 40)) {
+        console.error(`  ${(n / Math.max(1, r.completed)).toFixed(1).padStart(8)}  ${id}`)
       }
     }
     // every run finished with n + 3, with one completed row per step

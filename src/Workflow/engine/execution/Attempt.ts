@@ -25,21 +25,30 @@ interface Opened {
   readonly readers: SignalReaders["Service"]
 }
 
+/** What a step with no signal and no guard reads. */
+const openAtOnce: Effect.Effect<Opened> = Effect.succeed({
+  received: undefined,
+  readers: { woken: false, signalReady: false }
+})
+
 /** Builds the claimed step's attempt, on one execution. */
 export const makeAttempt = (ctx: EngineContext, st: ExecutionState, gate: Gate) => {
   const { config } = ctx
   const { claim, def, runId, runContext } = st
 
-  /** The signal gate and guards: what the step reads, or the step's end (parked, cancelled, ...). */
-  const open = <A>(step: Target, options: RunnerStepOptions<A>, timedOut: boolean) =>
-    Effect.gen(function* () {
-      // woken with its signal and no guards: the claim read the held signal, which cannot
-      // change while the step is in progress, so the gate needs no transaction of its own
-      const heldAtClaim =
-        claim.step_id === step.id && !timedOut && def.cancelIf === undefined && options.skipIf === undefined
-          ? claim.held_signal
-          : null
-      if (heldAtClaim !== null && (options.waitFor !== undefined || options.takesHeldSignal === true)) {
+  /**
+   * The signal gate and guards: what the step reads, or the step's end (parked, cancelled, ...).
+   * A step with no signal and no guard (the common case) opens at once, with no Effect of its own.
+   */
+  const open = <A>(step: Target, options: RunnerStepOptions<A>, timedOut: boolean) => {
+    // woken with its signal and no guards: the claim read the held signal, which cannot
+    // change while the step is in progress, so the gate needs no transaction of its own
+    const heldAtClaim =
+      claim.step_id === step.id && !timedOut && def.cancelIf === undefined && options.skipIf === undefined
+        ? claim.held_signal
+        : null
+    if (heldAtClaim !== null && (options.waitFor !== undefined || options.takesHeldSignal === true)) {
+      return Effect.gen(function* () {
         const decoded = yield* (
           options.waitFor === undefined
             ? Effect.succeed(heldAtClaim.payload)
@@ -51,19 +60,20 @@ export const makeAttempt = (ctx: EngineContext, st: ExecutionState, gate: Gate) 
           received: { id: String(heldAtClaim.id), name: heldAtClaim.name, payload: decoded.value },
           readers: { woken, signalReady: woken }
         } satisfies Opened
-      }
-      if (
-        def.cancelIf !== undefined ||
-        options.skipIf !== undefined ||
-        options.waitFor !== undefined ||
-        options.takesHeldSignal === true
-      ) {
-        const guard = yield* gate(step, options, timedOut)
-        if (guard._tag !== "Opened") return guard
-        return { received: guard.received, readers: guard.readers } satisfies Opened
-      }
-      return { received: undefined, readers: { woken: false, signalReady: false } } satisfies Opened
-    })
+      })
+    }
+    if (
+      def.cancelIf !== undefined ||
+      options.skipIf !== undefined ||
+      options.waitFor !== undefined ||
+      options.takesHeldSignal === true
+    ) {
+      return Effect.map(gate(step, options, timedOut), (guard) =>
+        guard._tag !== "Opened" ? guard : ({ received: guard.received, readers: guard.readers } satisfies Opened)
+      )
+    }
+    return openAtOnce as Effect.Effect<Opened>
+  }
 
   /** The claimed step's attempt, up to how it ended. */
   const attempt = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>

@@ -28,13 +28,12 @@ export const makeClaim = (
   const holding = <A extends { readonly id: bigint } | { readonly step_id: bigint | null }, E, R>(
     claimed: Effect.Effect<ReadonlyArray<A>, E, R>
   ) =>
-    Effect.tap(claimed, (rows) =>
-      Effect.sync(() => {
-        const row = rows[0]
-        const id = row === undefined ? null : "step_id" in row ? row.step_id : row.id
-        if (id !== null) ex.held = id
-      })
-    )
+    Effect.map(claimed, (rows) => {
+      const row = rows[0]
+      const id = row === undefined ? null : "step_id" in row ? row.step_id : row.id
+      if (id !== null) ex.held = id
+      return rows
+    })
 
   /** A fresh run claims itself alone, then replays from that claim. */
   const claimForRestart = Effect.gen(function* () {

@@ -129,12 +129,11 @@ export const makeOutcome = (
               )
             )
       ).pipe(
-        Effect.tap((r) =>
-          Effect.sync(() => {
-            if (ex.pending?.step.id === step.id) ex.pending = undefined
-            if (r?.next_status === "in_progress" && r.next_id !== null) ex.held = r.next_id
-          })
-        ),
+        Effect.map((r) => {
+          if (ex.pending?.step.id === step.id) ex.pending = undefined
+          if (r?.next_status === "in_progress" && r.next_id !== null) ex.held = r.next_id
+          return r
+        }),
         Effect.uninterruptible
       )
       if (r === undefined || r.applied === 0n) {

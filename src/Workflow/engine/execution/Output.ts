@@ -15,39 +15,48 @@ import type { RunnerStepOptions, Target } from "./State.ts"
 /** How a failed attempt ends, before the policies resolve it. */
 export const failedWith = (error: unknown): StepEnd => ({ _tag: "Failed", error })
 
-/** A step's value, encoded and checked: `Completed` with its stored text, or `Failed`. */
+/** A step's encoded value, checked: `Completed` with its stored text, or `Failed`. */
+const checkedEnd = <A>(
+  step: Target,
+  value: A,
+  encoded: unknown,
+  hasSchema: boolean,
+  maxPayloadSize: number
+): StepEnd => {
+  // what is stored must come back the same from JSON, or replay sees another value (or
+  // fails to decode it): the output itself, or what its Schema encodes it to
+  const mismatch = encoded === undefined ? undefined : jsonMismatch(encoded, hasSchema ? "encoded output" : "output")
+  if (mismatch !== undefined) return failedWith(new OutputNotJson({ step: step.name, detail: mismatch }))
+  let outputText: string | undefined
+  try {
+    outputText = encoded === undefined ? undefined : JSON.stringify(encoded)
+  } catch (e) {
+    return failedWith(e)
+  }
+  if (outputText !== undefined) {
+    if (!isStorableJson(outputText)) return failedWith(new OutputNotStorable({ step: step.name }))
+    const size = Buffer.byteLength(outputText, "utf8")
+    if (size > maxPayloadSize) {
+      return failedWith(new OutputTooLarge({ step: step.name, size, limit: maxPayloadSize }))
+    }
+  }
+  return { _tag: "Completed", value, output: outputText ?? null } as const
+}
+
+/**
+ * A step's value, encoded and checked: `Completed` with its stored text, or `Failed`. Without an
+ * `output` Schema nothing is encoded: the checks run at once, with no Effect of their own.
+ */
 export const completedEnd = <A>(
   step: Target,
   value: A,
   options: RunnerStepOptions<A>,
   maxPayloadSize: number
 ): Effect.Effect<StepEnd> =>
-  Effect.gen(function* () {
-    const encodedOutput = yield* (
-      options.output === undefined
-        ? Effect.succeed(value as unknown)
-        : Schema.encodeEffect(options.output)(value).pipe(Effect.mapError((e) => e as unknown))
-    ).pipe(Effect.result)
-    if (encodedOutput._tag === "Failure") return failedWith(encodedOutput.failure)
-    // what is stored must come back the same from JSON, or replay sees another value (or
-    // fails to decode it): the output itself, or what its Schema encodes it to
-    const mismatch =
-      encodedOutput.success === undefined
-        ? undefined
-        : jsonMismatch(encodedOutput.success, options.output === undefined ? "output" : "encoded output")
-    if (mismatch !== undefined) return failedWith(new OutputNotJson({ step: step.name, detail: mismatch }))
-    let outputText: string | undefined
-    try {
-      outputText = encodedOutput.success === undefined ? undefined : JSON.stringify(encodedOutput.success)
-    } catch (e) {
-      return failedWith(e)
-    }
-    if (outputText !== undefined) {
-      if (!isStorableJson(outputText)) return failedWith(new OutputNotStorable({ step: step.name }))
-      const size = Buffer.byteLength(outputText, "utf8")
-      if (size > maxPayloadSize) {
-        return failedWith(new OutputTooLarge({ step: step.name, size, limit: maxPayloadSize }))
-      }
-    }
-    return { _tag: "Completed", value, output: outputText ?? null } as const
-  })
+  options.output === undefined
+    ? Effect.succeed(checkedEnd(step, value, value, false, maxPayloadSize))
+    : Effect.map(Effect.result(Schema.encodeEffect(options.output)(value)), (encoded) =>
+        encoded._tag === "Failure"
+          ? failedWith(encoded.failure)
+          : checkedEnd(step, value, encoded.success, true, maxPayloadSize)
+      )

@@ -35,11 +35,13 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
 
   /** Runs the step whose turn it is (claimed): its attempt ends in a `StepEnd`, applied by `applyEnd`. */
   const runTarget = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>
-    Effect.gen(function* () {
+    Effect.withFiber((fiber) => {
       st.targetReached = true
-      const startedAt = yield* Clock.currentTimeMillis
-      const end = yield* attempt(step, effect, options)
-      return (yield* applyEnd(step, end, options as StepOptions<unknown>, startedAt)) as A
+      const startedAt = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
+      return Effect.flatMap(
+        attempt(step, effect, options),
+        (end) => applyEnd(step, end, options as StepOptions<unknown>, startedAt) as Effect.Effect<A>
+      )
     })
 
   /**
@@ -47,7 +49,17 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
    * completed (or skipped) attempt's outcome waits for the next step (`ex.pending`) and its value
    * goes back to the body; every other end is written here and halts the execution.
    */
-  const applyEnd = (step: Target, first: StepEnd, options: StepOptions<unknown>, startedAt: number) =>
+  const applyEnd = (step: Target, first: StepEnd, options: StepOptions<unknown>, startedAt: number) => {
+    // the common end, with no loop: the value goes back to the body
+    if (first._tag === "Completed") {
+      ex.pending = { step, status: "completed", output: first.output }
+      return Effect.as(recordStep(step, "completed", startedAt), first.value)
+    }
+    return applyOtherEnd(step, first, options, startedAt)
+  }
+
+  /** `applyEnd` of every end but a plain completion (which it may still come to, after a poll). */
+  const applyOtherEnd = (step: Target, first: StepEnd, options: StepOptions<unknown>, startedAt: number) =>
     Effect.gen(function* () {
       let end: StepEnd = first
       while (true) {
