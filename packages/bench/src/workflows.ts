@@ -16,7 +16,9 @@
  * (the tuned configuration, ours_tuned_runs_per_s in the JSON line, 10; the defaults, no readAhead given, are ours_runs_per_s), BENCH_W3_RUNS (1000),
  * BENCH_W3_POLL_MS (completion polling of effect-pgbus, 10; pg-workflows keeps the harness's 10),
  * BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), BENCH_PHASE_CAP_MS (120000), BENCH_RUN_TIMEOUT_MS
- * (per run, 300000), BENCH_RESULTS (append every run's JSON to this file), DATABASE_URL.
+ * (per run, 300000), BENCH_RESULTS (append every run's JSON to this file), DATABASE_URL,
+ * BENCH_OURS_STATEMENTS=1 (count effect-pgbus's statements per run: installs a counting tracer,
+ * which makes the library open the spans it skips without one; a diagnostic, not for measuring).
  *
  * This file also holds the W3 driver the three run processes share (`runW3`); it runs the
  * orchestrator only when it is the program itself, and loads nothing heavy for the peers.
@@ -372,8 +374,9 @@ const main = async () => {
   p(
     "- Commits / run = the run database's `xact_commit` over the whole run process (setup included, completion polls removed) / runs finished; " +
       "row writes / run = its `tup_inserted + tup_updated + tup_deleted` / runs finished. PG CPU = every `postgres` process over the timed phase, " +
-      "Node CPU = the run process; peak RSS its `VmHWM`. Statements / run (effect-pgbus only): SQL statements its client ran in the timed " +
-      "phase (one span each), completion polls removed, / runs finished."
+      "Node CPU = the run process; peak RSS its `VmHWM`. Statements / run (effect-pgbus only, with BENCH_OURS_STATEMENTS=1): SQL statements its client ran in the timed " +
+      "phase (one span each), completion polls removed, / runs finished; counting them installs a tracer, which makes the library open spans " +
+      "it skips without one, so the measured runs go without it (n/a) unless it is set."
   )
   p()
   p(`### W3 durable workflows: ${W3_RUNS} runs of a 3-step no-op workflow (first start call to last run finished)`)

@@ -47,9 +47,11 @@ const ThreeSteps = Workflow.make(
 // Silent like the peers' loggers: warnings and errors only.
 const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
 
-// Statement counter: Effect opens a span for every SQL statement anyway (the default tracer's
-// in-memory spans); this tracer is the default one plus a count of the statement spans that end
-// during the timed phase. BENCH_OURS_PROFILE=1 also tallies every span by name and statement text
+// Statement counter, installed only for a diagnostic run (BENCH_OURS_STATEMENTS=1, _PROFILE or
+// _OPS): a tracer other than the native one makes the library open the spans it skips without a
+// tracing backend (queue reads, archives, sends), which costs Node CPU a user without tracing does
+// not pay. It is the default tracer plus a count of the statement spans that end during the timed
+// phase. BENCH_OURS_PROFILE=1 also tallies every span by name and statement text
 // (count and time) and prints the tally to stderr: a diagnostic run, not to be measured.
 const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
 // BENCH_OURS_CPUPROF=<file>: a V8 CPU profile of the timed phase only (no startup, no migration), written
@@ -137,7 +139,10 @@ const counting = Tracer.make({
       }
     : {})
 })
-const traced = Layer.succeed(Tracer.Tracer, counting)
+const COUNT = PROFILE || OPS || process.env.BENCH_OURS_STATEMENTS === "1"
+const traced = COUNT ? Layer.succeed(Tracer.Tracer, counting) : Layer.empty
+const withTracer = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  COUNT ? Effect.provideService(effect, Tracer.Tracer, counting) : effect
 
 await resetDatabase(DB)
 const runtime = ManagedRuntime.make(
@@ -148,12 +153,7 @@ const runtime = ManagedRuntime.make(
   )
 )
 const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
-  runtime.runPromise(
-    effect.pipe(
-      Effect.provideService(References.MinimumLogLevel, "Warn"),
-      Effect.provideService(Tracer.Tracer, counting)
-    )
-  )
+  runtime.runPromise(effect.pipe(Effect.provideService(References.MinimumLogLevel, "Warn"), withTracer))
 
 /** Starts the supervisor (one capsule on the workflow queue) in the background; the returned function drains it. */
 const startWorkers = (queue: string): (() => Promise<void>) => {
@@ -165,7 +165,7 @@ const startWorkers = (queue: string): (() => Promise<void>) => {
     }).pipe(
       Effect.provide(Registry.layer([ThreeSteps])),
       Effect.provideService(References.MinimumLogLevel, "Warn"),
-      Effect.provideService(Tracer.Tracer, counting)
+      withTracer
     )
   )
   return () => runtime.runPromise(Fiber.interrupt(fiber))
@@ -230,7 +230,9 @@ try {
       result: {
         ...r,
         // statements of the timed phase, less the completion polls (one WorkflowClient.counts each)
-        statementsPerRun: Math.round(((statements - r.polls) / Math.max(1, r.completed)) * 100) / 100,
+        ...(COUNT
+          ? { statementsPerRun: Math.round(((statements - r.polls) / Math.max(1, r.completed)) * 100) / 100 }
+          : {}),
         runsCorrect: check.rows[0]?.ok,
         stepRows: check.rows[0]?.steps,
         eventRows: check.rows[0]?.events,
