@@ -75,22 +75,44 @@ const STEADY_TOTAL_MS = LONG ? 600 * S : STEADY_PRE_MS + READER_GAP_MS * 2 + REA
 const DB = `bench_pressure_${process.pid}`
 const log = (line: string) => process.stderr.write(`${line}\n`)
 
-// ---- claim latency: the time of every claim statement (a tracer keeps only those)
-let claimSamples: Array<{ at: number; ms: number }> = []
+// ---- statement timing: every SQL statement's time as the client sees it (span start to end,
+// including the wait for a pooled connection), by kind; the claim's is the headline latency
+type StatementKind = "claim" | "enqueue" | "archive" | "other"
+const kindOf = (text: string): StatementKind =>
+  text.includes("SKIP LOCKED")
+    ? "claim"
+    : /INSERT INTO "?[a-z_]+"?\."?a_/.test(text)
+      ? "archive"
+      : /INSERT INTO "?[a-z_]+"?\."?q_/.test(text)
+        ? "enqueue"
+        : "other"
+const otherLabel = (text: string): string => text.replace(/\s+/g, " ").trim().slice(0, 48)
+interface StatementSamples {
+  at: Array<number>
+  ms: Array<number>
+}
+let statementSamples = new Map<string, StatementSamples>()
 const origin = performance.timeOrigin
-class ClaimSpan extends Tracer.NativeSpan {
+class StatementSpan extends Tracer.NativeSpan {
   override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
     if (this.status._tag === "Started") {
       const text = this._attributes?.get("db.query.text")
-      if (typeof text === "string" && text.includes("SKIP LOCKED")) {
-        const ms = Number(endTime - this.status.startTime) / 1e6
-        claimSamples.push({ at: Number(endTime) / 1e6 - origin, ms })
+      if (typeof text === "string") {
+        const kind = kindOf(text)
+        const key = kind === "other" ? `other: ${otherLabel(text)}` : kind
+        let s = statementSamples.get(key)
+        if (s === undefined) {
+          s = { at: [], ms: [] }
+          statementSamples.set(key, s)
+        }
+        s.at.push(Number(endTime) / 1e6 - origin)
+        s.ms.push(Number(endTime - this.status.startTime) / 1e6)
       }
     }
     super.end(endTime, exit)
   }
 }
-const claimTracer = Tracer.make({ span: (options) => new ClaimSpan(options) })
+const claimTracer = Tracer.make({ span: (options) => new StatementSpan(options) })
 
 let handled = 0
 const Payload = Schema.Struct({ i: Schema.Number })
@@ -111,8 +133,12 @@ interface Sample {
   readonly probeBuffers: number
   readonly probeMs: number
   readonly readers: number
-  /** The slowest claim statement that ended in this second (ms; 0 when none did). */
-  readonly claimMaxMs: number
+  /** this process's CPU (user + system) in the second, ms */
+  readonly cpuMs: number
+  /** the producer's time in enqueue calls in the second, ms */
+  readonly enqueueMs: number
+  /** the probe's time in the second (its statements, as the client sees them), ms */
+  readonly probeClientMs: number
 }
 
 /** An open REPEATABLE READ transaction that has taken its snapshot. */
@@ -161,13 +187,18 @@ const main = async () => {
     )
 
     let enqueued = 0
+    let enqueueMs = 0
     const enqueue = async (n: number) => {
       const payloads = Array.from({ length: n }, (_, k) => ({ i: enqueued + k }))
       enqueued += n
+      const t = now()
       await runP(Work.enqueueMany(payloads))
+      enqueueMs += now() - t
     }
+    let probeClientMs = 0
 
     const probe = async (): Promise<{ buffers: number; ms: number }> => {
+      const t = now()
       try {
         await mon.query("BEGIN")
         const { rows } = await mon.query<{ "QUERY PLAN": Array<Record<string, unknown>> }>(
@@ -183,8 +214,36 @@ const main = async () => {
         await mon.query("ROLLBACK").catch(() => undefined)
         log(`probe: ${e instanceof Error ? e.message : String(e)}`)
         return { buffers: Number.NaN, ms: Number.NaN }
+      } finally {
+        probeClientMs += now() - t
       }
     }
+    /** Buffers and time of one `EXPLAIN (ANALYZE, BUFFERS)` in a rolled-back transaction. */
+    const explainBuffers = async (statement: string): Promise<string> => {
+      try {
+        await mon.query("BEGIN")
+        const { rows } = await mon.query<{ "QUERY PLAN": Array<Record<string, unknown>> }>(
+          `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${statement}`
+        )
+        await mon.query("ROLLBACK")
+        const top = rows[0]?.["QUERY PLAN"]?.[0] as { Plan: Record<string, number>; "Execution Time": number }
+        return `${(top.Plan["Shared Hit Blocks"] ?? 0) + (top.Plan["Shared Read Blocks"] ?? 0)} buffers, ${round2(top["Execution Time"])} ms`
+      } catch (e) {
+        await mon.query("ROLLBACK").catch(() => undefined)
+        return `failed: ${e instanceof Error ? e.message : String(e)}`
+      }
+    }
+    const arc = rel.replace(/^q_/, "a_")
+    // the library's enqueue and archive, 100 messages each (the archive takes the newest queued,
+    // which no worker holds yet), rolled back
+    const explainWrites = async () => ({
+      enqueue: await explainBuffers(
+        `INSERT INTO pgbus.${rel} (enqueued_at, vt, message, headers) SELECT now(), now(), jsonb_build_object('i', g), NULL FROM generate_series(1, 100) g`
+      ),
+      archive: await explainBuffers(
+        `WITH d AS (DELETE FROM pgbus.${rel} WHERE msg_id = ANY(ARRAY(SELECT msg_id FROM pgbus.${rel} ORDER BY msg_id DESC LIMIT 100)) RETURNING *) INSERT INTO pgbus.${arc} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers) SELECT msg_id, read_ct, enqueued_at, now(), vt, message, headers FROM d RETURNING msg_id`
+      )
+    })
     const deadTuples = async (): Promise<number> =>
       Number(
         (
@@ -204,7 +263,9 @@ const main = async () => {
       const end = now() + ms
       let nextSample = now() + 1000
       let lastDone = handled
-      let lastClaim = claimSamples.length
+      let lastCpu = process.cpuUsage()
+      let lastEnqueueMs = enqueueMs
+      let lastProbeMs = probeClientMs
       while (now() < end) {
         await tick(now() - t0)
         if (now() >= nextSample) {
@@ -221,8 +282,13 @@ const main = async () => {
             probeBuffers: p.buffers,
             probeMs: round2(p.ms),
             readers: readers.length,
-            claimMaxMs
+            cpuMs: (process.cpuUsage(lastCpu).user + process.cpuUsage(lastCpu).system) / 1000,
+            enqueueMs: enqueueMs - lastEnqueueMs,
+            probeClientMs: probeClientMs - lastProbeMs
           })
+          lastCpu = process.cpuUsage()
+          lastEnqueueMs = enqueueMs
+          lastProbeMs = probeClientMs
           lastDone = handled
         }
         await sleep(20)
@@ -231,10 +297,35 @@ const main = async () => {
 
     const windowOf = (samples: ReadonlyArray<Sample>, from: number, to: number, t0: number) => {
       const ss = samples.filter((s) => s.t > from / 1000 && s.t <= to / 1000)
-      const claims = claimSamples.filter((c) => c.at - t0 > from && c.at - t0 <= to).map((c) => c.ms)
-      claims.sort((a, b) => a - b)
+      const inWindow = (s: StatementSamples | undefined) => {
+        const ms: Array<number> = []
+        if (s !== undefined) for (let i = 0; i < s.at.length; i++) if (s.at[i]! - t0 > from && s.at[i]! - t0 <= to) ms.push(s.ms[i]!)
+        return ms.sort((a, b) => a - b)
+      }
+      const claims = inWindow(statementSamples.get("claim"))
       const secs = ss.length || 1
+      const done = ss.reduce((n, s) => n + s.done, 0)
+      const statements = [...statementSamples.entries()]
+        .map(([kind, s]) => {
+          const ms = inWindow(s)
+          const total = ms.reduce((a, b) => a + b, 0)
+          return {
+            kind,
+            perS: round2(ms.length / secs),
+            msPerS: round2(total / secs),
+            msPer1kJobs: done > 0 ? round2((total / done) * 1000) : null,
+            p50: ms.length ? round2(percentile(ms, 50)) : null,
+            p99: ms.length ? round2(percentile(ms, 99)) : null
+          }
+        })
+        .filter((s) => s.perS > 0)
+        .sort((a, b) => b.msPerS - a.msPerS)
       return {
+        statements,
+        cpuMsPer1kJobs: done > 0 ? round2((ss.reduce((n, s) => n + s.cpuMs, 0) / done) * 1000) : null,
+        cpuPct: round2(ss.reduce((n, s) => n + s.cpuMs, 0) / secs / 10),
+        enqueueMsPerS: round2(ss.reduce((n, s) => n + s.enqueueMs, 0) / secs),
+        probeMsPerS: round2(ss.reduce((n, s) => n + s.probeClientMs, 0) / secs),
         jobsPerS: Math.round(ss.reduce((n, s) => n + s.done, 0) / secs),
         claimP50Ms: claims.length ? round2(percentile(claims, 50)) : null,
         claimP99Ms: claims.length ? round2(percentile(claims, 99)) : null,
@@ -262,12 +353,25 @@ const main = async () => {
       p("|---|---|---|---|---|---|---|---|---|---|")
     }
 
+    /** Where a window's time went: this process's CPU, the producer, the probe, every statement kind. */
+    const breakdown = (name: string, w: ReturnType<typeof windowOf>, writes?: { enqueue: string; archive: string }) => {
+      p(
+        `${name}: Node CPU ${w.cpuMsPer1kJobs ?? "n/a"} ms per 1k jobs (${w.cpuPct} % of one core); producer in enqueue ${w.enqueueMsPerS} ms/s; full-walk probe ${w.probeMsPerS} ms/s${writes === undefined ? "" : `; EXPLAIN (ANALYZE, BUFFERS) at the window's end, 100 rows: enqueue ${writes.enqueue}, archive ${writes.archive}`}`
+      )
+      p()
+      p("| statement | per s | ms per s (summed) | ms per 1k jobs | p50 ms | p99 ms |")
+      p("|---|---|---|---|---|---|")
+      for (const st of w.statements)
+        p(`| ${st.kind} | ${st.perS} | ${st.msPerS} | ${st.msPer1kJobs ?? "n/a"} | ${st.p50 ?? "n/a"} | ${st.p99 ?? "n/a"} |`)
+      p()
+    }
+
     // ---- 1. saturated
     if (ONLY === undefined || ONLY === "saturated") {
       log(`saturated: backlog ≥ ${BACKLOG}, ${SAT_CLEAN_MS / S} s clean, then ${SAT_HELD_MS / S} s with one reader`)
       await enqueue(BACKLOG)
       await sleep(2000) // warm up
-      claimSamples = []
+      statementSamples = new Map()
       const samples: Array<Sample> = []
       const t0 = now()
       const topUp = async () => {
@@ -275,8 +379,10 @@ const main = async () => {
         if (backlog < BACKLOG) await enqueue(Math.min(BACKLOG, BACKLOG * 2 - backlog))
       }
       await runFor(SAT_CLEAN_MS, topUp, samples, t0)
+      const cleanWrites = await explainWrites()
       readers.push(await openReader())
       await runFor(SAT_HELD_MS, topUp, samples, t0)
+      const heldWrites = await explainWrites()
       await readers.pop()?.end()
       const clean = windowOf(samples, 0, SAT_CLEAN_MS, t0)
       const held = windowOf(samples, SAT_CLEAN_MS, SAT_CLEAN_MS + SAT_HELD_MS, t0)
@@ -288,6 +394,21 @@ const main = async () => {
       row(`reader held (${SAT_HELD_MS / S} s)`, held)
       p()
       p(`held / clean throughput: **${ratio}**`)
+      p()
+      breakdown("clean", clean, cleanWrites)
+      breakdown("reader held", held, heldWrites)
+      p("Per second (t s: jobs done, backlog, dead tuples, probe buffers, readers open, Node CPU ms, enqueue ms, probe ms):")
+      p()
+      p("```")
+      p(
+        samples
+          .map(
+            (s) =>
+              `${s.t}: ${s.done} ${s.backlog} ${s.deadTuples} ${s.probeBuffers} ${s.readers} ${Math.round(s.cpuMs)} ${Math.round(s.enqueueMs)} ${Math.round(s.probeClientMs)}`
+          )
+          .join("\n")
+      )
+      p("```")
       p()
       if (!RATE_SET && clean.jobsPerS > 0) RATE = Math.max(50, Math.round(clean.jobsPerS / 2))
       out.saturated_clean_jobs_per_s = clean.jobsPerS
@@ -308,7 +429,7 @@ const main = async () => {
       log(
         `steady: ${RATE} jobs/s for ${STEADY_TOTAL_MS / S} s; readers of ${READER_MS / S} s at ${starts.map((s) => s / S).join(", ")} s`
       )
-      claimSamples = []
+      statementSamples = new Map()
       const samples: Array<Sample> = []
       const t0 = now()
       let sent = 0
