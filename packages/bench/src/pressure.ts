@@ -62,6 +62,8 @@ const BACKLOG = env("BENCH_PRESSURE_BACKLOG", 5000)
 const READ_AHEAD = process.env.BENCH_PRESSURE_READ_AHEAD
 const ONLY = process.env.BENCH_PRESSURE_ONLY
 const S = 1000
+// the full-walk probe rests this many times its own duration after each run
+const PROBE_IDLE_FACTOR = 9
 // saturated: clean, then held
 const SAT_CLEAN_MS = (LONG ? 60 : 15) * S
 const SAT_HELD_MS = (LONG ? 120 : 25) * S
@@ -127,6 +129,8 @@ const tracing = Layer.succeed(Tracer.Tracer, claimTracer)
 
 interface Sample {
   readonly t: number
+  /** the time the sample covers (ms): a second, a little more when the event loop was busy */
+  readonly dtMs: number
   readonly done: number
   readonly backlog: number
   readonly deadTuples: number
@@ -149,7 +153,13 @@ const openReader = async (): Promise<PgClientLike> => {
   return c
 }
 
+const AUTOVACUUM_OFF_WARNING =
+  "**WARNING: autovacuum is off on this server**: dead tuples are never reclaimed during the run, so they grow with the jobs done and the claim's cost with them; the figures describe the server, not the library. Run against a cluster with autovacuum on (packages/bench/README.md, bench:pressure)."
+
 const main = async () => {
+  // said first, before minutes of run: a server without autovacuum makes every figure moot
+  const server = await serverInfo()
+  if (server.includes("autovacuum=off")) log(AUTOVACUUM_OFF_WARNING)
   await resetDatabase(DB)
   const runtime = ManagedRuntime.make(
     Layer.mergeAll(quiet, tracing, PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide(quiet)))
@@ -162,6 +172,7 @@ const main = async () => {
       )
     )
   const mon = await monitorClient(DB)
+  const probeClient = await monitorClient(DB)
   const readers: Array<PgClientLike> = []
   try {
     await runP(PgBus.migrate)
@@ -197,21 +208,23 @@ const main = async () => {
     }
     let probeClientMs = 0
 
+    // the probe has its own connection and loop: behind a held snapshot one probe walks every
+    // dead row (seconds), and it must neither stop the producer nor take a core from the run
     const probe = async (): Promise<{ buffers: number; ms: number }> => {
       const t = now()
       try {
-        await mon.query("BEGIN")
-        const { rows } = await mon.query<{ "QUERY PLAN": Array<Record<string, unknown>> }>(
+        await probeClient.query("BEGIN")
+        const { rows } = await probeClient.query<{ "QUERY PLAN": Array<Record<string, unknown>> }>(
           `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT msg_id FROM pgbus.${rel} WHERE vt <= now() ORDER BY msg_id LIMIT 11 FOR UPDATE SKIP LOCKED`
         )
-        await mon.query("ROLLBACK")
+        await probeClient.query("ROLLBACK")
         const top = rows[0]?.["QUERY PLAN"]?.[0] as { Plan: Record<string, number>; "Execution Time": number }
         return {
           buffers: (top.Plan["Shared Hit Blocks"] ?? 0) + (top.Plan["Shared Read Blocks"] ?? 0),
           ms: top["Execution Time"]
         }
       } catch (e) {
-        await mon.query("ROLLBACK").catch(() => undefined)
+        await probeClient.query("ROLLBACK").catch(() => undefined)
         log(`probe: ${e instanceof Error ? e.message : String(e)}`)
         return { buffers: Number.NaN, ms: Number.NaN }
       } finally {
@@ -236,14 +249,19 @@ const main = async () => {
     const arc = rel.replace(/^q_/, "a_")
     // the library's enqueue and archive, 100 messages each (the archive takes the newest queued,
     // which no worker holds yet), rolled back
-    const explainWrites = async () => ({
-      enqueue: await explainBuffers(
-        `INSERT INTO pgbus.${rel} (enqueued_at, vt, message, headers) SELECT now(), now(), jsonb_build_object('i', g), NULL FROM generate_series(1, 100) g`
-      ),
-      archive: await explainBuffers(
-        `WITH d AS (DELETE FROM pgbus.${rel} WHERE msg_id = ANY(ARRAY(SELECT msg_id FROM pgbus.${rel} ORDER BY msg_id DESC LIMIT 100)) RETURNING *) INSERT INTO pgbus.${arc} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers) SELECT msg_id, read_ct, enqueued_at, now(), vt, message, headers FROM d RETURNING msg_id`
-      )
-    })
+    const explainWrites = async () => {
+      const ids = (
+        await mon.query<{ id: string }>(`SELECT msg_id::text AS id FROM pgbus.${rel} ORDER BY msg_id DESC LIMIT 100`)
+      ).rows.map((r) => r.id)
+      return {
+        enqueue: await explainBuffers(
+          `INSERT INTO pgbus.${rel} (enqueued_at, vt, message, headers) SELECT now(), now(), jsonb_build_object('i', g), NULL FROM generate_series(1, 100) g`
+        ),
+        archive: await explainBuffers(
+          `WITH d AS (DELETE FROM pgbus.${rel} WHERE msg_id = ANY('{${ids.join(",")}}'::int8[]) RETURNING *) INSERT INTO pgbus.${arc} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers) SELECT msg_id, read_ct, enqueued_at, now(), vt, message, headers FROM d RETURNING msg_id`
+        )
+      }
+    }
     const deadTuples = async (): Promise<number> =>
       Number(
         (
@@ -253,7 +271,12 @@ const main = async () => {
         ).rows[0]?.n ?? Number.NaN
       )
 
-    /** Runs `ms` of a scenario: `tick` every 20 ms (the producer), a sample every second. */
+    /**
+     * Runs `ms` of a scenario in three loops: `tick` every 20 ms (the producer), a sample every
+     * second (counters and `pg_stat_user_tables` only, cheap), and the full-walk probe, which
+     * starts at most once a second and waits PROBE_IDLE_FACTOR times its own duration after each
+     * run (so it holds a server core at most 1 / (1 + PROBE_IDLE_FACTOR) of the time).
+     */
     const runFor = async (
       ms: number,
       tick: (elapsed: number) => Promise<void>,
@@ -261,49 +284,67 @@ const main = async () => {
       t0: number
     ): Promise<void> => {
       const end = now() + ms
-      let nextSample = now() + 1000
-      let lastDone = handled
-      let lastCpu = process.cpuUsage()
-      let lastEnqueueMs = enqueueMs
-      let lastProbeMs = probeClientMs
-      while (now() < end) {
-        await tick(now() - t0)
-        if (now() >= nextSample) {
-          nextSample += 1000
-          const p = await probe()
-          // a few very slow claims hide in a window's p99: each second shows its slowest
-          const claimMaxMs = round2(claimSamples.slice(lastClaim).reduce((m, c) => Math.max(m, c.ms), 0))
-          lastClaim = claimSamples.length
+      let last = { buffers: Number.NaN, ms: Number.NaN }
+      const producer = async () => {
+        while (now() < end) {
+          await tick(now() - t0)
+          await sleep(20)
+        }
+      }
+      const prober = async () => {
+        while (now() < end) {
+          const started = now()
+          last = await probe()
+          const took = now() - started
+          const wait = Math.max(1000 - took, PROBE_IDLE_FACTOR * took)
+          await sleep(Math.min(wait, Math.max(0, end - now())))
+        }
+      }
+      const sampler = async () => {
+        let lastAt = now()
+        let lastDone = handled
+        let lastCpu = process.cpuUsage()
+        let lastEnqueueMs = enqueueMs
+        let lastProbeMs = probeClientMs
+        while (now() < end) {
+          await sleep(Math.min(1000, Math.max(0, end - now())))
+          const at = now()
+          const cpu = process.cpuUsage(lastCpu)
+          const done = handled - lastDone
+          lastCpu = process.cpuUsage()
+          lastDone = handled
           samples.push({
-            t: Math.round((now() - t0) / 100) / 10,
-            done: handled - lastDone,
+            t: Math.round((at - t0) / 100) / 10,
+            dtMs: at - lastAt,
+            done,
             backlog: enqueued - handled,
             deadTuples: await deadTuples(),
-            probeBuffers: p.buffers,
-            probeMs: round2(p.ms),
+            probeBuffers: last.buffers,
+            probeMs: round2(last.ms),
             readers: readers.length,
-            cpuMs: (process.cpuUsage(lastCpu).user + process.cpuUsage(lastCpu).system) / 1000,
+            cpuMs: (cpu.user + cpu.system) / 1000,
             enqueueMs: enqueueMs - lastEnqueueMs,
             probeClientMs: probeClientMs - lastProbeMs
           })
-          lastCpu = process.cpuUsage()
+          lastAt = at
           lastEnqueueMs = enqueueMs
           lastProbeMs = probeClientMs
-          lastDone = handled
         }
-        await sleep(20)
       }
+      await Promise.all([producer(), prober(), sampler()])
     }
 
     const windowOf = (samples: ReadonlyArray<Sample>, from: number, to: number, t0: number) => {
       const ss = samples.filter((s) => s.t > from / 1000 && s.t <= to / 1000)
       const inWindow = (s: StatementSamples | undefined) => {
         const ms: Array<number> = []
-        if (s !== undefined) for (let i = 0; i < s.at.length; i++) if (s.at[i]! - t0 > from && s.at[i]! - t0 <= to) ms.push(s.ms[i]!)
+        if (s !== undefined)
+          for (let i = 0; i < s.at.length; i++) if (s.at[i]! - t0 > from && s.at[i]! - t0 <= to) ms.push(s.ms[i]!)
         return ms.sort((a, b) => a - b)
       }
       const claims = inWindow(statementSamples.get("claim"))
-      const secs = ss.length || 1
+      // the samples' own durations: a sample may cover more than a second
+      const secs = ss.reduce((n, s) => n + s.dtMs, 0) / 1000 || 1
       const done = ss.reduce((n, s) => n + s.done, 0)
       const statements = [...statementSamples.entries()]
         .map(([kind, s]) => {
@@ -326,7 +367,7 @@ const main = async () => {
         cpuPct: round2(ss.reduce((n, s) => n + s.cpuMs, 0) / secs / 10),
         enqueueMsPerS: round2(ss.reduce((n, s) => n + s.enqueueMs, 0) / secs),
         probeMsPerS: round2(ss.reduce((n, s) => n + s.probeClientMs, 0) / secs),
-        jobsPerS: Math.round(ss.reduce((n, s) => n + s.done, 0) / secs),
+        jobsPerS: Math.round(done / secs),
         claimP50Ms: claims.length ? round2(percentile(claims, 50)) : null,
         claimP99Ms: claims.length ? round2(percentile(claims, 99)) : null,
         claimMaxMs: claims.length ? round2(claims.at(-1)!) : null,
@@ -362,7 +403,9 @@ const main = async () => {
       p("| statement | per s | ms per s (summed) | ms per 1k jobs | p50 ms | p99 ms |")
       p("|---|---|---|---|---|---|")
       for (const st of w.statements)
-        p(`| ${st.kind} | ${st.perS} | ${st.msPerS} | ${st.msPer1kJobs ?? "n/a"} | ${st.p50 ?? "n/a"} | ${st.p99 ?? "n/a"} |`)
+        p(
+          `| ${st.kind} | ${st.perS} | ${st.msPerS} | ${st.msPer1kJobs ?? "n/a"} | ${st.p50 ?? "n/a"} | ${st.p99 ?? "n/a"} |`
+        )
       p()
     }
 
@@ -397,7 +440,9 @@ const main = async () => {
       p()
       breakdown("clean", clean, cleanWrites)
       breakdown("reader held", held, heldWrites)
-      p("Per second (t s: jobs done, backlog, dead tuples, probe buffers, readers open, Node CPU ms, enqueue ms, probe ms):")
+      p(
+        "Per second (t s: jobs done, backlog, dead tuples, probe buffers, readers open, Node CPU ms, enqueue ms, probe ms):"
+      )
       p()
       p("```")
       p(
@@ -529,20 +574,13 @@ const main = async () => {
     }
 
     await runtime.runPromise(Fiber.interrupt(fiber))
-    const server = await serverInfo()
     const header0 = [
       `## bench:pressure: effect-pgbus under MVCC pressure${LONG ? " (10-minute version)" : " (short)"}`,
       "",
+      ...(server.includes("autovacuum=off") ? [AUTOVACUUM_OFF_WARNING, ""] : []),
       `- Machine: ${machine()}`,
       `- PostgreSQL: ${server}`,
-      // without autovacuum nothing reclaims the dead rows, readers or not: the dead-tuple and
-      // late-window figures then describe the server, not the library
-      ...(server.includes("autovacuum=off")
-        ? [
-            "- **autovacuum is off on this server**: dead tuples are never reclaimed during the run, so they grow with the jobs done and the claim's cost with them; run on a server with autovacuum on to read the dead-tuple bound"
-          ]
-        : []),
-      `- effect-pgbus: one capsule on \`bench\`, concurrency ${CONCURRENCY}, read-ahead ${READ_AHEAD ?? "default"}, pool max ${POOL_MAX}, no-op handler, archive on success (default). Claim latency = the claim statements' time seen by the client (a tracer keeps only them: the library makes spans when one is installed, in every window alike).`,
+      `- effect-pgbus: one capsule on \`bench\`, concurrency ${CONCURRENCY}, read-ahead ${READ_AHEAD ?? "default"}, pool max ${POOL_MAX}, no-op handler, archive on success (default). Statement times (claim latency among them) = each SQL statement's span as the client sees it, wait for a pooled connection included (a tracer records every statement span: the library makes spans when one is installed, in every window alike). The full-walk probe runs on its own connection, off the producer's loop, at most ${Math.round(100 / (1 + PROBE_IDLE_FACTOR))} % of the time.`,
       ""
     ]
     process.stdout.write(
@@ -551,6 +589,7 @@ const main = async () => {
   } finally {
     for (const r of readers) await r.end().catch(() => undefined)
     await mon.end().catch(() => undefined)
+    await probeClient.end().catch(() => undefined)
     await runtime.dispose()
     await dropDatabase(DB).catch(() => undefined)
   }
