@@ -21,10 +21,20 @@
  * clean + 120 s held; steady 600 s with three 120-s readers started 60 s apart, the first at
  * 120 s).
  *
- * Every second a probe runs `EXPLAIN (ANALYZE, BUFFERS)` of the full-walk claim (`vt <= now()
- * ORDER BY msg_id LIMIT 11 FOR UPDATE SKIP LOCKED`, the claim before issue 24) in a rolled-back
- * transaction: the buffers it touches show how many dead rows a claim from the start of the
- * queue would walk.
+ * A probe runs `EXPLAIN (ANALYZE, BUFFERS)` of the full-walk claim (`vt <= now() ORDER BY msg_id
+ * LIMIT 11 FOR UPDATE SKIP LOCKED`, the claim before issue 24) in a rolled-back transaction: the
+ * buffers it touches show how many dead rows a claim from the start of the queue would walk. It
+ * has its own connection and loop, once a second at most and resting nine times its own duration
+ * after each run: behind a held snapshot one probe takes seconds, and in the producer's loop it
+ * starved the workers (the held window's 0.50 of 2026-12-04 was that, see the README).
+ *
+ * Per window of the saturated scenario the report also gives where the time went: every SQL
+ * statement kind as the client times it (a tracer records every statement span), this process's
+ * CPU per job, the producer's and the probe's time, and the buffers of a 100-row enqueue and
+ * archive (`EXPLAIN (ANALYZE, BUFFERS)`, rolled back) at the window's end.
+ *
+ * Run it against a server with autovacuum on (packages/bench/README.md says how to make a second
+ * cluster for it); when autovacuum is off the first line printed is a warning.
  *
  *   npm run bench:pressure
  *   BENCH_PRESSURE_LONG=1 npm run bench:pressure
