@@ -21,10 +21,20 @@
  * clean + 120 s held; steady 600 s with three 120-s readers started 60 s apart, the first at
  * 120 s).
  *
- * Every second a probe runs `EXPLAIN (ANALYZE, BUFFERS)` of the full-walk claim (`vt <= now()
- * ORDER BY msg_id LIMIT 11 FOR UPDATE SKIP LOCKED`, the claim before issue 24) in a rolled-back
- * transaction: the buffers it touches show how many dead rows a claim from the start of the
- * queue would walk.
+ * A probe runs `EXPLAIN (ANALYZE, BUFFERS)` of the full-walk claim (`vt <= now() ORDER BY msg_id
+ * LIMIT 11 FOR UPDATE SKIP LOCKED`, the claim before issue 24) in a rolled-back transaction: the
+ * buffers it touches show how many dead rows a claim from the start of the queue would walk. It
+ * has its own connection and loop, once a second at most and resting nine times its own duration
+ * after each run: behind a held snapshot one probe takes seconds, and in the producer's loop it
+ * starved the workers (the held window's 0.50 of 2026-12-04 was that, see the README).
+ *
+ * Per window of the saturated scenario the report also gives where the time went: every SQL
+ * statement kind as the client times it (a tracer records every statement span), this process's
+ * CPU per job, the producer's and the probe's time, and the buffers of a 100-row enqueue and
+ * archive (`EXPLAIN (ANALYZE, BUFFERS)`, rolled back) at the window's end.
+ *
+ * Run it against a server with autovacuum on (packages/bench/README.md says how to make a second
+ * cluster for it); when autovacuum is off the first line printed is a warning.
  *
  *   npm run bench:pressure
  *   BENCH_PRESSURE_LONG=1 npm run bench:pressure
@@ -62,6 +72,8 @@ const BACKLOG = env("BENCH_PRESSURE_BACKLOG", 5000)
 const READ_AHEAD = process.env.BENCH_PRESSURE_READ_AHEAD
 const ONLY = process.env.BENCH_PRESSURE_ONLY
 const S = 1000
+// the full-walk probe rests this many times its own duration after each run
+const PROBE_IDLE_FACTOR = 9
 // saturated: clean, then held
 const SAT_CLEAN_MS = (LONG ? 60 : 15) * S
 const SAT_HELD_MS = (LONG ? 120 : 25) * S
@@ -75,22 +87,44 @@ const STEADY_TOTAL_MS = LONG ? 600 * S : STEADY_PRE_MS + READER_GAP_MS * 2 + REA
 const DB = `bench_pressure_${process.pid}`
 const log = (line: string) => process.stderr.write(`${line}\n`)
 
-// ---- claim latency: the time of every claim statement (a tracer keeps only those)
-let claimSamples: Array<{ at: number; ms: number }> = []
+// ---- statement timing: every SQL statement's time as the client sees it (span start to end,
+// including the wait for a pooled connection), by kind; the claim's is the headline latency
+type StatementKind = "claim" | "enqueue" | "archive" | "other"
+const kindOf = (text: string): StatementKind =>
+  text.includes("SKIP LOCKED")
+    ? "claim"
+    : /INSERT INTO "?[a-z_]+"?\."?a_/.test(text)
+      ? "archive"
+      : /INSERT INTO "?[a-z_]+"?\."?q_/.test(text)
+        ? "enqueue"
+        : "other"
+const otherLabel = (text: string): string => text.replace(/\s+/g, " ").trim().slice(0, 48)
+interface StatementSamples {
+  at: Array<number>
+  ms: Array<number>
+}
+let statementSamples = new Map<string, StatementSamples>()
 const origin = performance.timeOrigin
-class ClaimSpan extends Tracer.NativeSpan {
+class StatementSpan extends Tracer.NativeSpan {
   override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
     if (this.status._tag === "Started") {
       const text = this._attributes?.get("db.query.text")
-      if (typeof text === "string" && text.includes("SKIP LOCKED")) {
-        const ms = Number(endTime - this.status.startTime) / 1e6
-        claimSamples.push({ at: Number(endTime) / 1e6 - origin, ms })
+      if (typeof text === "string") {
+        const kind = kindOf(text)
+        const key = kind === "other" ? `other: ${otherLabel(text)}` : kind
+        let s = statementSamples.get(key)
+        if (s === undefined) {
+          s = { at: [], ms: [] }
+          statementSamples.set(key, s)
+        }
+        s.at.push(Number(endTime) / 1e6 - origin)
+        s.ms.push(Number(endTime - this.status.startTime) / 1e6)
       }
     }
     super.end(endTime, exit)
   }
 }
-const claimTracer = Tracer.make({ span: (options) => new ClaimSpan(options) })
+const claimTracer = Tracer.make({ span: (options) => new StatementSpan(options) })
 
 let handled = 0
 const Payload = Schema.Struct({ i: Schema.Number })
@@ -105,12 +139,20 @@ const tracing = Layer.succeed(Tracer.Tracer, claimTracer)
 
 interface Sample {
   readonly t: number
+  /** the time the sample covers (ms): a second, a little more when the event loop was busy */
+  readonly dtMs: number
   readonly done: number
   readonly backlog: number
   readonly deadTuples: number
   readonly probeBuffers: number
   readonly probeMs: number
   readonly readers: number
+  /** this process's CPU (user + system) in the second, ms */
+  readonly cpuMs: number
+  /** the producer's time in enqueue calls in the second, ms */
+  readonly enqueueMs: number
+  /** the probe's time in the second (its statements, as the client sees them), ms */
+  readonly probeClientMs: number
   /** The slowest claim statement that ended in this second (ms; 0 when none did). */
   readonly claimMaxMs: number
 }
@@ -123,7 +165,13 @@ const openReader = async (): Promise<PgClientLike> => {
   return c
 }
 
+const AUTOVACUUM_OFF_WARNING =
+  "**WARNING: autovacuum is off on this server**: dead tuples are never reclaimed during the run, so they grow with the jobs done and the claim's cost with them; the figures describe the server, not the library. Run against a cluster with autovacuum on (packages/bench/README.md, bench:pressure)."
+
 const main = async () => {
+  // said first, before minutes of run: a server without autovacuum makes every figure moot
+  const server = await serverInfo()
+  if (server.includes("autovacuum=off")) log(AUTOVACUUM_OFF_WARNING)
   await resetDatabase(DB)
   const runtime = ManagedRuntime.make(
     Layer.mergeAll(quiet, tracing, PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide(quiet)))
@@ -136,6 +184,7 @@ const main = async () => {
       )
     )
   const mon = await monitorClient(DB)
+  const probeClient = await monitorClient(DB)
   const readers: Array<PgClientLike> = []
   try {
     await runP(PgBus.migrate)
@@ -161,28 +210,68 @@ const main = async () => {
     )
 
     let enqueued = 0
+    let enqueueMs = 0
     const enqueue = async (n: number) => {
       const payloads = Array.from({ length: n }, (_, k) => ({ i: enqueued + k }))
       enqueued += n
+      const t = now()
       await runP(Work.enqueueMany(payloads))
+      enqueueMs += now() - t
     }
+    let probeClientMs = 0
 
+    // the probe has its own connection and loop: behind a held snapshot one probe walks every
+    // dead row (seconds), and it must neither stop the producer nor take a core from the run
     const probe = async (): Promise<{ buffers: number; ms: number }> => {
+      const t = now()
       try {
-        await mon.query("BEGIN")
-        const { rows } = await mon.query<{ "QUERY PLAN": Array<Record<string, unknown>> }>(
+        await probeClient.query("BEGIN")
+        const { rows } = await probeClient.query<{ "QUERY PLAN": Array<Record<string, unknown>> }>(
           `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT msg_id FROM pgbus.${rel} WHERE vt <= now() ORDER BY msg_id LIMIT 11 FOR UPDATE SKIP LOCKED`
         )
-        await mon.query("ROLLBACK")
+        await probeClient.query("ROLLBACK")
         const top = rows[0]?.["QUERY PLAN"]?.[0] as { Plan: Record<string, number>; "Execution Time": number }
         return {
           buffers: (top.Plan["Shared Hit Blocks"] ?? 0) + (top.Plan["Shared Read Blocks"] ?? 0),
           ms: top["Execution Time"]
         }
       } catch (e) {
-        await mon.query("ROLLBACK").catch(() => undefined)
+        await probeClient.query("ROLLBACK").catch(() => undefined)
         log(`probe: ${e instanceof Error ? e.message : String(e)}`)
         return { buffers: Number.NaN, ms: Number.NaN }
+      } finally {
+        probeClientMs += now() - t
+      }
+    }
+    /** Buffers and time of one `EXPLAIN (ANALYZE, BUFFERS)` in a rolled-back transaction. */
+    const explainBuffers = async (statement: string): Promise<string> => {
+      try {
+        await mon.query("BEGIN")
+        const { rows } = await mon.query<{ "QUERY PLAN": Array<Record<string, unknown>> }>(
+          `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${statement}`
+        )
+        await mon.query("ROLLBACK")
+        const top = rows[0]?.["QUERY PLAN"]?.[0] as { Plan: Record<string, number>; "Execution Time": number }
+        return `${(top.Plan["Shared Hit Blocks"] ?? 0) + (top.Plan["Shared Read Blocks"] ?? 0)} buffers, ${round2(top["Execution Time"])} ms`
+      } catch (e) {
+        await mon.query("ROLLBACK").catch(() => undefined)
+        return `failed: ${e instanceof Error ? e.message : String(e)}`
+      }
+    }
+    const arc = rel.replace(/^q_/, "a_")
+    // the library's enqueue and archive, 100 messages each (the archive takes the newest queued,
+    // which no worker holds yet), rolled back
+    const explainWrites = async () => {
+      const ids = (
+        await mon.query<{ id: string }>(`SELECT msg_id::text AS id FROM pgbus.${rel} ORDER BY msg_id DESC LIMIT 100`)
+      ).rows.map((r) => r.id)
+      const insert = `INSERT INTO pgbus.${rel} (enqueued_at, vt, message, headers) SELECT now(), now(), jsonb_build_object('i', g), NULL FROM generate_series(1, 100) g`
+      return {
+        // three in a row: the first may pay for finding heap pages with room (see the README)
+        enqueue: `${await explainBuffers(insert)} / ${await explainBuffers(insert)} / ${await explainBuffers(insert)}`,
+        archive: await explainBuffers(
+          `WITH d AS (DELETE FROM pgbus.${rel} WHERE msg_id = ANY('{${ids.join(",")}}'::int8[]) RETURNING *) INSERT INTO pgbus.${arc} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers) SELECT msg_id, read_ct, enqueued_at, now(), vt, message, headers FROM d RETURNING msg_id`
+        )
       }
     }
     const deadTuples = async (): Promise<number> =>
@@ -194,7 +283,12 @@ const main = async () => {
         ).rows[0]?.n ?? Number.NaN
       )
 
-    /** Runs `ms` of a scenario: `tick` every 20 ms (the producer), a sample every second. */
+    /**
+     * Runs `ms` of a scenario in three loops: `tick` every 20 ms (the producer), a sample every
+     * second (counters and `pg_stat_user_tables` only, cheap), and the full-walk probe, which
+     * starts at most once a second and waits PROBE_IDLE_FACTOR times its own duration after each
+     * run (so it holds a server core at most 1 / (1 + PROBE_IDLE_FACTOR) of the time).
+     */
     const runFor = async (
       ms: number,
       tick: (elapsed: number) => Promise<void>,
@@ -202,40 +296,96 @@ const main = async () => {
       t0: number
     ): Promise<void> => {
       const end = now() + ms
-      let nextSample = now() + 1000
-      let lastDone = handled
-      let lastClaim = claimSamples.length
-      while (now() < end) {
-        await tick(now() - t0)
-        if (now() >= nextSample) {
-          nextSample += 1000
-          const p = await probe()
+      let last = { buffers: Number.NaN, ms: Number.NaN }
+      const producer = async () => {
+        while (now() < end) {
+          await tick(now() - t0)
+          await sleep(20)
+        }
+      }
+      const prober = async () => {
+        while (now() < end) {
+          const started = now()
+          last = await probe()
+          const took = now() - started
+          const wait = Math.max(1000 - took, PROBE_IDLE_FACTOR * took)
+          await sleep(Math.min(wait, Math.max(0, end - now())))
+        }
+      }
+      const sampler = async () => {
+        let lastAt = now()
+        let lastDone = handled
+        let lastCpu = process.cpuUsage()
+        let lastEnqueueMs = enqueueMs
+        let lastProbeMs = probeClientMs
+        let lastClaim = statementSamples.get("claim")?.ms.length ?? 0
+        while (now() < end) {
+          await sleep(Math.min(1000, Math.max(0, end - now())))
           // a few very slow claims hide in a window's p99: each second shows its slowest
-          const claimMaxMs = round2(claimSamples.slice(lastClaim).reduce((m, c) => Math.max(m, c.ms), 0))
-          lastClaim = claimSamples.length
+          const claimMs = statementSamples.get("claim")?.ms ?? []
+          const claimMaxMs = round2(claimMs.slice(lastClaim).reduce((m, c) => Math.max(m, c), 0))
+          lastClaim = claimMs.length
+          const at = now()
+          const cpu = process.cpuUsage(lastCpu)
+          const done = handled - lastDone
+          lastCpu = process.cpuUsage()
+          lastDone = handled
           samples.push({
-            t: Math.round((now() - t0) / 100) / 10,
-            done: handled - lastDone,
+            t: Math.round((at - t0) / 100) / 10,
+            dtMs: at - lastAt,
+            done,
             backlog: enqueued - handled,
             deadTuples: await deadTuples(),
-            probeBuffers: p.buffers,
-            probeMs: round2(p.ms),
+            probeBuffers: last.buffers,
+            probeMs: round2(last.ms),
             readers: readers.length,
+            cpuMs: (cpu.user + cpu.system) / 1000,
+            enqueueMs: enqueueMs - lastEnqueueMs,
+            probeClientMs: probeClientMs - lastProbeMs,
             claimMaxMs
           })
-          lastDone = handled
+          lastAt = at
+          lastEnqueueMs = enqueueMs
+          lastProbeMs = probeClientMs
         }
-        await sleep(20)
       }
+      await Promise.all([producer(), prober(), sampler()])
     }
 
     const windowOf = (samples: ReadonlyArray<Sample>, from: number, to: number, t0: number) => {
       const ss = samples.filter((s) => s.t > from / 1000 && s.t <= to / 1000)
-      const claims = claimSamples.filter((c) => c.at - t0 > from && c.at - t0 <= to).map((c) => c.ms)
-      claims.sort((a, b) => a - b)
-      const secs = ss.length || 1
+      const inWindow = (s: StatementSamples | undefined) => {
+        const ms: Array<number> = []
+        if (s !== undefined)
+          for (let i = 0; i < s.at.length; i++) if (s.at[i]! - t0 > from && s.at[i]! - t0 <= to) ms.push(s.ms[i]!)
+        return ms.sort((a, b) => a - b)
+      }
+      const claims = inWindow(statementSamples.get("claim"))
+      // the samples' own durations: a sample may cover more than a second
+      const secs = ss.reduce((n, s) => n + s.dtMs, 0) / 1000 || 1
+      const done = ss.reduce((n, s) => n + s.done, 0)
+      const statements = [...statementSamples.entries()]
+        .map(([kind, s]) => {
+          const ms = inWindow(s)
+          const total = ms.reduce((a, b) => a + b, 0)
+          return {
+            kind,
+            perS: round2(ms.length / secs),
+            msPerS: round2(total / secs),
+            msPer1kJobs: done > 0 ? round2((total / done) * 1000) : null,
+            p50: ms.length ? round2(percentile(ms, 50)) : null,
+            p99: ms.length ? round2(percentile(ms, 99)) : null
+          }
+        })
+        .filter((s) => s.perS > 0)
+        .sort((a, b) => b.msPerS - a.msPerS)
       return {
-        jobsPerS: Math.round(ss.reduce((n, s) => n + s.done, 0) / secs),
+        statements,
+        cpuMsPer1kJobs: done > 0 ? round2((ss.reduce((n, s) => n + s.cpuMs, 0) / done) * 1000) : null,
+        cpuPct: round2(ss.reduce((n, s) => n + s.cpuMs, 0) / secs / 10),
+        enqueueMsPerS: round2(ss.reduce((n, s) => n + s.enqueueMs, 0) / secs),
+        probeMsPerS: round2(ss.reduce((n, s) => n + s.probeClientMs, 0) / secs),
+        jobsPerS: Math.round(done / secs),
         claimP50Ms: claims.length ? round2(percentile(claims, 50)) : null,
         claimP99Ms: claims.length ? round2(percentile(claims, 99)) : null,
         claimMaxMs: claims.length ? round2(claims.at(-1)!) : null,
@@ -262,12 +412,27 @@ const main = async () => {
       p("|---|---|---|---|---|---|---|---|---|---|")
     }
 
+    /** Where a window's time went: this process's CPU, the producer, the probe, every statement kind. */
+    const breakdown = (name: string, w: ReturnType<typeof windowOf>, writes?: { enqueue: string; archive: string }) => {
+      p(
+        `${name}: Node CPU ${w.cpuMsPer1kJobs ?? "n/a"} ms per 1k jobs (${w.cpuPct} % of one core); producer in enqueue ${w.enqueueMsPerS} ms/s; full-walk probe ${w.probeMsPerS} ms/s${writes === undefined ? "" : `; EXPLAIN (ANALYZE, BUFFERS) at the window's end, 100 rows: enqueue ${writes.enqueue}, archive ${writes.archive}`}`
+      )
+      p()
+      p("| statement | per s | ms per s (summed) | ms per 1k jobs | p50 ms | p99 ms |")
+      p("|---|---|---|---|---|---|")
+      for (const st of w.statements)
+        p(
+          `| ${st.kind} | ${st.perS} | ${st.msPerS} | ${st.msPer1kJobs ?? "n/a"} | ${st.p50 ?? "n/a"} | ${st.p99 ?? "n/a"} |`
+        )
+      p()
+    }
+
     // ---- 1. saturated
     if (ONLY === undefined || ONLY === "saturated") {
       log(`saturated: backlog ≥ ${BACKLOG}, ${SAT_CLEAN_MS / S} s clean, then ${SAT_HELD_MS / S} s with one reader`)
       await enqueue(BACKLOG)
       await sleep(2000) // warm up
-      claimSamples = []
+      statementSamples = new Map()
       const samples: Array<Sample> = []
       const t0 = now()
       const topUp = async () => {
@@ -275,8 +440,10 @@ const main = async () => {
         if (backlog < BACKLOG) await enqueue(Math.min(BACKLOG, BACKLOG * 2 - backlog))
       }
       await runFor(SAT_CLEAN_MS, topUp, samples, t0)
+      const cleanWrites = await explainWrites()
       readers.push(await openReader())
       await runFor(SAT_HELD_MS, topUp, samples, t0)
+      const heldWrites = await explainWrites()
       await readers.pop()?.end()
       const clean = windowOf(samples, 0, SAT_CLEAN_MS, t0)
       const held = windowOf(samples, SAT_CLEAN_MS, SAT_CLEAN_MS + SAT_HELD_MS, t0)
@@ -288,6 +455,23 @@ const main = async () => {
       row(`reader held (${SAT_HELD_MS / S} s)`, held)
       p()
       p(`held / clean throughput: **${ratio}**`)
+      p()
+      breakdown("clean", clean, cleanWrites)
+      breakdown("reader held", held, heldWrites)
+      p(
+        "Per second (t s: jobs done, backlog, dead tuples, probe buffers, readers open, Node CPU ms, enqueue ms, probe ms):"
+      )
+      p()
+      p("```")
+      p(
+        samples
+          .map(
+            (s) =>
+              `${s.t}: ${s.done} ${s.backlog} ${s.deadTuples} ${s.probeBuffers} ${s.readers} ${Math.round(s.cpuMs)} ${Math.round(s.enqueueMs)} ${Math.round(s.probeClientMs)}`
+          )
+          .join("\n")
+      )
+      p("```")
       p()
       if (!RATE_SET && clean.jobsPerS > 0) RATE = Math.max(50, Math.round(clean.jobsPerS / 2))
       out.saturated_clean_jobs_per_s = clean.jobsPerS
@@ -308,7 +492,7 @@ const main = async () => {
       log(
         `steady: ${RATE} jobs/s for ${STEADY_TOTAL_MS / S} s; readers of ${READER_MS / S} s at ${starts.map((s) => s / S).join(", ")} s`
       )
-      claimSamples = []
+      statementSamples = new Map()
       const samples: Array<Sample> = []
       const t0 = now()
       let sent = 0
@@ -408,20 +592,13 @@ const main = async () => {
     }
 
     await runtime.runPromise(Fiber.interrupt(fiber))
-    const server = await serverInfo()
     const header0 = [
       `## bench:pressure: effect-pgbus under MVCC pressure${LONG ? " (10-minute version)" : " (short)"}`,
       "",
+      ...(server.includes("autovacuum=off") ? [AUTOVACUUM_OFF_WARNING, ""] : []),
       `- Machine: ${machine()}`,
       `- PostgreSQL: ${server}`,
-      // without autovacuum nothing reclaims the dead rows, readers or not: the dead-tuple and
-      // late-window figures then describe the server, not the library
-      ...(server.includes("autovacuum=off")
-        ? [
-            "- **autovacuum is off on this server**: dead tuples are never reclaimed during the run, so they grow with the jobs done and the claim's cost with them; run on a server with autovacuum on to read the dead-tuple bound"
-          ]
-        : []),
-      `- effect-pgbus: one capsule on \`bench\`, concurrency ${CONCURRENCY}, read-ahead ${READ_AHEAD ?? "default"}, pool max ${POOL_MAX}, no-op handler, archive on success (default). Claim latency = the claim statements' time seen by the client (a tracer keeps only them: the library makes spans when one is installed, in every window alike).`,
+      `- effect-pgbus: one capsule on \`bench\`, concurrency ${CONCURRENCY}, read-ahead ${READ_AHEAD ?? "default"}, pool max ${POOL_MAX}, no-op handler, archive on success (default). Statement times (claim latency among them) = each SQL statement's span as the client sees it, wait for a pooled connection included (a tracer records every statement span: the library makes spans when one is installed, in every window alike). The full-walk probe runs on its own connection, off the producer's loop, at most ${Math.round(100 / (1 + PROBE_IDLE_FACTOR))} % of the time.`,
       ""
     ]
     process.stdout.write(
@@ -430,6 +607,7 @@ const main = async () => {
   } finally {
     for (const r of readers) await r.end().catch(() => undefined)
     await mon.end().catch(() => undefined)
+    await probeClient.end().catch(() => undefined)
     await runtime.dispose()
     await dropDatabase(DB).catch(() => undefined)
   }
