@@ -13,6 +13,7 @@ import * as Job from "../src/Job/Job.ts"
 import { makeQueueSql } from "../src/Queue/QueueSql.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
+import { plansInBothModes } from "./support/plans.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Payload = Schema.Struct({ n: Schema.Number })
@@ -134,24 +135,14 @@ describe("the claim's plan whatever the statistics", () => {
           statements.messageArchiveAndRead(physical, r, 650, 30_000, null, null, 60_001n),
           statements.messageReadLimited(physical, 650, 30_000, 1000, null, null, r, { from: 60_001n })
         ]
-        for (const mode of ["force_custom_plan", "force_generic_plan"]) {
-          for (const statement of checked) {
-            const [text, params] = statement.compile()
-            const plan = yield* sql.withTransaction(
-              Effect.andThen(
-                sql.unsafe(`SET LOCAL plan_cache_mode = ${mode}`),
-                sql.unsafe<{ readonly "QUERY PLAN": string }>(`EXPLAIN ${text}`, params)
-              )
-            )
-            const lines = plan.map((row) => row["QUERY PLAN"]).join("\n")
-            const where = `${mode}: ${text.slice(0, 60)}\n${lines}`
-            assert.notInclude(lines, `q_${physical}_vt_idx`, where)
-            // the claim's scan (under its row locks): the primary key in id order, no sort
-            const rows = lines.split("\n")
-            const locks = rows.flatMap((line, i) => (line.includes("LockRows") ? [rows[i + 1] ?? ""] : []))
-            assert.isAbove(locks.length, 0, where)
-            for (const scan of locks) assert.include(scan, `Index Scan using q_${physical}_pkey`, where)
-          }
+        for (const { mode, text, lines } of yield* plansInBothModes(sql, checked)) {
+          const where = `${mode}: ${text.slice(0, 60)}\n${lines}`
+          assert.notInclude(lines, `q_${physical}_vt_idx`, where)
+          // the claim's scan (under its row locks): the primary key in id order, no sort
+          const rows = lines.split("\n")
+          const locks = rows.flatMap((line, i) => (line.includes("LockRows") ? [rows[i + 1] ?? ""] : []))
+          assert.isAbove(locks.length, 0, where)
+          for (const scan of locks) assert.include(scan, `Index Scan using q_${physical}_pkey`, where)
         }
       })
     )

@@ -8,6 +8,7 @@ import { DEAD_LETTER_HEADER, DLQ_RETRIES_HEADER } from "../src/Queue/Message.ts"
 import { Notifier } from "../src/Queue/Notifier.ts"
 import { makeQueueSql } from "../src/Queue/QueueSql.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { plansInBothModes } from "./support/plans.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 let n = 0
@@ -131,19 +132,8 @@ layer(TestDatabase.layer({ visibilityTimeout: "30 seconds" }), { excludeTestServ
             statements.messageSetVisibilityReceipts(physical, r, 30_000, null),
             statements.messageReleaseReceipts(physical, r, null)
           ]
-          for (const mode of ["force_custom_plan", "force_generic_plan"]) {
-            for (const statement of checked) {
-              const [text, params] = statement.compile()
-              const plan = yield* sql.withTransaction(
-                Effect.andThen(
-                  sql.unsafe(`SET LOCAL plan_cache_mode = ${mode}`),
-                  sql.unsafe<{ readonly "QUERY PLAN": string }>(`EXPLAIN ${text}`, params)
-                )
-              )
-              const lines = plan.map((row) => row["QUERY PLAN"]).join("\n")
-              assert.notInclude(lines, `Seq Scan on q_${physical}`, `${mode}: ${text}\n${lines}`)
-            }
-          }
+          for (const { mode, text, lines } of yield* plansInBothModes(sql, checked))
+            assert.notInclude(lines, `Seq Scan on q_${physical}`, `${mode}: ${text}\n${lines}`)
         })
     )
   })
