@@ -5,7 +5,7 @@
  * due later (a delayed job, a retry) must still run.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Ref, Schema } from "effect"
+import { Data, Deferred, Effect, Fiber, Ref, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { MIGRATION_FILES } from "../src/internal/MigrationFiles.ts"
 import { splitStatements } from "../src/internal/splitStatements.ts"
@@ -17,6 +17,9 @@ import { plansInBothModes } from "./support/plans.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Payload = Schema.Struct({ n: Schema.Number })
+
+/** A transaction's result, carried out by the failure that rolls it back. */
+class RolledBack<A> extends Data.TaggedError("RolledBack")<{ readonly value: A }> {}
 
 describe("claims under a held snapshot", () => {
   it.live("jobs below the claim floor that come due later (delayed, retried) run; every job runs once", () =>
@@ -143,6 +146,90 @@ describe("the claim's plan whatever the statistics", () => {
           const locks = rows.flatMap((line, i) => (line.includes("LockRows") ? [rows[i + 1] ?? ""] : []))
           assert.isAbove(locks.length, 0, where)
           for (const scan of locks) assert.include(scan, `Index Scan using q_${physical}_pkey`, where)
+        }
+      })
+    )
+  )
+})
+
+describe("a worker's receipts whatever the statistics", () => {
+  // Issue 24 (the steady pressure run's stall): a drained queue table, vacuumed and analyzed with
+  // one live row left (the planner then takes the index scan of the receipts' ids for one row),
+  // and thousands of claimed messages since. Matched through a join with an unnest of the
+  // receipts, the generic plan read the unnest again for every row (5,000 receipts: 25 M rows
+  // removed by the join's filter, 29 s), so a worker that fell behind archived ever larger
+  // batches past the statement timeout and stopped. Every statement that takes receipts must
+  // do what it says within a statement timeout, as the driver runs it (a prepared statement,
+  // with its generic plan and with a custom one), and look at each named row about once.
+  it.live("8,000 receipts: archived, deleted or moved within 10 s in both plan modes, each row examined once", () =>
+    TestDatabase.onFreshDatabase({}, () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        yield* (yield* QueueStore).create("stale")
+        const physical = "pgbus_stale"
+        const q = sql(`pgbus.q_${physical}`)
+        yield* sql`ALTER TABLE ${q} SET (autovacuum_enabled = false)`
+        yield* sql`INSERT INTO ${q} (message) SELECT '{}'::jsonb FROM generate_series(1, 60000)`
+        yield* sql`DELETE FROM ${q} WHERE msg_id < 60000`
+        yield* sql.unsafe(`VACUUM (ANALYZE) pgbus.q_${physical}`).unprepared
+        // 8,000 claimed (read once), 1,000 visible behind them
+        const n = 8000
+        yield* sql`INSERT INTO ${q} (message, read_ct, vt)
+          SELECT '{}'::jsonb, CASE WHEN g <= ${n} THEN 1 ELSE 0 END,
+            CASE WHEN g <= ${n} THEN now() + interval '5 minutes' ELSE now() END
+          FROM generate_series(1, ${n + 1000}) g`
+        const ids = Array.from({ length: n }, (_, i) => BigInt(60001 + i))
+        // one receipt is stale (the message was delivered again since): left alone by all
+        const r = { ids, readCounts: ids.map((id) => (id === 60001n ? 0 : 1)) }
+        const statements = makeQueueSql(sql, "pgbus", "")
+        const checked = {
+          archive: statements.messageArchiveReceipts(physical, r, null),
+          archiveAndRead: statements.messageArchiveAndRead(physical, r, 100, 30_000, null, null, 60_001n),
+          delete: statements.messageDeleteReceipts(physical, r),
+          setVisibility: statements.messageSetVisibilityReceipts(physical, r, 1000, null),
+          release: statements.messageReleaseReceipts(physical, r, null),
+          limited: statements.messageReadLimited(physical, 100, 30_000, 1000, null, null, r, { from: 60_001n })
+        }
+        // the receipts' rows archived, deleted or made visible (the stale one stays claimed)
+        const changed = sql<{ readonly n: number }>`SELECT
+          (SELECT count(*) FROM ${q} WHERE msg_id BETWEEN 60002 AND ${60000 + n} AND vt < now() + interval '4 minutes')::int4
+          + ${n} - (SELECT count(*) FROM ${q} WHERE msg_id BETWEEN 60001 AND ${60000 + n})::int4 AS n`
+        // in a transaction rolled back at the end
+        const rolledBack = <A, E>(effect: Effect.Effect<A, E>) =>
+          sql.withTransaction(Effect.flatMap(effect, (a) => Effect.fail(new RolledBack({ value: a })))).pipe(
+            Effect.catchIf(
+              (e): e is RolledBack<A> => e instanceof RolledBack,
+              (e) => Effect.succeed(e.value)
+            )
+          )
+        for (const mode of ["force_generic_plan", "force_custom_plan"]) {
+          for (const [name, statement] of Object.entries(checked)) {
+            const ran = yield* rolledBack(
+              Effect.gen(function* () {
+                yield* sql.unsafe(`SET LOCAL plan_cache_mode = ${mode}`)
+                yield* sql.unsafe(`SET LOCAL statement_timeout = '10s'`)
+                yield* statement
+                return (yield* changed)[0]!.n
+              })
+            ).pipe(Effect.result)
+            assert.isTrue(
+              ran._tag === "Success",
+              `${mode} ${name}: ${ran._tag === "Failure" ? String(ran.failure) : ""}`
+            )
+            if (name !== "limited" && ran._tag === "Success") assert.strictEqual(ran.success, n - 1, `${mode} ${name}`)
+          }
+        }
+        // each row examined about once (custom plans, under EXPLAIN ANALYZE)
+        for (const [name, statement] of Object.entries(checked)) {
+          const [text, params] = statement.compile()
+          const plan = yield* rolledBack(
+            sql.unsafe<{ readonly "QUERY PLAN": string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${text}`, params)
+          )
+          const lines = plan.map((row) => row["QUERY PLAN"]).join("\n")
+          const removed = [...lines.matchAll(/Rows Removed by Join Filter: (\d+)/g)].map((m) => Number(m[1]))
+          assert.isAtMost(Math.max(0, ...removed), n, `${name}:\n${lines}`)
+          const loops = [...lines.matchAll(/loops=(\d+)/g)].map((m) => Number(m[1]))
+          assert.isAtMost(Math.max(...loops), n, `${name}:\n${lines}`)
         }
       })
     )

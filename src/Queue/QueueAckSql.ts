@@ -15,18 +15,15 @@ export const makeQueueAckSql = ({
   messages,
   archive,
   notifyFilter,
-  receipts,
   receiptMatch,
-  receiptIdsCte,
-  receiptsOnce,
-  receiptMatchOnce
+  receiptIdsCte
 }: QueueSqlContext) => {
-  // the ids once (a worker's flush archives a few hundred successes at a time)
+  // a worker's flush archives a few hundred successes at a time (thousands behind a slow one)
   const messageArchiveReceipts = (physical: string, r: ReceiptParams, now: Date | null) =>
     sql<{ readonly msg_id: bigint }>`WITH ${receiptIdsCte(r)},
       d AS (
-        DELETE FROM ${messages(physical)} q USING ${receiptsOnce(r)}
-        WHERE ${receiptMatchOnce}
+        DELETE FROM ${messages(physical)} q
+        WHERE ${receiptMatch}
         RETURNING q.*)
       INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
       SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
@@ -41,18 +38,19 @@ export const makeQueueAckSql = ({
       RETURNING msg_id`
 
   const messageDeleteReceipts = (physical: string, r: ReceiptParams) =>
-    sql<{ readonly msg_id: bigint }>`DELETE FROM ${messages(physical)} q USING ${receipts(r)}
-      WHERE ${receiptMatch(r)} RETURNING q.msg_id`
+    sql<{ readonly msg_id: bigint }>`WITH ${receiptIdsCte(r)}
+      DELETE FROM ${messages(physical)} q
+      WHERE ${receiptMatch} RETURNING q.msg_id`
 
   const messageDeleteIds = (physical: string, ids: ReadonlyArray<bigint>) =>
     sql<{ readonly msg_id: bigint }>`DELETE FROM ${messages(physical)}
       WHERE msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[]) RETURNING msg_id`
 
   const messageSetVisibilityReceipts = (physical: string, r: ReceiptParams, delayMs: number, now: Date | null) =>
-    sql<{ readonly msg_id: bigint; readonly vt: Date }>`UPDATE ${messages(physical)} q
+    sql<{ readonly msg_id: bigint; readonly vt: Date }>`WITH ${receiptIdsCte(r)}
+      UPDATE ${messages(physical)} q
       SET vt = ${NOW(sql, now)} + ${PgTypes.float8(delayMs)} * interval '1 millisecond'
-      FROM ${receipts(r)}
-      WHERE ${receiptMatch(r)}
+      WHERE ${receiptMatch}
       RETURNING q.msg_id, q.vt`
 
   const messageSetVisibilityIds = (physical: string, ids: ReadonlyArray<bigint>, delayMs: number, now: Date | null) =>
@@ -62,10 +60,10 @@ export const makeQueueAckSql = ({
       RETURNING msg_id, vt`
 
   const messageReleaseReceipts = (physical: string, r: ReceiptParams, now: Date | null) =>
-    sql<{ readonly msg_id: bigint }>`UPDATE ${messages(physical)} q
+    sql<{ readonly msg_id: bigint }>`WITH ${receiptIdsCte(r)}
+      UPDATE ${messages(physical)} q
       SET vt = ${NOW(sql, now)}, claimed_by = NULL
-      FROM ${receipts(r)}
-      WHERE ${receiptMatch(r)}
+      WHERE ${receiptMatch}
       RETURNING q.msg_id`
 
   // Fast recovery: the claims of processes found dead become visible at once. A message whose

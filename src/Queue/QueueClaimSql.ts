@@ -19,15 +19,7 @@ import {
 } from "./QueueSqlContext.ts"
 
 /** Builds the claim statements on the shared context. */
-export const makeQueueClaimSql = ({
-  sql,
-  messages,
-  archive,
-  receiptIdsCte,
-  RECEIPT_IDS,
-  receiptsOnce,
-  receiptMatchOnce
-}: QueueSqlContext) => {
+export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, receiptMatch }: QueueSqlContext) => {
   // PGMQ's read: oldest visible first, rows locked by another reader skipped, vt moved on.
   // The claimed rows are updated by id (= ANY of the locked ids), not by a join with the CTE:
   // in the prepared statement's generic plan (the LIMIT unknown) the join was a hash join over
@@ -83,13 +75,13 @@ export const makeQueueClaimSql = ({
     lease = false
   ) => {
     // the receipts' ids are skipped through the rids CTE (a scalar subquery, unseen by the planner too)
-    const scan = claimScan(sql, "", from, limit + 1, now)
+    const scan = claimScan(sql, "", from, limit + 1, now, true)
     return sql<
       MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }
     >`WITH ${receiptIdsCte(r)},
       d AS (
-        DELETE FROM ${messages(physical)} q USING ${receiptsOnce(r)}
-        WHERE ${receiptMatchOnce}
+        DELETE FROM ${messages(physical)} q
+        WHERE ${receiptMatch}
         RETURNING q.*),
       a AS (
         INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
@@ -97,7 +89,7 @@ export const makeQueueClaimSql = ({
         RETURNING msg_id),
       c AS (
         SELECT msg_id FROM ${messages(physical)}
-        WHERE ${scan.where} AND msg_id <> ALL(${RECEIPT_IDS})
+        WHERE ${scan.where}
         ORDER BY msg_id
         LIMIT ${scan.limit}
         FOR UPDATE SKIP LOCKED),

@@ -23,7 +23,7 @@ export const makeQueueLimitSql = ({
   notifyChannel,
   messages,
   archive,
-  receipts,
+  receiptIdsCte,
   receiptMatch
 }: QueueSqlContext) => {
   // The claim of a queue whose jobs carry flow controls. Concurrency limits (`pgbus_limit_key`,
@@ -61,7 +61,9 @@ export const makeQueueLimitSql = ({
   // index and stops at the LIMIT: costed per row (a scalar subquery, or NOT EXISTS), it chose
   // to scan and sort every visible message (72 of a claim's 76 ms behind 20k jobs). A key is full
   // when its running messages reach their own largest limit; each candidate is then checked
-  // against its own limit (conc). A claim's lease (u) is a limited job's own
+  // against its own limit (conc). A key's oldest candidate is read again by its id, one probe
+  // per key (a LATERAL that the planner cannot turn around: joined, the statistics of a drained
+  // table made it walk the whole queue for every claim). A claim's lease (u) is a limited job's own
   // (`pgbus_limit_lease_ms`, `limit.duration`) raised to two heartbeats (SlotLease.ts), else the
   // visibility timeout. A key's rate is read from its oldest candidate's message, once per key.
   const messageReadLimited = (
@@ -81,7 +83,7 @@ export const makeQueueLimitSql = ({
     const overrides = sql(`${schema}.rate_overrides`)
     const from = options.from ?? 0n
     // the scan reads the primary key whatever the statistics (claimScan)
-    const scan = claimScan(sql, "t", from, limit + 1, now, r.ids)
+    const scan = claimScan(sql, "t", from, limit + 1, now, true)
     const limits = options.mode !== "rates"
     // the bucket's clock: this statement's start, after the lock was taken (the transaction's
     // `now()` is from before a wait for it); a bucket never goes back in time
@@ -125,9 +127,10 @@ export const makeQueueLimitSql = ({
         readonly archived: bigint | null
         readonly lo: bigint | null
       }
-    >`WITH d AS (
-        DELETE FROM ${q} q USING ${receipts(r)}
-        WHERE ${receiptMatch(r)}
+    >`WITH ${receiptIdsCte(r)},
+      d AS (
+        DELETE FROM ${q} q
+        WHERE ${receiptMatch}
         RETURNING q.*),
       a AS (
         INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
@@ -155,7 +158,7 @@ export const makeQueueLimitSql = ({
                  THEN greatest((m.message ->> 'pgbus_rate_period_ms')::float8, 1) ELSE 1000 END) AS rp
         FROM (SELECT DISTINCT ON (head.rk) head.rk, head.msg_id FROM head
               WHERE head.rk IS NOT NULL ORDER BY head.rk, head.msg_id) f
-        JOIN ${q} m ON m.msg_id = f.msg_id
+        CROSS JOIN LATERAL (SELECT m.message FROM ${q} m WHERE m.msg_id = f.msg_id OFFSET 0) m
         LEFT JOIN ${overrides} o ON o.job = m.message ->> 'job'),
       want AS (
         SELECT head.rk, count(*) FILTER (WHERE head.pos <= ${limit}) AS n, count(*) AS n_all

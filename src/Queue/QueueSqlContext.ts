@@ -8,7 +8,7 @@
  */
 import { PgTypes } from "@effect/sql-pg"
 import { Result } from "effect"
-import type { SqlClient } from "effect/sql"
+import type { SqlClient, Statement } from "effect/sql"
 import { READ_COUNT_LIMIT } from "./Message.ts"
 import type { ReceiptParams } from "./QueueRows.ts"
 
@@ -16,6 +16,10 @@ export const typedArray = (values: ReadonlyArray<unknown>, oid: number): unknown
   Result.getOrThrow(PgTypes.array(values, oid))
 
 export const NOW = (sql: SqlClient.SqlClient, now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
+
+/** `col` is not among the ids of the statement's receipts (the `rids` CTE): one map lookup per row. */
+export const receiptSkip = (sql: SqlClient.SqlClient, col: Statement.Fragment) =>
+  sql`NOT ((SELECT rc FROM rids) ? ${col}::text)`
 
 // Why claimScan (issue 24, the steady pressure run's collapse): autoanalyze follows each vacuum,
 // and a queue table is vacuumed when its backlog has drained: the statistics then see a few
@@ -31,7 +35,8 @@ export const NOW = (sql: SqlClient.SqlClient, now: Date | null) => sql`coalesce(
 // pays for it in its full claims only (ClaimCursor bounds their share).
 /**
  * The scan of a claim of a queue table in id order: the condition (`msg_id >= from`, visible at
- * `now`, not among `skip`) and the LIMIT, in forms the planner cannot misjudge from statistics.
+ * `now`, not among the statement's receipts when `skipReceipts`) and the LIMIT, in forms the
+ * planner cannot misjudge from statistics.
  */
 export const claimScan = (
   sql: SqlClient.SqlClient,
@@ -39,14 +44,12 @@ export const claimScan = (
   from: bigint,
   limit: number,
   now: Date | null,
-  skip?: ReadonlyArray<bigint>
+  skipReceipts = false
 ) => {
   const col = (name: string) => sql.literal(alias === "" ? name : `${alias}.${name}`)
   return {
     where: sql`${col("msg_id")} >= (SELECT ${from}::int8) AND ${col("vt")} + interval '0 s' <= (SELECT ${NOW(sql, now)})${
-      skip === undefined
-        ? sql``
-        : sql` AND ${col("msg_id")} <> ALL((SELECT ${typedArray(skip, PgTypes.OID.int8)}::int8[])::int8[])`
+      skipReceipts ? sql` AND ${receiptSkip(sql, col("msg_id"))}` : sql``
     }`,
     limit: sql`(SELECT ${limit}::int8)`
   }
@@ -88,27 +91,23 @@ export const makeQueueSqlContext = (sql: SqlClient.SqlClient, schema: string, no
   const notifyFilter = (physical: string) =>
     notifyChannel === "" ? sql`` : sql`WHERE (SELECT true FROM pg_notify(${notifyChannel}, ${physical}))`
 
-  const receipts = (r: ReceiptParams) =>
-    sql`unnest(${typedArray(r.ids, PgTypes.OID.int8)}::int8[], ${typedArray(r.readCounts, PgTypes.OID.int4)}::int4[]) AS r(msg_id, read_ct)`
-
-  // The rows of `q` that the receipts `r` name. The `= ANY` of the ids makes the table side an
-  // index scan of those ids: joined with the unnest alone, from about a hundred receipts on
-  // Postgres joined by hashing a sequential scan of the whole queue table (dead rows included),
-  // which made every archive-and-claim of W1 at read-ahead 190 scan the backlog.
-  const receiptMatch = (r: ReceiptParams) =>
-    sql`q.msg_id = ANY(${typedArray(r.ids, PgTypes.OID.int8)}::int8[]) AND q.msg_id = r.msg_id AND q.read_ct = r.read_ct`
-
-  // The receipts of a statement that names their ids more than once, sent once: the CTE `rids`
-  // holds the ids, which `receiptsOnce` and `receiptMatchOnce` read (an InitPlan each; the
-  // table side is still an index scan of the ids). Each interpolation is a parameter of its own,
-  // encoded again: a worker's archive-and-claim sent its few hundred int8 ids three times, a
-  // few per cent of its CPU in bench:jobs W1.
+  // The receipts (id, read count) of a statement, sent once: the CTE `rids` holds the ids and a
+  // map from id to read count, which `receiptMatch` and `receiptSkip` read (an InitPlan each).
+  // Each row of `q` is checked against the map by one lookup, with no join: joined with an
+  // `unnest` of the receipts, the planner's choice decided the cost, and under the statistics
+  // of a drained table vacuumed and analyzed nearly empty (the index scan of the ids estimated
+  // at one row) it chose a nested loop that read the unnest again for every row: quadratic in
+  // the receipts (5,000 took 29 s). A worker whose archive then outran the statement timeout
+  // put its successes back, archived them with the next ones, and never caught up (issue 24's
+  // steady pressure run: no job done for a minute). The `= ANY` of the ids is an index scan
+  // of those ids in every plan (a join with the table could hash a scan of the whole queue).
   const receiptIdsCte = (r: ReceiptParams) =>
-    sql`rids AS (SELECT ${typedArray(r.ids, PgTypes.OID.int8)}::int8[] AS ids)`
+    sql`rids AS (SELECT p.ids, jsonb_object(p.ids::text[], p.rcs::text[]) AS rc
+        FROM (SELECT ${typedArray(r.ids, PgTypes.OID.int8)}::int8[] AS ids, ${typedArray(r.readCounts, PgTypes.OID.int4)}::int4[] AS rcs) p)`
   const RECEIPT_IDS = sql.literal("(SELECT ids FROM rids)::int8[]")
-  const receiptsOnce = (r: ReceiptParams) =>
-    sql`unnest(${RECEIPT_IDS}, ${typedArray(r.readCounts, PgTypes.OID.int4)}::int4[]) AS r(msg_id, read_ct)`
-  const receiptMatchOnce = sql`q.msg_id = ANY(${RECEIPT_IDS}) AND q.msg_id = r.msg_id AND q.read_ct = r.read_ct`
+  // `q` is a row named by its id and the read count of its receipt (a row delivered again since
+  // has a higher read count and is left alone)
+  const receiptMatch = sql`q.msg_id = ANY(${RECEIPT_IDS}) AND q.read_ct = ((SELECT rc FROM rids) ->> q.msg_id::text)::int4`
 
   return {
     sql,
@@ -119,12 +118,8 @@ export const makeQueueSqlContext = (sql: SqlClient.SqlClient, schema: string, no
     archive,
     index,
     notifyFilter,
-    receipts,
     receiptMatch,
-    receiptIdsCte,
-    RECEIPT_IDS,
-    receiptsOnce,
-    receiptMatchOnce
+    receiptIdsCte
   }
 }
 
