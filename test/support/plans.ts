@@ -11,6 +11,12 @@ export interface PlanOf {
 /**
  * The EXPLAIN of each statement with a prepared statement's custom plan and with its generic
  * plan (`plan_cache_mode`), the two a driver's prepared statement may run with.
+ *
+ * `EXPLAIN <statement>` with bound parameters plans with their values (a custom plan) whatever
+ * `plan_cache_mode` says, so the statement is prepared under its own name and its plan read with
+ * `EXPLAIN EXECUTE`, whose arguments cannot be parameters either: the values are stored in a
+ * temporary table, with the types PostgreSQL inferred for the prepared statement, and passed by
+ * functions that read them.
  */
 export const plansInBothModes = (sql: SqlClient.SqlClient, statements: ReadonlyArray<Statement.Statement<unknown>>) =>
   Effect.forEach(
@@ -19,11 +25,48 @@ export const plansInBothModes = (sql: SqlClient.SqlClient, statements: ReadonlyA
       const [text, params] = statement.compile()
       return sql
         .withTransaction(
-          Effect.andThen(
-            sql.unsafe(`SET LOCAL plan_cache_mode = ${mode}`),
-            sql.unsafe<{ readonly "QUERY PLAN": string }>(`EXPLAIN ${text}`, params)
-          )
+          Effect.gen(function* () {
+            yield* sql.unsafe(`SET LOCAL plan_cache_mode = ${mode}`)
+            yield* sql.unsafe(`PREPARE pgbus_plan_probe AS ${text}`)
+            const [prepared] = yield* sql.unsafe<{ readonly types: ReadonlyArray<string> | string }>(
+              "SELECT parameter_types::text[] AS types FROM pg_prepared_statements WHERE name = 'pgbus_plan_probe'"
+            )
+            const types = typesOf(prepared?.types)
+            const columns = types.map((type, i) => `a${i + 1} ${type}`).join(", ")
+            yield* sql.unsafe(`CREATE TEMP TABLE pgbus_plan_args (${columns}) ON COMMIT DROP`)
+            if (types.length > 0) {
+              const values = types.map((_, i) => `$${i + 1}`).join(", ")
+              yield* sql.unsafe(`INSERT INTO pgbus_plan_args VALUES (${values})`, params)
+            }
+            for (const [i, type] of types.entries()) {
+              yield* sql.unsafe(
+                `CREATE FUNCTION pg_temp.pgbus_plan_arg${i + 1}() RETURNS ${type} LANGUAGE sql STABLE AS 'SELECT a${i + 1} FROM pgbus_plan_args'`
+              )
+            }
+            const call = types.map((_, i) => `pg_temp.pgbus_plan_arg${i + 1}()`).join(", ")
+            const plan = yield* sql.unsafe<{ readonly "QUERY PLAN": string }>(
+              `EXPLAIN EXECUTE pgbus_plan_probe${types.length === 0 ? "" : `(${call})`}`
+            )
+            for (const [i, type] of types.entries()) {
+              yield* sql.unsafe(`DROP FUNCTION pg_temp.pgbus_plan_arg${i + 1}() -- ${type}`)
+            }
+            yield* sql.unsafe("DEALLOCATE pgbus_plan_probe")
+            return plan
+          })
         )
         .pipe(Effect.map((plan): PlanOf => ({ mode, text, lines: plan.map((row) => row["QUERY PLAN"]).join("\n") })))
     }
   )
+
+/** A `text[]` as the driver returns it: an array, or its literal when the type is not decoded. */
+const typesOf = (value: ReadonlyArray<string> | string | undefined): ReadonlyArray<string> =>
+  value === undefined
+    ? []
+    : typeof value === "string"
+      ? value === "{}"
+        ? []
+        : value
+            .slice(1, -1)
+            .split(",")
+            .map((t) => t.replace(/^"|"$/g, ""))
+      : value
