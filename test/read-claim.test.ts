@@ -3,12 +3,14 @@
  * the step's claim are one statement (`stepClaimInRead`). The step runs once with the audit trail
  * a claim by `stepClaim` leaves; a step claimed in a read whose worker died is recovered exactly
  * as one `stepClaim` claimed (its message's lease lapses, the redelivery applies the stall
- * action); a read whose reply was lost releases what it claimed.
+ * action); a read whose reply was lost, or whose message a drain gives back, releases what it
+ * claimed first.
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect, Fiber, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
+import { receiptOf } from "../src/Queue/Message.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Registry } from "../src/Registry.ts"
 import { type StepMessage, WorkflowRunner } from "../src/Workflow/Engine.ts"
@@ -224,6 +226,31 @@ layer(
       assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:failed", "got#2:completed"])
       const trail = yield* eventTypes(run.id)
       assert.include(trail, "step_interrupted")
+      assert.notInclude(trail, "stall_detected")
+    })
+  )
+
+  it.effect("a drain gives back a message whose step its read claimed: released first, the run goes on unstalled", () =>
+    Effect.gen(function* () {
+      const store = yield* QueueStore
+      const { claim, queue } = yield* readClaim
+      const run = yield* parked(Dies, "drained")
+      yield* run.signal("go", { v: 3 })
+      const got = yield* store.archiveAndRead(queue, [], {
+        limit: 10,
+        claimedBy: "live#4",
+        readClaim: { claim, limit: 10 }
+      })
+      assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:in_progress"])
+      // what Drain.ts does with buffered messages: their claims first (only those the read took), then the messages
+      yield* claim.release(got.messages, true)
+      yield* claim.release(got.messages, true)
+      yield* store.release(queue, got.messages.map(receiptOf))
+      yield* finishes(run.id)
+      assert.strictEqual((yield* info(run.id)).output, 3)
+      assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:failed", "got#2:completed"])
+      const trail = yield* eventTypes(run.id)
+      assert.strictEqual(trail.filter((t) => t === "step_interrupted").length, 1)
       assert.notInclude(trail, "stall_detected")
     })
   )
