@@ -11,12 +11,14 @@ import { Effect, Fiber, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
 import { receiptOf } from "../src/Queue/Message.ts"
+import { makeQueueSql } from "../src/Queue/QueueSql.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Registry } from "../src/Registry.ts"
 import { type StepMessage, WorkflowRunner } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
-import { STEP_JOB } from "../src/Workflow/WorkflowSql.ts"
+import { makeWorkflowSql, STEP_JOB } from "../src/Workflow/WorkflowSql.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
+import { plansInBothModes } from "./support/plans.ts"
 import { eventTypes, info, stepRows } from "./support/runs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -253,5 +255,58 @@ layer(
       assert.strictEqual(trail.filter((t) => t === "step_interrupted").length, 1)
       assert.notInclude(trail, "stall_detected")
     })
+  )
+
+  // last: the rows it writes would be read by the supervisors of the tests above
+  it.effect(
+    "the read with the claims reaches every row by index, never by a scan (20,000 runs, custom and generic plans)",
+    () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const config = yield* PgBusConfig
+        const store = yield* QueueStore
+        yield* store.create("plans")
+        const { physical } = yield* store.validateName("plans")
+        const s = config.schema
+        yield* sql.unsafe(`INSERT INTO ${s}.workflow_runs (id, workflow, payload, status, engine_version, created_at, updated_at)
+          SELECT gen_random_uuid(), 'Plans', '{}'::jsonb, 'ready', 1, now(), now() FROM generate_series(1, 20000)`)
+        yield* sql.unsafe(`INSERT INTO ${s}.workflow_steps (run_id, name, attempt, position, status, queue, scheduled_at, due_at)
+          SELECT id, 'got', 1, 0, 'scheduled', 'plans', now(), now() FROM ${s}.workflow_runs WHERE workflow = 'Plans'`)
+        yield* sql.unsafe(`INSERT INTO ${s}.q_${physical} (message, vt, enqueued_at)
+          SELECT jsonb_build_object('job', '${STEP_JOB}', 'payload',
+            jsonb_build_object('workflow', 'Plans', 'run', st.run_id::text, 'step', st.id::text)), now(), now()
+          FROM ${s}.workflow_steps st WHERE st.queue = 'plans'`)
+        for (const table of ["workflow_runs", "workflow_steps", `q_${physical}`])
+          yield* sql.unsafe(`ANALYZE ${s}.${table}`)
+        const queue = makeQueueSql(sql, s, "")
+        const workflow = makeWorkflowSql(sql, s, () => {
+          throw new Error("no message is sent")
+        })
+        const claims = workflow.stepClaimInRead({
+          queue: "plans",
+          workflows: ["Plans"],
+          limit: 10,
+          worker: "w",
+          appRevision: null,
+          now: null
+        })
+        const checked = [
+          queue.messageRead(physical, 10, 30_000, "x#1", null, 0n, true, claims),
+          queue.messageArchiveAndRead(
+            physical,
+            { ids: [1n, 2n], readCounts: [1, 1] },
+            10,
+            30_000,
+            "x#1",
+            null,
+            0n,
+            true,
+            claims
+          )
+        ]
+        for (const { mode, text, lines } of yield* plansInBothModes(sql, checked)) {
+          assert.notMatch(lines, /Seq Scan on (workflow_|q_)/, `${mode}: ${text}\n${lines}`)
+        }
+      })
   )
 })

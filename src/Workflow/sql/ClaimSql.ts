@@ -88,14 +88,20 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
                    FOR UPDATE SKIP LOCKED) l),
       rc_s AS (
         UPDATE ${steps} st SET status = 'in_progress', started_at = ${NOW(p.now)}, worker = ${p.worker},
-          app_revision = ${p.appRevision}, claimed_by = ${p.queue}::text || ':' || rc_m.msg_id || ':' || rc_m.read_ct
-        FROM rc_m JOIN rc_l ON rc_l.id = rc_m.run_id
-        WHERE st.id = rc_m.step_id AND st.run_id = rc_m.run_id AND st.status = 'scheduled'
-          AND st.due_at <= ${NOW(p.now)}
-        RETURNING rc_m.msg_id AS rc_msg_id, st.run_id, ${claimedStepColumns}),
+          app_revision = ${p.appRevision},
+          claimed_by = (SELECT ${p.queue}::text || ':' || m.msg_id || ':' || m.read_ct FROM rc_m m
+                        WHERE m.step_id = st.id AND m.run_id = st.run_id)
+        -- by id (= ANY of the locked runs' steps), not by a join with the CTEs: an index scan in
+        -- every plan; rc_m has one row per run, so one per step of that run
+        WHERE st.id = ANY(ARRAY(SELECT m.step_id FROM rc_m m JOIN rc_l l ON l.id = m.run_id))
+          AND EXISTS (SELECT 1 FROM rc_m m WHERE m.step_id = st.id AND m.run_id = st.run_id)
+          AND st.status = 'scheduled' AND st.due_at <= ${NOW(p.now)}
+        RETURNING (SELECT m.msg_id FROM rc_m m WHERE m.step_id = st.id AND m.run_id = st.run_id) AS rc_msg_id,
+          st.run_id, ${claimedStepColumns}),
       rc_r AS (
-        UPDATE ${runs} ru SET status = ${toOf("claim")}, current_step = rc_s.name, updated_at = ${NOW(p.now)}
-        FROM rc_s WHERE ru.id = rc_s.run_id
+        UPDATE ${runs} ru SET status = ${toOf("claim")}, current_step = (SELECT s.name FROM rc_s s WHERE s.run_id = ru.id),
+          updated_at = ${NOW(p.now)}
+        WHERE ru.id = ANY(ARRAY(SELECT run_id FROM rc_s))
         RETURNING ru.*),
       rc_e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
