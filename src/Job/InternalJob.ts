@@ -29,6 +29,8 @@ export const internalJob = <P>(
     readonly accepts?: ((message: unknown) => message is P) | undefined
     /** The job's outcome is written elsewhere, durably: its archive is a lease (`RegisteredJob.archiveIsLease`). */
     readonly archiveIsLease?: boolean | undefined
+    /** The claim a worker's read makes for its messages (`RegisteredJob.readClaim`). */
+    readonly readClaim?: RegisteredJob["readClaim"]
   }
 ): RegisteredJob => {
   const decodeSchema = Schema.decodeUnknownEffect(payload)
@@ -57,6 +59,7 @@ export const internalJob = <P>(
     run: (message, context) => run(message as P, context),
     provide: (effect, also) => (also === undefined ? effect : Effect.updateContext(effect, also)),
     ...(options?.deadLetterSource === undefined ? {} : { deadLetterSource: options.deadLetterSource }),
-    ...(options?.archiveIsLease === true ? { archiveIsLease: true } : {})
+    ...(options?.archiveIsLease === true ? { archiveIsLease: true } : {}),
+    ...(options?.readClaim === undefined ? {} : { readClaim: options.readClaim })
   }
 }

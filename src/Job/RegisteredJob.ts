@@ -8,6 +8,7 @@
 import { Context, Duration, Effect, Exit, Schema } from "effect"
 import type { PgBusConfigShape } from "../Config.ts"
 import type { DeadLetterSource, Message } from "../Queue/Message.ts"
+import type { ReadClaim } from "../Queue/QueueRows.ts"
 import { type AnyJob, type JobContext, validateDefinition } from "./Job.ts"
 import { InvalidJobDefinition, InvalidResult, PayloadDecodeError } from "./JobError.ts"
 import { type ResolvedRetryPolicy, resolvePolicy, withErrorRules } from "./Retry.ts"
@@ -37,6 +38,12 @@ export interface RegisteredJob {
    * step): a claim that archives only such messages may commit without waiting for the WAL flush.
    */
   readonly archiveIsLease?: boolean | undefined
+  /**
+   * The claim a worker's plain read of a queue (the capsule's name of it) makes, in its own
+   * statement, for this job's messages it delivers to an executor at once (a woken workflow
+   * step's claim); undefined: none for that queue.
+   */
+  readonly readClaim?: ((logical: string) => ReadClaim | undefined) | undefined
 }
 
 /**

@@ -6,6 +6,7 @@
  * @since 0.1.0
  */
 import { PgTypes } from "@effect/sql-pg"
+import type { Statement } from "effect/sql"
 import { LEASE_COMMIT } from "../internal/leaseCommit.ts"
 import type { FairMessageRow, MessageRow, ReceiptParams } from "./QueueRows.ts"
 import {
@@ -31,6 +32,8 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
   // `lease`: the statement is its own transaction, whose commit need not wait for the WAL flush
   // (a claim is a lease: lost in a server crash, its messages are visible again; see
   // internal/leaseCommit.ts). Never inside a caller's transaction.
+  // `claims`: another module's claim in the same statement (QueueRows.ReadClaim), for the
+  // messages `u` claimed; its `rc` rows come back on their messages' rows.
   const messageRead = (
     physical: string,
     limit: number,
@@ -38,23 +41,34 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
     claimedBy: string | null,
     now: Date | null,
     from = 0n,
-    lease = false
+    lease = false,
+    claims?: Statement.Fragment
   ) => {
     // one row more than the limit is locked (not claimed): `more` says whether the read left any;
     // the scan reads the primary key whatever the statistics (claimScan)
     const scan = claimScan(sql, "", from, limit + 1, now)
-    return sql<MessageRow & { readonly more: boolean }>`WITH c AS (
+    const locked = sql`c AS (
         SELECT msg_id FROM ${messages(physical)}
         WHERE ${scan.where}
         ORDER BY msg_id
         LIMIT ${scan.limit}
         FOR UPDATE SKIP LOCKED),
-      t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})
-      UPDATE ${messages(physical)} q
+      t AS (SELECT msg_id FROM c ORDER BY msg_id LIMIT ${limit})`
+    const update = sql`UPDATE ${messages(physical)} q
       SET vt = ${NOW(sql, now)} + ${PgTypes.float8(visibilityMs)} * interval '1 millisecond',
           read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
           claimed_by = ${claimedBy}
-      WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))${lease ? sql` AND ${sql.literal(LEASE_COMMIT)}` : sql``}
+      WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))${lease ? sql` AND ${sql.literal(LEASE_COMMIT)}` : sql``}`
+    type Row = MessageRow & { readonly more: boolean; readonly rc_msg_id?: bigint | null }
+    if (claims !== undefined) {
+      return sql<Row>`WITH ${locked},
+      u AS (${update}
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error),
+      ${claims}
+      SELECT u.*, (SELECT count(*) FROM c) > ${limit} AS more, rc.* FROM u LEFT JOIN rc ON rc.rc_msg_id = u.msg_id`
+    }
+    return sql<Row>`WITH ${locked}
+      ${update}
       RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error,
         (SELECT count(*) FROM c) > ${limit} AS more`
   }
@@ -72,13 +86,12 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
     claimedBy: string | null,
     now: Date | null,
     from = 0n,
-    lease = false
+    lease = false,
+    claims?: Statement.Fragment
   ) => {
     // the receipts' ids are skipped through the rids CTE (a scalar subquery, unseen by the planner too)
     const scan = claimScan(sql, "", from, limit + 1, now, true)
-    return sql<
-      MessageRow & { readonly archived: bigint | null; readonly more: boolean | null }
-    >`WITH ${receiptIdsCte(r)},
+    const ctes = sql`${receiptIdsCte(r)},
       d AS (
         DELETE FROM ${messages(physical)} q
         WHERE ${receiptMatch}
@@ -100,11 +113,22 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
             read_ct = ${sql.literal(READ_COUNT_NEXT_EXPR)},
             claimed_by = ${claimedBy}
         WHERE q.msg_id = ANY(ARRAY(SELECT msg_id FROM t))
-        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error)
-      SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::int8 AS archived,
+        RETURNING q.msg_id, q.read_ct, q.enqueued_at, q.vt, q.message, q.headers, q.last_error)`
+    const select = sql`SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::int8 AS archived,
         NULL::bool AS more FROM u
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a), (SELECT count(*) FROM c) > ${limit}${lease ? sql` WHERE ${sql.literal(LEASE_COMMIT)}` : sql``}`
+    type Row = MessageRow & {
+      readonly archived: bigint | null
+      readonly more: boolean | null
+      readonly rc_msg_id?: bigint | null
+    }
+    return claims === undefined
+      ? sql<Row>`WITH ${ctes}
+      ${select}`
+      : sql<Row>`WITH ${ctes},
+      ${claims}
+      SELECT x.*, rc.* FROM (${select}) x LEFT JOIN rc ON rc.rc_msg_id = x.msg_id`
   }
 
   // The fair read (see FairShare.ts): the keys present are found by a skip scan of the fair

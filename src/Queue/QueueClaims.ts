@@ -15,6 +15,7 @@ import { pollDelay } from "./Notifier.ts"
 import type { makeQueueControls } from "./QueueControls.ts"
 import { InvalidMessage, type QueueError } from "./QueueError.ts"
 import type { LimitedClaimMode } from "./QueueLimitSql.ts"
+import type { MessageRow, ReadClaimRow } from "./QueueRows.ts"
 import type { PollOptions, ReadOptions, Target } from "./QueueStore.ts"
 import {
   byMsgId,
@@ -151,10 +152,20 @@ export const makeQueueClaims = (
       // on its own (not in a caller's transaction), the claim commits without waiting for the
       // WAL flush: a lease, redelivered if a crash loses it (internal/leaseCommit.ts)
       const lease = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+      // another module's claim in the read (a woken step's), for the messages that go to an executor at once
+      const readClaim = options?.readClaim
+      const claims =
+        readClaim === undefined || readClaim.limit <= 0 ? undefined : readClaim.claim.ctes(queue, readClaim.limit, now)
+      const handOver = (rows: ReadonlyArray<MessageRow & { readonly rc_msg_id?: bigint | null }>) => {
+        if (claims === undefined || readClaim === undefined) return
+        const claimed = rows.filter((row): row is ReadClaimRow => row.rc_msg_id !== null && row.rc_msg_id !== undefined)
+        if (claimed.length > 0) readClaim.claim.claimed(queue, claimed)
+      }
       if (receipts.length === 0) {
         const claimed = yield* statements
-          .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now, from, lease)
+          .messageRead(name.physical, limit, vtMs, options?.claimedBy ?? null, now, from, lease, claims)
           .pipe(Effect.mapError(fail("read from", queue)))
+        handOver(claimed)
         const messages = claimed.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
         yield* ended(messages)
         return { archived: 0, messages, more: claimed[0]?.more === true }
@@ -170,9 +181,11 @@ export const makeQueueClaims = (
           from,
           // an archive that is no outcome (workflow steps'): a crash that loses it makes the
           // messages visible again, as a lost claim does
-          lease && options?.archiveIsLease === true
+          lease && options?.archiveIsLease === true,
+          claims
         )
         .pipe(Effect.mapError(fail("archive and read in", queue)))
+      handOver(rows)
       let archived = 0
       let more = false
       const messages: Array<Message> = []

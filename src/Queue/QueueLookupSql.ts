@@ -19,6 +19,12 @@ export const makeQueueLookupSql = ({ sql, messages, archive }: QueueSqlContext) 
     sql<MessageRow>`SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error
       FROM ${messages(physical)} WHERE msg_id = ${msgId}`
 
+  // the messages one claim holds, by its mark (a claim whose reply was lost: what it claimed);
+  // a scan, on that rare path only
+  const messageClaimedBy = (physical: string, claimedBy: string) =>
+    sql<MessageRow>`SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error
+      FROM ${messages(physical)} WHERE claimed_by = ${claimedBy} ORDER BY msg_id`
+
   const messageList = (physical: string, limit: number, afterId: bigint | null) =>
     sql<MessageRow>`SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error
       FROM ${messages(physical)}
@@ -79,6 +85,7 @@ export const makeQueueLookupSql = ({ sql, messages, archive }: QueueSqlContext) 
   return {
     messagePurge,
     messageGet,
+    messageClaimedBy,
     messageList,
     archiveGet,
     messagePayloadValues,

@@ -8,6 +8,7 @@
 import { Effect, Option } from "effect"
 import { statementNow } from "../Database.ts"
 import * as Input from "../Input.ts"
+import type { Message } from "./Message.ts"
 import * as QueueName from "./QueueName.ts"
 import type { MessagePlace, QueueMetrics } from "./QueueStore.ts"
 import { type QueueStoreContext, toMessage, toNumber } from "./QueueStoreContext.ts"
@@ -20,6 +21,15 @@ export const makeQueueLookups = ({ statements, validateName, fail, refuse }: Que
       yield* refuse(queue, Input.messageIdProblem(msgId, "msgId"))
       const rows = yield* statements.messageGet(name.physical, msgId).pipe(Effect.mapError(fail("get from", queue)))
       return Option.map(Option.fromNullishOr(rows[0]), (row) => toMessage(queue, row))
+    })
+
+  const claimedBy = (queue: string, mark: string) =>
+    Effect.gen(function* () {
+      const name = yield* validateName(queue)
+      const rows = yield* statements
+        .messageClaimedBy(name.physical, mark)
+        .pipe(Effect.mapError(fail("find a claim in", queue)))
+      return rows.map((row) => toMessage(queue, row)) as ReadonlyArray<Message>
     })
 
   const browse = (queue: string, options?: { readonly limit?: number; readonly after?: bigint }) =>
@@ -91,5 +101,5 @@ export const makeQueueLookups = ({ statements, validateName, fail, refuse }: Que
       } satisfies QueueMetrics
     })
 
-  return { get, browse, isArchived, payloadValuesQueued, locate, metrics }
+  return { get, claimedBy, browse, isArchived, payloadValuesQueued, locate, metrics }
 }

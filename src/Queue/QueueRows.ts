@@ -3,7 +3,9 @@
  *
  * @since 0.1.0
  */
+import type { Effect } from "effect"
 import type { Statement } from "effect/sql"
+import type { Message } from "./Message.ts"
 
 /** A message row as stored. */
 export interface MessageRow {
@@ -30,6 +32,31 @@ export type MessageCtes = (
   readonly ctes: Statement.Fragment
   readonly notifyRef: Statement.Fragment
   readonly claimed: Statement.Fragment
+}
+
+/**
+ * A claim another module makes in a worker's plain read, in the read's own statement, for some
+ * of the messages it delivers (a workflow step's claim, for the step messages of the workflows
+ * the process runs). Its CTEs come after the read's `u` (the claimed messages: `msg_id`,
+ * `read_ct`, `message`) and end in `rc`: one row per message claimed for, `rc_msg_id` its id,
+ * its other columns returned on that message's row (no column named as a message row's).
+ */
+export interface ReadClaim {
+  /** The CTEs for a read of `queue` (the name its messages carry) claiming for at most its first `limit` messages. */
+  readonly ctes: (queue: string, limit: number, now: Date | null) => Statement.Fragment
+  /** Takes the claims a read made (its rows with `rc_msg_id` set), right after the read. */
+  readonly claimed: (queue: string, rows: ReadonlyArray<ReadClaimRow>) => void
+  /**
+   * Releases what reads claimed for these messages, which go back unrun (a drain gives them back,
+   * or the read's reply was lost): their next delivery must not find a claim it did not make.
+   * `taken`: only the claims `claimed` took (a drain's; a lost reply's were never taken).
+   */
+  readonly release: (messages: ReadonlyArray<Message>, taken: boolean) => Effect.Effect<void>
+}
+
+/** A read's row with what a `ReadClaim` claimed for its message (`rc_msg_id` null: nothing). */
+export interface ReadClaimRow extends MessageRow {
+  readonly rc_msg_id: bigint | null
 }
 
 /** A message inserted claimed by `messageSendCtes` (its `claimed` columns; all null when none was sent). */

@@ -24,11 +24,12 @@ import { makeQueueLifecycle } from "./QueueLifecycle.ts"
 import { makeQueueLookups } from "./QueueLookups.ts"
 import * as QueueName from "./QueueName.ts"
 import { makeQueueOutcomes, type QueueOutcomes } from "./QueueOutcomes.ts"
-import type { ClaimedMessageRow, MessageCtes } from "./QueueRows.ts"
+import type { ClaimedMessageRow, MessageCtes, ReadClaim } from "./QueueRows.ts"
 import { claimedMessage, makeQueueStoreContext, toMessage } from "./QueueStoreContext.ts"
 import { leaseFloorMs } from "./SlotLease.ts"
 
 export type { RateOverride } from "./QueueControls.ts"
+export type { ReadClaim, ReadClaimRow } from "./QueueRows.ts"
 
 /** When a sent message becomes visible: after `delay`, or at `at`. */
 export interface SendOptions {
@@ -78,6 +79,11 @@ export interface ReadOptions {
    * a claim alone does (internal/leaseCommit.ts). Ignored inside a caller's transaction.
    */
   readonly archiveIsLease?: boolean | undefined
+  /**
+   * `archiveAndRead`'s plain claim: another module's claim made in the same statement for the
+   * messages among the first `limit` it claims (a woken workflow step's, see `ReadClaim`).
+   */
+  readonly readClaim?: { readonly claim: ReadClaim; readonly limit: number } | undefined
 }
 
 /** How a queue is created. */
@@ -260,6 +266,8 @@ export class QueueStore extends Context.Service<
     ) => Effect.Effect<ReadonlyArray<{ readonly queue: string; readonly released: number }>, QueueError>
     /** Makes the messages of one claim (by its `claimedBy` mark) visible at once; returns how many. */
     readonly releaseClaim: (queue: string, claimedBy: string) => Effect.Effect<number, QueueError>
+    /** The messages one claim (by its `claimedBy` mark) holds now, not released (a lost reply's). */
+    readonly claimedBy: (queue: string, claimedBy: string) => Effect.Effect<ReadonlyArray<Message>, QueueError>
     /** Deletes every message of a queue; returns how many. */
     readonly purge: (queue: string) => Effect.Effect<number, QueueError>
     /** One message by id (not claimed). */

@@ -20,6 +20,7 @@ import { makeEngineContext } from "./engine/Context.ts"
 import { makeExecute } from "./engine/Execute.ts"
 import { makeOutcomes } from "./engine/Outcomes.ts"
 import { makeQueries } from "./engine/Queries.ts"
+import { makeReadClaims } from "./engine/ReadClaims.ts"
 import { makeRunner } from "./engine/Runner.ts"
 import { WorkflowRunner, WorkflowSweep } from "./engine/Services.ts"
 import { makeStarts } from "./engine/Starts.ts"
@@ -57,7 +58,12 @@ const make = Effect.gen(function* () {
   const sweep = makeSweep(ctx, outcomes, queries, verbs)
   return {
     client,
-    runner: WorkflowRunner.of({ execute: runner.execute, next: runner.next, fanOutFinished: sweep.fanOutFinished }),
+    runner: WorkflowRunner.of({
+      execute: runner.execute,
+      next: runner.next,
+      fanOutFinished: sweep.fanOutFinished,
+      readClaim: makeReadClaims(ctx, outcomes)
+    }),
     sweep: WorkflowSweep.of({ runOnce: sweep.sweepOnce, expireWait: sweep.expireWait })
   }
 })

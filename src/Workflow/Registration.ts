@@ -70,7 +70,12 @@ export const registerWorkflows = (
           }),
         // the step's outcome commits with the step (synchronously): a lost archive only makes the
         // message visible again, and its redelivery finds the step moved on
-        { accepts: isStepMessage, archiveIsLease: true }
+        // a woken step is claimed by the worker's read that delivers its message (one round trip less)
+        {
+          accepts: isStepMessage,
+          archiveIsLease: true,
+          ...(runner.readClaim === undefined ? {} : { readClaim: runner.readClaim(workflows) })
+        }
       ),
       // a fan-out batch's callback resumes the step waiting on it
       internalJob(config, FAN_OUT_JOB, BatchFinished, config.workflowQueue, (payload) => runner.fanOutFinished(payload))

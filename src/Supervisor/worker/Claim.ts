@@ -10,12 +10,12 @@ import { isPassingFailure, retryTransient } from "../../Database.ts"
 import * as OutageBackoff from "../../internal/OutageBackoff.ts"
 import { jobOf } from "../../Job/Executor.ts"
 import type { JobRegistry } from "../../Job/RegisteredJob.ts"
-import type { FairCursor } from "../../Queue/FairShare.ts"
 import type { Message } from "../../Queue/Message.ts"
 import { pollDelay } from "../../Queue/Notifier.ts"
+import type { ReadClaim } from "../../Queue/QueueRows.ts"
 import { isBreakerOpen } from "../ConnectionWatch.ts"
 import { takeCompleted } from "./Archive.ts"
-import { forget, gated, isPaused, room, type WorkerContext, worthClaiming } from "./Context.ts"
+import { forget, gated, isPaused, type QueueRead, room, type WorkerContext, worthClaiming } from "./Context.ts"
 
 /**
  * A rate-limited claim that left jobs behind says when the next token comes, a limited one with
@@ -54,8 +54,16 @@ const makeRateWake = (ctx: WorkerContext) => {
 // claim that fails with its connection may have committed with its reply lost, and its
 // messages, which this worker never got, are released by that mark instead of waiting for
 // their visibility timeout.
-const releaseLostClaim = (ctx: WorkerContext, queue: string, mark: string) =>
-  retryTransient(ctx.store.releaseClaim(queue, mark)).pipe(
+// A claim that also claimed woken steps (a read claim) releases those first, by its messages,
+// so that their next delivery does not find them held as by a dead worker.
+const releaseLostClaim = (ctx: WorkerContext, queue: string, mark: string, readClaim: ReadClaim | undefined) =>
+  (readClaim === undefined
+    ? Effect.void
+    : retryTransient(ctx.store.claimedBy(queue, mark)).pipe(
+        Effect.flatMap((messages) => readClaim.release(messages, false))
+      )
+  ).pipe(
+    Effect.andThen(retryTransient(ctx.store.releaseClaim(queue, mark))),
     Effect.flatMap((n) =>
       n === 0
         ? Effect.void
@@ -63,6 +71,30 @@ const releaseLostClaim = (ctx: WorkerContext, queue: string, mark: string) =>
     ),
     Effect.catch((error) => Effect.logWarning("pgbus: releasing a claim whose reply was lost failed", error))
   )
+
+const readClaims = new WeakMap<QueueRead, ReadClaim | null>()
+
+/**
+ * The claim a plain read of this queue makes for the messages of a registered job (a woken
+ * workflow step's, `RegisteredJob.readClaim`), if any; looked up once per queue of the worker.
+ */
+export const readClaimOf = (ctx: WorkerContext, read: QueueRead): ReadClaim | undefined => {
+  let found = readClaims.get(read)
+  if (found === undefined) {
+    found = null
+    if (read.cursor === undefined && read.limited === false && !read.ordered) {
+      for (const registered of ctx.deps.registry.jobs.values()) {
+        const claim = registered.readClaim?.(read.logical)
+        if (claim !== undefined) {
+          found = claim
+          break
+        }
+      }
+    }
+    readClaims.set(read, found)
+  }
+  return found ?? undefined
+}
 
 /**
  * Whether archiving these successes is a lease: every one is a workflow step's (its outcome was
@@ -81,7 +113,8 @@ const archiveAndRead = (
   limit: number,
   mark: string,
   limited: boolean | "rates",
-  ordered: boolean
+  ordered: boolean,
+  readClaim: ReadClaim | undefined
 ) =>
   ctx.store
     .archiveAndRead(queue, done, {
@@ -89,6 +122,11 @@ const archiveAndRead = (
       visibilityTimeout: ctx.config.visibilityTimeout,
       claimedBy: mark,
       ...(archiveIsLease(ctx.deps.registry, done) ? { archiveIsLease: true } : {}),
+      // claimed in the read only for the messages a free executor takes at once: one left waiting
+      // behind read-ahead would age its step's timeout, and a drain would give it back claimed
+      ...(readClaim === undefined
+        ? {}
+        : { readClaim: { claim: readClaim, limit: ctx.capsule.concurrency - ctx.stats.running - ctx.stats.buffered } }),
       ...(limited !== false ? { limited, onRateWait } : {}),
       ...(ordered ? { ordered } : {})
     })
@@ -113,20 +151,19 @@ const archiveAndRead = (
 const readOne = (
   ctx: WorkerContext,
   onRateWait: (ms: number) => void,
-  queue: string,
-  cursor: FairCursor | undefined,
-  limited: boolean | "rates",
+  read: QueueRead,
   limit: number,
-  withArchive: boolean,
-  ordered: boolean
+  withArchive: boolean
 ) => {
+  const { queue, cursor, limited, ordered } = read
+  const readClaim = readClaimOf(ctx, read)
   // a limited claim archives first too (then claims in its own transaction: the archived
   // jobs' slots are free for it, so no wake-up is needed for the jobs it archives)
   const plain = cursor === undefined
   const done = withArchive && plain && ctx.completed.length > 0 ? takeCompleted(ctx, queue) : []
   const mark = `${ctx.deps.processId}#${++ctx.claims}`
   const claimed = plain
-    ? archiveAndRead(ctx, onRateWait, queue, done, limit, mark, limited, ordered)
+    ? archiveAndRead(ctx, onRateWait, queue, done, limit, mark, limited, ordered, readClaim)
     : ctx.store
         .read(queue, {
           limit,
@@ -136,7 +173,7 @@ const readOne = (
         })
         .pipe(Effect.map((messages) => ({ messages, more: messages.length >= limit })))
   return Effect.tapError(claimed, (error) =>
-    isPassingFailure(error) ? releaseLostClaim(ctx, queue, mark) : Effect.void
+    isPassingFailure(error) ? releaseLostClaim(ctx, queue, mark, readClaim) : Effect.void
   )
 }
 
@@ -150,7 +187,8 @@ const claimWith = (ctx: WorkerContext, rate: ReturnType<typeof makeRateWake>, wi
     let claimed = 0
     let more = false
     const read = new Set<string>()
-    for (const { queue, logical, cursor, limited, ordered } of ctx.reads) {
+    for (const queueRead of ctx.reads) {
+      const { queue, logical, cursor } = queueRead
       // full before the last queues: those may have more
       if (want <= 0) {
         more = true
@@ -158,7 +196,7 @@ const claimWith = (ctx: WorkerContext, rate: ReturnType<typeof makeRateWake>, wi
       }
       if (isPaused(ctx, queue) || gated(ctx, logical)) continue
       if (cursor === undefined) read.add(queue)
-      const got = yield* readOne(ctx, rate.onRateWait, queue, cursor, limited, want, withArchive, ordered)
+      const got = yield* readOne(ctx, rate.onRateWait, queueRead, want, withArchive)
       for (const m of got.messages) inFlight.add(m)
       if (got.messages.length > 0) ctx.deps.reportClaims?.(inFlight)
       ctx.taken += got.messages.length

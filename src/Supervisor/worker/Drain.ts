@@ -6,6 +6,7 @@
  */
 import { Duration, Effect, Fiber, FiberSet, Queue, Schedule } from "effect"
 import { jobOf } from "../../Job/Executor.ts"
+import { readClaimOf } from "./Claim.ts"
 import { forget, groupByQueue, type WorkerContext } from "./Context.ts"
 
 /** Drains the worker: its executors are interrupted after the wait, then the flusher, then a last flush. */
@@ -22,6 +23,12 @@ export const drain = (
     const buffered = yield* Queue.clear(ctx.work)
     stats.buffered = 0
     if (buffered.length > 0) {
+      // a woken step claimed in the read is released first: its next delivery finds no dead worker's claim
+      for (const read of ctx.reads) {
+        const claim = readClaimOf(ctx, read)
+        const mine = claim === undefined ? [] : buffered.filter((m) => m.queue === read.queue)
+        if (claim !== undefined && mine.length > 0) yield* claim.release(mine, true)
+      }
       for (const [queue, receipts] of groupByQueue(buffered)) {
         yield* ctx.store
           .release(queue, receipts)

@@ -101,7 +101,8 @@ export const makeRunner = (
         yield* run(outcome.claim, false)
         return
       }
-      // claimed by the signal that woke it, in this process (local dispatch)
+      // claimed by the signal that woke it, in this process (local dispatch), or by the worker's
+      // read that delivered its message (ReadClaims.ts)
       const key = delivery.msgId === undefined ? undefined : deliveryKey(delivery.msgId, delivery.attempt)
       const pre = key === undefined ? undefined : preclaimed.get(key)
       if (pre !== undefined && key !== undefined) {

@@ -7,6 +7,7 @@ import { Context, Effect } from "effect"
 import { type Finished as BatchFinished, Finished as BatchFinishedSchema, type BatchInfo } from "../../Batch/Batch.ts"
 import * as Job from "../../Job/Job.ts"
 import type { QueueError } from "../../Queue/QueueError.ts"
+import type { ReadClaim } from "../../Queue/QueueRows.ts"
 import type * as States from "../States.ts"
 import type { AnyWorkflow } from "../Workflow.ts"
 import type { DatabaseError, RunNotFound, WorkflowNotRegistered } from "../WorkflowError.ts"
@@ -45,6 +46,13 @@ export class WorkflowRunner extends Context.Service<
     readonly next: (runId: string) => Effect.Effect<NextWork, DatabaseError | RunNotFound>
     /** Resumes the fan-out step waiting on a finished batch (its callback job); false if none waits. */
     readonly fanOutFinished: (outcome: BatchFinished) => Effect.Effect<boolean, DatabaseError | QueueError>
+    /**
+     * The claim a worker's read of a queue (the capsule's name of it) makes for the woken steps
+     * of these workflows it delivers (`RegisteredJob.readClaim`); absent: none.
+     */
+    readonly readClaim?:
+      | ((workflows: ReadonlyMap<string, RegisteredWorkflow>) => (logical: string) => ReadClaim | undefined)
+      | undefined
   }
 >()("effect-pgbus/WorkflowRunner") {}
 

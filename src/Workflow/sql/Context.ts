@@ -98,12 +98,18 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
         INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
         SELECT ${runId}::uuid, 'step_started', s.name, s.attempt, 'system', ${NOW(now)} FROM s)`
 
-  const claimColumns = sql`r.*, s.id AS step_id, s.name AS step_name, s.attempt AS step_attempt,
-        s.position AS step_position, s.reattempts AS step_reattempts, s.timed_out AS step_timed_out,
-        s.timeout_at AS step_timeout_at,
+  /** The claim's row from the run CTE `r` and the step CTE `s` (named otherwise in a worker's read). */
+  const claimColumnsOf = (rName: string, sName: string) => {
+    const r = sql.literal(rName)
+    const s = sql.literal(sName)
+    return sql`${r}.*, ${s}.id AS step_id, ${s}.name AS step_name, ${s}.attempt AS step_attempt,
+        ${s}.position AS step_position, ${s}.reattempts AS step_reattempts, ${s}.timed_out AS step_timed_out,
+        ${s}.timeout_at AS step_timeout_at,
         (SELECT jsonb_build_object('id', sg.id::text, 'name', sg.name, 'payload', sg.payload)
-           FROM ${signals} sg WHERE sg.claimed_by_step = s.id AND sg.status = 'claimed' ORDER BY sg.id LIMIT 1) AS held_signal,
-        ${history(sql`r.id`)} AS history`
+           FROM ${signals} sg WHERE sg.claimed_by_step = ${s}.id AND sg.status = 'claimed' ORDER BY sg.id LIMIT 1) AS held_signal,
+        ${history(sql`${r}.id`)} AS history`
+  }
+  const claimColumns = claimColumnsOf("r", "s")
 
   /**
    * The rest of a statement whose `s` CTE inserted a scheduled step (`id`, `name`, `attempt`,
@@ -171,6 +177,7 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
     claimedStepColumns,
     claimRest,
     claimColumns,
+    claimColumnsOf,
     scheduledRest,
     signalClaimCtes,
     renewalDue,
