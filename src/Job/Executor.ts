@@ -135,17 +135,19 @@ export const execute = (
     )
     // no span without a tracing backend (see hotSpan): the native tracer keeps it nowhere
     const traced = tracer === Tracer.nativeTracer ? watched : withExecuteSpan(watched, name, message)
-    return Effect.flatMap(Effect.exit(traced), (exit) => {
+    // one step for both ends (an interruption skips it, as it skipped `Effect.exit`'s)
+    return Effect.matchCauseEffect(traced, {
       // the random draw only spreads a retry's delay
-      if (Exit.isFailure(exit)) {
-        return Effect.flatMap(Random.next, (random) =>
-          toBreaker(breaker, message.queue, decide(exit, message.readCt, policy, random))
-        )
+      onFailure: (cause) =>
+        Effect.flatMap(Random.next, (random) =>
+          toBreaker(breaker, message.queue, decide(Exit.failCause(cause), message.readCt, policy, random))
+        ),
+      onSuccess: (value) => {
+        if (registered?.encodeResult === undefined) {
+          return breaker === undefined ? succeeded : toBreaker(breaker, message.queue, SUCCEEDED)
+        }
+        return toBreaker(breaker, message.queue, { _tag: "Succeeded", result: value })
       }
-      if (registered?.encodeResult === undefined) {
-        return breaker === undefined ? succeeded : toBreaker(breaker, message.queue, SUCCEEDED)
-      }
-      return toBreaker(breaker, message.queue, { _tag: "Succeeded", result: exit.value })
     })
   })
   const started =
@@ -185,7 +187,9 @@ const withExecuteSpan = <A, E>(run: Effect.Effect<A, E>, name: string, message: 
 /** Tells the queue's circuit breaker (when the supervisor runs one) how a delivery ended; returns the outcome. */
 const toBreaker = (breaker: QueueBreakerShape | undefined, queue: string, outcome: Outcome): Effect.Effect<Outcome> => {
   const failed = breakerVerdict[outcome._tag]
-  return breaker === undefined || failed === undefined
-    ? Effect.succeed(outcome)
-    : Effect.as(breaker.record(queue, failed), outcome)
+  if (breaker === undefined || failed === undefined) return Effect.succeed(outcome)
+  if (failed) return Effect.as(breaker.failed(queue), outcome)
+  // a success resets the count synchronously: no step of its own per delivery
+  breaker.succeeded(queue)
+  return outcome === SUCCEEDED ? succeeded : Effect.succeed(outcome)
 }

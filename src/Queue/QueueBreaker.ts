@@ -16,7 +16,10 @@ import type { QueueStates } from "./QueueStates.ts"
 
 /** What the executor tells the breaker after each delivery that ended with a verdict. */
 export interface QueueBreakerShape {
-  readonly record: (queue: string, failed: boolean) => Effect.Effect<void>
+  /** A failed delivery (a retry or a dead letter): counted; the count at the threshold trips the queue. */
+  readonly failed: (queue: string) => Effect.Effect<void>
+  /** A succeeded delivery: the queue's count starts again (synchronous: it runs for every success). */
+  readonly succeeded: (queue: string) => void
 }
 
 /**
@@ -69,15 +72,15 @@ export const makeQueueBreaker = (config: PgBusConfigShape, states: QueueStates["
         ),
         Effect.catch((error) => Effect.logWarning(`pgbus: the circuit breaker could not pause queue ${queue}`, error))
       )
-  // without a threshold (the default) there is nothing to count: a constant, per delivery
-  if (threshold === undefined) return { record: () => Effect.void }
+  // without a threshold there is nothing to count: a constant, per delivery
+  if (threshold === undefined) return { failed: () => Effect.void, succeeded: () => {} }
   return {
-    record: (queue, failed) =>
+    // a success is plain code, not an Effect: it is one map lookup, on every delivery
+    succeeded: (queue) => {
+      if (failures.size > 0) failures.delete(queue)
+    },
+    failed: (queue) =>
       Effect.suspend(() => {
-        if (!failed) {
-          failures.delete(queue)
-          return Effect.void
-        }
         if (exempt(queue)) return Effect.void
         const n = (failures.get(queue) ?? 0) + 1
         if (n < threshold) {

@@ -114,53 +114,64 @@ export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.E
     return debounced ? runDebounced(debouncer!, registry, m, policy, guarded) : guarded
   }
   // a delivery's slot is free: counted, and the claim loop or a waiting wake-up told
-  const freeSlot = (m: Message) =>
-    Effect.sync(() => {
-      stats.running--
-      running.delete(m)
-      checkBudget(ctx)
-      if (ctx.queuesMayHaveMore) {
-        if (worthClaiming(ctx)) capacityFreed.openUnsafe()
-      } else if (ctx.wokenWhileFull) {
-        // a wake-up came while every slot was taken: its message waits for this slot
-        ctx.wokenWhileFull = false
-        wakeups.wake()
+  const freeSlotUnsafe = (m: Message) => {
+    stats.running--
+    running.delete(m)
+    checkBudget(ctx)
+    if (ctx.queuesMayHaveMore) {
+      if (worthClaiming(ctx)) capacityFreed.openUnsafe()
+    } else if (ctx.wokenWhileFull) {
+      // a wake-up came while every slot was taken: its message waits for this slot
+      ctx.wokenWhileFull = false
+      wakeups.wake()
+    }
+  }
+  const freeSlot = (m: Message) => Effect.sync(() => freeSlotUnsafe(m))
+  // One exit step per delivery, run uninterruptibly (an `onExit` finalizer): it records and
+  // applies the outcome, or gives an interrupted run's message back, and frees the slot. A plain
+  // success only joins the archive list, so its slot is freed in the same step.
+  const runOne = (m: Message) => {
+    stats.buffered = Math.max(0, stats.buffered - 1)
+    stats.running++
+    running.add(m)
+    const startedAt = ctx.clock.currentTimeMillisUnsafe()
+    return Effect.onExit(executeOne(m), (exit) => {
+      if (Exit.isSuccess(exit)) {
+        let end: Effect.Effect<void> | undefined
+        try {
+          recordOutcome(ctx, m, exit.value, startedAt)
+          end = applyOutcome(ctx, completer, m, exit.value)
+        } finally {
+          // freed here unless the outcome's own step frees it after it (also when this code threw)
+          if (end === undefined || end === Effect.void) freeSlotUnsafe(m)
+        }
+        return end === Effect.void ? end : Effect.ensuring(end, freeSlot(m))
       }
+      return Exit.hasInterrupts(exit)
+        ? Effect.ensuring(applyOutcome(ctx, completer, m, { _tag: "Abandoned" }), freeSlot(m))
+        : freeSlot(m)
     })
-  const runOne = (m: Message) =>
-    Effect.suspend(() => {
-      stats.buffered = Math.max(0, stats.buffered - 1)
-      stats.running++
-      running.add(m)
-      const startedAt = ctx.clock.currentTimeMillisUnsafe()
-      let applied = false
-      return executeOne(m).pipe(
-        Effect.flatMap((outcome) => {
-          applied = true
-          recordOutcome(ctx, m, outcome, startedAt)
-          const end = applyOutcome(ctx, completer, m, outcome)
-          // a plain success only joins the archive list: nothing to keep from an interruption
-          return end === Effect.void ? end : Effect.uninterruptible(end)
-        }),
-        // one exit step per delivery: a run interrupted before its outcome gives its message back
-        Effect.onExit((exit) =>
-          Exit.hasInterrupts(exit) && !applied
-            ? Effect.ensuring(applyOutcome(ctx, completer, m, { _tag: "Abandoned" }), freeSlot(m))
-            : freeSlot(m)
-        )
-      )
-    })
-  return Effect.forever(
-    Effect.flatMap(Queue.take(ctx.work), (m) =>
-      runOne(m).pipe(
-        Effect.catchCause((cause) =>
-          Cause.hasInterruptsOnly(cause)
-            ? Effect.failCause(cause)
-            : Effect.logError("pgbus: executing a message failed unexpectedly", Cause.pretty(cause)).pipe(
-                Effect.andThen(Effect.sync(() => forget(ctx, m)))
+  }
+  // The loop's step is built once per executor fiber (it remembers the message it runs, for the
+  // log of a defect): a delivery allocates no handler of its own for it.
+  return Effect.suspend(() => {
+    let current: Message | undefined
+    const step = Effect.flatMap(Queue.take(ctx.work), (m) => {
+      current = m
+      return runOne(m)
+    }).pipe(
+      Effect.catchCause((cause) =>
+        Cause.hasInterruptsOnly(cause)
+          ? Effect.failCause(cause)
+          : Effect.logError("pgbus: executing a message failed unexpectedly", Cause.pretty(cause)).pipe(
+              Effect.andThen(
+                Effect.sync(() => {
+                  if (current !== undefined) forget(ctx, current)
+                })
               )
-        )
+            )
       )
     )
-  )
+    return Effect.forever(step)
+  })
 }

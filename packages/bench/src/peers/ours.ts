@@ -8,6 +8,9 @@
  * Variants: `ra<N>` = the capsule's read-ahead (messages claimed beyond the free slots); W1 is
  * run at ra0 (the default) and tuned values, W2 at ra0 unless told otherwise; `ra<N>-nolocal`
  * turns local dispatch off (W2's jobs then go through NOTIFY, read and claim).
+ * Diagnostics (not to be measured): BENCH_OURS_PROFILE=1 (statements of the timed phase),
+ * BENCH_OURS_CPUPROF=<file> (a V8 CPU profile of W1's timed phase), BENCH_OURS_OPS=1 (Effect
+ * primitives per job, by primitive and span; BENCH_OURS_OPS_DETAIL=<span>|(none) by source).
  */
 import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
 import { Job, JobClient, PgBus, QueueStore, Registry, Supervisor } from "../../../../src/index.ts"
@@ -101,6 +104,24 @@ const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
 // traceparent header) that tallies every SQL statement of the timed phase by text (count, total
 // and mean time, first start and last end in ms from the phase's start) and prints it to stderr.
 const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
+// BENCH_OURS_CPUPROF=<file>: a V8 CPU profile of the timed phase only (no startup, migration or
+// enqueue), written to <file> (.cpuprofile, for DevTools or a script): a diagnostic run.
+const CPUPROF = process.env.BENCH_OURS_CPUPROF
+const cpuProfiler = async (): Promise<(() => Promise<void>) | undefined> => {
+  if (CPUPROF === undefined || CPUPROF === "") return undefined
+  const { Session } = await import("node:inspector/promises")
+  const { writeFileSync } = await import("node:fs")
+  const session = new Session()
+  session.connect()
+  await session.post("Profiler.enable")
+  await session.post("Profiler.setSamplingInterval", { interval: 200 })
+  await session.post("Profiler.start")
+  return async () => {
+    const { profile } = await session.post("Profiler.stop")
+    writeFileSync(CPUPROF, JSON.stringify(profile))
+    session.disconnect()
+  }
+}
 const tally = new Map<string, { count: number; ns: bigint; first: bigint; last: bigint }>()
 let recordingFrom = 0n
 let recording = false
@@ -120,10 +141,58 @@ class CountingSpan extends Tracer.NativeSpan {
     super.end(endTime, exit)
   }
 }
-const counting = Tracer.make({ span: (options) => new CountingSpan(options) })
-const tracing = PROFILE ? Layer.succeed(Tracer.Tracer, counting) : Layer.empty
+// BENCH_OURS_OPS=1: counts the Effect primitives every fiber evaluates during the timed phase (by
+// primitive, and by the innermost span they run in), through the tracer's per-primitive `context`
+// hook: a load-independent measure of the work per job. Without BENCH_OURS_PROFILE the hook is
+// put on the native tracer itself, so that the library takes the path it takes without a tracing
+// backend (a tracer of its own would make it open the spans it skips for the native one).
+// BENCH_OURS_OPS_DETAIL=<span name>|(none): that span's primitives by the source of their function.
+const OPS = process.env.BENCH_OURS_OPS === "1"
+const OPS_DETAIL = process.env.BENCH_OURS_OPS_DETAIL
+const EFFECT = "~effect/Effect"
+const EVALUATE = "~effect/Effect/evaluate"
+const IDENTIFIER = "~effect/Effect/identifier"
+const sourceOf = new WeakMap<object, string>()
+let ops = 0
+const opsBy = new Map<string, number>()
+type Primitive = Record<string, unknown> & { readonly [EVALUATE]: (fiber: unknown) => unknown }
+const bump = (key: string) => opsBy.set(key, (opsBy.get(key) ?? 0) + 1)
+const countPrimitive = <X>(primitive: unknown, fiber: unknown): X => {
+  const p = primitive as Primitive
+  if (recording) {
+    ops++
+    const id = String(p[IDENTIFIER] ?? p._tag ?? "?")
+    bump(id)
+    const span = (fiber as { readonly currentSpanLocal?: { readonly name: string } }).currentSpanLocal
+    const name = span?.name ?? "(none)"
+    bump(`span ${name}`)
+    if (OPS_DETAIL !== undefined && name === OPS_DETAIL) {
+      const fn = [p.payload, p[`${EFFECT}/successCont`], p[`${EFFECT}/args`]].find(
+        (f): f is (...a: ReadonlyArray<unknown>) => unknown => typeof f === "function"
+      )
+      let text = fn === undefined ? "" : sourceOf.get(fn)
+      if (fn !== undefined && text === undefined) {
+        text = fn.toString().replace(/\s+/g, " ").slice(0, 90)
+        sourceOf.set(fn, text)
+      }
+      bump(`in ${id} ${text}`)
+    }
+  }
+  return p[EVALUATE](fiber) as X
+}
+const counting = Tracer.make({
+  span: (options) => new CountingSpan(options),
+  ...(OPS ? { context: countPrimitive } : {})
+})
+if (OPS && !PROFILE) {
+  // diagnostic only: the hook on the native tracer (a plain object), provided explicitly below so
+  // that every fiber's context holds it (the runtime reads the hook from the context's tracer)
+  ;(Tracer.nativeTracer as { context?: Tracer.Tracer["context"] }).context = countPrimitive
+}
+const installed = PROFILE ? counting : OPS ? Tracer.nativeTracer : undefined
+const tracing = installed === undefined ? Layer.empty : Layer.succeed(Tracer.Tracer, installed)
 const withTracer = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  PROFILE ? Effect.provideService(effect, Tracer.Tracer, counting) : effect
+  installed === undefined ? effect : Effect.provideService(effect, Tracer.Tracer, installed)
 const printTally = () => {
   if (!PROFILE) return
   const rows = [...tally].sort((a, b) => b[1].count - a[1].count)
@@ -134,6 +203,16 @@ const printTally = () => {
     const at = (ns: bigint) => (Number(ns - recordingFrom) / 1e6).toFixed(1)
     console.error(`  ${t.count}\t${ms.toFixed(0)}\t${(ms / t.count).toFixed(2)}\t${at(t.first)}-${at(t.last)}\t${text}`)
   }
+}
+/** Prints the primitives per job (BENCH_OURS_OPS) and returns their number per job. */
+const printOps = (jobs: number): number | undefined => {
+  if (!OPS) return undefined
+  const per = (n: number) => n / Math.max(1, jobs)
+  console.error(`ours Effect primitives (${args.workload}, timed phase): ${per(ops).toFixed(1)} per job`)
+  for (const [id, n] of [...opsBy].sort((a, b) => b[1] - a[1]).slice(0, OPS_DETAIL !== undefined ? 120 : 40)) {
+    console.error(`  ${per(n).toFixed(2).padStart(8)}  ${id}`)
+  }
+  return Math.round(per(ops) * 10) / 10
 }
 
 await resetDatabase(DB)
@@ -202,6 +281,8 @@ try {
     const payloads = Array.from({ length: W1_JOBS }, (_, i) => ({ i }))
     const enq = await measure(() => runP(W1Run.enqueueMany(payloads)), DB)
     let stop: () => Promise<void> = async () => {}
+    // started before the phase's clock (its own start is not the library's work)
+    const stopProfile = await cpuProfiler()
     const proc = await timeProcessing({
       total: W1_JOBS,
       handled: () => handled,
@@ -214,7 +295,9 @@ try {
       database: DB
     })
     recording = false
+    await stopProfile?.()
     printTally()
+    const opsPerJob = printOps(proc.completed)
     await stop()
     const after = await metrics()
     emit({
@@ -232,6 +315,7 @@ try {
         enqueuePgCpuS: round2(enq.m.pgCpuS),
         ...(enq.m.pgDbCpuS === undefined ? {} : { enqueuePgDbCpuS: round2(enq.m.pgDbCpuS) }),
         ...proc,
+        ...(opsPerJob === undefined ? {} : { opsPerJob }),
         archived: after.archiveSize,
         depthAfter: after.depth
       }
