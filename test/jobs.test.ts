@@ -1,12 +1,14 @@
 import { assert, describe, expect, layer } from "@effect/vitest"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Option, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
+import { TestClock } from "effect/testing"
 import { DatabaseError } from "../src/Database.ts"
 import * as Job from "../src/Job/Job.ts"
 import { JobClient, TRACEPARENT } from "../src/Job/JobClient.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Registry } from "../src/Registry.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
+import * as Supervisor from "../src/Supervisor/Supervisor.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { terminateWhileWaiting } from "./support/connections.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
@@ -837,13 +839,21 @@ layer(
           (yield* store.read(other, { limit: 1, visibilityTimeout: "1 hour", claimedBy: "dead-at-boot-2" })).length,
           1
         )
+        // The supervisor runs on a TestClock that never moves: a dispatcher that waited for the
+        // first claims (a 1 s timeout) would never reap, however long the test waits; one that
+        // starts at once reaps on its first round, which takes no time. (A wall-clock bound of
+        // 900 ms failed on a loaded machine, whose boot alone can take that long.)
         yield* Effect.scoped(
           Effect.gen(function* () {
-            yield* startSupervisor([job], { roles: ["dispatcher"] })
+            yield* Supervisor.runWith({ roles: ["dispatcher"] }).pipe(
+              Effect.provide(Registry.layer([job])),
+              Effect.provide(TestClock.layer()),
+              Effect.forkScoped
+            )
             yield* eventually(
               "reaped",
               Effect.map(processes.list, (ps) => !ps.some((p) => p.id === "dead-at-boot-2")),
-              "900 millis"
+              "30 seconds"
             )
           })
         )

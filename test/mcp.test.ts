@@ -118,50 +118,66 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
       )
     })
 
-    it.effect("pgbus mcp speaks JSON-RPC on stdout and logs on stderr", () =>
-      Effect.gen(function* () {
-        const config = yield* PgBusConfig
-        const child = spawn(
-          process.execPath,
-          ["--import", "tsx", "src/bin/pgbus.ts", "mcp", "--database-url", Redacted.value(config.databaseUrl)],
-          { stdio: ["pipe", "pipe", "pipe"] }
-        )
-        yield* Effect.addFinalizer(() => Effect.sync(() => child.kill("SIGKILL")))
-        let stdout = ""
-        let stderr = ""
-        child.stdout.on("data", (d) => {
-          stdout += String(d)
-        })
-        child.stderr.on("data", (d) => {
-          stderr += String(d)
-        })
-        const send = (message: unknown) => child.stdin.write(`${JSON.stringify(message)}\n`)
-        send({
-          jsonrpc: "2.0",
-          id: 1,
-          method: "initialize",
-          params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "probe", version: "1" } }
-        })
-        send({ jsonrpc: "2.0", method: "notifications/initialized" })
-        send({ jsonrpc: "2.0", id: 2, method: "tools/list", params: {} })
-        yield* Effect.promise(
-          () =>
-            new Promise<void>((resolve, reject) => {
-              const deadline = setTimeout(() => reject(new Error(`no tools/list answer: ${stdout}\n${stderr}`)), 30_000)
-              const check = setInterval(() => {
-                if (stdout.includes('"id":2')) {
+    it.effect(
+      "pgbus mcp speaks JSON-RPC on stdout and logs on stderr",
+      () =>
+        Effect.gen(function* () {
+          const config = yield* PgBusConfig
+          const child = spawn(
+            process.execPath,
+            ["--import", "tsx", "src/bin/pgbus.ts", "mcp", "--database-url", Redacted.value(config.databaseUrl)],
+            { stdio: ["pipe", "pipe", "pipe"] }
+          )
+          yield* Effect.addFinalizer(() => Effect.sync(() => child.kill("SIGKILL")))
+          let stdout = ""
+          let stderr = ""
+          child.stdout.on("data", (d) => {
+            stdout += String(d)
+          })
+          child.stderr.on("data", (d) => {
+            stderr += String(d)
+          })
+          const send = (message: unknown) => child.stdin.write(`${JSON.stringify(message)}\n`)
+          send({
+            jsonrpc: "2.0",
+            id: 1,
+            method: "initialize",
+            params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "probe", version: "1" } }
+          })
+          send({ jsonrpc: "2.0", method: "notifications/initialized" })
+          send({ jsonrpc: "2.0", id: 2, method: "tools/list", params: {} })
+          // The answer, or the child's exit, ends the wait: a child that dies fails at once, one that
+          // writes anything but JSON-RPC on stdout fails below. The deadline only stops a child that
+          // hangs: its start (tsx compiling the CLI) outran the former 30 s on a loaded machine, so
+          // it is 100 s, under the test's own timeout.
+          yield* Effect.promise(
+            () =>
+              new Promise<void>((resolve, reject) => {
+                const done = (error?: Error) => {
                   clearTimeout(deadline)
                   clearInterval(check)
-                  resolve()
+                  child.off("exit", exited)
+                  if (error) reject(error)
+                  else resolve()
                 }
-              }, 50)
-            })
-        )
-        const lines = stdout.split("\n").filter((l) => l.trim() !== "")
-        for (const line of lines) assert.doesNotThrow(() => JSON.parse(line), `stdout holds only JSON-RPC: ${line}`)
-        const list = lines.map((l) => JSON.parse(l)).find((m) => m.id === 2)
-        assert.isTrue(list.result.tools.some((t: { name: string }) => t.name === "pgbus_health"))
-      })
+                const exited = (code: number | null, signal: string | null) =>
+                  done(new Error(`pgbus mcp exited (${code ?? signal}) before answering: ${stdout}\n${stderr}`))
+                const deadline = setTimeout(
+                  () => done(new Error(`no tools/list answer in 100 s: ${stdout}\n${stderr}`)),
+                  100_000
+                )
+                const check = setInterval(() => {
+                  if (stdout.includes('"id":2')) done()
+                }, 50)
+                child.on("exit", exited)
+              })
+          )
+          const lines = stdout.split("\n").filter((l) => l.trim() !== "")
+          for (const line of lines) assert.doesNotThrow(() => JSON.parse(line), `stdout holds only JSON-RPC: ${line}`)
+          const list = lines.map((l) => JSON.parse(l)).find((m) => m.id === 2)
+          assert.isTrue(list.result.tools.some((t: { name: string }) => t.name === "pgbus_health"))
+        }),
+      { timeout: 120_000 }
     )
 
     it.effect("mounts over HTTP (Streamable HTTP) in an app's router", () =>
