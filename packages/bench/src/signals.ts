@@ -22,7 +22,9 @@
  * BENCH_SIGNALS_RATE (signals/s over all senders, 0 = as fast as the senders go; a fixed rate compares
  * latencies at the same offered load, which a faster send would otherwise raise by queueing),
  * BENCH_PHASE_CAP_MS (120000), BENCH_RUN_TIMEOUT_MS (per run, 300000), BENCH_RESULTS (append every
- * run's JSON to this file), DATABASE_URL.
+ * run's JSON to this file), DATABASE_URL, BENCH_OURS_STATEMENTS=1 (count effect-pgbus's statements
+ * per signal: installs a counting tracer, which makes the library open the spans it skips without
+ * one; a diagnostic, not for measuring).
  *
  * This file also holds the driver the run processes share (`park`, `runSignals`,
  * `makeStartRecorder`); it runs the orchestrator only when it is the program itself, and loads
@@ -547,7 +549,9 @@ const main = async () => {
   p()
   p(
     "Send call = the send API call itself (call → returned). PG CPU = every `postgres` process, Node CPU = the run process, over the timed phase. " +
-      "Statements / signal: SQL statements effect-pgbus ran in the timed phase (sends and woken steps; the completion reads removed) / signals. " +
+      "Statements / signal (effect-pgbus only, with BENCH_OURS_STATEMENTS=1): SQL statements it ran in the timed phase (sends and woken steps; " +
+      "the completion reads removed) / signals; counting them installs a tracer, which makes the library open spans it skips without one, " +
+      "so the measured runs go without it (n/a) unless it is set. " +
       "Commits and row writes / run: the run database's `xact_commit` and `tup_inserted + tup_updated + tup_deleted` over the whole process " +
       "(setup, parking and the signals) / runs."
   )

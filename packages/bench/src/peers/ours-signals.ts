@@ -6,8 +6,11 @@
  * (`runSignals` in ../signals.ts) records it when `signal` returns.
  *   tsx packages/bench/src/peers/ours-signals.ts signals [--variant ra<N>] [--run N]
  * Variants: `ra<N>` = the capsule's read-ahead (0, the default).
+ * BENCH_OURS_STATEMENTS=1: counts the statements of the timed phase (statements / signal);
  * BENCH_OURS_PROFILE=1: also tallies every statement and span of the timed phase (count, time)
  * and prints it to stderr; BENCH_OURS_TRACE=1: prints where the latency goes (`traceReport`).
+ * Each installs a tracer, which makes the library open the spans it skips without one: a
+ * diagnostic run, not one to measure (the measured runs go without, statements / signal n/a).
  */
 import { Effect, type Exit, Fiber, Layer, ManagedRuntime, Option, References, Schema, Tracer } from "effect"
 import { JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow, WorkflowClient } from "../../../../src/index.ts"
@@ -64,8 +67,11 @@ const SignalBench = Workflow.make(
 // Silent like the peers' loggers: warnings and errors only.
 const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
 
-// Statement counter (as in ours-workflows.ts): the default tracer plus a count of the statement
-// spans that end during the timed phase; BENCH_OURS_PROFILE=1 tallies them by text.
+// Statement counter (as in ours-workflows.ts), installed only for a diagnostic run
+// (BENCH_OURS_STATEMENTS=1, _PROFILE or _TRACE): a tracer other than the native one makes the
+// library open the spans it skips without a tracing backend (queue reads, archives, sends), a
+// cost a user without tracing does not pay. It is the default tracer plus a count of the
+// statement spans that end during the timed phase; BENCH_OURS_PROFILE=1 tallies them by text.
 const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
 interface Tally {
   count: number
@@ -134,7 +140,10 @@ class TracingSpan extends CountingSpan {
   }
 }
 const counting = Tracer.make({ span: (options) => (TRACE ? new TracingSpan(options) : new CountingSpan(options)) })
-const traced = Layer.succeed(Tracer.Tracer, counting)
+const COUNT = PROFILE || TRACE || process.env.BENCH_OURS_STATEMENTS === "1"
+const traced = COUNT ? Layer.succeed(Tracer.Tracer, counting) : Layer.empty
+const withTracer = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  COUNT ? Effect.provideService(effect, Tracer.Tracer, counting) : effect
 
 await resetDatabase(DB)
 const runtime = ManagedRuntime.make(
@@ -145,12 +154,7 @@ const runtime = ManagedRuntime.make(
   )
 )
 const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
-  runtime.runPromise(
-    effect.pipe(
-      Effect.provideService(References.MinimumLogLevel, "Warn"),
-      Effect.provideService(Tracer.Tracer, counting)
-    )
-  )
+  runtime.runPromise(effect.pipe(Effect.provideService(References.MinimumLogLevel, "Warn"), withTracer))
 
 /** Starts the supervisor (one capsule on the workflow queue) in the background; the returned function drains it. */
 const startWorkers = (queue: string): (() => Promise<void>) => {
@@ -160,7 +164,7 @@ const startWorkers = (queue: string): (() => Promise<void>) => {
     }).pipe(
       Effect.provide(Registry.layer([SignalBench])),
       Effect.provideService(References.MinimumLogLevel, "Warn"),
-      Effect.provideService(Tracer.Tracer, counting)
+      withTracer
     )
   )
   return () => runtime.runPromise(Fiber.interrupt(fiber))
@@ -341,7 +345,9 @@ try {
         ...r,
         parkedAfterMs: parking.parkMs,
         // statements of the timed phase, less the completion polls (one WorkflowClient.counts each)
-        statementsPerSignal: Math.round(((statements - r.polls) / Math.max(1, r.completed)) * 100) / 100,
+        ...(COUNT
+          ? { statementsPerSignal: Math.round(((statements - r.polls) / Math.max(1, r.completed)) * 100) / 100 }
+          : {}),
         runsCorrect: check.rows[0]?.ok,
         stepRows: check.rows[0]?.steps,
         signalsConsumed: check.rows[0]?.consumed,
