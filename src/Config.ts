@@ -150,8 +150,8 @@ export const keys = {
   }),
   poolSize: key(Kinds.optional(Kinds.int(PositiveInt)), {
     default: null,
-    doc: "Connections in the pool. Unset, it is derived from the capsules of `workers` (see `poolNeed`); set below what a supervisor's capsules need, the supervisor fails at boot naming both numbers.",
-    defaultDoc: "the capsules' total concurrency + 3, at least 10",
+    doc: "Connections in the pool. Unset, it is derived from the capsules of `workers` (see `poolNeed`), with room for one capsule of 5 that the supervisor adds for a registered queue no capsule reads or an event consumer (more than that logs a warning naming the size to set); set below what a supervisor's capsules need, the supervisor fails at boot naming both numbers.",
+    defaultDoc: "the capsules' total concurrency + 3 + 5, at least 10",
     section: "connection",
     readme: true
   }),
@@ -772,6 +772,13 @@ export const workersConcurrency = (workers: string): number =>
       return sum + (match ? Number(match[1]) : 5)
     }, 0)
 
-/** The pool size in force: `poolSize` when set, else derived from `workers` (10 at least). */
+/**
+ * Connections a derived pool keeps for one capsule the supervisor adds at boot (a registered
+ * queue no capsule of `workers` reads, or an event consumer: concurrency 5 by default). The
+ * pool is built before the registry is known, and its connections open only when used.
+ */
+export const POOL_SERVED_HEADROOM = 5
+
+/** The pool size in force: `poolSize` when set, else derived from `workers` with room for one served capsule (10 at least). */
 export const effectivePoolSize = (config: Pick<PgBusConfigShape, "poolSize" | "workers">): number =>
-  config.poolSize ?? Math.max(10, poolNeed(workersConcurrency(config.workers)))
+  config.poolSize ?? Math.max(10, poolNeed(workersConcurrency(config.workers)) + POOL_SERVED_HEADROOM)

@@ -139,7 +139,7 @@ layer(testLayer, { excludeTestServices: true, timeout: "60 seconds" })("metrics"
           1
         )
         assert.strictEqual(seriesValue(text, "pgbus_processes", { status: "healthy" }), 1)
-        assert.strictEqual(seriesValue(text, "pgbus_pool_size"), 10)
+        assert.strictEqual(seriesValue(text, "pgbus_pool_size"), 13)
         assert.isAtLeast(seriesValue(text, "pgbus_pool_open") ?? 0, 1)
         assert.isDefined(seriesValue(text, "pgbus_table_dead_tuples", { table: "workflow_runs" }))
         assert.isDefined(seriesValue(text, "pgbus_table_bloat_ratio", { table: "q_pgbus_metrics_work" }))

@@ -5,8 +5,9 @@
  */
 import { execFile } from "node:child_process"
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Fiber, Ref, Schema } from "effect"
+import { Cause, Effect, Exit, Fiber, Logger, Ref, Schema } from "effect"
 import { SqlClient } from "effect/sql"
+import { registry as example } from "../packages/example/src/app.ts"
 import { effectivePoolSize, resolve } from "../src/Config.ts"
 import { targetOf } from "../src/Connection.ts"
 import { census } from "../src/internal/PoolCensus.ts"
@@ -75,15 +76,49 @@ describe("statement timeout and keepalive", () => {
 })
 
 describe("pool size", () => {
-  it.effect("is derived from the capsules when unset (their concurrency + 3, 10 at least); a set size wins", () =>
-    Effect.gen(function* () {
-      const derived = yield* resolve({ workers: "a, b: 20; c: 4; d" })
-      // "a, b: 20" is one capsule of two queues
-      assert.strictEqual(effectivePoolSize(derived), 20 + 4 + 5 + 3)
-      assert.strictEqual(effectivePoolSize(yield* resolve({ workers: "a: 2" })), 10)
-      assert.strictEqual(effectivePoolSize(yield* resolve({ workers: "a: 50", poolSize: 60 })), 60)
-    })
+  it.effect(
+    "is derived from the capsules when unset (their concurrency + 3 + 5 for a served capsule, 10 at least); a set size wins",
+    () =>
+      Effect.gen(function* () {
+        const derived = yield* resolve({ workers: "a, b: 20; c: 4; d" })
+        // "a, b: 20" is one capsule of two queues
+        assert.strictEqual(effectivePoolSize(derived), 20 + 4 + 5 + 3 + 5)
+        assert.strictEqual(effectivePoolSize(yield* resolve({ workers: "a: 2" })), 10)
+        assert.strictEqual(effectivePoolSize(yield* resolve({ workers: "a: 50", poolSize: 60 })), 60)
+      })
   )
+
+  it.live("the example's configuration (a queue the supervisor serves itself) boots without a warning", () => {
+    const lines: Array<{ readonly level: string; readonly message: string }> = []
+    const capture = Logger.make(({ logLevel, message }) => {
+      lines.push({ level: logLevel, message: (Array.isArray(message) ? message : [message]).map(String).join(" ") })
+    })
+    // the example's own registry and workers (packages/example/src/main.ts): SendWelcome's queue,
+    // mailers, is in no capsule of "default: 5", so the supervisor serves it in one of its own
+    return TestDatabase.onFreshDatabase({ workers: "default: 5" }, () =>
+      Effect.gen(function* () {
+        yield* Effect.forkScoped(
+          Effect.flatMap(Logger.CurrentLoggers, (loggers) =>
+            Supervisor.runWith().pipe(
+              Effect.provide(example),
+              Effect.provideService(Logger.CurrentLoggers, new Set([...loggers, capture]))
+            )
+          )
+        )
+        yield* eventually(
+          "the boot banner",
+          Effect.sync(() => lines.some((l) => l.message.includes("boot: capsule=mailers")))
+        )
+        const warnings = lines.filter((l) => l.level === "Warn" || l.level === "Error")
+        assert.deepStrictEqual(warnings, [], lines.map((l) => l.message).join("\n"))
+        // default 5 + mailers 5, the process's 3: within the derived 13
+        assert.isTrue(
+          lines.some((l) => l.message.includes("pool=13 (derived)")),
+          lines.map((l) => l.message).join("\n")
+        )
+      }).pipe(Effect.scoped)
+    )
+  })
 
   it.live("a set pool smaller than the capsules need fails the boot, naming both numbers", () =>
     TestDatabase.onFreshDatabase({ poolSize: 6, workers: "small_pool: 8" }, () =>

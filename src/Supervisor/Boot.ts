@@ -42,7 +42,7 @@ export const checkPool = (config: PgBusConfigShape, capacity: number, runsWorker
       })
     }
     yield* Effect.logWarning(
-      `[pgbus] ${why} (derived from workers, without the event consumers and served queues); set poolSize to ${need}`
+      `[pgbus] ${why} (derived from workers, with room for one capsule the supervisor adds); set poolSize to ${need}`
     )
   })
 
