@@ -73,8 +73,12 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
     return Effect.forEach(order, (p) => p, { discard: true })
   }
 
-  const pump: Effect.Effect<void> = Effect.suspend(() => {
-    if (group.out >= group.maxOut || waiting.length === 0) return Effect.void
+  /**
+   * Takes the next batch if the limit allows: the Effect that sends it (forked), or undefined when
+   * nothing leaves. Synchronous, so an item's own call makes no Effect when it only waits.
+   */
+  const takeBatch = (): Effect.Effect<void> | undefined => {
+    if (group.out >= group.maxOut || waiting.length === 0) return undefined
     const batch: Array<Queued> = []
     const keys = new Set<string>()
     for (let i = 0; i < waiting.length && batch.length < maxBatch; ) {
@@ -99,24 +103,25 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
         )
       )
     )
-  })
+  }
+  const pump: Effect.Effect<void> = Effect.suspend(() => takeBatch() ?? Effect.void)
 
   group.pumps.push(pump)
-  // per item: no generator and no Effect to make its Deferred (a workflow step sends one or two items)
+  // per item: no generator, no Effect to make its Deferred and none to pump the batcher (a
+  // workflow step sends one or two items): the item's batch, if it leaves now, is taken at once
   return (item) =>
     Effect.suspend(() => {
       const queued: Queued = { item, done: Deferred.makeUnsafe<O, E>() }
       waiting.push(queued)
-      return Effect.andThen(
-        pump,
-        Deferred.await(queued.done).pipe(
-          Effect.onInterrupt(() =>
-            Effect.sync(() => {
-              const at = waiting.indexOf(queued)
-              if (at >= 0) waiting.splice(at, 1)
-            })
-          )
+      const sent = takeBatch()
+      const awaited = Deferred.await(queued.done).pipe(
+        Effect.onInterrupt(() =>
+          Effect.sync(() => {
+            const at = waiting.indexOf(queued)
+            if (at >= 0) waiting.splice(at, 1)
+          })
         )
       )
+      return sent === undefined ? awaited : Effect.andThen(sent, awaited)
     })
 }

@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Exit, Metric, Option } from "effect"
+import { Cause, Context, Effect, Exit, Metric, Option } from "effect"
 import { statementNow } from "../../Database.ts"
 import { isStorableJson } from "../../internal/storable.ts"
 import { WorkflowRuntime } from "../Runtime.ts"
@@ -62,9 +62,10 @@ export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
         return
       }
 
-      const exit = yield* registered
-        .provide(def.body(runContext as never))
-        .pipe(Effect.provideService(WorkflowRuntime, runtime), Effect.exit)
+      // the registry's services and the runtime the body calls, in one context update
+      const exit = yield* Effect.exit(
+        registered.provide(def.body(runContext as never), (context) => Context.add(context, WorkflowRuntime, runtime))
+      )
       const stopped = st.stop as Stop | undefined
       if (stopped !== undefined) {
         if (stopped._tag === "claimFailed") return yield* Effect.fail(stopped.error)

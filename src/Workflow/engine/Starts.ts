@@ -3,15 +3,27 @@
  *
  * @since 0.1.0
  */
-import { Effect, Option, Schema } from "effect"
+import { Effect, Exit, Option, Schema } from "effect"
 import { statementNow } from "../../Database.ts"
 import { makeBatcher } from "../../internal/Batcher.ts"
+import { withHotSpan } from "../../internal/span.ts"
 import type { QueueError } from "../../Queue/QueueError.ts"
 import type { RunHandle, StartOptions, WorkflowRef } from "../Client.ts"
 import { AlreadyRunning, type DatabaseError, InvalidWorkflowPayload, SingletonRunInProgress } from "../WorkflowError.ts"
 import type { RunRow, StartEntry } from "../WorkflowSql.ts"
 import type { EngineContext } from "./Context.ts"
 import { CARRIED_INPUT_LIMIT, ENGINE_VERSION } from "./Messages.ts"
+
+/** The payload encoders, one per Schema (a new encoder per call compiled its parser's closure anew). */
+const encoders = new WeakMap<object, (payload: unknown) => Effect.Effect<unknown, Schema.SchemaError>>()
+const encoderOf = (schema: WorkflowRef<unknown>["payload"]) => {
+  let encode = encoders.get(schema)
+  if (encode === undefined) {
+    encode = Schema.encodeEffect(schema) as (payload: unknown) => Effect.Effect<unknown, Schema.SchemaError>
+    encoders.set(schema, encode)
+  }
+  return encode
+}
 
 /** Starting runs: one statement per start, or shared by concurrent starts into one queue. */
 export const makeStarts = (
@@ -79,9 +91,14 @@ export const makeStarts = (
     attempt = 1
   ): Effect.Effect<RunHandle, InvalidWorkflowPayload | AlreadyRunning | SingletonRunInProgress | QueueError> =>
     Effect.gen(function* () {
-      const encoded = yield* Schema.encodeEffect(workflow.payload)(payload).pipe(
-        Effect.mapError((e) => new InvalidWorkflowPayload({ workflow: workflow.name, issue: e.message }))
-      )
+      const encoding = encoderOf(workflow.payload)(payload)
+      // a plain payload encodes at once (an Exit): no fiber work
+      const encoded =
+        Exit.isExit(encoding) && Exit.isSuccess(encoding)
+          ? encoding.value
+          : yield* encoding.pipe(
+              Effect.mapError((e) => new InvalidWorkflowPayload({ workflow: workflow.name, issue: e.message }))
+            )
       let text: string | undefined
       try {
         text = JSON.stringify(encoded)
@@ -149,9 +166,7 @@ export const makeStarts = (
         subject: subject ?? "",
         run: { id: holder.id, workflow: holder.workflow, status: holder.status }
       })
-    }).pipe(
-      Effect.withSpan("pgbus.workflow.start", { attributes: { workflow: workflow.name } }, { captureStackTrace: false })
-    )
+    }).pipe((start) => withHotSpan(start, "pgbus.workflow.start", { attributes: { workflow: workflow.name } }))
 
   return { startRun }
 }

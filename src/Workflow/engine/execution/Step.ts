@@ -53,7 +53,7 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
     // the common end, with no loop: the value goes back to the body
     if (first._tag === "Completed") {
       ex.pending = { step, status: "completed", output: first.output }
-      return Effect.as(recordStep(step, "completed", startedAt), first.value)
+      return recordStep(step, "completed", startedAt, first.value)
     }
     return applyOtherEnd(step, first, options, startedAt)
   }
