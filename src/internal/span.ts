@@ -1,4 +1,4 @@
-import { Effect, Tracer } from "effect"
+import { Effect, type Fiber, Tracer } from "effect"
 
 /**
  * A span for hot paths: no stack trace is captured (capturing one per call cost more than
@@ -22,6 +22,21 @@ export const withHotSpan = <A, E, R>(
     fiber.getRef(Tracer.Tracer) === Tracer.nativeTracer
       ? self
       : Effect.withSpan(self, name, { ...options, captureStackTrace: false })
+  )
+
+/**
+ * `withHotSpan` of an Effect built from the fiber: with no tracing backend, `body` runs in the
+ * same read of the fiber that decides (one primitive for both).
+ */
+export const withHotSpanOf = <A, E, R>(
+  name: string,
+  options: Tracer.SpanOptionsNoTrace,
+  body: (fiber: Fiber.Fiber<unknown, unknown>) => Effect.Effect<A, E, R>
+): Effect.Effect<A, E, R> =>
+  Effect.withFiber((fiber) =>
+    fiber.getRef(Tracer.Tracer) === Tracer.nativeTracer
+      ? body(fiber)
+      : Effect.withSpan(Effect.withFiber(body), name, { ...options, captureStackTrace: false })
   )
 
 /** The span of one workflow execution and its attributes, named as seed 004's tracing names them. */

@@ -77,12 +77,18 @@ export const makeAttempt = (ctx: EngineContext, st: ExecutionState, gate: Gate) 
 
   /**
    * The claimed step's attempt, up to how it ended. Called as it runs (inside `runTarget`'s read
-   * of the fiber), so a step that opens at once goes on with no Effect of its own.
+   * of the fiber), so a step that opens at once goes on with no Effect of its own; `then` applies
+   * the end (called at once with an end known at once: a completed step's, most often).
    */
-  const attempt = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) => {
+  const attempt = <A, E, R, B, E2, R2>(
+    step: Target,
+    effect: Effect.Effect<A, E, R>,
+    options: RunnerStepOptions<A>,
+    then: (end: StepEnd) => Effect.Effect<B, E2, R2>
+  ) => {
     const timedOut = claim.step_id === step.id ? claim.step_timed_out === true : false
-    return Effect.flatMapEager(open(step, options, timedOut), (opened): Effect.Effect<StepEnd, never, unknown> => {
-      if ("_tag" in opened) return Effect.succeed(opened)
+    return Effect.flatMapEager(open(step, options, timedOut), (opened): Effect.Effect<B, E2, unknown> => {
+      if ("_tag" in opened) return then(opened)
       const stepContext: StepContext["Service"] = {
         workflowId: runId,
         workflow: def.name,
@@ -114,10 +120,11 @@ export const makeAttempt = (ctx: EngineContext, st: ExecutionState, gate: Gate) 
                 orElse: () => Effect.fail(new StepTimeout({ step: step.name, timeoutMs }))
               })
             )
-      // no span without a tracing backend (see hotSpan)
-      return Effect.flatMap(Effect.exit(withHotSpan(timed, ...stepSpan(def.name, runId, step))), (exit) =>
-        ended(step, options, exit)
-      )
+      // no span without a tracing backend (see hotSpan); one frame for both ends (not exit, then flatMap)
+      return Effect.matchCauseEffect(withHotSpan(timed, ...stepSpan(def.name, runId, step)), {
+        onSuccess: (value) => Effect.flatMapEager(ended(step, options, Exit.succeed(value)), then),
+        onFailure: (cause) => Effect.flatMapEager(ended(step, options, Exit.failCause(cause)), then)
+      })
     })
   }
 

@@ -38,8 +38,10 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
     Effect.withFiber((fiber) => {
       st.targetReached = true
       const startedAt = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
-      return Effect.flatMap(
-        attempt(step, effect, options),
+      return attempt(
+        step,
+        effect,
+        options,
         (end) => applyEnd(step, end, options as StepOptions<unknown>, startedAt) as Effect.Effect<A>
       )
     })
