@@ -5,7 +5,20 @@
  * @since 0.1.0
  */
 import { PgClient } from "@effect/sql-pg"
-import { Cause, Clock, Context, Duration, Effect, Layer, Option, Redacted, Schedule, Schema, type Scope } from "effect"
+import {
+  Cause,
+  Clock,
+  Context,
+  Duration,
+  Effect,
+  type Fiber,
+  Layer,
+  Option,
+  Redacted,
+  Schedule,
+  Schema,
+  type Scope
+} from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import type { SqlClient } from "effect/sql"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
@@ -161,9 +174,11 @@ export const DatabaseClock = Context.Reference<"database" | "effect">("effect-pg
  * The `$now` to bind in a time-dependent statement (null means the database's `now()`). One read
  * of the fiber's references: it is bound in several statements of every workflow step.
  */
-export const statementNow: Effect.Effect<Date | null> = Effect.withFiberSucceed((fiber) =>
+export const statementNow: Effect.Effect<Date | null> = Effect.withFiberSucceed((fiber) => statementNowOf(fiber))
+
+/** `statementNow` read from a fiber at hand (inside `Effect.withFiber`): no Effect of its own. */
+export const statementNowOf = (fiber: Fiber.Fiber<unknown, unknown>): Date | null =>
   fiber.getRef(DatabaseClock) === "database" ? null : new Date(fiber.getRef(Clock.Clock).currentTimeMillisUnsafe())
-)
 
 /** Layer that makes every statement use Effect's `Clock` (TestClock in tests). */
 export const layerEffectClock: Layer.Layer<never> = Layer.succeed(DatabaseClock, "effect")

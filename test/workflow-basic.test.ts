@@ -1,5 +1,5 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Clock, Effect, Schema } from "effect"
+import { Clock, Effect, Option, Schema, Tracer } from "effect"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { WorkflowSweep } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
@@ -11,6 +11,20 @@ const Counter = Workflow.make("Counter", { payload: Schema.Struct({ start: Schem
   const b = yield* Workflow.step("two", Effect.succeed(a + 1))
   const c = yield* Workflow.step("three", Effect.succeed(b + 1))
   return c
+})
+
+/** The name of the span the step's effect runs in (null: none). */
+const spanName = Effect.map(Effect.option(Effect.currentSpan), (span) => (Option.isSome(span) ? span.value.name : null))
+const payloadN = { payload: Schema.Struct({ n: Schema.Number }) }
+const Traced = Workflow.make("Traced", payloadN, function* () {
+  const a = yield* Workflow.step("first", spanName)
+  const b = yield* Workflow.step("second", spanName)
+  return [a, b]
+})
+const Untraced = Workflow.make("Untraced", payloadN, function* () {
+  const a = yield* Workflow.step("first", spanName)
+  const b = yield* Workflow.step("second", spanName)
+  return [a, b]
 })
 
 let deadlineCalls = 0
@@ -86,6 +100,77 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
         const events = yield* run.events
         console.log(events.map((e) => `${e.type}:${e.step ?? ""}`).join(" "))
       }).pipe(Effect.scoped)
+    )
+  })
+
+  describe("spans", () => {
+    it.effect(
+      "under a tracing backend: the start's, the run's and one per step attempt, the step's inside the run's",
+      () =>
+        Effect.gen(function* () {
+          const spans: Array<Tracer.Span> = []
+          const tracer = Tracer.make({
+            span: (options) => {
+              const span = new Tracer.NativeSpan(options)
+              spans.push(span)
+              return span
+            }
+          })
+          yield* startSupervisor([Traced], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] }).pipe(
+            Effect.withTracer(tracer)
+          )
+          const run = yield* Traced.start({ n: 1 }).pipe(Effect.withTracer(tracer))
+          const client = yield* WorkflowClient
+          yield* eventually(
+            "finished",
+            Effect.map(client.get(run.id), (h) => h.info.status === "finished")
+          )
+          assert.deepStrictEqual((yield* run.refresh).info.output, ["pgbus.step.run", "pgbus.step.run"])
+          const start = spans.find(
+            (s) => s.name === "pgbus.workflow.start" && s.attributes.get("workflow") === "Traced"
+          )
+          assert.isDefined(start)
+          const runSpans = spans.filter(
+            (s) => s.name === "pgbus.workflow.run" && s.attributes.get("workflow.run_id") === run.id
+          )
+          assert.strictEqual(runSpans.length, 1)
+          assert.strictEqual(runSpans[0]!.attributes.get("workflow.id"), "Traced")
+          const steps = spans.filter(
+            (s) => s.name === "pgbus.step.run" && s.attributes.get("workflow.run_id") === run.id
+          )
+          assert.deepStrictEqual(
+            steps.map((s) => [
+              s.attributes.get("step.id"),
+              s.attributes.get("step.attempt"),
+              s.attributes.get("step.type")
+            ]),
+            [
+              ["first", 1, "run"],
+              ["second", 1, "run"]
+            ]
+          )
+          for (const step of steps) {
+            assert.strictEqual(step.parent._tag === "Some" ? step.parent.value.spanId : null, runSpans[0]!.spanId)
+          }
+        }).pipe(Effect.scoped)
+    )
+
+    it.effect(
+      "with Effect's native tracer (no backend): none, so a step's effect runs in no span of the library's",
+      () =>
+        Effect.gen(function* () {
+          yield* startSupervisor([Untraced], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+          const run = yield* Untraced.start({ n: 1 })
+          const client = yield* WorkflowClient
+          yield* eventually(
+            "finished",
+            Effect.map(client.get(run.id), (h) => h.info.status === "finished")
+          )
+          const output = (yield* run.refresh).info.output as ReadonlyArray<string | null>
+          for (const name of output) {
+            assert.notInclude(["pgbus.step.run", "pgbus.workflow.run", "pgbus.job.execute"], name)
+          }
+        }).pipe(Effect.scoped)
     )
   })
 })

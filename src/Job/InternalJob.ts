@@ -54,8 +54,9 @@ export const internalJob = <P>(
       handler: (() => Effect.void) as never
     },
     policy: resolvePolicy(config, undefined),
+    // eager: an accepted message (an Exit) goes on with no Effect of its own
     decode: (message) =>
-      decode(message).pipe(Effect.mapError((e) => new PayloadDecodeError({ job: name, issue: e.message }))),
+      Effect.mapErrorEager(decode(message), (e) => new PayloadDecodeError({ job: name, issue: e.message })),
     run: (message, context) => run(message as P, context),
     provide: (effect, also) => (also === undefined ? effect : Effect.updateContext(effect, also)),
     ...(options?.deadLetterSource === undefined ? {} : { deadLetterSource: options.deadLetterSource }),

@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { type Context, Effect } from "effect"
+import { Context, Effect } from "effect"
 import { Finished as BatchFinished } from "../Batch/Batch.ts"
 import type { PgBusConfigShape } from "../Config.ts"
 import { internalJob } from "../Job/InternalJob.ts"
@@ -48,7 +48,14 @@ export const registerWorkflows = (
       }
       workflows.set(definition.name, {
         workflow: definition,
-        provide: (effect) => Effect.provide(effect, services) as never
+        // one context update per execution: the services, then what the runner adds (its runtime)
+        provide: (effect, also) =>
+          Effect.updateContext(
+            effect as Effect.Effect<unknown, unknown>,
+            also === undefined
+              ? Context.merge(services)
+              : (context: Context.Context<never>) => also(Context.merge(context, services))
+          ) as never
       })
     }
     // on a message's last delivery the runner pauses a run it cannot execute rather than see

@@ -1,4 +1,4 @@
-import { Deferred, Effect } from "effect"
+import { Effect, Exit } from "effect"
 
 /** How a batcher sends its items (see `makeBatcher`). */
 export interface BatcherOptions<I, O, E> {
@@ -38,29 +38,42 @@ export const makeBatchGroup = (maxOut = 1): BatchGroup => ({ maxOut, out: 0, pum
  * (or not) alone. An item interrupted while it waits is dropped; once sent, it is applied.
  */
 export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: I) => Effect.Effect<O, E>) => {
+  // An item's outcome goes straight to its waiting fiber (no Deferred: its await, its
+  // interruption handler and its completion were a fifth of a workflow step's Effect work).
   interface Queued {
     readonly item: I
-    readonly done: Deferred.Deferred<O, E>
+    /** Its outcome, when it came before its fiber waited. */
+    exit: Exit.Exit<O, E> | undefined
+    /** Resumes its waiting fiber (unset once resumed or interrupted). */
+    resume: ((exit: Exit.Exit<O, E>) => void) | undefined
   }
   const group: BatchGroup = options.group ?? makeBatchGroup(options.maxOut ?? 1)
   const maxBatch = options.maxBatch ?? 64
   const waiting: Array<Queued> = []
 
+  /** Hands an item its outcome. */
+  const complete = (q: Queued, exit: Exit.Exit<O, E>): void => {
+    const resume = q.resume
+    if (resume === undefined) q.exit = exit
+    else {
+      q.resume = undefined
+      resume(exit)
+    }
+  }
+
   const send = (batch: ReadonlyArray<Queued>): Effect.Effect<void> =>
     options.many(batch.map((q) => q.item)).pipe(
       Effect.flatMap((outputs) =>
         outputs.length === batch.length
-          ? Effect.forEach(batch, (q, i) => Deferred.succeed(q.done, outputs[i]!), { discard: true })
+          ? Effect.sync(() => {
+              for (let i = 0; i < batch.length; i++) complete(batch[i]!, Exit.succeed(outputs[i]!))
+            })
           : Effect.die(new Error(`a batch of ${batch.length} gave ${outputs.length} outputs`))
       ),
       Effect.catchCause(() =>
-        Effect.forEach(
-          batch,
-          (q) => Effect.flatMap(Effect.exit(options.one(q.item)), (exit) => Deferred.done(q.done, exit)),
-          {
-            discard: true
-          }
-        )
+        Effect.forEach(batch, (q) => Effect.map(Effect.exit(options.one(q.item)), (exit) => complete(q, exit)), {
+          discard: true
+        })
       )
     )
 
@@ -73,8 +86,12 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
     return Effect.forEach(order, (p) => p, { discard: true })
   }
 
-  const pump: Effect.Effect<void> = Effect.suspend(() => {
-    if (group.out >= group.maxOut || waiting.length === 0) return Effect.void
+  /**
+   * Takes the next batch if the limit allows: the Effect that sends it (forked), or undefined when
+   * nothing leaves. Synchronous, so an item's own call makes no Effect when it only waits.
+   */
+  const takeBatch = (): Effect.Effect<void> | undefined => {
+    if (group.out >= group.maxOut || waiting.length === 0) return undefined
     const batch: Array<Queued> = []
     const keys = new Set<string>()
     for (let i = 0; i < waiting.length && batch.length < maxBatch; ) {
@@ -99,24 +116,27 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
         )
       )
     )
-  })
+  }
+  const pump: Effect.Effect<void> = Effect.suspend(() => takeBatch() ?? Effect.void)
 
   group.pumps.push(pump)
-  // per item: no generator and no Effect to make its Deferred (a workflow step sends one or two items)
+  // per item: no generator and no Effect to pump the batcher (a workflow step sends one or two
+  // items): the item's batch, if it leaves now, is taken at once; then its fiber waits for it
   return (item) =>
     Effect.suspend(() => {
-      const queued: Queued = { item, done: Deferred.makeUnsafe<O, E>() }
+      const queued: Queued = { item, exit: undefined, resume: undefined }
       waiting.push(queued)
-      return Effect.andThen(
-        pump,
-        Deferred.await(queued.done).pipe(
-          Effect.onInterrupt(() =>
-            Effect.sync(() => {
-              const at = waiting.indexOf(queued)
-              if (at >= 0) waiting.splice(at, 1)
-            })
-          )
-        )
-      )
+      const sent = takeBatch()
+      const awaited = Effect.callback<O, E>((resume) => {
+        if (queued.exit !== undefined) return resume(queued.exit)
+        queued.resume = resume
+        // interrupted while it waits: dropped if not sent yet (once sent, it is applied)
+        return Effect.sync(() => {
+          queued.resume = undefined
+          const at = waiting.indexOf(queued)
+          if (at >= 0) waiting.splice(at, 1)
+        })
+      })
+      return sent === undefined ? awaited : Effect.andThen(sent, awaited)
     })
 }

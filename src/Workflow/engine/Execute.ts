@@ -6,17 +6,17 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Exit, Metric, Option } from "effect"
+import { Cause, Context, Effect, Exit, Metric, Option, References } from "effect"
 import { statementNow } from "../../Database.ts"
 import { isStorableJson } from "../../internal/storable.ts"
 import { WorkflowRuntime } from "../Runtime.ts"
 import { makeReach } from "../verbs/step.ts"
 import { InvalidWorkflowPayload, OutputNotStorable } from "../WorkflowError.ts"
 import type { EngineContext } from "./Context.ts"
-import { makeApply } from "./execution/Apply.ts"
+import { type Apply, makeApply } from "./execution/Apply.ts"
 import type { Stop } from "./execution/End.ts"
 import { makeRuntime } from "./execution/Runtime.ts"
-import { type Execution, hashNames, makeExecutionState } from "./execution/State.ts"
+import { type Execution, type ExecutionState, hashNames, makeExecutionState } from "./execution/State.ts"
 import { makeStep } from "./execution/Step.ts"
 import type { Claimed } from "./Messages.ts"
 import { finishedOf } from "./Metrics.ts"
@@ -42,17 +42,37 @@ export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
     /** Set for a notify notice of a per-run deadline: the claimed waiting step's missed deadline. */
     renewalOf?: Date
   ) =>
-    Effect.gen(function* () {
-      const st = yield* makeExecutionState(registered, claim, ex, speculative, renewalOf, config.workflowQueue)
-      const { def, runId, namesSeen, decoded, runContext } = st
-      // a continue message of a prioritized run goes to its priority sub-queue
-      if (claim.priority != null) ex.queue = ctx.queueOf(def.queue ?? config.workflowQueue, claim.priority).queue
-      const apply = makeApply(ctx, outcomes, st)
-      const { claimForRestart, pauseWith, divergence, applyOutcome, ending } = apply
-      const step = makeStep(ctx, outcomes, st, apply)
-      const reach = makeReach(ctx, st, apply, step)
-      const { runtime } = makeRuntime(ctx, st, apply, reach)
+    Effect.suspend(() =>
+      // a payload that decodes at once makes no Effect of its own (see `makeExecutionState`)
+      Effect.flatMapEager(
+        makeExecutionState(registered, claim, ex, speculative, renewalOf, config.workflowQueue),
+        (st) => {
+          const { def } = st
+          // a continue message of a prioritized run goes to its priority sub-queue
+          if (claim.priority != null) ex.queue = ctx.queueOf(def.queue ?? config.workflowQueue, claim.priority).queue
+          const apply = makeApply(ctx, outcomes, st)
+          const step = makeStep(ctx, outcomes, st, apply)
+          const reach = makeReach(ctx, st, apply, step)
+          const { runtime } = makeRuntime(ctx, st, apply, reach)
+          // One context update per execution, as the job executor makes one per delivery: the
+          // registry's services (the body's; its steps' engine code ran under them already, the
+          // run's ends now do too), the runtime the body calls and the log annotations naming the run.
+          return registered.provide(executeBody(st, apply), (context) =>
+            Context.add(Context.add(context, WorkflowRuntime, runtime), References.CurrentLogAnnotations, {
+              ...Context.get(context, References.CurrentLogAnnotations),
+              workflow: def.name,
+              workflow_id: claim.id
+            })
+          )
+        }
+      )
+    )
 
+  /** The execution once its record is built: the body replayed, then what it led to. */
+  const executeBody = (st: ExecutionState, apply: Apply) =>
+    Effect.gen(function* () {
+      const { def, runId, namesSeen, decoded, runContext, ex } = st
+      const { claimForRestart, pauseWith, divergence, applyOutcome, ending } = apply
       if (Option.isNone(decoded)) {
         if (st.speculative) return yield* claimForRestart
         yield* pauseWith(
@@ -62,9 +82,8 @@ export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
         return
       }
 
-      const exit = yield* registered
-        .provide(def.body(runContext as never))
-        .pipe(Effect.provideService(WorkflowRuntime, runtime), Effect.exit)
+      // under the registry's services and the runtime (see `executeClaimed`)
+      const exit = yield* Effect.exit(def.body(runContext as never))
       const stopped = st.stop as Stop | undefined
       if (stopped !== undefined) {
         if (stopped._tag === "claimFailed") return yield* Effect.fail(stopped.error)
@@ -121,7 +140,7 @@ export const makeExecute = (ctx: EngineContext, outcomes: Outcomes) => {
           : Cause.squash(exit.cause),
         "error"
       )
-    }).pipe(Effect.annotateLogs({ workflow: registered.workflow.name, workflow_id: claim.id }))
+    })
 
   return { executeClaimed }
 }

@@ -5,7 +5,7 @@
  */
 import { Cause, Effect } from "effect"
 import { isPassingFailure, retryTransient, statementNow } from "../../Database.ts"
-import { runSpan } from "../../internal/span.ts"
+import { runSpan, withHotSpan } from "../../internal/span.ts"
 import type { QueueError } from "../../Queue/QueueError.ts"
 import { type DatabaseError, type RunNotFound, WorkflowNotRegistered } from "../WorkflowError.ts"
 import type { EngineContext } from "./Context.ts"
@@ -170,7 +170,8 @@ export const makeRunner = (
                   )
                 )
           )
-    return lastChance.pipe(Effect.withSpan(...runSpan(message.workflow, message.run), { captureStackTrace: false }))
+    // no span without a tracing backend (see hotSpan)
+    return withHotSpan(lastChance, ...runSpan(message.workflow, message.run))
   }
 
   const next = (runId: string): Effect.Effect<NextWork, DatabaseError | RunNotFound> =>

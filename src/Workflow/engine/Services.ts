@@ -17,8 +17,14 @@ import type { Delivery, StepMessage } from "./Messages.ts"
 /** A workflow ready to execute in this process. */
 export interface RegisteredWorkflow {
   readonly workflow: AnyWorkflow
-  /** Provides the services the workflow's code needs (captured where it was registered). */
-  readonly provide: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, Exclude<R, never>>
+  /**
+   * Provides the services the workflow's code needs (captured where it was registered); `also`
+   * adds the execution's own in the same context update.
+   */
+  readonly provide: <A, E, R>(
+    effect: Effect.Effect<A, E, R>,
+    also?: (context: Context.Context<never>) => Context.Context<never>
+  ) => Effect.Effect<A, E, Exclude<R, never>>
 }
 
 /** What a run would do next, for the test helpers. */

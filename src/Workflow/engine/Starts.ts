@@ -3,15 +3,27 @@
  *
  * @since 0.1.0
  */
-import { Effect, Option, Schema } from "effect"
-import { statementNow } from "../../Database.ts"
+import { Context, Effect, Exit, type Fiber, Option, Schema } from "effect"
+import { statementNowOf } from "../../Database.ts"
 import { makeBatcher } from "../../internal/Batcher.ts"
+import { withHotSpanOf } from "../../internal/span.ts"
 import type { QueueError } from "../../Queue/QueueError.ts"
 import type { RunHandle, StartOptions, WorkflowRef } from "../Client.ts"
 import { AlreadyRunning, type DatabaseError, InvalidWorkflowPayload, SingletonRunInProgress } from "../WorkflowError.ts"
 import type { RunRow, StartEntry } from "../WorkflowSql.ts"
 import type { EngineContext } from "./Context.ts"
 import { CARRIED_INPUT_LIMIT, ENGINE_VERSION } from "./Messages.ts"
+
+/** The payload encoders, one per Schema (a new encoder per call compiled its parser's closure anew). */
+const encoders = new WeakMap<object, (payload: unknown) => Effect.Effect<unknown, Schema.SchemaError>>()
+const encoderOf = (schema: WorkflowRef<unknown>["payload"]) => {
+  let encode = encoders.get(schema)
+  if (encode === undefined) {
+    encode = Schema.encodeEffect(schema) as (payload: unknown) => Effect.Effect<unknown, Schema.SchemaError>
+    encoders.set(schema, encode)
+  }
+  return encode
+}
 
 /** Starting runs: one statement per start, or shared by concurrent starts into one queue. */
 export const makeStarts = (
@@ -71,6 +83,11 @@ export const makeStarts = (
     return batcher
   }
 
+  /**
+   * Starts a run: its payload encoded and checked, its row and start message in one statement
+   * (shared by concurrent starts). One read of the fiber (the span, the statement time, a
+   * caller's transaction) and no generator on the common path.
+   */
   const startRun = <P>(
     workflow: WorkflowRef<P>,
     payload: P,
@@ -78,42 +95,62 @@ export const makeStarts = (
     rerunOf: string | null,
     attempt = 1
   ): Effect.Effect<RunHandle, InvalidWorkflowPayload | AlreadyRunning | SingletonRunInProgress | QueueError> =>
-    Effect.gen(function* () {
-      const encoded = yield* Schema.encodeEffect(workflow.payload)(payload).pipe(
-        Effect.mapError((e) => new InvalidWorkflowPayload({ workflow: workflow.name, issue: e.message }))
-      )
-      let text: string | undefined
-      try {
-        text = JSON.stringify(encoded)
-      } catch (e) {
-        return yield* new InvalidWorkflowPayload({ workflow: workflow.name, issue: `not JSON: ${String(e)}` })
-      }
-      if (text === undefined) {
-        return yield* new InvalidWorkflowPayload({ workflow: workflow.name, issue: "not JSON" })
-      }
-      const size = Buffer.byteLength(text, "utf8")
-      if (size > config.maxPayloadSize) {
-        return yield* new InvalidWorkflowPayload({
+    withHotSpanOf("pgbus.workflow.start", { attributes: { workflow: workflow.name } }, (fiber) => {
+      const encoding = encoderOf(workflow.payload)(payload)
+      // a plain payload encodes at once (an Exit): no fiber work
+      return Exit.isExit(encoding) && Exit.isSuccess(encoding)
+        ? startEncoded(fiber, workflow, payload, encoding.value, options, rerunOf, attempt)
+        : Effect.flatMap(
+            Effect.mapError(encoding, (e) => new InvalidWorkflowPayload({ workflow: workflow.name, issue: e.message })),
+            (encoded) => startEncoded(fiber, workflow, payload, encoded, options, rerunOf, attempt)
+          )
+    })
+
+  /** `startRun` once the payload is encoded. */
+  const startEncoded = <P>(
+    fiber: Fiber.Fiber<unknown, unknown>,
+    workflow: WorkflowRef<P>,
+    payload: P,
+    encoded: unknown,
+    options: StartOptions,
+    rerunOf: string | null,
+    attempt: number
+  ): Effect.Effect<RunHandle, InvalidWorkflowPayload | AlreadyRunning | SingletonRunInProgress | QueueError> => {
+    let text: string | undefined
+    try {
+      text = JSON.stringify(encoded)
+    } catch (e) {
+      return Effect.fail(new InvalidWorkflowPayload({ workflow: workflow.name, issue: `not JSON: ${String(e)}` }))
+    }
+    if (text === undefined)
+      return Effect.fail(new InvalidWorkflowPayload({ workflow: workflow.name, issue: "not JSON" }))
+    const size = Buffer.byteLength(text, "utf8")
+    if (size > config.maxPayloadSize) {
+      return Effect.fail(
+        new InvalidWorkflowPayload({
           workflow: workflow.name,
           issue: `${size} bytes, over the limit of ${config.maxPayloadSize}`
         })
-      }
-      const key = options.idempotencyKey?.trim() ? options.idempotencyKey : null
-      const subject = options.subject ?? null
-      // resolved once, kept on the run: every later message of the run goes to its sub-queue
-      const priority = options.priority ?? workflow.priority ?? null
-      const singleton = options.singleton ?? workflow.singleton ?? false
-      const scheduledFor = options.scheduledFor ?? null
-      const { queue, physical } = queueOf(workflow.queue ?? config.workflowQueue, priority ?? undefined)
-      yield* jobs.ensureQueue(queue)
-      const now = yield* statementNow
+      )
+    }
+    const payloadText = text
+    const key = options.idempotencyKey?.trim() ? options.idempotencyKey : null
+    const subject = options.subject ?? null
+    // resolved once, kept on the run: every later message of the run goes to its sub-queue
+    const priority = options.priority ?? workflow.priority ?? null
+    const singleton = options.singleton ?? workflow.singleton ?? false
+    const scheduledFor = options.scheduledFor ?? null
+    const { queue, physical } = queueOf(workflow.queue ?? config.workflowQueue, priority ?? undefined)
+    // a queue already known is an Exit: no fiber work
+    return Effect.flatMapEager(jobs.ensureQueue(queue), () => {
+      const now = statementNowOf(fiber)
       const id = crypto.randomUUID()
       const entry: StartEntry = {
         id,
         workflow: workflow.name,
         subject,
         resourceId: options.resourceId ?? null,
-        payload: text,
+        payload: payloadText,
         idempotencyKey: key,
         engineVersion: ENGINE_VERSION,
         definitionVersion: workflow.version ?? null,
@@ -128,11 +165,30 @@ export const makeStarts = (
       }
       // outside a transaction, concurrent starts into one queue share a statement
       const inserted =
-        rerunOf === null && Option.isNone(yield* Effect.serviceOption(sql.transactionService))
-          ? yield* startBatched(physical)(entry)
-          : yield* startOne({ ...entry, rerunOf }, physical)
+        rerunOf === null && Option.isNone(Context.getOption(fiber.context, sql.transactionService))
+          ? startBatched(physical)(entry)
+          : startOne({ ...entry, rerunOf }, physical)
       // the start returns the new row: no read-back
-      if (inserted !== undefined) return makeHandle(inserted, false, workflow)
+      return Effect.flatMap(inserted, (row) =>
+        row !== undefined
+          ? Effect.succeed(makeHandle(row, false, workflow))
+          : refused(workflow, payload, options, rerunOf, attempt, subject, key, singleton)
+      )
+    })
+  }
+
+  /** A start the statement refused (a run holds its subject, key or singleton): the holder's handle, a retry or the error. */
+  const refused = <P>(
+    workflow: WorkflowRef<P>,
+    payload: P,
+    options: StartOptions,
+    rerunOf: string | null,
+    attempt: number,
+    subject: string | null,
+    key: string | null,
+    singleton: boolean
+  ) =>
+    Effect.gen(function* () {
       const [holder] = yield* statements.runFindConflicting(workflow.name, subject, key, singleton).pipe(db("find run"))
       // the holder ended between the refused insert and this read: start again
       if (holder === undefined && attempt < 3) return yield* startRun(workflow, payload, options, rerunOf, attempt + 1)
@@ -149,9 +205,7 @@ export const makeStarts = (
         subject: subject ?? "",
         run: { id: holder.id, workflow: holder.workflow, status: holder.status }
       })
-    }).pipe(
-      Effect.withSpan("pgbus.workflow.start", { attributes: { workflow: workflow.name } }, { captureStackTrace: false })
-    )
+    })
 
   return { startRun }
 }

@@ -110,13 +110,15 @@ export const makeApply = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionS
   /**
    * Records a step's end in the step metrics (count and duration by outcome): one read of the
    * fiber, as the worker records a job (two `Metric.update`s were a tenth of a step's Effect work).
+   * Succeeds with `value` (a completed step's, for the body).
    */
-  const recordStep = (step: Target, outcome: string, startedAt: number) =>
+  const recordStep = <A = void>(step: Target, outcome: string, startedAt: number, value?: A) =>
     Effect.withFiberSucceed((fiber) => {
       const end = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
       const metrics = stepMetrics(def.name, step.name, outcome)
       metrics.total.updateUnsafe(1, fiber.context)
       metrics.duration.updateUnsafe((end - startedAt) / 1000, fiber.context)
+      return value as A
     })
 
   return {

@@ -5,14 +5,14 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Exit } from "effect"
-import { stepSpan } from "../../../internal/span.ts"
+import { Cause, Context, Duration, Effect, Exit } from "effect"
+import { stepSpan, withHotSpan } from "../../../internal/span.ts"
 import { type ReceivedSignal, SignalReaders, StepContext } from "../../Runtime.ts"
 import type { makeSignalGate } from "../../verbs/signalGate.ts"
 import { StepTimeout } from "../../WorkflowError.ts"
 import type { EngineContext } from "../Context.ts"
 import { matchSignal } from "../Signals.ts"
-import { requestInCause, requestOf } from "./End.ts"
+import { requestInCause, requestOf, type StepEnd } from "./End.ts"
 import { completedEnd, failedWith } from "./Output.ts"
 import type { ExecutionState, RunnerStepOptions, Target } from "./State.ts"
 
@@ -75,12 +75,20 @@ export const makeAttempt = (ctx: EngineContext, st: ExecutionState, gate: Gate) 
     return openAtOnce as Effect.Effect<Opened>
   }
 
-  /** The claimed step's attempt, up to how it ended. */
-  const attempt = <A, E, R>(step: Target, effect: Effect.Effect<A, E, R>, options: RunnerStepOptions<A>) =>
-    Effect.gen(function* () {
-      const timedOut = claim.step_id === step.id ? claim.step_timed_out === true : false
-      const opened = yield* open(step, options, timedOut)
-      if ("_tag" in opened) return opened
+  /**
+   * The claimed step's attempt, up to how it ended. Called as it runs (inside `runTarget`'s read
+   * of the fiber), so a step that opens at once goes on with no Effect of its own; `then` applies
+   * the end (called at once with an end known at once: a completed step's, most often).
+   */
+  const attempt = <A, E, R, B, E2, R2>(
+    step: Target,
+    effect: Effect.Effect<A, E, R>,
+    options: RunnerStepOptions<A>,
+    then: (end: StepEnd) => Effect.Effect<B, E2, R2>
+  ) => {
+    const timedOut = claim.step_id === step.id ? claim.step_timed_out === true : false
+    return Effect.flatMapEager(open(step, options, timedOut), (opened): Effect.Effect<B, E2, unknown> => {
+      if ("_tag" in opened) return then(opened)
       const stepContext: StepContext["Service"] = {
         workflowId: runId,
         workflow: def.name,
@@ -98,11 +106,12 @@ export const makeAttempt = (ctx: EngineContext, st: ExecutionState, gate: Gate) 
         options.timeout === undefined ? undefined : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
       st.inStep = true
       st.controlInStep = undefined
-      const ran = effect.pipe(
-        Effect.provideService(StepContext, stepContext),
-        Effect.provideService(SignalReaders, opened.readers)
+      // the step's two services in one context update
+      const readers = opened.readers
+      const ran = Effect.updateContext(effect, (context) =>
+        Context.add(Context.add(context, StepContext, stepContext), SignalReaders, readers)
       )
-      const exit = yield* (
+      const timed =
         timeoutMs === undefined
           ? ran
           : ran.pipe(
@@ -111,38 +120,52 @@ export const makeAttempt = (ctx: EngineContext, st: ExecutionState, gate: Gate) 
                 orElse: () => Effect.fail(new StepTimeout({ step: step.name, timeoutMs }))
               })
             )
-      ).pipe(Effect.withSpan(...stepSpan(def.name, runId, step), { captureStackTrace: false }), Effect.exit)
-      st.inStep = false
-      // a control verb the step called ends it, whatever the step's code did with its defect
-      // (set by the verb while the step ran: read past the reset above)
-      const control = st.controlInStep as ExecutionState["controlInStep"]
-      st.controlInStep = undefined
-      if (control !== undefined) {
-        if (Exit.isSuccess(exit) || requestInCause(exit.cause) === undefined) {
-          yield* Effect.logWarning(
+      // no span without a tracing backend (see hotSpan); one frame for both ends (not exit, then flatMap)
+      return Effect.matchCauseEffect(withHotSpan(timed, ...stepSpan(def.name, runId, step)), {
+        onSuccess: (value) => Effect.flatMapEager(ended(step, options, Exit.succeed(value)), then),
+        onFailure: (cause) => Effect.flatMapEager(ended(step, options, Exit.failCause(cause)), then)
+      })
+    })
+  }
+
+  /** How the step's effect ended, as a `StepEnd` (the value checked and encoded for storage). */
+  const ended = <A, E>(step: Target, options: RunnerStepOptions<A>, exit: Exit.Exit<A, E>): Effect.Effect<StepEnd> => {
+    st.inStep = false
+    // a control verb the step called ends it, whatever the step's code did with its defect
+    // (set by the verb while the step ran: read past the reset above)
+    const control = st.controlInStep as ExecutionState["controlInStep"]
+    st.controlInStep = undefined
+    if (control !== undefined) {
+      if (Exit.isSuccess(exit) || requestInCause(exit.cause) === undefined) {
+        return Effect.as(
+          Effect.logWarning(
             `pgbus: workflow ${def.name} run ${runId} step ${step.name}: Workflow.${control.verb._tag}() was caught inside the step; it ends the step all the same`
-          )
-        }
-        return control
+          ),
+          control
+        )
       }
-      if (Exit.isFailure(exit)) {
-        // a control verb called inside the step ends it with its request
-        const requested = requestInCause(exit.cause)
-        if (requested !== undefined) return requested
-        // an interruption from outside never gets here (the execution stops, and `execute`
-        // releases the step): this one came from inside the body, a failure of the step
-        return failedWith(
+      return Effect.succeed(control)
+    }
+    if (Exit.isFailure(exit)) {
+      // a control verb called inside the step ends it with its request
+      const requested = requestInCause(exit.cause)
+      if (requested !== undefined) return Effect.succeed(requested)
+      // an interruption from outside never gets here (the execution stops, and `execute`
+      // releases the step): this one came from inside the body, a failure of the step
+      return Effect.succeed(
+        failedWith(
           Cause.hasInterruptsOnly(exit.cause)
             ? new Error(`step ${step.name} was interrupted from inside its body`)
             : Cause.squash(exit.cause)
         )
-      }
-      const value = exit.value
-      // a verb's own step body (poll, fanOut, child) asks for what follows
-      const requested = requestOf(value)
-      if (requested !== undefined) return requested
-      return yield* completedEnd(step, value, options, config.maxPayloadSize)
-    })
+      )
+    }
+    const value = exit.value
+    // a verb's own step body (poll, fanOut, child) asks for what follows
+    const requested = requestOf(value)
+    if (requested !== undefined) return Effect.succeed(requested)
+    return completedEnd(step, value, options, config.maxPayloadSize)
+  }
 
   return { attempt }
 }

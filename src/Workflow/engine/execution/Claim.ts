@@ -5,8 +5,8 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Option } from "effect"
-import { isPassingFailure, retryTransient, statementNow } from "../../../Database.ts"
+import { Context, Duration, Effect, Option } from "effect"
+import { isPassingFailure, retryTransient, statementNow, statementNowOf } from "../../../Database.ts"
 import type { StepOptions } from "../../Runtime.ts"
 import type { EngineContext } from "../Context.ts"
 import type { Outcomes } from "../Outcomes.ts"
@@ -46,45 +46,52 @@ export const makeClaim = (
     onSuccess: halt
   })
 
-  /** A fresh run reached its first step: claim the run with it, if the run has no history. */
-  const claimWithFirst = (name: string, options: StepOptions<unknown>) =>
-    Effect.gen(function* () {
-      const { queue } = queueOf(options.queue ?? defaultQueue, options.priority ?? st.runPriority)
-      yield* jobs.ensureQueue(queue)
-      st.speculative = false
-      const timeoutMs =
-        options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
-      const now = yield* statementNow
-      const batchable =
-        (timeoutMs === null || Number.isFinite(timeoutMs)) &&
-        Option.isNone(yield* Effect.serviceOption(sql.transactionService))
-      const alone = claimFirst({ runId, name, queue, timeoutMs, claimedBy: ex.mark, now })
-      const [row] = yield* (
-        batchable
-          ? Effect.map(claimFirstBatched({ runId, name, queue, timeoutMs, claimedBy: ex.mark, now }), (r) =>
-              r === undefined ? [] : [r]
+  /**
+   * A fresh run reached its first step: claim the run with it, if the run has no history. One
+   * read of the fiber (the statement time, a caller's transaction), no generator.
+   */
+  const claimWithFirst = (name: string, options: StepOptions<unknown>) => {
+    const { queue } = queueOf(options.queue ?? defaultQueue, options.priority ?? st.runPriority)
+    // a queue already known is an Exit: no fiber work
+    return Effect.flatMapEager(jobs.ensureQueue(queue), () =>
+      Effect.withFiber((fiber) => {
+        st.speculative = false
+        const timeoutMs =
+          options.timeout === undefined ? null : Duration.toMillis(Duration.fromInputUnsafe(options.timeout))
+        const now = statementNowOf(fiber)
+        const batchable =
+          (timeoutMs === null || Number.isFinite(timeoutMs)) &&
+          Option.isNone(Context.getOption(fiber.context, sql.transactionService))
+        const alone = claimFirst({ runId, name, queue, timeoutMs, claimedBy: ex.mark, now })
+        const claimed = (
+          batchable
+            ? Effect.map(claimFirstBatched({ runId, name, queue, timeoutMs, claimedBy: ex.mark, now }), (r) =>
+                r === undefined ? [] : [r]
+              )
+            : alone
+        ).pipe(
+          // a reply lost with its connection may hide a commit: sent again, a claim that finds the
+          // run taken goes to `unclaimed`, which knows this execution's own claim by its mark
+          Effect.catchIf(isPassingFailure, () =>
+            Effect.andThen(
+              Effect.sync(() => {
+                ex.claimLost = true
+              }),
+              retryTransient(alone)
             )
-          : alone
-      ).pipe(
-        // a reply lost with its connection may hide a commit: sent again, a claim that finds the
-        // run taken goes to `unclaimed`, which knows this execution's own claim by its mark
-        Effect.catchIf(isPassingFailure, () =>
-          Effect.andThen(
-            Effect.sync(() => {
-              ex.claimLost = true
-            }),
-            retryTransient(alone)
-          )
-        ),
-        holding,
-        Effect.uninterruptible,
-        Effect.catch((error) => halt({ _tag: "claimFailed", error }))
-      )
-      if (row?.step_id === null || row?.step_id === undefined) {
-        return yield* halt({ _tag: "restart", claim: row })
-      }
-      st.preclaimed = row.step_id
-    })
+          ),
+          holding,
+          Effect.uninterruptible,
+          Effect.catch((error) => halt({ _tag: "claimFailed", error }))
+        )
+        return Effect.flatMap(claimed, ([row]): Effect.Effect<void> => {
+          if (row?.step_id === null || row?.step_id === undefined) return halt({ _tag: "restart", claim: row })
+          st.preclaimed = row.step_id
+          return Effect.void
+        })
+      })
+    )
+  }
 
   return { holding, claimForRestart, restartFromClaim, claimWithFirst }
 }

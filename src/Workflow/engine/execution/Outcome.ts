@@ -5,8 +5,8 @@
  *
  * @since 0.1.0
  */
-import { Effect, Metric, Option } from "effect"
-import { isPassingFailure, retryTransient, statementNow } from "../../../Database.ts"
+import { Context, Effect, Metric, Option } from "effect"
+import { isPassingFailure, retryTransient, statementNowOf } from "../../../Database.ts"
 import type { makeChildWake } from "../../verbs/child.ts"
 import type { DatabaseError } from "../../WorkflowError.ts"
 import type { FinishRow, NextAction } from "../../WorkflowSql.ts"
@@ -64,7 +64,10 @@ export const makeOutcome = (
       } satisfies FinishRow
     })
 
-  /** Applies a finished attempt (or a skip) and what follows it. */
+  /**
+   * Applies a finished attempt (or a skip) and what follows it. One read of the fiber (the
+   * statement time, a caller's transaction) and no generator: every step of every run comes here.
+   */
   const applyOutcome = (
     step: Target,
     status: "completed" | "skipped" | "failed" | "cancelled",
@@ -72,10 +75,10 @@ export const makeOutcome = (
     error: string | null,
     next: NextAction
   ) =>
-    Effect.gen(function* () {
-      const now = yield* statementNow
+    Effect.withFiber((fiber) => {
+      const now = statementNowOf(fiber)
       const definitionHash = hashNames(namesSeen)
-      const inTransaction = Option.isSome(yield* Effect.serviceOption(sql.transactionService))
+      const inTransaction = Option.isSome(Context.getOption(fiber.context, sql.transactionService))
       // a child's end (or pause) wakes its parent in its transaction: never in a shared statement
       const wakes = isChild && (next._tag === "finish" || next._tag === "cancel" || next._tag === "pause")
       const batchable =
@@ -116,7 +119,7 @@ export const makeOutcome = (
       // uninterruptible: a drain must know what this execution holds afterwards (the next step
       // claimed with it); a reply lost with its connection may hide a commit: sent again, an
       // outcome that finds its step moved on looks for its own commit before calling it late
-      const r = yield* (
+      const written = (
         inTransaction
           ? write
           : write.pipe(
@@ -136,15 +139,18 @@ export const makeOutcome = (
         }),
         Effect.uninterruptible
       )
-      if (r === undefined || r.applied === 0n) {
-        yield* lateCompletion(runId, step, now)
-        return undefined
-      }
-      if (r.after === "finished") yield* Metric.update(finishedOf(def.name), 1)
-      if (r.after === "cancelled")
-        yield* Metric.update(cancelledTotal.pipe(Metric.withAttributes({ workflow_class: def.name })), 1)
-      yield* logRunEnd(def.name, runId, step.name, r.after, next)
-      return r
+      return Effect.flatMap(written, (r): Effect.Effect<FinishRow | undefined, DatabaseError> => {
+        if (r === undefined || r.applied === 0n) return Effect.as(lateCompletion(runId, step, now), undefined)
+        // the common outcome: the run goes on (nothing to count, nothing to log)
+        if (r.after !== "finished" && r.after !== "cancelled" && r.after !== "paused") return Effect.succeed(r)
+        const counted =
+          r.after === "finished"
+            ? Metric.update(finishedOf(def.name), 1)
+            : r.after === "cancelled"
+              ? Metric.update(cancelledTotal.pipe(Metric.withAttributes({ workflow_class: def.name })), 1)
+              : Effect.void
+        return Effect.as(Effect.andThen(counted, logRunEnd(def.name, runId, step.name, r.after, next)), r)
+      })
     })
 
   return { ownOutcome, applyOutcome }

@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { createHash } from "node:crypto"
-import { Effect, Option, Schema } from "effect"
+import { Effect, Exit, Option, Schema } from "effect"
 import { boundedMemo } from "../../../internal/memo.ts"
 import * as HistoryCursor from "../../HistoryCursor.ts"
 import type { RunContext, StepOptions } from "../../Runtime.ts"
@@ -98,7 +98,21 @@ export interface ExecutionState {
   preclaimed: bigint | undefined
 }
 
-/** The record of a claimed run's execution, before its body runs. */
+/** The payload decoders, one per Schema (a decoder per call compiled its parser's closure anew). */
+const payloadDecoders = new WeakMap<object, (input: unknown) => Effect.Effect<unknown, unknown, unknown>>()
+const payloadDecoderOf = (schema: RegisteredWorkflow["workflow"]["payload"]) => {
+  let decode = payloadDecoders.get(schema)
+  if (decode === undefined) {
+    decode = Schema.decodeUnknownEffect(schema) as (input: unknown) => Effect.Effect<unknown, unknown, unknown>
+    payloadDecoders.set(schema, decode)
+  }
+  return decode
+}
+
+/**
+ * The record of a claimed run's execution, before its body runs. A payload that decodes at once
+ * (a Schema with no effectful step, the common case) makes no Effect of its own.
+ */
 export const makeExecutionState = (
   registered: RegisteredWorkflow,
   claim: Claimed,
@@ -106,9 +120,9 @@ export const makeExecutionState = (
   speculative: boolean,
   renewalOf: Date | undefined,
   workflowQueue: string
-) =>
-  Effect.gen(function* () {
-    const def = registered.workflow
+): Effect.Effect<ExecutionState> => {
+  const def = registered.workflow
+  const build = (decoded: Option.Option<unknown>): ExecutionState => {
     const runId = claim.id
     if (claim.step_id !== null) ex.held = claim.step_id
     const history: ReadonlyArray<HistoryEntry> = claim.history
@@ -121,9 +135,8 @@ export const makeExecutionState = (
             attempt: claim.step_attempt!,
             position: claim.step_position!,
             reattempts: claim.step_reattempts ?? 0,
-            queue: history.find((h) => h.id === String(claim.step_id))?.name ? "" : ""
+            queue: ""
           }
-    const decoded = yield* Schema.decodeUnknownEffect(def.payload)(claim.payload).pipe(Effect.option)
     const runContext: RunContext<unknown> = {
       workflowId: runId,
       workflow: def.name,
@@ -132,7 +145,7 @@ export const makeExecutionState = (
       payload: Option.getOrUndefined(decoded),
       schedule: claim.scheduled_for == null ? undefined : { timestamp: new Date(claim.scheduled_for) }
     }
-    const state: ExecutionState = {
+    return {
       registered,
       claim,
       ex,
@@ -157,5 +170,9 @@ export const makeExecutionState = (
       controlInStep: undefined,
       preclaimed: undefined
     }
-    return state
-  })
+  }
+  const decoding = payloadDecoderOf(def.payload)(claim.payload)
+  // the Schema's parser answers a plain payload with an Exit: no fiber work
+  if (Exit.isExit(decoding) && Exit.isSuccess(decoding)) return Effect.succeed(build(Option.some(decoding.value)))
+  return Effect.map(Effect.option(decoding), build) as Effect.Effect<ExecutionState>
+}

@@ -38,8 +38,10 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
     Effect.withFiber((fiber) => {
       st.targetReached = true
       const startedAt = fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
-      return Effect.flatMap(
-        attempt(step, effect, options),
+      return attempt(
+        step,
+        effect,
+        options,
         (end) => applyEnd(step, end, options as StepOptions<unknown>, startedAt) as Effect.Effect<A>
       )
     })
@@ -53,7 +55,7 @@ export const makeStep = (ctx: EngineContext, outcomes: Outcomes, st: ExecutionSt
     // the common end, with no loop: the value goes back to the body
     if (first._tag === "Completed") {
       ex.pending = { step, status: "completed", output: first.output }
-      return Effect.as(recordStep(step, "completed", startedAt), first.value)
+      return recordStep(step, "completed", startedAt, first.value)
     }
     return applyOtherEnd(step, first, options, startedAt)
   }
