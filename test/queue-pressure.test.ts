@@ -5,7 +5,7 @@
  * due later (a delayed job, a retry) must still run.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Data, Deferred, Effect, Fiber, Ref, Schema } from "effect"
+import { Clock, Data, Deferred, Effect, Fiber, Ref, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { MIGRATION_FILES } from "../src/internal/MigrationFiles.ts"
 import { splitStatements } from "../src/internal/splitStatements.ts"
@@ -13,7 +13,7 @@ import * as Job from "../src/Job/Job.ts"
 import { makeQueueSql } from "../src/Queue/QueueSql.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
-import { plansInBothModes } from "./support/plans.ts"
+import { buffersInBothModes, plansInBothModes } from "./support/plans.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Payload = Schema.Struct({ n: Schema.Number })
@@ -136,11 +136,17 @@ describe("the claim's plan whatever the statistics", () => {
           statements.messageRead(physical, 650, 30_000, null, null, 59_000n),
           statements.messageArchiveAndRead(physical, r, 650, 30_000, null, null, 0n),
           statements.messageArchiveAndRead(physical, r, 650, 30_000, null, null, 60_001n),
-          statements.messageReadLimited(physical, 650, 30_000, 1000, null, null, r, { from: 60_001n })
+          statements.messageReadLimited(physical, 650, 30_000, 1000, null, null, r, { from: 60_001n }),
+          statements.messageReadLimited(physical, 650, 30_000, 1000, null, null, r, { from: 0n })
         ]
         for (const { mode, text, lines } of yield* plansInBothModes(sql, checked)) {
           const where = `${mode}: ${text.slice(0, 60)}\n${lines}`
-          assert.notInclude(lines, `q_${physical}_vt_idx`, where)
+          // the vt index only in a full claim's min(vt) (claimScan): its first entry, never a
+          // scan of the due rows that the claim sorts
+          const vtLines = lines.split("\n").filter((line) => line.includes(`q_${physical}_vt_idx`))
+          if (text.includes("min(vt)")) assert.isAbove(vtLines.length, 0, where)
+          else assert.strictEqual(vtLines.length, 0, where)
+          for (const line of vtLines) assert.match(line, /Index (Only )?Scan (Backward )?using q_\w+_vt_idx/, where)
           // the claim's scan (under its row locks): the primary key in id order, no sort
           const rows = lines.split("\n")
           const locks = rows.flatMap((line, i) => (line.includes("LockRows") ? [rows[i + 1] ?? ""] : []))
@@ -231,6 +237,78 @@ describe("a worker's receipts whatever the statistics", () => {
           const loops = [...lines.matchAll(/loops=(\d+)/g)].map((m) => Number(m[1]))
           assert.isAtMost(Math.max(...loops), n, `${name}:\n${lines}`)
         }
+      })
+    )
+  )
+})
+
+describe("delayed messages (issue 24: the claim scans the primary key)", () => {
+  // A full claim (from id 0: an idle worker's every claim, and one a second under load) walked
+  // the primary key from 0 through every message scheduled for later: 100k delayed messages,
+  // 100k rows per claim, ten claims a second from an idle worker. With nothing due (the vt
+  // index's first entry in the future) it reads nothing. The delayed job and the retry below
+  // the claim floor still run on time.
+  it.live("a full claim beside 100k delayed messages reads a few buffers; delayed jobs and retries run on time", () =>
+    TestDatabase.onFreshDatabase({ pollingInterval: "100 millis", workers: "later: 5" }, () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const store = yield* QueueStore
+        yield* store.create("later")
+        const physical = "pgbus_later"
+        const q = sql(`pgbus.q_${physical}`)
+        yield* sql`INSERT INTO ${q} (vt, message) SELECT now() + interval '1 day', '{}'::jsonb FROM generate_series(1, 100000)`
+        yield* sql.unsafe(`VACUUM (ANALYZE) pgbus.q_${physical}`).unprepared
+        const statements = makeQueueSql(sql, "pgbus", "")
+        const r = { ids: [1n], readCounts: [0] }
+        const fullClaims = [
+          statements.messageRead(physical, 100, 30_000, null, null, 0n),
+          statements.messageArchiveAndRead(physical, r, 100, 30_000, null, null, 0n),
+          // rates only: mode `limits` counts the running messages with a scan of `vt > now`, which
+          // reads every delayed row (limit_running, migration 0024; not the claim's scan)
+          statements.messageReadLimited(physical, 100, 30_000, 1000, null, null, r, { from: 0n, mode: "rates" })
+        ]
+        // nothing due: the probe finds none and the scan reads nothing (it read 100k rows)
+        for (const { mode, text, buffers } of yield* buffersInBothModes(sql, fullClaims)) {
+          assert.isBelow(buffers, 40, `${mode}: ${text.slice(0, 80)}`)
+        }
+
+        const ran = yield* Ref.make<ReadonlyArray<{ readonly n: number; readonly at: number }>>([])
+        const failedAt = yield* Ref.make<number | undefined>(undefined)
+        const Work = Job.make(
+          "LaterWork",
+          { payload: Payload, queue: "later", retry: { maxRetries: 3, backoff: "1 second", jitter: 0 } },
+          ({ n }) =>
+            Effect.gen(function* () {
+              const at = yield* Clock.currentTimeMillis
+              // job 1 fails its first attempt: its retry comes due 1 s later, below the claim floor
+              if (n === 1 && (yield* Ref.modify(failedAt, (was) => [was === undefined, was ?? at] as const)))
+                return yield* Effect.fail("first attempt")
+              yield* Ref.update(ran, (all) => [...all, { n, at }])
+            })
+        )
+        const sentAt = yield* Clock.currentTimeMillis
+        yield* Work.enqueue({ n: 0 }, { delay: "1500 millis" })
+        yield* Work.enqueue({ n: 1 })
+        // more than the floor's lag after them, so that the claims start past both
+        const total = 600
+        yield* Work.enqueueMany(Array.from({ length: total - 2 }, (_, i) => ({ n: i + 2 })))
+        yield* startSupervisor([Work])
+        yield* eventually(
+          "every job ran",
+          Effect.map(Ref.get(ran), (all) => all.length >= total),
+          "30 seconds"
+        )
+        const all = yield* Ref.get(ran)
+        const delayed = all.find((x) => x.n === 0)!.at - sentAt
+        assert.isAtLeast(delayed, 1400, "the delayed job not before its time")
+        assert.isAtMost(delayed, 4500, "the delayed job on time")
+        const retried = all.find((x) => x.n === 1)!.at - (yield* Ref.get(failedAt))!
+        assert.isAtLeast(retried, 900, "the retry not before its backoff")
+        assert.isAtMost(retried, 4000, "the retry on time")
+        // the delayed messages were never claimed
+        const [left] = yield* sql<{ readonly n: number; readonly claimed: number }>`SELECT count(*)::int4 AS n,
+            (count(*) FILTER (WHERE read_ct > 0))::int4 AS claimed FROM ${q} WHERE message = '{}'::jsonb`
+        assert.deepStrictEqual(left, { n: 100_000, claimed: 0 })
       })
     )
   )

@@ -16,6 +16,9 @@
  * `FULL_EVERY_MS`, and no more often than every `FULL_COST_FACTOR` times the last full claim's
  * duration, so under pressure the full walks cost a bounded share of the claims' time. Such a
  * row waits at most about that long past its due time while the queue has newer messages.
+ * A full claim first reads the queue's earliest `vt` (the vt index's first entry; claimScan in
+ * QueueSqlContext.ts): when nothing is due it reads nothing, so an idle worker's claims of a
+ * queue of delayed messages (no floor: every claim is full) read a few buffers, not every row.
  *
  * @since 0.1.0
  */

@@ -46,7 +46,7 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
   ) => {
     // one row more than the limit is locked (not claimed): `more` says whether the read left any;
     // the scan reads the primary key whatever the statistics (claimScan)
-    const scan = claimScan(sql, "", from, limit + 1, now)
+    const scan = claimScan(sql, messages(physical), "", from, limit + 1, now)
     const locked = sql`c AS (
         SELECT msg_id FROM ${messages(physical)}
         WHERE ${scan.where}
@@ -90,7 +90,7 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
     claims?: Statement.Fragment
   ) => {
     // the receipts' ids are skipped through the rids CTE (a scalar subquery, unseen by the planner too)
-    const scan = claimScan(sql, "", from, limit + 1, now, true)
+    const scan = claimScan(sql, messages(physical), "", from, limit + 1, now, true)
     const ctes = sql`${receiptIdsCte(r)},
       d AS (
         DELETE FROM ${messages(physical)} q

@@ -83,7 +83,7 @@ export const makeQueueLimitSql = ({
     const overrides = sql(`${schema}.rate_overrides`)
     const from = options.from ?? 0n
     // the scan reads the primary key whatever the statistics (claimScan)
-    const scan = claimScan(sql, "t", from, limit + 1, now, true)
+    const scan = claimScan(sql, q, "t", from, limit + 1, now, true)
     const limits = options.mode !== "rates"
     // the bucket's clock: this statement's start, after the lock was taken (the transaction's
     // `now()` is from before a wait for it); a bucket never goes back in time
@@ -204,7 +204,7 @@ export const makeQueueLimitSql = ({
           SELECT (extract(epoch FROM running.lapse - ${NOW(sql, now)}) * 1000)::float8 FROM running WHERE running.n >= running.lim`
               : sql``
           }) waits), (SELECT count(*) FROM a),
-        (SELECT min(msg_id) FROM ${q} WHERE msg_id >= ${from} AND vt <= ${NOW(sql, now)})`
+        (SELECT min(msg_id) FROM ${q} WHERE msg_id >= ${scan.from} AND vt <= ${NOW(sql, now)})`
   }
 
   /** A job's rate changed at run time (see `messageReadLimited`). */

@@ -31,15 +31,29 @@ export const receiptSkip = (sql: SqlClient.SqlClient, col: Statement.Fragment) =
 // grew until the next analyze saw it. The bounds are unseen (scalar subqueries: default
 // selectivities, a LIMIT taken as a tenth of the rows) and `vt` is compared through an
 // expression no index answers (PGMQ's `vt <= clock_timestamp()` is unindexable too): the scan is
-// the primary key's in id order whatever the statistics say. A queue of many delayed messages
-// pays for it in its full claims only (ClaimCursor bounds their share).
+// the primary key's in id order whatever the statistics say.
+// A full claim (from 0, see ClaimCursor) first reads the queue's earliest `vt` (issue 24's
+// delayed follow-up): walking the primary key from 0 read every row scheduled for later (1M
+// delayed messages: 1M rows per claim, and an idle worker with no floor claims from 0 at every
+// poll). `min(vt)` is the vt index's first entry (an index-only scan under LIMIT 1, the plan
+// PostgreSQL takes for min() whatever the statistics); when it is in the future nothing is due
+// and the scan starts past the last id (an empty scan), else from 0 as before. (Starting at the
+// lowest due id instead, from the earliest-due rows under ORDER BY vt LIMIT n, was tried: with
+// statistics of a nearly empty table its generic plan read every due row by bitmap and sorted
+// them, collapse24's plan again.) Under a held snapshot the index's first entries can be dead
+// ones with a past `vt` (one per finished job), visited until the first live one, as the walk
+// from 0 visits the dead rows below the first due one: the same order of cost, in full claims only.
+const INT8_MAX = "9223372036854775807"
+
 /**
- * The scan of a claim of a queue table in id order: the condition (`msg_id >= from`, visible at
- * `now`, not among the statement's receipts when `skipReceipts`) and the LIMIT, in forms the
- * planner cannot misjudge from statistics.
+ * The scan of a claim of `table` in id order: the condition (`msg_id >= from`, visible at `now`,
+ * not among the statement's receipts when `skipReceipts`) and the LIMIT, in forms the planner
+ * cannot misjudge from statistics. `from` 0 is a full claim, which reads nothing when the vt
+ * index's first entry is not due.
  */
 export const claimScan = (
   sql: SqlClient.SqlClient,
+  table: Statement.Identifier,
   alias: string,
   from: bigint,
   limit: number,
@@ -47,8 +61,14 @@ export const claimScan = (
   skipReceipts = false
 ) => {
   const col = (name: string) => sql.literal(alias === "" ? name : `${alias}.${name}`)
+  const start =
+    from === 0n
+      ? sql`(SELECT CASE WHEN min(vt) > ${NOW(sql, now)} THEN ${sql.literal(INT8_MAX)} ELSE 0 END FROM ${table})`
+      : sql`(SELECT ${from}::int8)`
   return {
-    where: sql`${col("msg_id")} >= (SELECT ${from}::int8) AND ${col("vt")} + interval '0 s' <= (SELECT ${NOW(sql, now)})${
+    /** The first id the scan reads (a scalar subquery). */
+    from: start,
+    where: sql`${col("msg_id")} >= ${start} AND ${col("vt")} + interval '0 s' <= (SELECT ${NOW(sql, now)})${
       skipReceipts ? sql` AND ${receiptSkip(sql, col("msg_id"))}` : sql``
     }`,
     limit: sql`(SELECT ${limit}::int8)`

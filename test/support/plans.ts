@@ -1,4 +1,4 @@
-import { Effect } from "effect"
+import { Data, Effect } from "effect"
 import type { SqlClient, Statement } from "effect/sql"
 
 /** One statement's plan under one plan cache mode. */
@@ -70,3 +70,30 @@ const typesOf = (value: ReadonlyArray<string> | string | undefined): ReadonlyArr
             .split(",")
             .map((t) => t.replace(/^"|"$/g, ""))
       : value
+
+class RolledBack extends Data.TaggedError("RolledBack")<{ readonly buffers: number }> {}
+
+/**
+ * The shared buffers (hit + read) each statement's execution reads under EXPLAIN (ANALYZE,
+ * BUFFERS), with a custom and a generic plan, each in a transaction rolled back.
+ */
+export const buffersInBothModes = (sql: SqlClient.SqlClient, statements: ReadonlyArray<Statement.Statement<unknown>>) =>
+  Effect.forEach(
+    ["force_custom_plan", "force_generic_plan"].flatMap((mode) => statements.map((statement) => ({ mode, statement }))),
+    ({ mode, statement }) => {
+      const [text, params] = statement.compile()
+      return sql
+        .withTransaction(
+          Effect.gen(function* () {
+            yield* sql.unsafe(`SET LOCAL plan_cache_mode = ${mode}`)
+            const rows = yield* sql.unsafe<{
+              readonly "QUERY PLAN": ReadonlyArray<{ readonly Plan: Record<string, unknown> }>
+            }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${text}`, params)
+            const plan = rows[0]?.["QUERY PLAN"][0]?.Plan ?? {}
+            const count = (key: string) => (typeof plan[key] === "number" ? plan[key] : 0)
+            return yield* new RolledBack({ buffers: count("Shared Hit Blocks") + count("Shared Read Blocks") })
+          })
+        )
+        .pipe(Effect.catchTag("RolledBack", ({ buffers }) => Effect.succeed({ mode, text, buffers })))
+    }
+  )

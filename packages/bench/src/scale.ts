@@ -15,20 +15,30 @@
  * (pg_statio) per claim during the run. Before each run the backlog is topped up to its size and
  * vacuumed (as autovacuum would have).
  *
+ * Delayed messages (BENCH_SCALE_DELAYED, 1,000,000 scheduled a day ahead, one INSERT ... SELECT
+ * generate_series as well): a full claim (from id 0) under EXPLAIN, and per phase the claims,
+ * queue-table buffers per claim and the bench database's Postgres CPU, for an idle worker (nothing
+ * due) and W1 draining BENCH_SCALE_DELAYED_JOBS live jobs beside the delayed rows (lower ids),
+ * interleaved with as many delayed ones, and alone; then a steady BENCH_SCALE_STEADY_RATE jobs/s.
+ *
  *   npm run bench:scale
  *   BENCH_SCALE_SIZES=10000,100000 BENCH_SCALE_ARCHIVE=0 BENCH_SCALE_WF_FINISHED=0 npm run bench:scale
+ *   BENCH_SCALE_SIZES= BENCH_SCALE_ARCHIVE=0 BENCH_SCALE_WF_FINISHED=0 npm run bench:scale   # the delayed part alone
  *
  * Knobs (env): BENCH_SCALE_SIZES (10000,100000,1000000), BENCH_SCALE_ARCHIVE (5000000),
  * BENCH_SCALE_JOBS (5000), BENCH_SCALE_REPEATS (3), BENCH_SCALE_CLAIM_LIMIT (100),
  * BENCH_SCALE_WF_FINISHED (1000000; 0 skips the workflow part), BENCH_SCALE_WF_RUNS (1000),
+ * BENCH_SCALE_DELAYED (1000000; 0 skips the delayed part), BENCH_SCALE_DELAYED_JOBS (50000),
+ * BENCH_SCALE_IDLE_S (10), BENCH_SCALE_STEADY_RATE (2000), BENCH_SCALE_STEADY_S (10),
  * BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), DATABASE_URL.
  *
  * The last line of stdout is one JSON object:
  * {"bench":"scale","w1_jobs_per_s":{"10000":N,...},"w1_ratio_largest_vs_smallest":N,
- *  "claim_ms":{...},"claim_buffers":{...},"w3_runs_per_s_empty":N,"w3_runs_per_s_finished":N}
+ *  "claim_ms":{...},"claim_buffers":{...},"w3_runs_per_s_empty":N,"w3_runs_per_s_finished":N,
+ *  "delayed":{"<phase>_<queue>":{"claim_buffers":N,"jobs_per_s":N,"buffers_per_claim":N,"pg_cores":N},...}}
  */
 import os from "node:os"
-import { Effect, Fiber, Layer, ManagedRuntime, References, Schema } from "effect"
+import { Cause, Effect, Fiber, Layer, ManagedRuntime, References, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { Job, JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow } from "../../../src/index.ts"
 import * as QueueName from "../../../src/Queue/QueueName.ts"
@@ -39,6 +49,7 @@ import {
   CONCURRENCY,
   dropDatabase,
   env,
+  measure,
   monitorClient,
   now,
   type PgClientLike,
@@ -60,6 +71,12 @@ const REPEATS = env("BENCH_SCALE_REPEATS", 3)
 const CLAIM_LIMIT = env("BENCH_SCALE_CLAIM_LIMIT", 100)
 const WF_FINISHED = env("BENCH_SCALE_WF_FINISHED", 1_000_000)
 const WF_RUNS = env("BENCH_SCALE_WF_RUNS", 1_000)
+// the delayed part (issue 24's follow-up): a queue holding this many messages scheduled a day ahead
+const DELAYED = env("BENCH_SCALE_DELAYED", 1_000_000)
+const DELAYED_JOBS = env("BENCH_SCALE_DELAYED_JOBS", 50_000)
+const IDLE_S = env("BENCH_SCALE_IDLE_S", 10)
+const STEADY_RATE = env("BENCH_SCALE_STEADY_RATE", 2_000)
+const STEADY_S = env("BENCH_SCALE_STEADY_S", 10)
 /** How long the table statistics take to include every session's counts (PostgreSQL flushes idle sessions' within 10 s). */
 const STATS_SETTLE_MS = 11_000
 if (SIZES.some((n) => n < JOBS)) throw new Error(`every size must be at least BENCH_SCALE_JOBS (${JOBS})`)
@@ -79,6 +96,15 @@ const W1 = Job.make("W1", { payload: Schema.Struct({ i: Schema.Number }), queue:
   Effect.sync(() => {
     handled++
   })
+)
+// the delayed part's queues: live jobs alone, beside delayed rows of lower ids, interleaved with them
+const DELAYED_QUEUES = ["dl_none", "dl_low", "dl_mixed"] as const
+const DelayedJobs = DELAYED_QUEUES.map((queue) =>
+  Job.make(`W1_${queue}`, { payload: Schema.Struct({ i: Schema.Number }), queue }, () =>
+    Effect.sync(() => {
+      handled++
+    })
+  )
 )
 const ThreeSteps = Workflow.make(
   "ThreeSteps",
@@ -125,11 +151,14 @@ const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
 
 /** Starts the supervisor (one capsule, default settings) in the background; the returned function drains it. */
 const startWorkers = (queue: string): (() => Promise<void>) => {
+  // a delayed part's queue: its job alone (a capsule per registered job's queue would be started)
+  const delayedJob = DelayedJobs[DELAYED_QUEUES.indexOf(queue as (typeof DELAYED_QUEUES)[number])]
   const fiber = runtime.runFork(
     Supervisor.runWith({ capsules: [{ name: "bench", queues: [queue], concurrency: CONCURRENCY }] }).pipe(
-      Effect.provide(Registry.layer([W1, ThreeSteps])),
+      Effect.provide(delayedJob === undefined ? Registry.layer([W1, ThreeSteps]) : Registry.layer([delayedJob])),
       countingClaims,
-      Effect.provideService(References.MinimumLogLevel, "Error")
+      Effect.provideService(References.MinimumLogLevel, "Error"),
+      Effect.tapCause((cause) => Effect.sync(() => log(`workers of ${queue} failed: ${Cause.pretty(cause)}`)))
     )
   )
   return () => runtime.runPromise(Fiber.interrupt(fiber))
@@ -202,6 +231,153 @@ const tableBuffers = async (c: PgClientLike, schema: string, table: string): Pro
     [schema, table]
   )
   return Number(rows[0]?.b ?? 0)
+}
+
+interface DelayedResult {
+  /** idle (nothing due), drain (DELAYED_JOBS live jobs) or steady (STEADY_RATE jobs/s enqueued) */
+  readonly phase: "idle" | "drain" | "steady"
+  readonly queue: (typeof DELAYED_QUEUES)[number]
+  /** a full claim (from id 0) under EXPLAIN (ANALYZE, BUFFERS) before the phase */
+  readonly claimMs: number
+  readonly claimBuffers: number
+  readonly jobsPerS: number
+  readonly claims: number
+  readonly claimsPerS: number
+  readonly buffersPerClaim: number
+  /** CPU of the bench database's server processes over the phase, in cores */
+  readonly pgCores: number
+}
+
+/**
+ * The delayed part: queue `dl_low` holds DELAYED messages due in a day (lower ids than any live
+ * job), `dl_mixed` live jobs interleaved one for one with delayed ones, `dl_none` live jobs
+ * alone. An idle worker polls `dl_low` (nothing due) and the empty `dl_none`; W1 drains
+ * DELAYED_JOBS live jobs from each; then a producer enqueues STEADY_RATE jobs/s for STEADY_S s.
+ */
+const delayedPart = async (
+  mon: PgClientLike,
+  schema: string,
+  prefix: string,
+  statements: ReturnType<typeof makeQueueSql>
+): Promise<Array<DelayedResult>> => {
+  const qs = new Map<string, { readonly q: string; readonly table: string; readonly physical: string }>()
+  const samples = new Map<string, readonly [string, string | null]>()
+  for (const [i, queue] of DELAYED_QUEUES.entries()) {
+    await runP(JobClient.use((client) => client.ensureQueue(queue)))
+    await runP(DelayedJobs[i]!.enqueue({ i: 0 }))
+    const physical = QueueName.physicalOf(prefix, queue)
+    const table = `q_${physical}`
+    const q = `"${schema}"."${table}"`
+    const row = (await mon.query<{ message: unknown; headers: unknown }>(`SELECT message, headers FROM ${q} LIMIT 1`))
+      .rows[0]!
+    samples.set(queue, [JSON.stringify(row.message), row.headers === null ? null : JSON.stringify(row.headers)])
+    await mon.query(`DELETE FROM ${q}`)
+    qs.set(queue, { q, table, physical })
+  }
+  const LATER = "now() + interval '1 day' + g * interval '1 millisecond'"
+  const DUE = "now() - interval '1 second'"
+  const insert = (queue: string, n: number, vt: string) =>
+    mon.query(
+      `INSERT INTO ${qs.get(queue)!.q} (read_ct, enqueued_at, vt, message, headers)
+       SELECT 0, now(), ${vt}, jsonb_set($1::jsonb, '{payload,i}', to_jsonb(g)), $2::jsonb
+         FROM generate_series(1, ${n}) AS g`,
+      [...samples.get(queue)!]
+    )
+  const t = now()
+  await insert("dl_low", DELAYED, LATER)
+  await mon.query(`VACUUM ANALYZE ${qs.get("dl_low")!.q}`)
+  log(`delayed: ${DELAYED} rows due in a day in dl_low in ${((now() - t) / 1000).toFixed(1)} s`)
+  const fullClaim = async (queue: string) => {
+    const [text, params] = statements
+      .messageRead(qs.get(queue)!.physical, CLAIM_LIMIT, 30_000, "explain#1", null, 0n)
+      .compile()
+    const plans: Array<ClaimPlan> = []
+    for (let i = 0; i < 3; i++) plans.push(await explainClaim(mon, text, params))
+    return { ms: median(plans.map((x) => x.ms)), buffers: median(plans.map((x) => x.buffers)) }
+  }
+  const out: Array<DelayedResult> = []
+  /** One phase on one queue: the worker runs `during` (it returns the jobs handled per s, if it measures them). */
+  const phase = async (
+    name: DelayedResult["phase"],
+    queue: (typeof DELAYED_QUEUES)[number],
+    during: () => Promise<number>
+  ) => {
+    const claim = await fullClaim(queue)
+    await sleep(STATS_SETTLE_MS)
+    const { table } = qs.get(queue)!
+    const b0 = await tableBuffers(mon, schema, table)
+    handled = 0
+    claimCalls = 0
+    const stop = startWorkers(queue)
+    const { value: jobsPerS, m } = await measure(during, DB)
+    const claims = claimCalls
+    await stop()
+    await sleep(STATS_SETTLE_MS)
+    const b1 = await tableBuffers(mon, schema, table)
+    const r: DelayedResult = {
+      phase: name,
+      queue,
+      claimMs: claim.ms,
+      claimBuffers: claim.buffers,
+      jobsPerS,
+      claims,
+      claimsPerS: (claims / m.wallMs) * 1000,
+      buffersPerClaim: claims > 0 ? (b1 - b0) / claims : Number.NaN,
+      pgCores: (m.pgDbCpuS ?? Number.NaN) / (m.wallMs / 1000)
+    }
+    out.push(r)
+    log(
+      `>> delayed ${name} ${queue}: full claim ${fmt(r.claimMs)} ms, ${r.claimBuffers} buffers (EXPLAIN); ` +
+        `${fmt(r.jobsPerS)} jobs/s, ${claims} claims (${fmt(r.claimsPerS)}/s), ${fmt(r.buffersPerClaim)} buffers per claim, ` +
+        `postgres ${fmt(r.pgCores)} cores`
+    )
+  }
+  // (a) an idle worker: nothing due (dl_low) against an empty queue (dl_none)
+  for (const queue of ["dl_none", "dl_low"] as const) {
+    await phase("idle", queue, async () => {
+      await sleep(IDLE_S * 1000)
+      return 0
+    })
+  }
+  // (b), (c): W1 drains DELAYED_JOBS live jobs
+  const drain = async () => {
+    let first = Number.NaN
+    const ok = await waitUntil(
+      () => {
+        if (handled > 0 && Number.isNaN(first)) first = now()
+        return handled >= DELAYED_JOBS
+      },
+      120_000,
+      1
+    )
+    return ok ? (DELAYED_JOBS / (now() - first)) * 1000 : Number.NaN
+  }
+  for (let rep = 1; rep <= REPEATS; rep++) {
+    for (const queue of DELAYED_QUEUES) {
+      if (queue === "dl_mixed") {
+        await mon.query(`DELETE FROM ${qs.get(queue)!.q}`)
+        await insert(queue, 2 * DELAYED_JOBS, `CASE WHEN g % 2 = 0 THEN ${LATER} ELSE ${DUE} END`)
+      } else await insert(queue, DELAYED_JOBS, DUE)
+      await mon.query(`VACUUM ANALYZE ${qs.get(queue)!.q}`)
+      await phase("drain", queue, drain)
+    }
+  }
+  // (b) steady: STEADY_RATE jobs/s enqueued (one INSERT every 100 ms) while the worker runs
+  for (const queue of ["dl_none", "dl_low"] as const) {
+    await mon.query(`DELETE FROM ${qs.get(queue)!.q} WHERE vt < now() + interval '1 hour'`)
+    await mon.query(`VACUUM ANALYZE ${qs.get(queue)!.q}`)
+    await phase("steady", queue, async () => {
+      const end = now() + STEADY_S * 1000
+      while (now() < end) {
+        const tick = now()
+        await insert(queue, Math.round(STEADY_RATE / 10), DUE)
+        await sleep(Math.max(0, 100 - (now() - tick)))
+      }
+      await waitUntil(() => handled >= Math.round(STEADY_RATE / 10) * Math.round(STEADY_S * 10), 10_000, 5)
+      return handled / STEADY_S
+    })
+  }
+  return out
 }
 
 const main = async () => {
@@ -408,7 +584,8 @@ const main = async () => {
       )
       await w3(0)
     }
-    return { results, wf, sweeps }
+    const delayed = DELAYED > 0 ? await delayedPart(mon, schema, config.queuePrefix, statements) : []
+    return { results, wf, sweeps, delayed }
   } finally {
     await mon.end()
   }
@@ -435,7 +612,7 @@ try {
   await runtime.dispose()
   await dropDatabase(DB)
 }
-const { results, wf, sweeps } = out
+const { results, wf, sweeps, delayed } = out
 const lines: Array<string> = []
 const p = (s = "") => lines.push(s)
 p("## bench:scale: W1 and W3 as the tables grow")
@@ -481,6 +658,28 @@ if (wf.length > 0) {
   }
   p()
 }
+if (delayed.length > 0) {
+  p(
+    `Delayed messages: ${DELAYED} due in a day in dl_low (lower ids than its live jobs), dl_mixed one delayed per live job, dl_none none; ` +
+      `idle ${IDLE_S} s, drain ${DELAYED_JOBS} jobs, steady ${STEADY_RATE} jobs/s for ${STEADY_S} s`
+  )
+  p()
+  p(
+    `| phase | queue | full claim of ${CLAIM_LIMIT} (EXPLAIN ANALYZE) ms | full claim buffers | jobs/s | claims/s | queue-table buffers per claim | postgres cores |`
+  )
+  p("|---|---|---|---|---|---|---|---|")
+  for (const ph of ["idle", "drain", "steady"] as const) {
+    for (const queue of DELAYED_QUEUES) {
+      const ds = delayed.filter((d) => d.phase === ph && d.queue === queue)
+      if (ds.length === 0) continue
+      p(
+        `| ${ph} | ${queue} | ${cell(ds.map((d) => d.claimMs))} | ${cell(ds.map((d) => d.claimBuffers))} | ${cell(ds.map((d) => d.jobsPerS))} | ` +
+          `${cell(ds.map((d) => d.claimsPerS))} | ${cell(ds.map((d) => d.buffersPerClaim))} | ${cell(ds.map((d) => d.pgCores))} |`
+      )
+    }
+  }
+  p()
+}
 const medianOf = (xs: ReadonlyArray<number>) => (xs.length === 0 ? null : Math.round(median(xs) * 100) / 100)
 const smallest = SIZES[0]!
 const largest = SIZES[SIZES.length - 1]!
@@ -495,7 +694,27 @@ const summary = {
   claim_ms: Object.fromEntries(SIZES.map((s) => [s, medianOf(by(s).map((r) => r.claimMs))])),
   claim_buffers: Object.fromEntries(SIZES.map((s) => [s, medianOf(by(s).map((r) => r.claimBuffers))])),
   w3_runs_per_s_empty: medianOf(wf.filter((w) => w.finished === 0).map((w) => w.runsPerS)),
-  w3_runs_per_s_finished: medianOf(wf.filter((w) => w.finished > 0).map((w) => w.runsPerS))
+  w3_runs_per_s_finished: medianOf(wf.filter((w) => w.finished > 0).map((w) => w.runsPerS)),
+  delayed: Object.fromEntries(
+    (["idle", "drain", "steady"] as const).flatMap((ph) =>
+      DELAYED_QUEUES.flatMap((queue) => {
+        const ds = delayed.filter((d) => d.phase === ph && d.queue === queue)
+        return ds.length === 0
+          ? []
+          : [
+              [
+                `${ph}_${queue}`,
+                {
+                  claim_buffers: medianOf(ds.map((d) => d.claimBuffers)),
+                  jobs_per_s: medianOf(ds.map((d) => d.jobsPerS)),
+                  buffers_per_claim: medianOf(ds.map((d) => d.buffersPerClaim)),
+                  pg_cores: medianOf(ds.map((d) => d.pgCores))
+                }
+              ]
+            ]
+      })
+    )
+  )
 }
 process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)
 process.exit(0)
