@@ -26,6 +26,7 @@ import {
   resetDatabase,
   sleep
 } from "./common.ts"
+import { cpuProfiler } from "./cpuProfile.ts"
 
 const args = parseArgs()
 guard()
@@ -57,21 +58,6 @@ const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
 // BENCH_OURS_CPUPROF=<file>: a V8 CPU profile of the timed phase only (no startup, no migration), written
 // to <file> (.cpuprofile, for DevTools or a script): a diagnostic run, not to be measured.
 const CPUPROF = process.env.BENCH_OURS_CPUPROF
-const cpuProfiler = async (): Promise<(() => Promise<void>) | undefined> => {
-  if (CPUPROF === undefined || CPUPROF === "") return undefined
-  const { Session } = await import("node:inspector/promises")
-  const { writeFileSync } = await import("node:fs")
-  const session = new Session()
-  session.connect()
-  await session.post("Profiler.enable")
-  await session.post("Profiler.setSamplingInterval", { interval: 200 })
-  await session.post("Profiler.start")
-  return async () => {
-    const { profile } = await session.post("Profiler.stop")
-    writeFileSync(CPUPROF, JSON.stringify(profile))
-    session.disconnect()
-  }
-}
 interface Tally {
   count: number
   ns: bigint
@@ -191,7 +177,7 @@ try {
     await runP(JobClient.use((client) => client.ensureQueue(queue)))
     const stop = startWorkers(queue)
     await sleep(500)
-    const stopProfile = await cpuProfiler()
+    const stopProfile = await cpuProfiler(CPUPROF)
     recording = true
     const r = await runW3({ start: (i) => runP(ThreeSteps.start({ n: i })), finished, pollMs: W3_POLL_MS })
     recording = false

@@ -35,6 +35,7 @@ import {
   timeProcessing,
   W1_JOBS
 } from "./common.ts"
+import { cpuProfiler } from "./cpuProfile.ts"
 
 const args = parseArgs()
 const AWAIT_JOBS = Number(process.env.BENCH_AWAIT_JOBS ?? 500)
@@ -107,21 +108,6 @@ const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
 // BENCH_OURS_CPUPROF=<file>: a V8 CPU profile of the timed phase only (no startup, migration or
 // enqueue), written to <file> (.cpuprofile, for DevTools or a script): a diagnostic run.
 const CPUPROF = process.env.BENCH_OURS_CPUPROF
-const cpuProfiler = async (): Promise<(() => Promise<void>) | undefined> => {
-  if (CPUPROF === undefined || CPUPROF === "") return undefined
-  const { Session } = await import("node:inspector/promises")
-  const { writeFileSync } = await import("node:fs")
-  const session = new Session()
-  session.connect()
-  await session.post("Profiler.enable")
-  await session.post("Profiler.setSamplingInterval", { interval: 200 })
-  await session.post("Profiler.start")
-  return async () => {
-    const { profile } = await session.post("Profiler.stop")
-    writeFileSync(CPUPROF, JSON.stringify(profile))
-    session.disconnect()
-  }
-}
 const tally = new Map<string, { count: number; ns: bigint; first: bigint; last: bigint }>()
 let recordingFrom = 0n
 let recording = false
@@ -282,7 +268,7 @@ try {
     const enq = await measure(() => runP(W1Run.enqueueMany(payloads)), DB)
     let stop: () => Promise<void> = async () => {}
     // started before the phase's clock (its own start is not the library's work)
-    const stopProfile = await cpuProfiler()
+    const stopProfile = await cpuProfiler(CPUPROF)
     const proc = await timeProcessing({
       total: W1_JOBS,
       handled: () => handled,
