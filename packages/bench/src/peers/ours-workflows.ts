@@ -27,6 +27,7 @@ import {
   sleep
 } from "./common.ts"
 import { cpuProfiler } from "./cpuProfile.ts"
+import { makeOpsCounter } from "./opsCount.ts"
 
 const args = parseArgs()
 guard()
@@ -91,42 +92,8 @@ const OPS_NATIVE = process.env.BENCH_OURS_OPS === "native"
 const OPS = process.env.BENCH_OURS_OPS === "1" || OPS_NATIVE
 // BENCH_OURS_OPS_DETAIL=<span name>|(none): the primitives evaluated inside that span, by the source of their function
 const OPS_DETAIL = process.env.BENCH_OURS_OPS_DETAIL
-const EFFECT = "~effect/Effect"
-const EVALUATE = "~effect/Effect/evaluate"
-const sourceOf = new WeakMap<object, string>()
-const IDENTIFIER = "~effect/Effect/identifier"
-let ops = 0
-const opsBy = new Map<string, number>()
-type Primitive = Record<string, unknown> & { readonly [EVALUATE]: (fiber: unknown) => unknown }
-const countOps = OPS
-  ? {
-      context: <X>(primitive: unknown, fiber: unknown): X => {
-        const p = primitive as Primitive
-        if (recording) {
-          ops++
-          const id = String(p[IDENTIFIER] ?? p._tag ?? "?")
-          opsBy.set(id, (opsBy.get(id) ?? 0) + 1)
-          // by the innermost span the fiber runs in (a phase: start, run, step, statement, none)
-          const span = (fiber as { readonly currentSpanLocal?: { readonly name: string } }).currentSpanLocal
-          const phase = `span ${span?.name ?? "(none)"}`
-          opsBy.set(phase, (opsBy.get(phase) ?? 0) + 1)
-          if (OPS_DETAIL !== undefined && (span?.name ?? "(none)") === OPS_DETAIL) {
-            const fn = [p.payload, p[`${EFFECT}/successCont`], p[`${EFFECT}/args`]].find(
-              (f): f is (...a: ReadonlyArray<unknown>) => unknown => typeof f === "function"
-            )
-            let text = fn === undefined ? "" : sourceOf.get(fn)
-            if (fn !== undefined && text === undefined) {
-              text = fn.toString().replace(/\s+/g, " ").slice(0, 90)
-              sourceOf.set(fn, text)
-            }
-            const key = `in ${id} ${text}`
-            opsBy.set(key, (opsBy.get(key) ?? 0) + 1)
-          }
-        }
-        return p[EVALUATE](fiber) as X
-      }
-    }
-  : {}
+const opsCounter = makeOpsCounter(() => recording, OPS_DETAIL)
+const countOps = OPS ? { context: opsCounter.context } : {}
 const counting: Tracer.Tracer = OPS_NATIVE
   ? // the native tracer itself, with the hook (a diagnostic run: the process ends after it)
     Object.assign(Tracer.nativeTracer, countOps)
@@ -195,9 +162,9 @@ try {
     }
     if (OPS) {
       console.error(
-        `ours-workflows Effect primitives (timed phase): ${(ops / Math.max(1, r.completed)).toFixed(1)} per run`
+        `ours-workflows Effect primitives (timed phase): ${(opsCounter.total() / Math.max(1, r.completed)).toFixed(1)} per run`
       )
-      for (const [id, n] of [...opsBy].sort((a, b) => b[1] - a[1]).slice(0, OPS_DETAIL !== undefined ? 120 : 40)) {
+      for (const [id, n] of opsCounter.by().slice(0, OPS_DETAIL !== undefined ? 120 : 40)) {
         console.error(`  ${(n / Math.max(1, r.completed)).toFixed(1).padStart(8)}  ${id}`)
       }
     }

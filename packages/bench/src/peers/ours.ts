@@ -36,6 +36,7 @@ import {
   W1_JOBS
 } from "./common.ts"
 import { cpuProfiler } from "./cpuProfile.ts"
+import { makeOpsCounter } from "./opsCount.ts"
 
 const args = parseArgs()
 const AWAIT_JOBS = Number(process.env.BENCH_AWAIT_JOBS ?? 500)
@@ -135,45 +136,15 @@ class CountingSpan extends Tracer.NativeSpan {
 // BENCH_OURS_OPS_DETAIL=<span name>|(none): that span's primitives by the source of their function.
 const OPS = process.env.BENCH_OURS_OPS === "1"
 const OPS_DETAIL = process.env.BENCH_OURS_OPS_DETAIL
-const EFFECT = "~effect/Effect"
-const EVALUATE = "~effect/Effect/evaluate"
-const IDENTIFIER = "~effect/Effect/identifier"
-const sourceOf = new WeakMap<object, string>()
-let ops = 0
-const opsBy = new Map<string, number>()
-type Primitive = Record<string, unknown> & { readonly [EVALUATE]: (fiber: unknown) => unknown }
-const bump = (key: string) => opsBy.set(key, (opsBy.get(key) ?? 0) + 1)
-const countPrimitive = <X>(primitive: unknown, fiber: unknown): X => {
-  const p = primitive as Primitive
-  if (recording) {
-    ops++
-    const id = String(p[IDENTIFIER] ?? p._tag ?? "?")
-    bump(id)
-    const span = (fiber as { readonly currentSpanLocal?: { readonly name: string } }).currentSpanLocal
-    const name = span?.name ?? "(none)"
-    bump(`span ${name}`)
-    if (OPS_DETAIL !== undefined && name === OPS_DETAIL) {
-      const fn = [p.payload, p[`${EFFECT}/successCont`], p[`${EFFECT}/args`]].find(
-        (f): f is (...a: ReadonlyArray<unknown>) => unknown => typeof f === "function"
-      )
-      let text = fn === undefined ? "" : sourceOf.get(fn)
-      if (fn !== undefined && text === undefined) {
-        text = fn.toString().replace(/\s+/g, " ").slice(0, 90)
-        sourceOf.set(fn, text)
-      }
-      bump(`in ${id} ${text}`)
-    }
-  }
-  return p[EVALUATE](fiber) as X
-}
+const opsCounter = makeOpsCounter(() => recording, OPS_DETAIL)
 const counting = Tracer.make({
   span: (options) => new CountingSpan(options),
-  ...(OPS ? { context: countPrimitive } : {})
+  ...(OPS ? { context: opsCounter.context } : {})
 })
 if (OPS && !PROFILE) {
   // diagnostic only: the hook on the native tracer (a plain object), provided explicitly below so
   // that every fiber's context holds it (the runtime reads the hook from the context's tracer)
-  ;(Tracer.nativeTracer as { context?: Tracer.Tracer["context"] }).context = countPrimitive
+  ;(Tracer.nativeTracer as { context?: Tracer.Tracer["context"] }).context = opsCounter.context
 }
 const installed = PROFILE ? counting : OPS ? Tracer.nativeTracer : undefined
 const tracing = installed === undefined ? Layer.empty : Layer.succeed(Tracer.Tracer, installed)
@@ -194,11 +165,11 @@ const printTally = () => {
 const printOps = (jobs: number): number | undefined => {
   if (!OPS) return undefined
   const per = (n: number) => n / Math.max(1, jobs)
-  console.error(`ours Effect primitives (${args.workload}, timed phase): ${per(ops).toFixed(1)} per job`)
-  for (const [id, n] of [...opsBy].sort((a, b) => b[1] - a[1]).slice(0, OPS_DETAIL !== undefined ? 120 : 40)) {
+  console.error(`ours Effect primitives (${args.workload}, timed phase): ${per(opsCounter.total()).toFixed(1)} per job`)
+  for (const [id, n] of opsCounter.by().slice(0, OPS_DETAIL !== undefined ? 120 : 40)) {
     console.error(`  ${per(n).toFixed(2).padStart(8)}  ${id}`)
   }
-  return Math.round(per(ops) * 10) / 10
+  return Math.round(per(opsCounter.total()) * 10) / 10
 }
 
 await resetDatabase(DB)
