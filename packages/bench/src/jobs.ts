@@ -1,6 +1,6 @@
 /**
  * bench:jobs: the job workloads of the team's peer harness (shared/bench/peers) run on
- * effect-pgbus, graphile-worker 0.18.0, pg-boss 12.38.0 and the harness's raw SQL floor (W1) in one session, on one PostgreSQL
+ * effect-pgbus, graphile-worker 0.18.0, pg-boss 12.38.0 and the harness's raw SQL floor (W1, W2) in one session, on one PostgreSQL
  * server. Every run is its own Node process (packages/bench/src/peers/<library>.ts) on a freshly
  * created database, dropped afterwards; runs go round-robin (run 1 of every case, then run 2, ...)
  * and the tables show medians [min-max].
@@ -20,7 +20,7 @@
  * {"bench":"jobs","ours_jobs_per_s":N,"graphile_jobs_per_s":N,"pgboss_jobs_per_s":N,
  *  "raw_jobs_per_s":N,"ours_tuned_over_raw":N,
  *  "ours_enqueue_bulk_per_s":N,"ours_insert_ms":N,"ours_p50_ms":N,"ours_p99_ms":N,
- *  "graphile_p50_ms":N,"graphile_p99_ms":N,"ours_nolocal_p50_ms":N,"ours_nolocal_p99_ms":N,
+ *  "graphile_p50_ms":N,"graphile_p99_ms":N,"raw_p50_ms":N,"raw_p99_ms":N,"raw_insert_p50_ms":N,"ours_nolocal_p50_ms":N,"ours_nolocal_p99_ms":N,
  *  "ours_keys_jobs_per_s":N,"ours_await_p50_ms":N,"ours_await_p99_ms":N}
  */
 import { type ChildProcess, spawn } from "node:child_process"
@@ -114,6 +114,8 @@ const ALL_CASES: ReadonlyArray<Case> = [
   { key: `w2 ours ${W2_VARIANT} nolocal`, library: "ours", workload: "w2", variant: `${W2_VARIANT}-nolocal` },
   { key: "w2 graphile default", library: "graphile", workload: "w2", variant: "default" },
   { key: "w2 pgboss notify-b1", library: "pgboss", workload: "w2", variant: "notify-b1" },
+  // the floor: postgres.js, INSERT + pg_notify in one statement, 10 loops claiming one job each
+  { key: "w2 raw c10-b1", library: "raw", workload: "w2", variant: "c10-b1" },
   { key: `await ours ${W2_VARIANT}`, library: "ours", workload: "await", variant: W2_VARIANT }
 ]
 const CASES = ALL_CASES.filter((c) => ONLY === undefined || ONLY.test(c.key))
@@ -438,6 +440,9 @@ const main = async () => {
     ours_p99_ms: round(medianOf(get(`w2 ours ${W2_VARIANT}`), "latencyMs.p99"), 2),
     graphile_p50_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p50"), 2),
     graphile_p99_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p99"), 2),
+    raw_p50_ms: round(medianOf(get("w2 raw c10-b1"), "latencyMs.p50"), 2),
+    raw_p99_ms: round(medianOf(get("w2 raw c10-b1"), "latencyMs.p99"), 2),
+    raw_insert_p50_ms: round(medianOf(get("w2 raw c10-b1"), "insertMs.p50"), 2),
     ours_nolocal_p50_ms: round(medianOf(get(`w2 ours ${W2_VARIANT} nolocal`), "latencyMs.p50"), 2),
     ours_nolocal_p99_ms: round(medianOf(get(`w2 ours ${W2_VARIANT} nolocal`), "latencyMs.p99"), 2),
     ours_keys_jobs_per_s: round(medianOf(get(`w1 ours ra${REPORTED_RA} keys`), "jobsPerSec")),
@@ -457,7 +462,7 @@ const main = async () => {
     `JSON: ours_jobs_per_s = W1 processing of effect-pgbus at its defaults (no readAhead given), ours_tuned_jobs_per_s at read-ahead ${REPORTED_RA}; ours_enqueue_bulk_per_s = its bulk enqueue at defaults; ` +
       "*_commits_per_job = the run database's xact_commit over the whole W1 run process (setup and enqueue included) / jobs, " +
       "*_wal_bytes_per_job = WAL of the processing phase written for the run's database (pg_waldump; the LSN difference when it cannot read the WAL) / jobs; " +
-      "raw = the peer harness's raw SQL floor (postgres.js, 10 loops claiming up to 100 jobs, one DELETE per claim; no retries, leases or archive), ours_tuned_over_raw = ours_tuned_jobs_per_s / raw_jobs_per_s (target ≥ 0.75); " +
+      "raw = the peer harness's raw SQL floor (postgres.js, 10 loops claiming up to 100 jobs, one DELETE per claim; no retries, leases or archive), ours_tuned_over_raw = ours_tuned_jobs_per_s / raw_jobs_per_s (target ≥ 0.75); raw_p50_ms/raw_p99_ms/raw_insert_p50_ms = W2 on the raw floor (INSERT + pg_notify in one statement, 10 loops claiming one job each): the pickup latency of PostgreSQL and a Node driver on this machine; " +
       `graphile = batched (W1) / default (W2); pg-boss = b100; ours_insert_ms = W1b sequential mean; p50/p99 = W2 medians over runs; ` +
       `ours_nolocal_* = W2 of effect-pgbus with local dispatch off (a diagnostic: jobs enqueued by a process without an idle worker of the queue); ` +
       `ours_keys_jobs_per_s = W1 on an ordered queue (1,000 ordering keys); ours_await_* = enqueue-to-result latency of awaitResult.`

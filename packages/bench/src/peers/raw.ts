@@ -8,7 +8,12 @@
  * W3's floor, the same harness's: a run row claimed with SKIP LOCKED, one checkpoint INSERT per
  * step (three commits), one UPDATE to complete; a start is INSERT + pg_notify.
  *   tsx packages/bench/src/peers/raw.ts w1 [--variant c10-b100] [--run N]
+ *   tsx packages/bench/src/peers/raw.ts w2 [--variant c10-b1] [--run N]
  *   tsx packages/bench/src/peers/raw.ts w3 [--run N]
+ * W2's floor, the same harness's: LISTEN on a channel, the producer's INSERT and pg_notify in one
+ * statement, loops claiming one job each (1-s fallback poll): the pickup latency PostgreSQL and a
+ * Node driver give on this machine, below which no library's W2 p50 can go without skipping the
+ * database.
  * W1 variant `c<loops>-b<batch>`: that many claim loops, each claiming up to that many jobs (the
  * harness's reference floor is c10-b100).
  */
@@ -20,12 +25,14 @@ import {
   finishRun,
   guard,
   load,
+  makeLatencyRecorder,
   measure,
   POOL_MAX,
   parseArgs,
   pkgVersion,
   resetDatabase,
   round2,
+  runLatency,
   sleep,
   timeProcessing,
   urlFor,
@@ -55,7 +62,7 @@ guard()
 const DB = databaseName(args.workload === "w3" ? "wf_raw" : "raw")
 const variant = args.workload === "w3" ? "3-step" : args.variant === "default" ? "c10-b100" : args.variant
 const shape = /^c(\d+)-b(\d+)$/.exec(variant)
-if (shape === null && args.workload === "w1") throw new Error(`raw: variant must be c<loops>-b<batch>, got ${variant}`)
+if (shape === null && args.workload !== "w3") throw new Error(`raw: variant must be c<loops>-b<batch>, got ${variant}`)
 const LOOPS = Number(shape?.[1] ?? CONCURRENCY)
 const BATCH = Number(shape?.[2] ?? 100)
 
@@ -136,6 +143,41 @@ const makeWaker = () => {
       })
     }
   }
+}
+
+/** W2 on raw SQL: LOOPS claim loops of BATCH jobs, woken by NOTIFY (1-s fallback poll); its latency summary. */
+const rawW2 = async () => {
+  const rec = makeLatencyRecorder()
+  const waker = makeWaker()
+  await sql.listen("jobs_new", () => waker.notify())
+  let stopping = false
+  const loops = Promise.all(
+    Array.from({ length: LOOPS }, async () => {
+      while (!stopping) {
+        const jobs = await claim("w2", BATCH)
+        if (jobs.length === 0) {
+          await waker.wait(1000)
+          continue
+        }
+        for (const j of jobs) {
+          const p = j.payload as { t: number; w: boolean }
+          rec.record(p.t, p.w)
+        }
+        await complete(jobs.map((j) => j.id))
+      }
+    })
+  )
+  await sleep(500)
+  const result = await runLatency({
+    rec,
+    send: (p) =>
+      sql`with j as (insert into jobs (queue, payload) values ('w2', ${sql.json(p)}) returning id)
+          select pg_notify('jobs_new', '') from j`
+  })
+  stopping = true
+  for (let i = 0; i < LOOPS; i++) waker.notify()
+  await loops
+  return result
 }
 
 /** W3 on raw SQL: CONCURRENCY run loops, each run three checkpoint commits and a completion. */
@@ -228,6 +270,12 @@ try {
         ...proc
       }
     })
+  } else if (args.workload === "w2") {
+    emit({
+      ...base,
+      config: { loops: LOOPS, batch: BATCH, poolMax: POOL_MAX, listenNotify: true, fallbackPollMs: 1000 },
+      result: await rawW2()
+    })
   } else if (args.workload === "w3") {
     emit({
       ...base,
@@ -239,7 +287,7 @@ try {
       result: { ...(await rawW3()), expectedRuns: W3_RUNS }
     })
   } else {
-    console.error(`raw: unknown workload ${args.workload} (w1 or w3)`)
+    console.error(`raw: unknown workload ${args.workload} (w1, w2 or w3)`)
     process.exitCode = 2
   }
 } finally {
