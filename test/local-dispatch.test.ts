@@ -19,6 +19,8 @@ import * as Workflow from "../src/Workflow/Workflow.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
+/** When set, the step's body waits for it (the test reads the step's message meanwhile). */
+let hold: Deferred.Deferred<void> | undefined
 const LocalWake = Workflow.make(
   "LocalWake",
   { payload: Schema.Struct({ id: Schema.String }), signals: { go: Schema.Struct({ v: Schema.Number }) } },
@@ -26,6 +28,7 @@ const LocalWake = Workflow.make(
     return yield* Workflow.step(
       "got",
       Effect.gen(function* () {
+        if (hold !== undefined) yield* Deferred.await(hold)
         const ctx = yield* Workflow.context
         return (ctx.signal?.payload as { v: number } | undefined)?.v ?? -1
       }),
@@ -44,25 +47,30 @@ const STEP = { inOrder: false, runs: { job: "LocalDispatchBlocker" } } as const
 
 const statusOf = (id: string) => Effect.flatMap(WorkflowClient, (c) => Effect.map(c.get(id), (h) => h.info.status))
 
-/** The at of the run's signal_received and step_started events, and the step's message's read count. */
+/** The at of the run's signal_received and step_started events. */
 const trail = (id: string) =>
   Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
-    const config = yield* PgBusConfig
     const client = yield* WorkflowClient
     const events = yield* client.events(id)
     const steps = yield* client.steps(id)
     const at = (type: string) => events.findLast((e) => e.type === type)?.at.getTime()
-    const archived = yield* sql<{ readonly read_ct: number }>`SELECT read_ct FROM ${sql(
-      `${config.schema}.a_${config.queuePrefix}_${config.workflowQueue}`
-    )} WHERE message->'payload'->>'run' = ${id} AND message->'payload'->>'step' IS NOT NULL`
     return {
       types: events.map((e) => e.type),
       received: at("signal_received"),
       started: at("step_started"),
-      worker: steps.find((s) => s.name === "got")?.worker,
-      readCts: archived.map((r) => r.read_ct)
+      worker: steps.find((s) => s.name === "got")?.worker
     }
+  })
+
+/** The read counts of the run's step messages in the workflow queue (`q`) or its archive (`a`). */
+const stepMessages = (id: string, table: "q" | "a") =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+    const config = yield* PgBusConfig
+    const rows = yield* sql<{ readonly read_ct: number }>`SELECT read_ct FROM ${sql(
+      `${config.schema}.${table}_${config.queuePrefix}_${config.workflowQueue}`
+    )} WHERE message->'payload'->>'run' = ${id} AND message->'payload'->>'step' IS NOT NULL`
+    return rows.map((r) => r.read_ct)
   })
 
 layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestServices: true })("local dispatch", (it) => {
@@ -75,8 +83,17 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           "waiting",
           Effect.map(statusOf(run.id), (s) => s === "waiting")
         )
+        hold = yield* Deferred.make<void>()
         const receipt = yield* run.signal("go", { v: 7 })
         assert.isTrue(receipt.claimed)
+        // its message while the step runs: delivered once (inserted claimed)
+        yield* eventually(
+          "the step running",
+          Effect.map(stepMessages(run.id, "q"), (readCts) => readCts.length === 1)
+        )
+        assert.deepStrictEqual(yield* stepMessages(run.id, "q"), [1])
+        yield* Deferred.succeed(hold, undefined)
+        hold = undefined
         yield* eventually(
           "finished",
           Effect.map(statusOf(run.id), (s) => s === "finished")
@@ -93,12 +110,12 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
         // the step started in the signal's own transaction (one now()), by this process
         assert.strictEqual(t.started, t.received)
         assert.strictEqual(t.worker, `${os.hostname()}:${process.pid}`)
-        // its message: delivered once (inserted claimed), archived after the step
+        // acknowledged after the step: deleted, not archived (the run's rows and trail record it)
         yield* eventually(
-          "archived",
-          Effect.map(trail(run.id), (x) => x.readCts.length === 1)
+          "acknowledged",
+          Effect.map(stepMessages(run.id, "q"), (readCts) => readCts.length === 0)
         )
-        assert.deepStrictEqual((yield* trail(run.id)).readCts, [1])
+        assert.deepStrictEqual(yield* stepMessages(run.id, "a"), [])
       }).pipe(Effect.scoped)
     )
 

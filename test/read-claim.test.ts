@@ -7,7 +7,7 @@
  * claimed first.
  */
 import { assert, layer } from "@effect/vitest"
-import { Effect, Fiber, Schema } from "effect"
+import { Deferred, Effect, Fiber, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
 import { receiptOf } from "../src/Queue/Message.ts"
@@ -24,6 +24,8 @@ import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Go = Schema.Struct({ v: Schema.Number })
 let ran = 0
+/** When set, the step's body waits for it (the test reads the step's message meanwhile). */
+let hold: Deferred.Deferred<void> | undefined
 const Woken = Workflow.make(
   "ReadClaimed",
   { payload: Schema.Struct({ id: Schema.String }), signals: { go: Go } },
@@ -32,6 +34,7 @@ const Woken = Workflow.make(
       "got",
       Effect.gen(function* () {
         ran++
+        if (hold !== undefined) yield* Deferred.await(hold)
         return ((yield* Workflow.context).signal?.payload as { v: number } | undefined)?.v ?? -1
       }),
       { waitFor: "go" }
@@ -116,7 +119,30 @@ layer(
         "waiting",
         Effect.map(info(run.id), (i) => i.status === "waiting")
       )
+      hold = yield* Deferred.make<void>()
       yield* run.signal("go", { v: 7 })
+      // claimed by the read: the step started at the read's now() (its message's visibility
+      // timeout counts from it), under the delivery's mark; its message was delivered once
+      const q = sql(`${config.schema}.q_${config.queuePrefix}_${config.workflowQueue}`)
+      const held = sql<{
+        readonly read_at: boolean
+        readonly mark_ok: boolean
+        readonly read_ct: number
+      }>`SELECT st.started_at = m.vt - ${"10 minutes"}::interval AS read_at,
+          st.claimed_by = ${config.workflowQueue} || ':' || m.msg_id || ':1' AS mark_ok, m.read_ct
+        FROM ${sql(`${config.schema}.workflow_steps`)} st
+        JOIN ${q} m ON m.message->'payload'->>'step' = st.id::text
+        WHERE st.run_id = ${run.id}::uuid AND st.status = 'in_progress'`
+      yield* eventually(
+        "the step running",
+        Effect.map(held, (rows) => rows.length === 1)
+      )
+      const [row] = yield* held
+      yield* Deferred.succeed(hold, undefined)
+      hold = undefined
+      assert.isTrue(row!.read_at, "the step started in the read's statement")
+      assert.isTrue(row!.mark_ok, "under the delivery's mark")
+      assert.strictEqual(row!.read_ct, 1)
       yield* eventually(
         "finished",
         Effect.map(info(run.id), (i) => i.status === "finished")
@@ -136,29 +162,20 @@ layer(
         "step_completed",
         "finished"
       ])
-      // claimed by the read: the step started at the read's now() (its message's visibility
-      // timeout counts from it), under the delivery's mark; its message was delivered once
-      yield* eventually(
-        "archived",
+      // its message, acknowledged, is deleted: the run's rows and trail record what it did
+      const messagesOfRun = (table: string) =>
         Effect.map(
-          sql`SELECT 1 FROM ${sql(`${config.schema}.a_${config.queuePrefix}_${config.workflowQueue}`)}
-            WHERE message->'payload'->>'run' = ${run.id} AND message->'payload'->>'step' IS NOT NULL`,
-          (rows) => rows.length === 1
+          sql<{
+            readonly n: number
+          }>`SELECT count(*)::int AS n FROM ${sql(`${config.schema}.${table}_${config.queuePrefix}_${config.workflowQueue}`)}
+            WHERE message->'payload'->>'run' = ${run.id}`,
+          (rows) => rows[0]!.n
         )
+      yield* eventually(
+        "acknowledged",
+        Effect.map(messagesOfRun("q"), (n) => n === 0)
       )
-      const [row] = yield* sql<{
-        readonly read_at: boolean
-        readonly mark_ok: boolean
-        readonly read_ct: number
-      }>`SELECT st.started_at = a.vt - ${"10 minutes"}::interval AS read_at,
-          st.claimed_by = ${config.workflowQueue} || ':' || a.msg_id || ':1' AS mark_ok, a.read_ct
-        FROM ${sql(`${config.schema}.workflow_steps`)} st
-        JOIN ${sql(`${config.schema}.a_${config.queuePrefix}_${config.workflowQueue}`)} a
-          ON a.message->'payload'->>'step' = st.id::text
-        WHERE st.run_id = ${run.id}::uuid`
-      assert.isTrue(row!.read_at, "the step started in the read's statement")
-      assert.isTrue(row!.mark_ok, "under the delivery's mark")
-      assert.strictEqual(row!.read_ct, 1)
+      assert.strictEqual(yield* messagesOfRun("a"), 0, "not archived")
     }).pipe(Effect.scoped)
   )
 

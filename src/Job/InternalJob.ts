@@ -29,6 +29,8 @@ export const internalJob = <P>(
     readonly accepts?: ((message: unknown) => message is P) | undefined
     /** The job's outcome is written elsewhere, durably: its archive is a lease (`RegisteredJob.archiveIsLease`). */
     readonly archiveIsLease?: boolean | undefined
+    /** Its success is deleted, not archived (`RegisteredJob.deleteOnSuccess`). */
+    readonly deleteOnSuccess?: boolean | undefined
     /** The claim a worker's read makes for its messages (`RegisteredJob.readClaim`). */
     readonly readClaim?: RegisteredJob["readClaim"]
   }
@@ -61,6 +63,7 @@ export const internalJob = <P>(
     provide: (effect, also) => (also === undefined ? effect : Effect.updateContext(effect, also)),
     ...(options?.deadLetterSource === undefined ? {} : { deadLetterSource: options.deadLetterSource }),
     ...(options?.archiveIsLease === true ? { archiveIsLease: true } : {}),
+    ...(options?.deleteOnSuccess === true ? { deleteOnSuccess: true } : {}),
     ...(options?.readClaim === undefined ? {} : { readClaim: options.readClaim })
   }
 }

@@ -39,6 +39,12 @@ export interface RegisteredJob {
    */
   readonly archiveIsLease?: boolean | undefined
   /**
+   * Its message is deleted when it succeeds, not archived: its outcome is recorded elsewhere
+   * (a workflow step's, in its run's rows and audit trail), so an archive row would be a copy
+   * written once and deleted again by `cleanupArchive`.
+   */
+  readonly deleteOnSuccess?: boolean | undefined
+  /**
    * The claim a worker's plain read of a queue (the capsule's name of it) makes, in its own
    * statement, for this job's messages it delivers to an executor at once (a woken workflow
    * step's claim); undefined: none for that queue.

@@ -87,7 +87,9 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
     now: Date | null,
     from = 0n,
     lease = false,
-    claims?: Statement.Fragment
+    claims?: Statement.Fragment,
+    // receipts among `r` deleted, not archived (ReadOptions.deleted)
+    unarchived: ReadonlyArray<bigint> = []
   ) => {
     // the receipts' ids are skipped through the rids CTE (a scalar subquery, unseen by the planner too)
     const scan = claimScan(sql, messages(physical), "", from, limit + 1, now, true)
@@ -99,6 +101,7 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
       a AS (
         INSERT INTO ${archive(physical)} (msg_id, read_ct, enqueued_at, archived_at, vt, message, headers)
         SELECT msg_id, read_ct, enqueued_at, ${NOW(sql, now)}, vt, message, headers FROM d
+        WHERE d.msg_id <> ALL(${typedArray(unarchived, PgTypes.OID.int8)}::int8[])
         RETURNING msg_id),
       c AS (
         SELECT msg_id FROM ${messages(physical)}
@@ -117,7 +120,7 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
     const select = sql`SELECT msg_id, read_ct, enqueued_at, vt, message, headers, last_error, NULL::int8 AS archived,
         NULL::bool AS more FROM u
       UNION ALL
-      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM a), (SELECT count(*) FROM c) > ${limit}${lease ? sql` WHERE ${sql.literal(LEASE_COMMIT)}` : sql``}`
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM d), (SELECT count(*) FROM c) > ${limit}${lease ? sql` WHERE ${sql.literal(LEASE_COMMIT)}` : sql``}`
     type Row = MessageRow & {
       readonly archived: bigint | null
       readonly more: boolean | null

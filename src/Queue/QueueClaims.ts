@@ -27,9 +27,10 @@ import {
   toNumber
 } from "./QueueStoreContext.ts"
 
-/** What the claims need of the rest of the store: the archive and the flow-controlled claim. */
+/** What the claims need of the rest of the store: the archive, the delete and the flow-controlled claim. */
 export interface ClaimsDeps {
   readonly archive: (queue: string, targets: ReadonlyArray<Target>) => Effect.Effect<number, QueueError>
+  readonly remove: (queue: string, targets: ReadonlyArray<Target>) => Effect.Effect<number, QueueError>
   readonly readLimited: ReturnType<typeof makeQueueControls>["readLimited"]
 }
 
@@ -50,7 +51,7 @@ export const makeQueueClaims = (
     fail,
     durationMs
   }: QueueStoreContext,
-  { archive, readLimited }: ClaimsDeps
+  { archive, remove, readLimited }: ClaimsDeps
 ) => {
   /** A read's checked inputs: the queue's name, the limit, the visibility timeout and the statement time. */
   const readParams = (queue: string, options: ReadOptions | undefined) =>
@@ -97,7 +98,25 @@ export const makeQueueClaims = (
 
   // where each plain claim of this store starts (see ClaimCursor)
   const floors = ClaimCursor.make()
-  const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) =>
+  const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) => {
+    const deleted = options?.deleted ?? []
+    if (deleted.length === 0) return archiveAndReadAll(queue, receipts, options)
+    // the plain claim deletes them in its statement; the others first, in one of their own
+    const fair = options?.fair
+    if (limitedMode(options) === undefined && options?.ordered !== true && (fair === undefined || fair === false)) {
+      return archiveAndReadAll(queue, [...receipts, ...deleted], options, deleted)
+    }
+    return Effect.flatMap(remove(queue, deleted), (n) =>
+      Effect.map(archiveAndReadAll(queue, receipts, options), (r) => ({ ...r, archived: r.archived + n }))
+    )
+  }
+
+  const archiveAndReadAll = (
+    queue: string,
+    receipts: ReadonlyArray<Receipt>,
+    options: ReadOptions | undefined,
+    unarchived: ReadonlyArray<Receipt> = []
+  ) =>
     Effect.gen(function* () {
       const fair = options?.fair
       const mode = limitedMode(options)
@@ -182,7 +201,8 @@ export const makeQueueClaims = (
           // an archive that is no outcome (workflow steps'): a crash that loses it makes the
           // messages visible again, as a lost claim does
           lease && options?.archiveIsLease === true,
-          claims
+          claims,
+          unarchived.map((m) => m.msgId)
         )
         .pipe(Effect.mapError(fail("archive and read in", queue)))
       handOver(rows)

@@ -84,6 +84,12 @@ export interface ReadOptions {
    * messages among the first `limit` it claims (a woken workflow step's, see `ReadClaim`).
    */
   readonly readClaim?: { readonly claim: ReadClaim; readonly limit: number } | undefined
+  /**
+   * `archiveAndRead`: successes deleted with the archived ones, not archived: their outcome is
+   * written elsewhere, durably (a workflow step's, with its run), so an archive row would only
+   * be a copy for `cleanupArchive` to delete later. Counted in `archived`.
+   */
+  readonly deleted?: ReadonlyArray<Receipt> | undefined
 }
 
 /** How a queue is created. */
@@ -192,7 +198,8 @@ export class QueueStore extends Context.Service<
     /**
      * Archives finished messages (by receipt) and claims up to `limit` more, oldest first, in one
      * statement; a fair read claims in a statement of its own after the archive. `more`: the
-     * read left visible messages behind (a fair read: it got `limit`).
+     * read left visible messages behind (a fair read: it got `limit`). `options.deleted`: more
+     * finished messages, deleted instead (in the same statement when the claim is a plain one).
      */
     readonly archiveAndRead: (
       queue: string,
@@ -364,7 +371,7 @@ export class QueueStore extends Context.Service<
         toMessage,
         leaseFloorMs: leaseFloorMs(config)
       })
-      const claims = makeQueueClaims(context, { archive: acks.archive, readLimited })
+      const claims = makeQueueClaims(context, { archive: acks.archive, remove: acks.delete, readLimited })
 
       return QueueStore.of({
         ...lifecycle,

@@ -116,7 +116,9 @@ export const drainQueue = (
           ran++
           const outcome = yield* execute(registry, policy, m)
           if (outcome._tag === "Succeeded") {
-            yield* store.archive(m.queue, [m])
+            // as a worker acknowledges it: archived, or deleted (a workflow step's, `deleteOnSuccess`)
+            if (jobOf(registry, m).registered?.deleteOnSuccess === true) yield* store.delete(m.queue, [m])
+            else yield* store.archive(m.queue, [m])
             yield* completer.archived([m])
             report.succeeded++
           } else {

@@ -76,11 +76,13 @@ export const registerWorkflows = (
             last: isLastAttempt(stepPolicy, context.attempt)
           }),
         // the step's outcome commits with the step (synchronously): a lost archive only makes the
-        // message visible again, and its redelivery finds the step moved on
+        // message visible again, and its redelivery finds the step moved on; the run's rows and
+        // audit trail record what the message did, so it is deleted rather than archived
         // a woken step is claimed by the worker's read that delivers its message (one round trip less)
         {
           accepts: isStepMessage,
           archiveIsLease: true,
+          deleteOnSuccess: true,
           ...(runner.readClaim === undefined ? {} : { readClaim: runner.readClaim(workflows) })
         }
       ),

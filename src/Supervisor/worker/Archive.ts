@@ -6,14 +6,28 @@
  */
 import { Duration, Effect } from "effect"
 import { archivableByClaim, type Completer } from "../../Job/Completer.ts"
+import { jobOf } from "../../Job/Executor.ts"
+import type { JobRegistry } from "../../Job/RegisteredJob.ts"
 import type { Message } from "../../Queue/Message.ts"
 import { forget, groupMessagesByQueue, type WorkerContext } from "./Context.ts"
 
 /** Longest a success waits for the next claim to archive it before the flusher does (backlog only). */
 const FLUSH_DEFER = Duration.millis(250)
 
+/** Splits successes into those archived and those deleted (their job's `deleteOnSuccess`: a workflow step's). */
+export const splitDeleted = (
+  registry: JobRegistry,
+  done: ReadonlyArray<Message>
+): { readonly archived: ReadonlyArray<Message>; readonly deleted: ReadonlyArray<Message> } => {
+  const deletes = (m: Message) => jobOf(registry, m).registered?.deleteOnSuccess === true
+  const deleted = done.filter(deletes)
+  if (deleted.length === 0) return { archived: done, deleted }
+  return { archived: deleted.length === done.length ? [] : done.filter((m) => !deletes(m)), deleted }
+}
+
 /**
- * Archives completed messages in one statement per queue. What fails to archive stays in flight
+ * Archives completed messages in one statement per queue (deletes those of a job that is
+ * deleted on success, in one more). What fails to archive stays in flight
  * (heartbeated) and goes back on the list for the next flush; the flush returns false then.
  */
 export const makeFlush = (ctx: WorkerContext, completer: Completer): Effect.Effect<boolean> => {
@@ -25,7 +39,14 @@ export const makeFlush = (ctx: WorkerContext, completer: Completer): Effect.Effe
         let ok = true
         const batch = completed.splice(0, completed.length)
         for (const [queue, messages] of groupMessagesByQueue(batch)) {
-          const archived = yield* Effect.result(store.archive(queue, messages))
+          const { archived: kept, deleted } = splitDeleted(ctx.deps.registry, messages)
+          const archived = yield* Effect.result(
+            Effect.zipWith(
+              kept.length === 0 ? Effect.succeed(0) : store.archive(queue, kept),
+              deleted.length === 0 ? Effect.succeed(0) : store.delete(queue, deleted),
+              (a, d) => a + d
+            )
+          )
           if (archived._tag === "Failure") {
             ok = false
             completed.push(...messages)

@@ -14,7 +14,7 @@ import type { Message } from "../../Queue/Message.ts"
 import { pollDelay } from "../../Queue/Notifier.ts"
 import type { ReadClaim } from "../../Queue/QueueRows.ts"
 import { isBreakerOpen } from "../ConnectionWatch.ts"
-import { takeCompleted } from "./Archive.ts"
+import { splitDeleted, takeCompleted } from "./Archive.ts"
 import { forget, gated, isPaused, type QueueRead, room, type WorkerContext, worthClaiming } from "./Context.ts"
 
 /**
@@ -115,9 +115,11 @@ const archiveAndRead = (
   limited: boolean | "rates",
   ordered: boolean,
   readClaim: ReadClaim | undefined
-) =>
-  ctx.store
-    .archiveAndRead(queue, done, {
+) => {
+  const { archived: kept, deleted } = splitDeleted(ctx.deps.registry, done)
+  return ctx.store
+    .archiveAndRead(queue, kept, {
+      ...(deleted.length > 0 ? { deleted } : {}),
       limit,
       visibilityTimeout: ctx.config.visibilityTimeout,
       claimedBy: mark,
@@ -146,6 +148,7 @@ const archiveAndRead = (
           : Effect.void
       })
     )
+}
 
 /** Claims up to `limit` of a queue (archiving successes on the way when allowed); `more`: it left some. */
 const readOne = (
