@@ -9,6 +9,7 @@ import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Registry } from "../src/Registry.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import * as Supervisor from "../src/Supervisor/Supervisor.ts"
+import { YIELD_EVERY } from "../src/Supervisor/worker/Execute.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { terminateWhileWaiting } from "./support/connections.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
@@ -124,6 +125,46 @@ layer(
         assert.isTrue(runs.every((r) => r.attempt === 1))
         for (const ref of refs) assert.isTrue(yield* store.isArchived(queue, ref.msgId))
         assert.strictEqual((yield* store.metrics(queue)).depth, 0)
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect("short synchronous jobs run back to back still let the event loop turn every few jobs", () =>
+      Effect.gen(function* () {
+        // an executor yields every YIELD_EVERY jobs that did not suspend, not after each one: timers,
+        // socket reads and heartbeats must still get the loop between short bursts of jobs
+        const queue = unique("burst")
+        const concurrency = 2
+        let turns = 0
+        let ticking = true
+        const tick = () => {
+          turns++
+          if (ticking) setImmediate(tick)
+        }
+        setImmediate(tick)
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            ticking = false
+          })
+        )
+        const seen: Array<number> = []
+        const job = Job.make("Burst", { payload: Payload, queue }, () => Effect.sync(() => seen.push(turns)))
+        const store = yield* QueueStore
+        yield* job.enqueueMany(Array.from({ length: 400 }, (_, id) => ({ id })))
+        yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency }] })
+        yield* eventually(
+          "all archived",
+          Effect.map(store.metrics(queue), (m) => m.archiveSize === 400)
+        )
+        // the longest run of jobs that saw the same turn of the loop
+        let longest = 0
+        let run = 0
+        for (let i = 0; i < seen.length; i++) {
+          run = i > 0 && seen[i] === seen[i - 1] ? run + 1 : 1
+          longest = Math.max(longest, run)
+        }
+        assert.strictEqual(seen.length, 400)
+        assert.isAbove(seen[seen.length - 1]! - seen[0]!, 400 / (concurrency * YIELD_EVERY) - 1)
+        assert.isAtMost(longest, concurrency * YIELD_EVERY + concurrency)
       }).pipe(Effect.scoped)
     )
 

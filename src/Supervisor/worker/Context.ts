@@ -139,6 +139,8 @@ export interface WorkerContext {
   queuesMayHaveMore: boolean
   /** Drained, woken while every slot was taken: the next freed slot wakes the read loop again. */
   wokenWhileFull: boolean
+  /** A freed slot made a claim due: the next executor to end a job yields, so that the claim loop runs. */
+  claimDue: boolean
   /** Messages taken against the job budget (claimed, or reserved by local dispatch). */
   taken: number
   /** The budget is spent once every message it took has ended. */
@@ -265,6 +267,7 @@ export const makeWorkerContext = (capsule: Capsule, deps: WorkerDeps, stats: Wor
       stopping: false,
       queuesMayHaveMore: true,
       wokenWhileFull: false,
+      claimDue: false,
       taken: 0,
       spent: false,
       claims: 0,

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Exit, Queue } from "effect"
+import { Cause, Effect, Exit, Latch, Queue } from "effect"
 import { type Completer, type Outcome, runDebounced, runExclusive } from "../../Job/Completer.ts"
 import { debounceKeyOfMessage } from "../../Job/Debounce.ts"
 import { execute, jobOf } from "../../Job/Executor.ts"
@@ -15,6 +15,9 @@ import { resolvePolicy } from "../../Job/Retry.ts"
 import { keyOfMessage } from "../../Job/Uniqueness.ts"
 import type { Message } from "../../Queue/Message.ts"
 import { checkBudget, forget, type WorkerContext, worthClaiming } from "./Context.ts"
+
+/** An executor yields after this many jobs in a row that ran without suspending (see makeExecutor). */
+export const YIELD_EVERY = 8
 
 /** The metrics' status of each outcome that ends a delivery. */
 const STATUS_OF = {
@@ -119,11 +122,15 @@ export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.E
     running.delete(m)
     checkBudget(ctx)
     if (ctx.queuesMayHaveMore) {
-      if (worthClaiming(ctx)) capacityFreed.openUnsafe()
+      if (worthClaiming(ctx) && !Latch.isOpen(capacityFreed)) {
+        capacityFreed.openUnsafe()
+        ctx.claimDue = true
+      }
     } else if (ctx.wokenWhileFull) {
       // a wake-up came while every slot was taken: its message waits for this slot
       ctx.wokenWhileFull = false
       wakeups.wake()
+      ctx.claimDue = true
     }
   }
   const freeSlot = (m: Message) => Effect.sync(() => freeSlotUnsafe(m))
@@ -156,6 +163,18 @@ export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.E
   // log of a defect): a delivery allocates no handler of its own for it.
   return Effect.suspend(() => {
     let current: Message | undefined
+    let sinceYield = 0
+    // After a job, the executor yields to the rest of the process (socket reads, timers, the
+    // claim loop and the flusher) every YIELD_EVERY jobs, and at once when a claim became due,
+    // so that the claim overlaps the jobs still buffered; not after every job (a yield is a
+    // scheduler task and an async context per job: W1 spent about 2 us a job on them). A job
+    // that suspends (any I/O) yields by itself.
+    const afterJob = (): Effect.Effect<void> => {
+      if (++sinceYield < YIELD_EVERY && !ctx.claimDue) return Effect.void
+      sinceYield = 0
+      ctx.claimDue = false
+      return Effect.yieldNow
+    }
     const step = Effect.flatMap(Queue.take(ctx.work), (m) => {
       current = m
       return runOne(m)
@@ -172,6 +191,6 @@ export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.E
             )
       )
     )
-    return Effect.forever(step)
+    return Effect.forever(Effect.flatMap(step, afterJob), { disableYield: true })
   })
 }
