@@ -242,6 +242,44 @@ describe("a worker's receipts whatever the statistics", () => {
   )
 })
 
+describe("rows this process makes due below the claim floor (issue 24)", () => {
+  // A claim starts a little below the lowest id its last claim took; rows further down are found
+  // by a full claim, at most once a second and rarer when full claims are slow (behind many
+  // delayed rows). A retry, a snooze or a give-back of this process is noted with its due time,
+  // and the first claim after it starts there: it runs when due, not at the next full claim.
+  it.effect("a retry, a snooze and a give-back far below the floor are claimed by the next claim once due", () =>
+    TestDatabase.onFreshDatabase({}, () =>
+      Effect.gen(function* () {
+        const store = yield* QueueStore
+        yield* store.create("floor")
+        yield* store.sendBatch(
+          "floor",
+          Array.from({ length: 900 }, (_, n) => ({ message: { n } }))
+        )
+        const claim = (limit: number) =>
+          Effect.map(store.archiveAndRead("floor", [], { limit, claimedBy: "test#1" }), (r) => r.messages)
+        // full claims (no floor yet, then one below the lag): the floor ends at the third batch
+        const first = yield* claim(300)
+        yield* claim(300)
+        const third = yield* claim(300)
+        assert.strictEqual(third[0]!.msgId, first[0]!.msgId + 600n)
+        const [retried, snoozed, givenBack] = [first[10]!, first[20]!, first[30]!]
+        const failure = { errorClass: "Boom", message: "first attempt", stack: "", attempt: 1 }
+        assert.isTrue(yield* store.recordFailure("floor", retried, failure, "0 millis"))
+        assert.isTrue(yield* store.outcomes.snooze("floor", snoozed, 0))
+        assert.strictEqual(yield* store.release("floor", [givenBack]), 1)
+        // the next claim comes within the second after the last full claim: a bounded one,
+        // which started 256 ids below the floor (600 ids above these) before
+        const again = yield* claim(10)
+        assert.deepStrictEqual(
+          again.map((m) => m.msgId),
+          [retried.msgId, snoozed.msgId, givenBack.msgId]
+        )
+      })
+    )
+  )
+})
+
 describe("delayed messages (issue 24: the claim scans the primary key)", () => {
   // A full claim (from id 0: an idle worker's every claim, and one a second under load) walked
   // the primary key from 0 through every message scheduled for later: 100k delayed messages,

@@ -20,6 +20,13 @@
  * QueueSqlContext.ts): when nothing is due it reads nothing, so an idle worker's claims of a
  * queue of delayed messages (no floor: every claim is full) read a few buffers, not every row.
  *
+ * The rows this process itself makes due below the floor (a retry's backoff, a snooze, a message
+ * given back) need not wait for a full claim: the store notes each one's id and due time (`due`),
+ * and the first claim after that time starts at or below the lowest such id. A full claim walks
+ * every row below the first due one, delayed rows included (100k rows scheduled for tomorrow: a
+ * full claim every few seconds under load, a retry several seconds late); a claim from a noted
+ * id reads from there. Rows other processes make due still wait for a full claim.
+ *
  * @since 0.1.0
  */
 
@@ -32,12 +39,17 @@ export const FULL_EVERY_MS = 1000
 /** ... but no more often than this many times the last full claim's duration. */
 export const FULL_COST_FACTOR = 20
 
+/** Most rows noted as coming due per queue (beyond them, the full claims find the rest). */
+export const MAX_DUE_NOTES = 256
+
 interface State {
   /** The lowest id the last claim that took anything took. */
   floor: bigint | undefined
   /** When the last full claim started (ms) and how long it took. */
   lastFullAt: number
   lastFullMs: number
+  /** Rows made due by this process: their ids and when (ms). */
+  due: Array<{ readonly id: bigint; readonly at: number }>
 }
 
 /** Per-queue claim floors of one queue store. */
@@ -49,25 +61,46 @@ export interface ClaimCursor {
   readonly start: (queue: string, nowMs: number) => bigint
   /** Records a claim that started at `nowMs` from `from`, took `tookMs` and claimed `ids`. */
   readonly claimed: (queue: string, from: bigint, nowMs: number, tookMs: number, ids: ReadonlyArray<bigint>) => void
+  /** Notes rows of `queue` this process made claimable again from `atMs` (a retry, a snooze, a give-back). */
+  readonly due: (queue: string, ids: ReadonlyArray<bigint>, atMs: number) => void
 }
 
 /** A new, empty set of floors. */
 export const make = (): ClaimCursor => {
   const states = new Map<string, State>()
+  const stateOf = (queue: string, nowMs: number, tookMs: number): State => {
+    let s = states.get(queue)
+    if (s === undefined) {
+      s = { floor: undefined, lastFullAt: nowMs, lastFullMs: tookMs, due: [] }
+      states.set(queue, s)
+    }
+    return s
+  }
+  /** The lowest id of the noted rows due by `nowMs`, taken off the notes (the claim from it reads them). */
+  const takeDue = (s: State, nowMs: number): bigint | undefined => {
+    let lowest: bigint | undefined
+    let kept = 0
+    for (const d of s.due) {
+      if (d.at <= nowMs) {
+        if (lowest === undefined || d.id < lowest) lowest = d.id
+      } else s.due[kept++] = d
+    }
+    s.due.length = kept
+    return lowest
+  }
   return {
     start: (queue, nowMs) => {
       const s = states.get(queue)
       if (s === undefined || s.floor === undefined) return 0n
       const every = Math.max(FULL_EVERY_MS, FULL_COST_FACTOR * s.lastFullMs)
       if (nowMs - s.lastFullAt >= every) return 0n
-      return s.floor > LAG ? s.floor - LAG : 0n
+      const bounded = s.floor > LAG ? s.floor - LAG : 0n
+      const due = s.due.length === 0 ? undefined : takeDue(s, nowMs)
+      // from a noted row below the floor: a claim of its own range upward, not a full one
+      return due !== undefined && due < bounded ? (due > 0n ? due : 1n) : bounded
     },
     claimed: (queue, from, nowMs, tookMs, ids) => {
-      let s = states.get(queue)
-      if (s === undefined) {
-        s = { floor: undefined, lastFullAt: nowMs, lastFullMs: tookMs }
-        states.set(queue, s)
-      }
+      const s = stateOf(queue, nowMs, tookMs)
       if (from === 0n) {
         s.lastFullAt = nowMs
         s.lastFullMs = tookMs
@@ -76,6 +109,15 @@ export const make = (): ClaimCursor => {
       let min = ids[0]!
       for (const id of ids) if (id < min) min = id
       s.floor = min
+    },
+    due: (queue, ids, atMs) => {
+      const s = states.get(queue)
+      // no floor yet: every claim is a full one
+      if (s === undefined || s.floor === undefined) return
+      for (const id of ids) {
+        if (s.due.length >= MAX_DUE_NOTES) return
+        s.due.push({ id, at: atMs })
+      }
     }
   }
 }

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { type Duration, Effect } from "effect"
+import { Clock, type Duration, Effect } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 import { statementNow } from "../Database.ts"
 import * as Input from "../Input.ts"
@@ -18,7 +18,7 @@ import { type QueueStoreContext, splitTargets } from "./QueueStoreContext.ts"
 
 /** Builds this part of the queue store on its shared context. */
 export const makeQueueAcks = (
-  { statements, validateName, fail, durationMs, refuse }: QueueStoreContext,
+  { statements, validateName, fail, durationMs, refuse, noteDue }: QueueStoreContext,
   list: Effect.Effect<ReadonlyArray<QueueInfo>, QueueError>
 ) => {
   const acknowledge =
@@ -69,11 +69,21 @@ export const makeQueueAcks = (
     Effect.gen(function* () {
       yield* refuse(queue, Input.listProblem(receipts, Input.receiptProblem, "receipts"))
       const now = yield* statementNow
-      return yield* acknowledge(
+      const n = yield* acknowledge(
         "release in",
         (p, r) => statements.messageReleaseReceipts(p, r, now),
         () => Effect.succeed([])
       )(queue, receipts)
+      // visible again at once, likely below this store's claim floor
+      if (n > 0) {
+        const name = yield* validateName(queue)
+        noteDue(
+          name.physical,
+          receipts.map((r) => r.msgId),
+          yield* Clock.currentTimeMillis
+        )
+      }
+      return n
     })
 
   const recordFailure = (queue: string, receipt: Receipt, failure: Failure, retryDelay: Duration.Input) =>
@@ -91,6 +101,8 @@ export const makeQueueAcks = (
           now
         )
         .pipe(Effect.mapError(fail("record failure in", queue)))
+      // its retry comes due below this store's claim floor: the first claim after it starts there
+      if (rows.length > 0) noteDue(name.physical, [receipt.msgId], (yield* Clock.currentTimeMillis) + delayMs)
       return rows.length > 0
     })
 

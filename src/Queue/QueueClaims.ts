@@ -8,7 +8,6 @@
 import { Clock, Duration, Effect, Option } from "effect"
 import { statementNow } from "../Database.ts"
 import { hotSpan } from "../internal/span.ts"
-import * as ClaimCursor from "./ClaimCursor.ts"
 import { FairCursor } from "./FairShare.ts"
 import type { Message, Receipt } from "./Message.ts"
 import { pollDelay } from "./Notifier.ts"
@@ -49,7 +48,8 @@ export const makeQueueClaims = (
     defaultVisibilityMs,
     validateName,
     fail,
-    durationMs
+    durationMs,
+    floors
   }: QueueStoreContext,
   { archive, remove, readLimited }: ClaimsDeps
 ) => {
@@ -96,8 +96,6 @@ export const makeQueueClaims = (
       return rows.map((row) => toMessage(queue, row)).sort(byMsgId) as ReadonlyArray<Message>
     }).pipe(hotSpan("QueueStore.read", { queue }))
 
-  // where each plain claim of this store starts (see ClaimCursor)
-  const floors = ClaimCursor.make()
   const archiveAndRead = (queue: string, receipts: ReadonlyArray<Receipt>, options?: ReadOptions) => {
     const deleted = options?.deleted ?? []
     if (deleted.length === 0) return archiveAndReadAll(queue, receipts, options)

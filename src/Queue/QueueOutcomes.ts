@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, Option } from "effect"
+import { Clock, Effect, Option } from "effect"
 import type { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { statementNow, withTransaction } from "../Database.ts"
@@ -102,6 +102,8 @@ export interface QueueOutcomesDeps {
   readonly validateName: (queue: string) => Effect.Effect<QueueName.QueueName, QueueError>
   readonly deadLetterOf: (name: QueueName.QueueName) => QueueName.QueueName
   readonly fail: (operation: string, queue: string) => (error: SqlError) => QueueError
+  /** Notes rows made claimable again at `atMs` for the store's next claim (ClaimCursor's `due`). */
+  readonly noteDue: (physical: string, ids: ReadonlyArray<bigint>, atMs: number) => void
   readonly moveToDeadLetter: (
     queue: string,
     target: Receipt,
@@ -144,6 +146,8 @@ export const makeQueueOutcomes = (deps: QueueOutcomesDeps): QueueOutcomes => {
       const rows = yield* statements
         .messageSnooze(name.physical, receipt.msgId, receipt.readCt, Math.max(0, delayMs), now)
         .pipe(Effect.mapError(fail("snooze in", queue)))
+      if (rows.length > 0)
+        deps.noteDue(name.physical, [receipt.msgId], (yield* Clock.currentTimeMillis) + Math.max(0, delayMs))
       return rows.length > 0
     })
 

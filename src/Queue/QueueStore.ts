@@ -408,6 +408,7 @@ export class QueueStore extends Context.Service<
           validateName,
           deadLetterOf: QueueName.deadLetterOf,
           fail,
+          noteDue: context.noteDue,
           moveToDeadLetter: deadLetters.moveToDeadLetter
         })
       })

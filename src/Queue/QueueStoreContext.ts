@@ -11,6 +11,7 @@ import type { SqlError } from "effect/sql/SqlError"
 import type { PgBusConfigShape } from "../Config.ts"
 import { serverError, toDatabaseError } from "../Database.ts"
 import * as Input from "../Input.ts"
+import * as ClaimCursor from "./ClaimCursor.ts"
 import type { FairClaim } from "./FairShare.ts"
 import type { Message } from "./Message.ts"
 import { DeadLetterBlock, FailureRecord } from "./Message.ts"
@@ -117,6 +118,11 @@ export const makeQueueStoreContext = (
       : Effect.succeed(ms)
   }
 
+  // where each plain claim of this store starts, and the rows this process made due below it (ClaimCursor)
+  const floors = ClaimCursor.make()
+  /** Notes rows this process made claimable again at `atMs` (a retry, a snooze, a give-back) for the next claim. */
+  const noteDue = (physical: string, ids: ReadonlyArray<bigint>, atMs: number) => floors.due(physical, ids, atMs)
+
   /** Fails with InvalidMessage when `problem` names one. */
   const refuse = (queue: string, problem: string | undefined) =>
     problem === undefined ? Effect.void : Effect.fail(new InvalidMessage({ queue, reason: problem }))
@@ -132,7 +138,9 @@ export const makeQueueStoreContext = (
     validateName,
     fail,
     durationMs,
-    refuse
+    refuse,
+    floors,
+    noteDue
   }
 }
 
