@@ -93,7 +93,11 @@ export const make = (): ClaimCursor => {
       const s = states.get(queue)
       if (s === undefined || s.floor === undefined) return 0n
       const every = Math.max(FULL_EVERY_MS, FULL_COST_FACTOR * s.lastFullMs)
-      if (nowMs - s.lastFullAt >= every) return 0n
+      if (nowMs - s.lastFullAt >= every) {
+        // a full claim reads the noted rows due by now too
+        if (s.due.length > 0) takeDue(s, nowMs)
+        return 0n
+      }
       const bounded = s.floor > LAG ? s.floor - LAG : 0n
       const due = s.due.length === 0 ? undefined : takeDue(s, nowMs)
       // from a noted row below the floor: a claim of its own range upward, not a full one
