@@ -357,20 +357,21 @@ const main = async () => {
   p(`### W1 throughput: ${W1_JOBS} no-op jobs (bulk enqueue in one call, then workers drain; completed = committed)`)
   p()
   p(
-    "| library | configuration | runs | bulk enqueue jobs/s | processing jobs/s | commits / job | WAL bytes / job | PG CPU ms / 1k jobs | PG CPU ms / 1k jobs, run's backends | Node CPU ms / 1k jobs | peak RSS MiB |"
+    "| library | configuration | runs | bulk enqueue jobs/s | processing jobs/s | first job ms | steady jobs/s (10-90%) | commits / job | WAL bytes / job | PG CPU ms / 1k jobs | PG CPU ms / 1k jobs, run's backends | Node CPU ms / 1k jobs | peak RSS MiB |"
   )
-  p("|---|---|---|---|---|---|---|---|---|---|---|")
+  p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for (const { c, rs } of rowsOf("w1")) {
     // effect-pgbus archives on success: every completed job must be in the archive
     const short = values(rs, "archived").filter((n) => n < W1_JOBS)
     const check = short.length > 0 ? ` (archive short: ${short.join(", ")})` : ""
     p(
       `| ${libraryLabel(c.library)} | ${variantLabel(c)}${check} | ${runsCell(rs, RUNS)} | ${cell(rs, "enqueueBulkPerSec")} | ` +
-        `${cell(rs, "jobsPerSec")} | ${cell(rs, "commitsPerJob")} | ${cell(rs, "walBytesPerJob")} | ${cell(rs, "pgCpuMsPerKJob")} | ${cell(rs, "pgDbCpuMsPerKJob")} | ${cell(rs, "nodeCpuMsPerKJob")} | ${rssCell(rs)} |`
+        `${cell(rs, "jobsPerSec")} | ${cell(rs, "firstJobMs")} | ${cell(rs, "steadyJobsPerSec")} | ${cell(rs, "commitsPerJob")} | ${cell(rs, "walBytesPerJob")} | ${cell(rs, "pgCpuMsPerKJob")} | ${cell(rs, "pgDbCpuMsPerKJob")} | ${cell(rs, "nodeCpuMsPerKJob")} | ${rssCell(rs)} |`
     )
   }
   p(
-    "- PG CPU: every `postgres` process of the server (shared with anything else it serves); run's backends: only the processes serving the run's database (its connections and autovacuum), steady under other load."
+    "- first job ms: from the worker start call to the handler's first job; steady jobs/s: the handler's rate between a tenth and nine tenths of the jobs seen (sampled every 2 ms), without start-up and the last commits.\n" +
+      "- PG CPU: every `postgres` process of the server (shared with anything else it serves); run's backends: only the processes serving the run's database (its connections and autovacuum), steady under other load."
   )
   p()
   p(
@@ -433,6 +434,13 @@ const main = async () => {
     graphile_jobs_per_s: round(medianOf(get("w1 graphile batched"), "jobsPerSec")),
     pgboss_jobs_per_s: round(medianOf(get("w1 pgboss b100"), "jobsPerSec")),
     raw_jobs_per_s: round(rawW1),
+    // the handler's rate between a tenth and nine tenths of the jobs (start-up left out)
+    ours_steady_jobs_per_s: round(medianOf(oursW1, "steadyJobsPerSec")),
+    graphile_steady_jobs_per_s: round(medianOf(graphileW1, "steadyJobsPerSec")),
+    raw_steady_jobs_per_s: round(medianOf(get("w1 raw c10-b100"), "steadyJobsPerSec")),
+    ours_first_job_ms: round(medianOf(oursW1, "firstJobMs")),
+    graphile_first_job_ms: round(medianOf(graphileW1, "firstJobMs")),
+    raw_first_job_ms: round(medianOf(get("w1 raw c10-b100"), "firstJobMs")),
     ours_tuned_over_raw: tunedOverRaw === undefined || rawW1 === undefined ? null : round(tunedOverRaw / rawW1, 2),
     ours_enqueue_bulk_per_s: round(medianOf(oursW1, "enqueueBulkPerSec")),
     ours_insert_ms: round(medianOf(get("enq ours"), "sequentialMeanMs"), 2),

@@ -303,8 +303,17 @@ export const timeProcessing = async (opts: {
   await opts.start()
   const deadline = t0 + capMs
   let done = false
+  // when the handler had seen its first job, a tenth and nine tenths of them (sampled every 2 ms):
+  // the steady rate between the last two, beside the phase's, shows what start-up costs
+  let firstAt: number | undefined
+  let tenthAt: number | undefined
+  let ninthAt: number | undefined
   while (now() < deadline) {
-    if (opts.handled() >= opts.total) {
+    const seen = opts.handled()
+    if (firstAt === undefined && seen > 0) firstAt = now()
+    if (tenthAt === undefined && seen >= opts.total / 10) tenthAt = now()
+    if (ninthAt === undefined && seen >= (opts.total * 9) / 10) ninthAt = now()
+    if (seen >= opts.total) {
       if ((await opts.remaining()) === 0) {
         done = true
         break
@@ -328,6 +337,10 @@ export const timeProcessing = async (opts: {
     completed,
     wallMs: Math.round(wallMs),
     jobsPerSec: Math.round((completed / wallMs) * 1000),
+    ...(firstAt === undefined ? {} : { firstJobMs: Math.round(firstAt - t0) }),
+    ...(tenthAt === undefined || ninthAt === undefined || ninthAt <= tenthAt
+      ? {}
+      : { steadyJobsPerSec: Math.round(((opts.total * 0.8) / (ninthAt - tenthAt)) * 1000) }),
     pgCpuS: round2(pgCpuS),
     nodeCpuS: round2(nodeCpuS),
     pgCpuMsPerKJob: round2((pgCpuS * 1e6) / Math.max(completed, 1)),
