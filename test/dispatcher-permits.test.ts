@@ -4,24 +4,24 @@ import { Deferred, Duration, Effect } from "effect"
 import { forkDispatcherLoops, MAINTENANCE_PERMITS, repeatMaintenance } from "../src/Supervisor/Dispatcher.ts"
 import { eventually } from "./support/jobs.ts"
 
-/** Tasks that count how many of them run at once (all, and the retentions among them). */
+/** Tasks that count how many of them run at once (all, and the walks among them). */
 const makeCounter = () => {
-  const figures = { running: 0, most: 0, retaining: 0, mostRetaining: 0, sweeps: 0 }
-  const task = <A>(value: A, retention: boolean, hold: Effect.Effect<void> = Effect.sleep("15 millis")) =>
+  const figures = { running: 0, most: 0, walking: 0, mostWalking: 0, sweeps: 0, reaps: 0 }
+  const task = <A>(value: A, walks: boolean, hold: Effect.Effect<void> = Effect.sleep("15 millis")) =>
     Effect.acquireUseRelease(
       Effect.sync(() => {
         figures.running++
         figures.most = Math.max(figures.most, figures.running)
-        if (retention) {
-          figures.retaining++
-          figures.mostRetaining = Math.max(figures.mostRetaining, figures.retaining)
+        if (walks) {
+          figures.walking++
+          figures.mostWalking = Math.max(figures.mostWalking, figures.walking)
         }
       }),
       () => Effect.as(hold, value),
       () =>
         Effect.sync(() => {
           figures.running--
-          if (retention) figures.retaining--
+          if (walks) figures.walking--
         })
     )
   return { figures, task }
@@ -29,7 +29,7 @@ const makeCounter = () => {
 
 describe("dispatcher maintenance permits", () => {
   it.live(
-    "its tasks' first rounds, all due at once, run at most two at a time, one retention at most; a long retention does not hold the workflow sweep up",
+    "its tasks' first rounds, all due at once, run at most two at a time, one walk at most; a long archive retention does not hold the workflow sweep or reaping up",
     () =>
       Effect.gen(function* () {
         const { figures, task } = makeCounter()
@@ -50,9 +50,13 @@ describe("dispatcher maintenance permits", () => {
               })
             )
           },
-          batchSweep: { runOnce: task(batchReport, false) },
-          reapStale: task(undefined, false),
-          uniqueKeys: { reap: task({ released: 0 }, false) },
+          batchSweep: { runOnce: task(batchReport, true) },
+          reapStale: Effect.tap(task(undefined, false), () =>
+            Effect.sync(() => {
+              figures.reaps++
+            })
+          ),
+          uniqueKeys: { reap: task({ released: 0 }, true) },
           processedEvents: { purge: task(0, true) },
           jobStatsSql: { jobStatsDeleteOld: () => task(0, true) },
           store: {
@@ -65,15 +69,15 @@ describe("dispatcher maintenance permits", () => {
         })
         // the archive retention (forked last) holds its permit until the test ends it
         yield* Deferred.await(archiveStarted)
-        const sweepsBefore = figures.sweeps
+        const before = { ...figures }
         yield* eventually(
-          "the workflow sweep goes on beside it",
-          Effect.sync(() => figures.sweeps >= sweepsBefore + 5)
+          "the workflow sweep and reaping go on beside it",
+          Effect.sync(() => figures.sweeps >= before.sweeps + 5 && figures.reaps >= before.reaps + 5)
         )
         yield* Deferred.succeed(archiveHeld, undefined)
         assert.strictEqual(MAINTENANCE_PERMITS, 2)
         assert.isAtMost(figures.most, MAINTENANCE_PERMITS, "maintenance tasks at once")
-        assert.strictEqual(figures.mostRetaining, 1, "retentions at once")
+        assert.strictEqual(figures.mostWalking, 1, "walks at once")
       }).pipe(Effect.scoped)
   )
 })

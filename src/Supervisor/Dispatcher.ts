@@ -22,23 +22,25 @@ const UNIQUE_KEY_REAP_EVERY = Duration.minutes(1)
 /**
  * At most this many of the dispatcher's maintenance tasks run at once in a process (their first
  * round, all due at boot, used to fire a dozen statements at once beside the workers' claims);
- * two so that a long retention (an archive of millions of rows: minutes) holds one and the
- * sweeps and reaping keep the other (see `maintenanceLanes`).
+ * two so that a task that walks a whole table (an archive of millions of rows: minutes) holds
+ * one and the workflow sweep and reaping keep the other (see `maintenanceLanes`).
  */
 export const MAINTENANCE_PERMITS = 2
 
 /**
- * The permits of the dispatcher's maintenance: `frequent` for the sweeps and reaping (seconds
- * apart, each round short), `retention` for the hourly deletes, which also take a lane of one
- * among themselves, so one permit is always left to the sweeps: a sweep waits at most for the
- * other frequent tasks' rounds, never for a retention.
+ * The permits of the dispatcher's maintenance. `bounded`: the workflow sweep and reaping, whose
+ * rounds are a few statements of bounded size, seconds apart. `walk`: the tasks that page
+ * through a whole table (the batch sweep, the uniqueness reaper, the retentions), minutes to an
+ * hour apart; they also take a lane of one among themselves, so one permit is always left to
+ * the bounded tasks: the workflow sweep and reaping wait at most for each other's round, never
+ * for a walk.
  */
 export const maintenanceLanes = Effect.gen(function* () {
   const permits = yield* Semaphore.make(MAINTENANCE_PERMITS)
-  const retentionLane = yield* Semaphore.make(1)
+  const walkLane = yield* Semaphore.make(1)
   return {
-    frequent: <A, E, R>(task: Effect.Effect<A, E, R>) => permits.withPermits(1)(task),
-    retention: <A, E, R>(task: Effect.Effect<A, E, R>) => retentionLane.withPermits(1)(permits.withPermits(1)(task))
+    bounded: <A, E, R>(task: Effect.Effect<A, E, R>) => permits.withPermits(1)(task),
+    walk: <A, E, R>(task: Effect.Effect<A, E, R>) => walkLane.withPermits(1)(permits.withPermits(1)(task))
   }
 })
 
@@ -124,9 +126,9 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     const { afterFirstClaims } = deps
     const lanes = yield* maintenanceLanes
     const maintain = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) =>
-      deps.maintain(name, lanes.frequent(task), every)
-    const retain = <A, E>(name: string, task: Effect.Effect<A, E>) =>
-      deps.maintain(name, lanes.retention(task), ARCHIVE_CLEANUP_EVERY)
+      deps.maintain(name, lanes.bounded(task), every)
+    const walk = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration = ARCHIVE_CLEANUP_EVERY) =>
+      deps.maintain(name, lanes.walk(task), every)
     yield* Effect.forkScoped(
       afterFirstClaims(
         maintain(
@@ -144,7 +146,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     )
     yield* Effect.forkScoped(
       afterFirstClaims(
-        maintain(
+        walk(
           "batch sweep",
           Effect.flatMap(batchSweep.runOnce, (r) =>
             r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
@@ -162,7 +164,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     )
     yield* Effect.forkScoped(
       afterFirstClaims(
-        maintain(
+        walk(
           "uniqueness key reaper",
           Effect.flatMap(uniqueKeys.reap, (r) =>
             r.released === 0
@@ -175,7 +177,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     )
     yield* Effect.forkScoped(
       afterFirstClaims(
-        retain(
+        walk(
           "processed-events retention",
           Effect.flatMap(processedEvents.purge, (n) =>
             n === 0
@@ -190,7 +192,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     yield* Effect.forkScoped(afterFirstClaims(outbox.pollerRole))
     yield* Effect.forkScoped(
       afterFirstClaims(
-        retain(
+        walk(
           "job statistics retention",
           jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null)
         )
@@ -198,7 +200,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     )
     yield* Effect.forkScoped(
       afterFirstClaims(
-        retain(
+        walk(
           "archive retention",
           Effect.flatMap(store.cleanupArchive(), (report) =>
             report.length === 0
