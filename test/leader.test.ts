@@ -1,7 +1,8 @@
 /** One leader per maintenance role across supervisor processes: election, SIGKILL, takeover. */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Deferred, Effect, Logger, Schema } from "effect"
 import { SqlClient } from "effect/sql"
+import * as Job from "../src/Job/Job.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import { bundledFixture, type Child, spawnSupervisor } from "./support/child.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
@@ -13,7 +14,72 @@ const dispatcherLeaders = Effect.flatMap(Processes, (p) => p.list).pipe(
   Effect.orDie
 )
 
+/** Log lines written while `effect` runs (its fibers included). */
+const withCapturedLogs = <A, E, R>(lines: Array<string>, effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(Logger.CurrentLoggers, (current) => {
+    const capture = Logger.make(({ message }) => {
+      lines.push((Array.isArray(message) ? message : [message]).map(String).join(" "))
+    })
+    return Effect.provideService(effect, Logger.CurrentLoggers, new Set([...current, capture]))
+  })
+
 describe("maintenance leader", () => {
+  it.live(
+    "workers of capsules without a single active consumer or a priority claim while the campaign's first round hangs",
+    () =>
+      onFreshDatabase({}, () =>
+        Effect.gen(function* () {
+          const sql = yield* SqlClient.SqlClient
+          const lines: Array<string> = []
+          const ran = yield* Deferred.make<ReadonlyArray<string>>()
+          const queue = "boot_claims"
+          // the job notes the boot lines logged before it ran
+          const job = Job.make("BootClaims", { payload: Schema.Struct({ i: Schema.Number }), queue }, () =>
+            Deferred.succeed(ran, [...lines])
+          )
+          // the first round records the dispatcher's new leader on this row: locked here, it hangs
+          yield* sql`INSERT INTO pgbus.maintenance_leaders (role, lock_id, process_id, host, pid, backend_pid, acquired_at)
+            VALUES ('dispatcher', 1, 'gone', 'h', 1, 1, now())`
+          const locked = yield* Deferred.make<void>()
+          const release = yield* Deferred.make<void>()
+          yield* sql
+            .withTransaction(
+              Effect.gen(function* () {
+                yield* sql`SELECT 1 FROM pgbus.maintenance_leaders WHERE role = 'dispatcher' FOR UPDATE`
+                yield* Deferred.succeed(locked, undefined)
+                yield* Deferred.await(release)
+              })
+            )
+            .pipe(Effect.forkScoped)
+          yield* Deferred.await(locked)
+          yield* job.enqueue({ i: 1 })
+          yield* withCapturedLogs(
+            lines,
+            startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 1 }] })
+          )
+          // a boot that waited for the first round (5 s at most) logs who leads before its workers start
+          const before = yield* Deferred.await(ran)
+          // released before the assertions: a supervisor interrupted while its campaign's statement
+          // waits on the lock would wait for it
+          yield* Deferred.succeed(release, undefined)
+          assert.isTrue(
+            before.some((l) => l.includes("boot: roles=")),
+            "the job ran after the boot banner"
+          )
+          assert.isFalse(
+            before.some((l) => l.includes("boot: leaders")),
+            "the job ran before the first round ended"
+          )
+          yield* eventually(
+            "the first round ends: this process leads and says so",
+            Effect.sync(() => lines.some((l) => l.includes("boot: leaders dispatcher=this process")))
+          )
+          assert.isTrue(lines.includes("[pgbus] ready"))
+        })
+      ),
+    60_000
+  )
+
   it.live(
     "three supervisors elect one dispatcher leader; SIGKILL it and a standby leads within 5 s; one survivor reaps it",
     () =>

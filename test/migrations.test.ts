@@ -8,6 +8,7 @@ import { PgBusConfig } from "../src/Config.ts"
 import * as Database from "../src/Database.ts"
 import {
   bundledMigrations,
+  checkMigrated,
   checkSchemaVersion,
   migrate,
   migrateFrom,
@@ -94,6 +95,9 @@ describe("migrations", () => {
       }
       const check = yield* Effect.flip(checkSchemaVersion())
       assert.strictEqual(check._tag, "MigrationError")
+      // the supervisor's boot check says the same
+      const boot = yield* Effect.flip(checkMigrated)
+      assert.strictEqual(boot._tag === "MigrationError" ? boot.reason : boot._tag, "newer_database")
     }).pipe(Effect.provide(onEmptyDatabase()))
   )
 

@@ -5,26 +5,44 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Schedule } from "effect"
-import type { BatchSweep } from "../Batch/Batch.ts"
+import { Cause, Duration, Effect, Schedule, Semaphore } from "effect"
+import type { BatchSweepReport } from "../Batch/Batch.ts"
 import type { PgBusConfigShape } from "../Config.ts"
-import type { DatabaseError } from "../Database.ts"
-import type { Outbox } from "../EventBus/Outbox.ts"
-import type { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
 import * as JobStats from "../Job/JobStats.ts"
-import type { JobStatsSql } from "../Job/JobStatsSql.ts"
-import type { UniqueKeys } from "../Job/Uniqueness.ts"
-import type { QueueError } from "../Queue/QueueError.ts"
-import type { QueueStore } from "../Queue/QueueStore.ts"
 import type { RecurringTask } from "../Recurring/Recurring.ts"
 import type { RecurringScheduler } from "../Recurring/Scheduler.ts"
-import type { WorkflowSweep } from "../Workflow/Engine.ts"
+import type { SweepReport } from "../Workflow/Engine.ts"
 
 /** Archive retention runs at most this often. */
 const ARCHIVE_CLEANUP_EVERY = Duration.hours(1)
 
 /** The uniqueness reaper (keys whose message is gone) runs this often. */
 const UNIQUE_KEY_REAP_EVERY = Duration.minutes(1)
+
+/**
+ * At most this many of the dispatcher's maintenance tasks run at once in a process (their first
+ * round, all due at boot, used to fire a dozen statements at once beside the workers' claims);
+ * two so that a task that walks a whole table (an archive of millions of rows: minutes) holds
+ * one and the workflow sweep and reaping keep the other (see `maintenanceLanes`).
+ */
+export const MAINTENANCE_PERMITS = 2
+
+/**
+ * The permits of the dispatcher's maintenance. `bounded`: the workflow sweep and reaping, whose
+ * rounds are a few statements of bounded size, seconds apart. `walk`: the tasks that page
+ * through a whole table (the batch sweep, the uniqueness reaper, the retentions), minutes to an
+ * hour apart; they also take a lane of one among themselves, so one permit is always left to
+ * the bounded tasks: the workflow sweep and reaping wait at most for each other's round, never
+ * for a walk.
+ */
+export const maintenanceLanes = Effect.gen(function* () {
+  const permits = yield* Semaphore.make(MAINTENANCE_PERMITS)
+  const walkLane = yield* Semaphore.make(1)
+  return {
+    bounded: <A, E, R>(task: Effect.Effect<A, E, R>) => permits.withPermits(1)(task),
+    walk: <A, E, R>(task: Effect.Effect<A, E, R>) => walkLane.withPermits(1)(permits.withPermits(1)(task))
+  }
+})
 
 /** Runs a maintenance task repeatedly; a failure is logged and the next tick tries again. */
 export const repeatMaintenance = <A, E>(
@@ -74,29 +92,43 @@ export const runScheduler = (
     Effect.forever
   )
 
-/** What the dispatcher's loops run. */
+/** A maintenance task as the dispatcher reads it: its outcome (logged) and any failure (logged). */
+type Task<A> = Effect.Effect<A, unknown>
+
+/** What the dispatcher's loops run (the parts of the services they use). */
 export interface DispatcherDeps {
-  readonly config: PgBusConfigShape
-  readonly store: QueueStore["Service"]
-  readonly sweep: WorkflowSweep["Service"]
-  readonly batchSweep: BatchSweep["Service"]
-  readonly processedEvents: ProcessedEvents["Service"]
-  readonly outbox: Outbox["Service"]
-  readonly uniqueKeys: UniqueKeys
-  readonly jobStatsSql: JobStatsSql
+  readonly config: Pick<PgBusConfigShape, "workflowSweepInterval" | "batchSweepInterval" | "dispatchInterval">
+  readonly store: {
+    readonly cleanupArchive: () => Task<ReadonlyArray<{ readonly queue: string; readonly deleted: number }>>
+  }
+  readonly sweep: { readonly runOnce: Task<Pick<SweepReport, "stalled" | "resent" | "timedOut" | "deleted">> }
+  readonly batchSweep: { readonly runOnce: Task<BatchSweepReport> }
+  readonly processedEvents: { readonly purge: Task<number> }
+  readonly outbox: { readonly pollerRole: Effect.Effect<void> }
+  readonly uniqueKeys: { readonly reap: Task<{ readonly released: number }> }
+  readonly jobStatsSql: { readonly jobStatsDeleteOld: (olderThanMs: number, now: null) => Task<unknown> }
   /** Reaps stale processes (ProcessRow.ts: not right after this process's own trouble). */
-  readonly reapStale: Effect.Effect<void, DatabaseError | QueueError>
+  readonly reapStale: Task<void>
   /** Runs a loop while this process leads the dispatcher role, after the workers' first claims. */
   readonly afterFirstClaims: <A, E>(loop: Effect.Effect<A, E>) => Effect.Effect<never, E>
   /** repeatMaintenance, quiet while the connection breaker is open. */
   readonly maintain: <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) => Effect.Effect<never>
 }
 
-/** Forks the dispatcher's loops in the current scope, each behind `afterFirstClaims`. */
+/**
+ * Forks the dispatcher's loops in the current scope, each behind `afterFirstClaims`; their
+ * rounds share the maintenance permits (`maintenanceLanes`), the outbox poller (delivery, not
+ * maintenance) does not.
+ */
 export const forkDispatcherLoops = (deps: DispatcherDeps) =>
   Effect.gen(function* () {
     const { config, store, sweep, batchSweep, processedEvents, outbox, uniqueKeys, jobStatsSql } = deps
-    const { afterFirstClaims, maintain } = deps
+    const { afterFirstClaims } = deps
+    const lanes = yield* maintenanceLanes
+    const maintain = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) =>
+      deps.maintain(name, lanes.bounded(task), every)
+    const walk = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration = ARCHIVE_CLEANUP_EVERY) =>
+      deps.maintain(name, lanes.walk(task), every)
     yield* Effect.forkScoped(
       afterFirstClaims(
         maintain(
@@ -114,7 +146,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     )
     yield* Effect.forkScoped(
       afterFirstClaims(
-        maintain(
+        walk(
           "batch sweep",
           Effect.flatMap(batchSweep.runOnce, (r) =>
             r.recovered + r.uncounted + r.unstuck + r.callbacksSent + r.deleted === 0
@@ -132,7 +164,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     )
     yield* Effect.forkScoped(
       afterFirstClaims(
-        maintain(
+        walk(
           "uniqueness key reaper",
           Effect.flatMap(uniqueKeys.reap, (r) =>
             r.released === 0
@@ -145,14 +177,13 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     )
     yield* Effect.forkScoped(
       afterFirstClaims(
-        maintain(
+        walk(
           "processed-events retention",
           Effect.flatMap(processedEvents.purge, (n) =>
             n === 0
               ? Effect.void
               : Effect.logInfo(`pgbus: idempotency retention deleted ${n} processed-event record(s)`)
-          ),
-          ARCHIVE_CLEANUP_EVERY
+          )
         )
       )
     )
@@ -161,16 +192,15 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     yield* Effect.forkScoped(afterFirstClaims(outbox.pollerRole))
     yield* Effect.forkScoped(
       afterFirstClaims(
-        maintain(
+        walk(
           "job statistics retention",
-          jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null),
-          ARCHIVE_CLEANUP_EVERY
+          jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null)
         )
       )
     )
     yield* Effect.forkScoped(
       afterFirstClaims(
-        maintain(
+        walk(
           "archive retention",
           Effect.flatMap(store.cleanupArchive(), (report) =>
             report.length === 0
@@ -178,8 +208,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
               : Effect.logInfo(
                   `pgbus: archive retention deleted ${report.map((r) => `${r.deleted} from ${r.queue}`).join(", ")}`
                 )
-          ),
-          ARCHIVE_CLEANUP_EVERY
+          )
         )
       )
     )

@@ -243,22 +243,32 @@ export const campaign = (
     } satisfies Campaign
   })
 
-/** The boot line's words for who leads each role: `this process`, `host:pid`, or `none yet`. */
+/**
+ * The boot line's words for who leads each role: `this process`, `host:pid`, or `none yet`;
+ * no read when this process leads them all (`leading`: the campaign's roles held now).
+ */
 export const describeLeaders = (
   leaders: Effect.Effect<ReadonlyArray<LeaderRow>, unknown>,
   processId: string,
-  roles: ReadonlyArray<LeaderRole>
+  roles: ReadonlyArray<LeaderRole>,
+  leading: ReadonlySet<LeaderRole> = new Set()
 ): Effect.Effect<string> =>
-  leaders.pipe(
-    Effect.map((rows) =>
-      roles
-        .map((role) => {
-          const row = rows.find((r) => r.role === role && r.live)
-          const who =
-            row === undefined ? "none yet" : row.process_id === processId ? "this process" : `${row.host}:${row.pid}`
-          return `${role}=${who}`
-        })
-        .join(" ")
-    ),
-    Effect.catch(() => Effect.succeed("(could not be read)"))
-  )
+  roles.every((role) => leading.has(role))
+    ? Effect.succeed(roles.map((role) => `${role}=this process`).join(" "))
+    : leaders.pipe(
+        Effect.map((rows) =>
+          roles
+            .map((role) => {
+              const row = rows.find((r) => r.role === role && r.live)
+              const who =
+                row === undefined
+                  ? "none yet"
+                  : row.process_id === processId
+                    ? "this process"
+                    : `${row.host}:${row.pid}`
+              return `${role}=${who}`
+            })
+            .join(" ")
+        ),
+        Effect.catch(() => Effect.succeed("(could not be read)"))
+      )

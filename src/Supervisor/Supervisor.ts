@@ -18,7 +18,7 @@ import { makeDebouncer } from "../Job/Debounce.ts"
 import { JobClient } from "../Job/JobClient.ts"
 import { makeJobStatsSql } from "../Job/JobStatsSql.ts"
 import { makeUniqueKeys } from "../Job/Uniqueness.ts"
-import { checkSchemaVersion, requireMigrated } from "../Migrations.ts"
+import { checkMigrated } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
@@ -58,6 +58,9 @@ export interface SupervisorOptions {
 
 /** Longest the dispatcher's first round waits at boot for the workers' first claims. */
 const FIRST_CLAIMS_WAIT = Duration.seconds(1)
+
+/** Longest the boot waits for the leader campaign's first round (won, lost or failed). */
+const FIRST_ROUND_WAIT = Duration.seconds(5)
 
 /**
  * The campaigns for the leader roles (dispatcher, scheduler) and for the queues of single active
@@ -104,7 +107,7 @@ const campaignRoles = (
         : capsule.consumerPriority === undefined
           ? undefined
           : (queue) => !leadership.outranked({ queue, priority: capsule.consumerPriority! })
-    return { leadership, leaderRoles, consumerRoles, mayReadOf, recurring, runsScheduler }
+    return { leadership, leaderRoles, consumerRoles, ranks: ranks.length, mayReadOf, recurring, runsScheduler }
   })
 
 /**
@@ -204,8 +207,8 @@ export const runWith = (given: SupervisorOptions = {}) =>
       })
     if (!runsWorkers || local.length === 0) yield* Deferred.succeed(firstClaims, undefined)
 
-    yield* checkSchemaVersion()
-    yield* requireMigrated
+    // newer database, skipped or pending migrations: one read of each side
+    yield* checkMigrated
     // one line when the connection breaker opens, one when it closes; probes while it is open
     yield* Effect.forkScoped(watchConnection)
     // the event-loop watchdog: a blocked loop is logged with the jobs that ran meanwhile
@@ -218,14 +221,8 @@ export const runWith = (given: SupervisorOptions = {}) =>
       )
     }
 
-    const { leadership, leaderRoles, consumerRoles, mayReadOf, recurring, runsScheduler } = yield* campaignRoles(
-      config,
-      registry,
-      processId,
-      roles,
-      local,
-      runsWorkers
-    )
+    const campaigned = yield* campaignRoles(config, registry, processId, roles, local, runsWorkers)
+    const { leadership, leaderRoles, consumerRoles, mayReadOf, recurring, runsScheduler } = campaigned
     if (runsScheduler) {
       yield* Effect.forkScoped(
         leadership.whileLeading("scheduler", runScheduler(scheduler, recurring, config.recurringScheduleInterval))
@@ -261,23 +258,18 @@ export const runWith = (given: SupervisorOptions = {}) =>
       })
     }
 
-    yield* Effect.timeoutOption(leadership.firstRound, Duration.seconds(5))
-    if (leaderRoles.length > 0) {
-      yield* Effect.logInfo(
-        `[pgbus] boot: leaders ${yield* describeLeaders(processes.leaders, processId, leaderRoles)}`
-      )
-    }
-    if (consumerRoles.length > 0) {
-      yield* Effect.logInfo(
-        `[pgbus] boot: single active consumers ${yield* describeLeaders(processes.leaders, processId, consumerRoles)}`
-      )
-    }
-
-    // a child's health is its parent's business (and the port is the parent's)
+    // a child's health is its parent's business (and the port is the parent's); served before
+    // the workers are forked, so it closes after they drained
     if (config.healthPort !== undefined && child === undefined) {
       yield* serveHealthReport(config, config.healthPort, readiness, stats, childSlots, () => lastBlock)
     }
 
+    // Workers gated by the campaign (single active consumers, ranked consumers) wait for its
+    // first answer, else they would claim nothing until their next poll; the others claim now,
+    // while the campaign's first round (a connection of its own, 20-50 ms) goes on beside them.
+    const firstRound = Effect.timeoutOption(leadership.firstRound, FIRST_ROUND_WAIT)
+    const gated = runsWorkers && (consumerRoles.length > 0 || campaigned.ranks > 0)
+    if (gated) yield* firstRound
     const recycle: Effect.Effect<void> = runsWorkers
       ? yield* runLocalWorkers({
           config,
@@ -305,6 +297,21 @@ export const runWith = (given: SupervisorOptions = {}) =>
     yield* Effect.addFinalizer(() =>
       Ref.set(readiness, "DRAINING").pipe(Effect.andThen(Effect.logInfo("[pgbus] draining")))
     )
+
+    // the boot lines name the leaders, and readiness says OK, once the first round ended (or
+    // took too long)
+    if (!gated) yield* firstRound
+    const leading = yield* leadership.leading
+    if (leaderRoles.length > 0) {
+      yield* Effect.logInfo(
+        `[pgbus] boot: leaders ${yield* describeLeaders(processes.leaders, processId, leaderRoles, leading)}`
+      )
+    }
+    if (consumerRoles.length > 0) {
+      yield* Effect.logInfo(
+        `[pgbus] boot: single active consumers ${yield* describeLeaders(processes.leaders, processId, consumerRoles, leading)}`
+      )
+    }
     yield* Ref.set(readiness, "OK")
     yield* Effect.logInfo("[pgbus] ready")
     // a child returns when it recycles (or its parent is gone): its scope closes, it drains
