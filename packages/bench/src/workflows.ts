@@ -361,7 +361,7 @@ const main = async () => {
   p(
     `- effect-pgbus: \`Workflow.make\` with 3 \`Workflow.step\`s (each its own row and events, the default), \`ThreeSteps.start({ n })\`, ` +
       `\`Supervisor.runWith\` with one capsule on the workflow queue (concurrency ${CONCURRENCY}), LISTEN/NOTIFY on (default), ` +
-      `completion = \`WorkflowClient.counts\` finished, polled every ${W3_POLL_MS} ms once every run is started; "ours" = read-ahead ${REPORTED_RA}.`
+      `completion = \`WorkflowClient.counts\` finished, polled every ${W3_POLL_MS} ms once every run is started; "ours" = its defaults, "ours_tuned" = read-ahead ${REPORTED_RA}.`
   )
   p(
     "- DBOS `direct`: `DBOS.registerWorkflow` with 3 `DBOS.runStep`s, each starter `await wf(i)` (runs in-process, checkpointed in " +
