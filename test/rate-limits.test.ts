@@ -1,5 +1,7 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Clock, Effect, Layer, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import { PgBusConfig } from "../src/Config.ts"
 import * as Job from "../src/Job/Job.ts"
 import { Operations } from "../src/Operations/Operations.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
@@ -93,10 +95,23 @@ layer(testLayer, { excludeTestServices: true })("rate limits", (it) => {
       // a full bucket (100) at once, then 200 more at 100/s
       assert.isAtLeast(took, 1_800, "the rate held")
       assert.isBelow(took, 6_000, "and was not much slower than it")
-      // claims in any window W: the bucket's 100 plus W's refill, at most; measured at the handlers'
-      // starts, which follow their claim by up to a few tens of ms (0.1 s of refill allowed for it)
-      assert.isAtMost(mostInWindow(starts, 1_000), 210)
-      assert.isAtMost(mostInWindow(starts, 500), 160)
+      // claims in any window W: the bucket's 100 plus W's refill, at most. Counted at the claims
+      // themselves, in the database's time (an archived row keeps the vt its claim set: the claim's
+      // time plus the 30 s lease), not at the handlers' starts, which a loaded event loop bunches up
+      const sql = yield* SqlClient.SqlClient
+      const config = yield* PgBusConfig
+      const archive = sql(`${config.schema}.a_${config.queuePrefix}_${queue}`)
+      yield* eventually(
+        "all 300 archived",
+        Effect.map(sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM ${archive}`, ([r]) => r?.n === 300),
+        "10 seconds"
+      )
+      const claims = (yield* sql<{
+        readonly at: number
+      }>`SELECT (extract(epoch FROM vt) * 1000)::float8 - 30000 AS at FROM ${archive}`).map((r) => r.at)
+      // 2% for claims whose statement times and commits cross between the two supervisors
+      assert.isAtMost(mostInWindow(claims, 1_000), 204)
+      assert.isAtMost(mostInWindow(claims, 500), 153)
     })
   )
 
