@@ -96,8 +96,12 @@ layer(testLayer, { excludeTestServices: true })("rate limits", (it) => {
       assert.isAtLeast(took, 1_800, "the rate held")
       assert.isBelow(took, 6_000, "and was not much slower than it")
       // claims in any window W: the bucket's 100 plus W's refill, at most. Counted at the claims
-      // themselves, in the database's time (an archived row keeps the vt its claim set: the claim's
-      // time plus the 30 s lease), not at the handlers' starts, which a loaded event loop bunches up
+      // themselves, in the database's time (an archived row keeps the vt its claim set: the claim
+      // statement's start plus the 30 s lease), not at the handlers' starts, which a loaded event
+      // loop bunches up. A claim that waited for the bucket's row behind the other supervisor's
+      // counts at its start, before its grant: up to 0.3 s of refill is allowed for that (quiet:
+      // at most 198 in 1 s and 148 in 500 ms; loaded, 218 in 1 s). Two buckets, or one refilled
+      // twice, would give 300 and 200.
       const sql = yield* SqlClient.SqlClient
       const config = yield* PgBusConfig
       const archive = sql(`${config.schema}.a_${config.queuePrefix}_${queue}`)
@@ -109,9 +113,8 @@ layer(testLayer, { excludeTestServices: true })("rate limits", (it) => {
       const claims = (yield* sql<{
         readonly at: number
       }>`SELECT (extract(epoch FROM vt) * 1000)::float8 - 30000 AS at FROM ${archive}`).map((r) => r.at)
-      // 2% for claims whose statement times and commits cross between the two supervisors
-      assert.isAtMost(mostInWindow(claims, 1_000), 204)
-      assert.isAtMost(mostInWindow(claims, 500), 153)
+      assert.isAtMost(mostInWindow(claims, 1_000), 230)
+      assert.isAtMost(mostInWindow(claims, 500), 180)
     })
   )
 
