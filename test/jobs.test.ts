@@ -481,7 +481,7 @@ layer(
         const queue = unique("long")
         const runs: Array<number> = []
         const job = Job.make("Long", { payload: Payload, queue }, (_, ctx) =>
-          Effect.sync(() => runs.push(ctx.attempt)).pipe(Effect.andThen(Effect.sleep("1800 millis")))
+          Effect.sync(() => runs.push(ctx.attempt)).pipe(Effect.andThen(Effect.sleep("3600 millis")))
         )
         const store = yield* QueueStore
         yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 2 }] })
@@ -490,7 +490,9 @@ layer(
         assert.deepStrictEqual(runs, [1])
       }).pipe(
         Effect.scoped,
-        Effect.provide(TestDatabase.layer({ visibilityTimeout: "600 millis", pollingInterval: "50 millis" }), {
+        // a lease of 1.2 s heartbeated every 400 ms (a third): 800 ms of margin for a loaded
+        // machine's late heartbeat (with 600 ms, a CI pass redelivered it once)
+        Effect.provide(TestDatabase.layer({ visibilityTimeout: "1200 millis", pollingInterval: "50 millis" }), {
           local: true
         })
       )
