@@ -69,21 +69,15 @@ export const makeQueueAcks = (
     Effect.gen(function* () {
       yield* refuse(queue, Input.listProblem(receipts, Input.receiptProblem, "receipts"))
       const now = yield* statementNow
-      const n = yield* acknowledge(
+      return yield* acknowledge(
         "release in",
-        (p, r) => statements.messageReleaseReceipts(p, r, now),
+        (p, r) =>
+          Effect.tap(statements.messageReleaseReceipts(p, r, now), (rows) =>
+            // visible again at once, likely below this store's claim floor
+            rows.length === 0 ? Effect.void : Effect.map(Clock.currentTimeMillis, (at) => noteDue(p, r.ids, at))
+          ),
         () => Effect.succeed([])
       )(queue, receipts)
-      // visible again at once, likely below this store's claim floor
-      if (n > 0) {
-        const name = yield* validateName(queue)
-        noteDue(
-          name.physical,
-          receipts.map((r) => r.msgId),
-          yield* Clock.currentTimeMillis
-        )
-      }
-      return n
     })
 
   const recordFailure = (queue: string, receipt: Receipt, failure: Failure, retryDelay: Duration.Input) =>
