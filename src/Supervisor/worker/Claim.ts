@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Queue } from "effect"
+import { Duration, Effect, Queue, Semaphore } from "effect"
 import { isPassingFailure, retryTransient } from "../../Database.ts"
 import * as OutageBackoff from "../../internal/OutageBackoff.ts"
 import { jobOf } from "../../Job/Executor.ts"
@@ -14,7 +14,7 @@ import type { Message } from "../../Queue/Message.ts"
 import { pollDelay } from "../../Queue/Notifier.ts"
 import type { ReadClaim } from "../../Queue/QueueRows.ts"
 import { isBreakerOpen } from "../ConnectionWatch.ts"
-import { splitDeleted, takeCompleted } from "./Archive.ts"
+import { CLAIM_ARCHIVE_LIMIT, splitDeleted, takeCompleted } from "./Archive.ts"
 import { forget, gated, isPaused, type QueueRead, room, type WorkerContext, worthClaiming } from "./Context.ts"
 
 /**
@@ -226,11 +226,19 @@ const claimWith = (ctx: WorkerContext, rate: ReturnType<typeof makeRateWake>, wi
 export const makeReadLoop = (ctx: WorkerContext) => {
   const { stats, capacityFreed, wakeups } = ctx
   const rate = makeRateWake(ctx)
-  // Backlogged, the flusher leaves successes to the claim (under the flush lock, as a flush);
-  // otherwise (woken by a notification) the claim reads without waiting for a flush.
+  // Backlogged, the flusher leaves a few successes to the claim (under the flush lock, as a
+  // flush); otherwise (woken by a notification, many successes, or a flush under way) the claim
+  // reads without waiting for a flush.
   const claim = Effect.suspend(() =>
-    ctx.claimArchives && ctx.queuesMayHaveMore && ctx.completed.length > 0
-      ? ctx.flushLock.withPermit(claimWith(ctx, rate, true))
+    ctx.claimArchives && ctx.queuesMayHaveMore && ctx.completed.length > 0 && ctx.completed.length < CLAIM_ARCHIVE_LIMIT
+      ? Semaphore.withPermitsIfAvailable(
+          ctx.flushLock,
+          1
+        )(claimWith(ctx, rate, true)).pipe(
+          Effect.flatMap((claimed) =>
+            claimed._tag === "Some" ? Effect.succeed(claimed.value) : claimWith(ctx, rate, false)
+          )
+        )
       : claimWith(ctx, rate, false)
   ).pipe(
     Effect.ensuring(
