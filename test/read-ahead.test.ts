@@ -36,19 +36,30 @@ describe("adaptive read-ahead", () => {
     assert.strictEqual(slow.current(), 5)
   })
 
-  it("jobs long next to a fast claim still buffer 25 ms of each slot's work (workflow runs waiting on the database)", () => {
+  it("jobs short next to the claim buffer 25 ms of each slot's work; jobs of four claims or more one job per slot (workflow runs)", () => {
     const ra = ReadAhead.adaptive(10, 30_000)
     for (let i = 0; i < 50; i++) ra.ran(10)
     const seen: Array<number> = []
     for (let i = 0; i < 4; i++) {
-      ra.claimed(1, true)
+      ra.claimed(3, true)
       seen.push(ra.current())
     }
-    // 10 slots × 8 claim round trips × 1 ms / 10 ms per job is 8; 10 slots × 25 ms / 10 ms is 25
+    // a job of 10 ms is 3.3 claims of 3 ms: 10 slots × 8 claims × 3 ms / 10 ms is 24, 10 slots × 25 ms / 10 ms is 25
     assert.deepStrictEqual(seen, [10, 20, 25, 25])
     // a drained queue keeps it: the jobs still warrant it
-    ra.claimed(1, false)
+    ra.claimed(3, false)
     assert.strictEqual(ra.current(), 25)
+    // claims of 2 ms: a job is 5 of them, one job per slot is buffer enough
+    for (let i = 0; i < 50; i++) ra.claimed(2, true)
+    assert.strictEqual(ra.current(), 10)
+    const run = ReadAhead.adaptive(10, 30_000)
+    for (let i = 0; i < 50; i++) run.ran(20)
+    const runs: Array<number> = []
+    for (let i = 0; i < 3; i++) {
+      run.claimed(2, true)
+      runs.push(run.current())
+    }
+    assert.deepStrictEqual(runs, [10, 10, 10])
   })
 
   it("an explicit read-ahead is kept whatever happens", () => {

@@ -10,8 +10,9 @@
  *   which the first term alone (with 4 round trips) answered with a read-ahead of about 4 where
  *   10 to 20 took fewer statements and less CPU per run (W3). Short jobs get large batches, long jobs small ones (fairness
  *   between workers: a job bought by one worker waits in its buffer while another may be idle).
- * - Bounded: at most `MAX_PER_SLOT × concurrency`, and never more than the slots can run within
- *   a quarter of the visibility timeout (a buffered message's lease runs while it waits).
+ * - Bounded: at most `MAX_PER_SLOT × concurrency` (one job per slot for jobs that outlast
+ *   `LONG_JOB_CLAIMS` claims), and never more than the slots can run within a quarter of the
+ *   visibility timeout (a buffered message's lease runs while it waits).
  * - Grows by doubling (from `concurrency`) while backlogged. A drained queue keeps it (a claim
  *   of a drained queue takes what there is, so it costs no latency; halving it there cost W3 a
  *   fifth of its throughput), only brought down to what the jobs' time warrants.
@@ -30,6 +31,16 @@ export const HORIZON = 8
 export const SLOT_BUFFER_MS = 25
 /** Upper bound per slot of concurrency. */
 export const MAX_PER_SLOT = 64
+/**
+ * A job that lasts this many claims or more is long: the read-ahead is then at most one job per
+ * slot. One each covers any claim, and a deeper buffer kept a workflow runner's executions apart
+ * (each started its next run the moment it ended its last), so that nearly every shared
+ * statement carried a fresh run's claim (2.05 ms in PostgreSQL against 1.45 for outcomes alone):
+ * W3 at 3,000 runs ran 610 → 682 runs/s at the median, faster in 8 of 9 alternated rounds, as a
+ * fixed read-ahead of 10 did (the buffer, dry as a group of runs ends, hands the next read's runs
+ * to idle executors together).
+ */
+export const LONG_JOB_CLAIMS = 4
 /** Weight of a new sample in the moving averages. */
 const ALPHA = 0.2
 
@@ -60,7 +71,8 @@ export const adaptive = (concurrency: number, visibilityMs: number): ReadAhead =
       Math.floor((concurrency * SLOT_BUFFER_MS) / job)
     )
     const byLease = Math.floor((concurrency * visibilityMs) / (4 * job)) - concurrency
-    return Math.max(0, Math.min(want, MAX_PER_SLOT * concurrency, byLease))
+    const bound = job >= LONG_JOB_CLAIMS * claim ? concurrency : MAX_PER_SLOT * concurrency
+    return Math.max(0, Math.min(want, bound, byLease))
   }
   return {
     current: () => ra,
