@@ -1,6 +1,6 @@
 /**
- * Archiving a worker's successes: in batches, a few by the next claim's statement while the queues have
- * more (see `Claim.ts`), else by the flusher, one statement per queue.
+ * Archiving a worker's successes: in batches, a few by the next claim's statement while the
+ * queues have more (see `Claim.ts`), else by the flusher, one statement per queue.
  *
  * @since 0.1.0
  */
