@@ -3,17 +3,20 @@ import { assert, describe, it } from "@effect/vitest"
 import * as ClaimCursor from "../src/Queue/ClaimCursor.ts"
 import * as ReadAhead from "../src/Supervisor/ReadAhead.ts"
 
+/** Jobs of `jobMs` timed, then `claims` backlogged claims of `claimMs`: the read-ahead after each. */
+const backlogged = (ra: ReadAhead.ReadAhead, jobMs: number, claimMs: number, claims: number) => {
+  for (let i = 0; i < 50; i++) ra.ran(jobMs)
+  return Array.from({ length: claims }, () => {
+    ra.claimed(claimMs, true)
+    return ra.current()
+  })
+}
+
 describe("adaptive read-ahead", () => {
   it("short jobs in a backlog grow it by doubling to the bound; a drained queue keeps it until jobs grow longer", () => {
     const ra = ReadAhead.adaptive(10, 30_000)
     assert.strictEqual(ra.current(), 0)
-    for (let i = 0; i < 50; i++) ra.ran(0.05)
-    const seen: Array<number> = []
-    for (let i = 0; i < 8; i++) {
-      ra.claimed(5, true)
-      seen.push(ra.current())
-    }
-    assert.deepStrictEqual(seen, [10, 20, 40, 80, 160, 320, 640, 640])
+    assert.deepStrictEqual(backlogged(ra, 0.05, 5, 8), [10, 20, 40, 80, 160, 320, 640, 640])
     // drained: a claim takes what there is, the read-ahead costs nothing and stays
     ra.claimed(1, false)
     assert.strictEqual(ra.current(), 640)
@@ -38,28 +41,16 @@ describe("adaptive read-ahead", () => {
 
   it("jobs short next to the claim buffer 25 ms of each slot's work; jobs of four claims or more one job per slot (workflow runs)", () => {
     const ra = ReadAhead.adaptive(10, 30_000)
-    for (let i = 0; i < 50; i++) ra.ran(10)
-    const seen: Array<number> = []
-    for (let i = 0; i < 4; i++) {
-      ra.claimed(3, true)
-      seen.push(ra.current())
-    }
     // a job of 10 ms is 3.3 claims of 3 ms: 10 slots × 8 claims × 3 ms / 10 ms is 24, 10 slots × 25 ms / 10 ms is 25
-    assert.deepStrictEqual(seen, [10, 20, 25, 25])
+    assert.deepStrictEqual(backlogged(ra, 10, 3, 4), [10, 20, 25, 25])
     // a drained queue keeps it: the jobs still warrant it
     ra.claimed(3, false)
     assert.strictEqual(ra.current(), 25)
     // claims of 2 ms: a job is 5 of them, one job per slot is buffer enough
     for (let i = 0; i < 50; i++) ra.claimed(2, true)
     assert.strictEqual(ra.current(), 10)
-    const run = ReadAhead.adaptive(10, 30_000)
-    for (let i = 0; i < 50; i++) run.ran(20)
-    const runs: Array<number> = []
-    for (let i = 0; i < 3; i++) {
-      run.claimed(2, true)
-      runs.push(run.current())
-    }
-    assert.deepStrictEqual(runs, [10, 10, 10])
+    // a workflow run of 20 ms against claims of 2 ms: one per slot from the first claim on
+    assert.deepStrictEqual(backlogged(ReadAhead.adaptive(10, 30_000), 20, 2, 3), [10, 10, 10])
   })
 
   it("an explicit read-ahead is kept whatever happens", () => {
