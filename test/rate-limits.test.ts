@@ -1,9 +1,10 @@
 import { assert, describe, layer } from "@effect/vitest"
-import { Clock, Effect, Layer, Schema } from "effect"
+import { Clock, Duration, Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
 import * as Job from "../src/Job/Job.ts"
 import { Operations } from "../src/Operations/Operations.ts"
+import * as QueueName from "../src/Queue/QueueName.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
@@ -97,14 +98,15 @@ layer(testLayer, { excludeTestServices: true })("rate limits", (it) => {
       assert.isBelow(took, 6_000, "and was not much slower than it")
       // claims in any window W: the bucket's 100 plus W's refill, at most. Counted at the claims
       // themselves, in the database's time (an archived row keeps the vt its claim set: the claim
-      // statement's start plus the 30 s lease), not at the handlers' starts, which a loaded event
+      // statement's start plus the lease), not at the handlers' starts, which a loaded event
       // loop bunches up. A claim that waited for the bucket's row behind the other supervisor's
       // counts at its start, before its grant: up to 0.3 s of refill is allowed for that (quiet:
       // at most 198 in 1 s and 148 in 500 ms; loaded, 218 in 1 s). Two buckets, or one refilled
       // twice, would give 300 and 200.
       const sql = yield* SqlClient.SqlClient
       const config = yield* PgBusConfig
-      const archive = sql(`${config.schema}.a_${config.queuePrefix}_${queue}`)
+      const archive = sql(`${config.schema}.a_${QueueName.physicalOf(config.queuePrefix, queue)}`)
+      const leaseMs = Duration.toMillis(config.visibilityTimeout)
       yield* eventually(
         "all 300 archived",
         Effect.map(sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM ${archive}`, ([r]) => r?.n === 300),
@@ -112,7 +114,7 @@ layer(testLayer, { excludeTestServices: true })("rate limits", (it) => {
       )
       const claims = (yield* sql<{
         readonly at: number
-      }>`SELECT (extract(epoch FROM vt) * 1000)::float8 - 30000 AS at FROM ${archive}`).map((r) => r.at)
+      }>`SELECT (extract(epoch FROM vt) * 1000)::float8 - ${leaseMs}::float8 AS at FROM ${archive}`).map((r) => r.at)
       assert.isAtMost(mostInWindow(claims, 1_000), 230)
       assert.isAtMost(mostInWindow(claims, 500), 180)
     })
