@@ -56,14 +56,16 @@ const makeRateWake = (ctx: WorkerContext) => {
 // their visibility timeout.
 // A claim that also claimed woken steps (a read claim) releases those first, by its messages,
 // so that their next delivery does not find them held as by a dead worker.
+// The worker reads nothing until this ends: retried every second at most, so that it ends
+// within a second of the server's return, not five.
 const releaseLostClaim = (ctx: WorkerContext, queue: string, mark: string, readClaim: ReadClaim | undefined) =>
   (readClaim === undefined
     ? Effect.void
-    : retryTransient(ctx.store.claimedBy(queue, mark)).pipe(
+    : retryTransient(ctx.store.claimedBy(queue, mark), { everySecond: true }).pipe(
         Effect.flatMap((messages) => readClaim.release(messages, false))
       )
   ).pipe(
-    Effect.andThen(retryTransient(ctx.store.releaseClaim(queue, mark))),
+    Effect.andThen(retryTransient(ctx.store.releaseClaim(queue, mark), { everySecond: true })),
     Effect.flatMap((n) =>
       n === 0
         ? Effect.void
