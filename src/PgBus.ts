@@ -16,6 +16,7 @@ import * as Migrations from "./Migrations.ts"
 import { Notifier } from "./Queue/Notifier.ts"
 import { QueueStates } from "./Queue/QueueStates.ts"
 import { QueueStore } from "./Queue/QueueStore.ts"
+import { WorkerQueueStore } from "./Queue/WorkerQueueStore.ts"
 import { RecurringScheduler } from "./Recurring/Scheduler.ts"
 import { Processes } from "./Supervisor/Processes.ts"
 import type { WorkflowClient } from "./Workflow/Client.ts"
@@ -28,6 +29,7 @@ export type PgBus =
   | SqlClient.SqlClient
   | Notifier
   | QueueStore
+  | WorkerQueueStore
   | QueueStates
   | JobClient
   | Processes
@@ -64,7 +66,9 @@ export const layerFrom = <E>(
     Effect.flatMap(PgBusConfig, (c) => (c.migrate ? Effect.asVoid(Migrations.migrate) : Effect.void))
   ).pipe(Layer.provideMerge(Database.layer))
   const notifier = Notifier.layer.pipe(Layer.provideMerge(database))
-  const queues = Layer.mergeAll(QueueStore.layer, QueueStates.layer).pipe(Layer.provideMerge(notifier))
+  const queues = Layer.mergeAll(QueueStore.layer, WorkerQueueStore.layer, QueueStates.layer).pipe(
+    Layer.provideMerge(notifier)
+  )
   const onQueues = Layer.mergeAll(JobClient.layer, Processes.layer)
   const batches = Batch.layer.pipe(Layer.provideMerge(onQueues))
   const workflows = WorkflowEngine.layer.pipe(Layer.provideMerge(batches))

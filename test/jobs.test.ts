@@ -6,6 +6,7 @@ import { DatabaseError } from "../src/Database.ts"
 import * as Job from "../src/Job/Job.ts"
 import { JobClient, TRACEPARENT } from "../src/Job/JobClient.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { WorkerQueueStore } from "../src/Queue/WorkerQueueStore.ts"
 import { Registry } from "../src/Registry.ts"
 import { Processes } from "../src/Supervisor/Processes.ts"
 import * as Supervisor from "../src/Supervisor/Supervisor.ts"
@@ -763,7 +764,7 @@ layer(
           const job = Job.make("LostReply", { payload: Payload, queue }, (_, { attempt }) =>
             Effect.sync(() => ran.push(attempt))
           )
-          const store = yield* QueueStore
+          const store = yield* WorkerQueueStore
           // the first claim of the queue commits, then fails as if its reply had been lost
           let lost = false
           const lossy = QueueStore.of({
@@ -784,7 +785,7 @@ layer(
           })
           yield* job.enqueue({ id: 1 })
           yield* startSupervisor([job], { capsules: [{ name: "c", queues: [queue], concurrency: 1 }] }).pipe(
-            Effect.provideService(QueueStore, lossy)
+            Effect.provideService(WorkerQueueStore, lossy)
           )
           // the visibility timeout is 30 s
           yield* eventually(

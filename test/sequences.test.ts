@@ -6,6 +6,7 @@ import { Operations } from "../src/Operations/Operations.ts"
 import type { Message } from "../src/Queue/Message.ts"
 import { Notifier } from "../src/Queue/Notifier.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
+import { WorkerQueueStore } from "../src/Queue/WorkerQueueStore.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -64,7 +65,7 @@ const makeTrace = () => {
   const record = (who: string, what: string) => events.push({ at: performance.now(), who, what })
   const instrument = <A, E, R>(who: string, effect: Effect.Effect<A, E, R>) =>
     Effect.gen(function* () {
-      const store = yield* QueueStore
+      const store = yield* WorkerQueueStore
       const notifier = yield* Notifier
       const traced: QueueStore["Service"] = {
         ...store,
@@ -91,7 +92,7 @@ const makeTrace = () => {
           }
         }))
       return yield* effect.pipe(
-        Effect.provideService(QueueStore, traced),
+        Effect.provideService(WorkerQueueStore, traced),
         Effect.provideService(Notifier, { ...notifier, subscribe })
       )
     })

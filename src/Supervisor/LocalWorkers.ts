@@ -73,6 +73,8 @@ const childDeps = (
 export interface LocalWorkersDeps {
   readonly config: PgBusConfigShape
   readonly store: QueueStore["Service"]
+  /** The store the workers claim and archive through: the workers' session (see WorkerSession.ts). */
+  readonly workerStore: QueueStore["Service"]
   readonly notifier: Notifier["Service"]
   readonly registry: Registry["Service"]
   readonly processes: Processes["Service"]
@@ -108,7 +110,7 @@ export const runLocalWorkers = (deps: LocalWorkersDeps) =>
     const paused = yield* queueStates.watch
     // the per-queue circuit breaker of this process's workers (failures in a row, by queue)
     const queueBreaker = makeQueueBreaker(config, queueStates)
-    const workerStore = gateReads(store, config)
+    const workerStore = gateReads(deps.workerStore, config)
     // created before the workers are forked, so its last flush runs after they drained
     const jobStats = yield* JobStats.make
     // a child recycled after maxJobsPerProcess: its worker takes no more than that, and says

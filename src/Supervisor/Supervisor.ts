@@ -22,6 +22,7 @@ import { checkMigrated } from "../Migrations.ts"
 import { Notifier } from "../Queue/Notifier.ts"
 import { QueueStates } from "../Queue/QueueStates.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
+import { WorkerQueueStore } from "../Queue/WorkerQueueStore.ts"
 import { RecurringScheduler } from "../Recurring/Scheduler.ts"
 import { Registry } from "../Registry.ts"
 import { WorkflowSweep } from "../Workflow/Engine.ts"
@@ -274,6 +275,7 @@ export const runWith = (given: SupervisorOptions = {}) =>
       ? yield* runLocalWorkers({
           config,
           store,
+          workerStore: yield* WorkerQueueStore,
           notifier,
           registry,
           processes,
