@@ -322,6 +322,21 @@ export const pipelinedClient = (
 /** Statements of a pipelined client in flight on one connection before it opens its second. */
 const PIPELINE_DEPTH = 8
 
+/**
+ * The workers' session: the pipelined client (`pipelinedClient`) of this process's own steady
+ * statements, those of its workers and of the workflow runner's shared statements, never a
+ * caller's. Its connections open at the first of them and close after a minute idle.
+ *
+ * @category services
+ */
+export class WorkerSession extends Context.Service<WorkerSession, SqlClient.SqlClient>()("effect-pgbus/WorkerSession") {
+  /** The workers' session, on a pipelined client of its own. */
+  static readonly layer: Layer.Layer<WorkerSession, DatabaseError, PgBusConfig> = Layer.effect(
+    WorkerSession,
+    pipelinedClient("effect-pgbus workers")
+  )
+}
+
 /** The connection breaker of the pool's target (see `internal/ConnectionBreaker.ts`). */
 export const breakerOf = (config: PgBusConfigShape): Breaker => {
   const target = targetOf(Redacted.value(config.databaseUrl))

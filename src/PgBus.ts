@@ -27,6 +27,7 @@ export type PgBus =
   | PgBusConfig
   | PgClient.PgClient
   | SqlClient.SqlClient
+  | Database.WorkerSession
   | Notifier
   | QueueStore
   | WorkerQueueStore
@@ -64,7 +65,7 @@ export const layerFrom = <E>(
   // with `migrate: true`, pending migrations are applied before anything reads a table
   const database = Layer.effectDiscard(
     Effect.flatMap(PgBusConfig, (c) => (c.migrate ? Effect.asVoid(Migrations.migrate) : Effect.void))
-  ).pipe(Layer.provideMerge(Database.layer))
+  ).pipe(Layer.provideMerge(Layer.merge(Database.layer, Database.WorkerSession.layer)))
   const notifier = Notifier.layer.pipe(Layer.provideMerge(database))
   const queues = Layer.mergeAll(QueueStore.layer, WorkerQueueStore.layer, QueueStates.layer).pipe(
     Layer.provideMerge(notifier)

@@ -1,21 +1,21 @@
 /**
- * The workers' session: the queue store a process's workers claim, archive and retry through,
- * on a pipelined client of its own (`Database.pipelinedClient`) rather than the pool. A
+ * The workers' queue store: the one a process's workers claim, archive and retry through, on
+ * the workers' session (`Database.WorkerSession`, a pipelined client of its own) rather than the pool. A
  * capsule's claim and its flusher's archive touch the same table; on the pool they ran at once
  * on two backends, each slowing the other and taking the core the handlers run on. Pipelined on
  * one connection, they run one after the other with no round trip between them. Everything else
  * (enqueues, the dispatcher's sweeps, callers' transactions) stays on the pool, so a statement
  * waiting on a caller's lock holds up nothing but the workers.
  *
- * Built with the layer, not the supervisor: its connections open on the first claim and close
- * after a minute idle, and a supervisor that stops mid-connect does not wait on a closing pool.
+ * Built with the layer, not the supervisor: a supervisor that stops while the session connects
+ * does not wait on a pool that is closing.
  *
  * @since 0.1.0
  */
 import { Context, Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import type { PgBusConfig } from "../Config.ts"
-import { type DatabaseError, pipelinedClient } from "../Database.ts"
+import { WorkerSession } from "../Database.ts"
 import type { Notifier } from "./Notifier.ts"
 import { QueueStore } from "./QueueStore.ts"
 
@@ -23,11 +23,11 @@ import { QueueStore } from "./QueueStore.ts"
 export class WorkerQueueStore extends Context.Service<WorkerQueueStore, QueueStore["Service"]>()(
   "effect-pgbus/WorkerQueueStore"
 ) {
-  /** The workers' store on a pipelined client of its own. */
-  static readonly layer: Layer.Layer<WorkerQueueStore, DatabaseError, PgBusConfig | Notifier> = Layer.effect(
+  /** The workers' store on the workers' session. */
+  static readonly layer: Layer.Layer<WorkerQueueStore, never, PgBusConfig | Notifier | WorkerSession> = Layer.effect(
     WorkerQueueStore,
     Effect.gen(function* () {
-      const client = yield* pipelinedClient("effect-pgbus workers")
+      const client = yield* WorkerSession
       // fresh: the pool's QueueStore is memoised under the same layer
       const built = yield* Layer.build(
         Layer.fresh(QueueStore.layer).pipe(Layer.provide(Layer.succeed(SqlClient.SqlClient, client)))

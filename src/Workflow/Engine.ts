@@ -11,6 +11,7 @@ import { Context, Effect, Layer } from "effect"
 import type { SqlClient } from "effect/sql"
 import type { Batches } from "../Batch/Batch.ts"
 import type { PgBusConfig, PgBusConfigShape } from "../Config.ts"
+import type { WorkerSession } from "../Database.ts"
 import type { JobClient } from "../Job/JobClient.ts"
 import type { Notifier } from "../Queue/Notifier.ts"
 import type { QueueStore } from "../Queue/QueueStore.ts"
@@ -76,7 +77,7 @@ const make = Effect.gen(function* () {
 export const layer: Layer.Layer<
   WorkflowClient | WorkflowRunner | WorkflowSweep,
   never,
-  PgBusConfig | SqlClient.SqlClient | QueueStore | Notifier | JobClient | Batches
+  PgBusConfig | SqlClient.SqlClient | WorkerSession | QueueStore | Notifier | JobClient | Batches
 > = Layer.effectContext(
   Effect.map(make, ({ client, runner, sweep }) =>
     // the service checks every entry point's arguments first (ClientInput)

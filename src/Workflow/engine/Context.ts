@@ -10,10 +10,11 @@ import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { Batches } from "../../Batch/Batch.ts"
 import { PgBusConfig } from "../../Config.ts"
-import { toDatabaseError } from "../../Database.ts"
+import { toDatabaseError, WorkerSession } from "../../Database.ts"
 import { JobClient, physicalQueueOf } from "../../Job/JobClient.ts"
 import { Notifier } from "../../Queue/Notifier.ts"
 import * as QueueName from "../../Queue/QueueName.ts"
+import type { MessageCtes } from "../../Queue/QueueRows.ts"
 import { QueueStore } from "../../Queue/QueueStore.ts"
 import type { DatabaseError } from "../WorkflowError.ts"
 import { type ClaimRow, makeWorkflowSql, type WorkflowSql } from "../WorkflowSql.ts"
@@ -28,9 +29,11 @@ export const makeEngineContext = Effect.gen(function* () {
   const notifier = yield* Notifier
   const jobs = yield* JobClient
   const batches = yield* Batches
-  const statements: WorkflowSql = makeWorkflowSql(sql, config.schema, (physical, name, rows, now, claim) =>
+  const messageCtes: MessageCtes = (physical, name, rows, now, claim) =>
     store.messageCtes(physical, name, rows, now, claim)
-  )
+  const statements: WorkflowSql = makeWorkflowSql(sql, config.schema, messageCtes)
+  // the runner's shared statements (never in a caller's transaction), over the workers' session
+  const sessionStatements: WorkflowSql = makeWorkflowSql(yield* WorkerSession, config.schema, messageCtes)
   const worker = `${os.hostname()}:${process.pid}`
   /** Steps a signal claimed for this process's worker, by the delivery of their message (local dispatch). */
   const preclaimed = new Map<string, ClaimRow>()
@@ -63,6 +66,7 @@ export const makeEngineContext = Effect.gen(function* () {
     jobs,
     batches,
     statements,
+    sessionStatements,
     worker,
     preclaimed,
     revision,

@@ -22,7 +22,7 @@ import { stepMetrics } from "./Metrics.ts"
 
 /** Applying a step's outcome: one statement, the shared statements of the common case, releases. */
 export const makeOutcomes = (ctx: EngineContext) => {
-  const { config, statements, worker, revision, db, queueOf, errorJson } = ctx
+  const { config, statements, sessionStatements, worker, revision, db, queueOf, errorJson } = ctx
 
   /** A new attempt of the step, due at once, counting `reattempts` consecutive reattempts. */
   const nextAttemptNow = (step: StepRow, reattempts: number): NextAction => ({
@@ -50,8 +50,9 @@ export const makeOutcomes = (ctx: EngineContext) => {
     }
   }
 
-  const finish = (p: Omit<Parameters<WorkflowSql["stepFinish"]>[0], "worker" | "appRevision">) =>
-    statements.stepFinish({ ...p, worker, appRevision: revision }).pipe(db("apply step outcome"))
+  const finishOn = (on: WorkflowSql) => (p: Omit<Parameters<WorkflowSql["stepFinish"]>[0], "worker" | "appRevision">) =>
+    on.stepFinish({ ...p, worker, appRevision: revision }).pipe(db("apply step outcome"))
+  const finish = finishOn(statements)
 
   /**
    * Releases an attempt this process claimed and will not finish (a drain interrupted its
@@ -96,10 +97,11 @@ export const makeOutcomes = (ctx: EngineContext) => {
   // Claims of fresh runs with their first step pile up with them and leave in the same statement
   // (claimAndFinishMany): one batch out at a time for both, as when they took turns (which took
   // W3 from 1.9 to 1.3-1.5 statements per run), but one statement where the turns took two.
+  // They go over the workers' session (never in a caller's transaction: see execution/Outcome.ts).
   const one = (e: FinishManyEntry) =>
     // alone, the same outcome through the single statement; it reads the workflow's name and the
     // queue only to send a scheduled step's message, which a shared outcome never has
-    finish({
+    finishOn(sessionStatements)({
       workflow: "",
       runId: e.runId,
       stepId: e.stepId,
@@ -113,11 +115,12 @@ export const makeOutcomes = (ctx: EngineContext) => {
     }).pipe(Effect.map((rows) => rows[0]))
 
   /** A fresh run claimed with its first step, alone (its statement is the shared one's, for one run). */
-  const claimFirst = (entry: ClaimFirstEntry) =>
-    statements.runClaimFirstMany([entry], worker, revision).pipe(
+  const claimFirstOn = (on: WorkflowSql) => (entry: ClaimFirstEntry) =>
+    on.runClaimFirstMany([entry], worker, revision).pipe(
       db("claim run"),
       Effect.map((rows) => rows.flatMap((row) => (row.id === null ? [] : [row as ClaimRow])))
     )
+  const claimFirst = claimFirstOn(statements)
 
   /** A claim of a fresh run's first step, or a common outcome: what the shared statement takes. */
   type Shared =
@@ -138,7 +141,7 @@ export const makeOutcomes = (ctx: EngineContext) => {
       return items.map((i) => (i._tag === "claim" ? claimRows[c++] : finishRows[f++]))
     }
     if (finishes.length === 0) {
-      return statements.runClaimFirstMany(claims, worker, revision).pipe(
+      return sessionStatements.runClaimFirstMany(claims, worker, revision).pipe(
         db("claim runs"),
         Effect.map((rows) =>
           inOrder(
@@ -149,12 +152,12 @@ export const makeOutcomes = (ctx: EngineContext) => {
       )
     }
     if (claims.length === 0) {
-      return statements.stepFinishMany(finishes, worker, revision).pipe(
+      return sessionStatements.stepFinishMany(finishes, worker, revision).pipe(
         db("apply step outcomes"),
         Effect.map((rows) => inOrder([], rows))
       )
     }
-    return statements.claimAndFinishMany(claims, finishes, worker, revision).pipe(
+    return sessionStatements.claimAndFinishMany(claims, finishes, worker, revision).pipe(
       db("claim runs and apply step outcomes"),
       Effect.map((rows) => {
         const claimRows: Array<ClaimRow | undefined> = []
@@ -177,7 +180,8 @@ export const makeOutcomes = (ctx: EngineContext) => {
   }
   const sharedBatched = makeBatcher<Shared, ClaimRow | FinishRow | undefined, DatabaseError>({
     many: sendShared,
-    one: (i) => (i._tag === "claim" ? Effect.map(claimFirst(i.entry), (rows) => rows[0]) : one(i.entry)),
+    one: (i) =>
+      i._tag === "claim" ? Effect.map(claimFirstOn(sessionStatements)(i.entry), (rows) => rows[0]) : one(i.entry),
     key: (i) => i.entry.runId
   })
   const finishBatched = (entry: FinishManyEntry) =>
