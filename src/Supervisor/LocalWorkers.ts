@@ -73,7 +73,7 @@ const childDeps = (
 export interface LocalWorkersDeps {
   readonly config: PgBusConfigShape
   readonly store: QueueStore["Service"]
-  /** The store the workers claim and archive through: the workers' session (see WorkerSession.ts). */
+  /** The store the workers claim and archive through: `WorkerQueueStore`, on the workers' session. */
   readonly workerStore: QueueStore["Service"]
   readonly notifier: Notifier["Service"]
   readonly registry: Registry["Service"]
