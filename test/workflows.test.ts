@@ -858,7 +858,13 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           const sending = yield* Effect.forkChild(
             Effect.andThen(Deferred.await(locked), Effect.flip(run.signal("go", { n: 7 })))
           )
-          const blocked = yield* terminateWhileWaiting("pgbus.workflow_runs", Deferred.succeed(locked, undefined))
+          // terminated once the signal's own lock statement waits, not at the first statement that
+          // waits (a worker's claim touches the table too)
+          const blocked = yield* terminateWhileWaiting(
+            "pgbus.workflow_runs",
+            Deferred.succeed(locked, undefined),
+            `SELECT * FROM "pgbus"."workflow_runs"%FOR UPDATE`
+          )
           assert.isAbove(blocked, 0, "a statement in flight was terminated")
           const error = yield* Fiber.join(sending)
           assert.strictEqual(error._tag, "DatabaseError")
