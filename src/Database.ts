@@ -236,6 +236,10 @@ export interface SessionOptions {
   readonly direct?: boolean | undefined
 }
 
+/** A client's options that could not be set up (TLS files unreadable, say): not worth retrying. */
+const connectionSetupError = (error: { readonly detail: string }) =>
+  new DatabaseError({ operation: "connect", reason: "ConnectionSetup", detail: error.detail, retryable: false })
+
 /**
  * The PgClient (and SqlClient) layer built from `PgBusConfig`.
  *
@@ -245,15 +249,7 @@ export const layer: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, Databas
   PgClient.layerFrom(
     Effect.flatMap(PgBusConfig, (config) =>
       clientOptions(config).pipe(
-        Effect.mapError(
-          (error) =>
-            new DatabaseError({
-              operation: "connect",
-              reason: "ConnectionSetup",
-              detail: error.detail,
-              retryable: false
-            })
-        ),
+        Effect.mapError(connectionSetupError),
         Effect.flatMap((options) => PgClient.make(options).pipe(Effect.mapError(toDatabaseError("connect")))),
         // the driver's pool waits for a free connection without a bound: poolTimeout adds one
         Effect.flatMap((client) =>
@@ -279,10 +275,7 @@ export const dedicatedClient = (
 ): Effect.Effect<PgClient.PgClient, DatabaseError, PgBusConfig | Scope.Scope> =>
   Effect.flatMap(PgBusConfig, (config) =>
     clientOptions(config, applicationName, { ...session, direct: true }).pipe(
-      Effect.mapError(
-        (error) =>
-          new DatabaseError({ operation: "connect", reason: "ConnectionSetup", detail: error.detail, retryable: false })
-      ),
+      Effect.mapError(connectionSetupError),
       Effect.flatMap((options) =>
         PgClient.make({ ...options, maxConnections: 1 }).pipe(
           Effect.mapError(toDatabaseError("connect")),
@@ -305,10 +298,7 @@ export const pipelinedClient = (
 ): Effect.Effect<PgClient.PgClient, DatabaseError, PgBusConfig | Scope.Scope> =>
   Effect.flatMap(PgBusConfig, (config) =>
     clientOptions(config, applicationName).pipe(
-      Effect.mapError(
-        (error) =>
-          new DatabaseError({ operation: "connect", reason: "ConnectionSetup", detail: error.detail, retryable: false })
-      ),
+      Effect.mapError(connectionSetupError),
       Effect.flatMap((options) =>
         PgClient.make({
           ...options,
