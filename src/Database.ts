@@ -309,13 +309,20 @@ export const pipelinedClient = (
     )
   )
 
+/**
+ * Opens a client's first connection now (a new backend costs this machine 17 ms and more), so
+ * that its first real statement finds it open; a failure is left to that statement.
+ */
+export const openAhead = (client: SqlClient.SqlClient): Effect.Effect<void> => Effect.ignore(client`SELECT 1`)
+
 /** Statements of a pipelined client in flight on one connection before it opens its second. */
 const PIPELINE_DEPTH = 8
 
 /**
  * The workers' session: the pipelined client (`pipelinedClient`) of this process's own steady
  * statements, those of its workers and of the workflow runner's shared statements, never a
- * caller's. Its connections open at the first of them and close after a minute idle.
+ * caller's. A supervisor running workers opens its connection at boot (`openAhead`); it closes
+ * after a minute idle and opens again at the next statement.
  *
  * @category services
  */

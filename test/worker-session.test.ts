@@ -1,13 +1,14 @@
 /**
- * The workers' session (src/Supervisor/WorkerSession.ts): a process's workers claim and archive
- * on a pipelined connection of their own, not the pool. What a user sees: jobs run while
+ * The workers' session (`WorkerSession` in src/Database.ts): a process's workers claim and
+ * archive on a pipelined connection of their own, not the pool. What a user sees: jobs run while
  * callers' transactions hold every pooled connection, the process holds one such connection,
- * and that connection lost mid-run loses no job.
+ * opened at boot, and that connection lost mid-run loses no job.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Ref, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import * as Job from "../src/Job/Job.ts"
+import { QueueStates } from "../src/Queue/QueueStates.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import { onFreshDatabase } from "./support/TestDatabase.ts"
@@ -108,6 +109,35 @@ describe("the workers' session", () => {
           "every job ran",
           Effect.map(Ref.get(ran), (n) => n >= 1000),
           "20 seconds"
+        )
+        assert.strictEqual((yield* sessionBackends).length, 1)
+      })
+    )
+  )
+
+  it.live("a supervisor opens it at boot, before its workers' first claim", () =>
+    onFreshDatabase({}, () =>
+      Effect.gen(function* () {
+        const ran = yield* Ref.make(0)
+        const Work = Job.make("SessionBoot", { payload: Payload, queue: "session_boot" }, () =>
+          Ref.update(ran, (n) => n + 1)
+        )
+        // paused: the worker claims nothing, so only the boot can have opened the session
+        yield* QueueStore.use((store) => store.create("session_boot"))
+        yield* QueueStates.use((states) => states.pause("session_boot", { actor: "test", reason: "hold the claims" }))
+        assert.lengthOf(yield* sessionBackends, 0)
+        yield* startSupervisor([Work], { capsules: [{ name: "c", queues: ["session_boot"], concurrency: 2 }] })
+        yield* eventually(
+          "the workers' session is open",
+          Effect.map(sessionBackends, (pids) => pids.length === 1)
+        )
+        yield* Work.enqueue({ n: 1 })
+        yield* Effect.sleep("300 millis")
+        assert.strictEqual(yield* Ref.get(ran), 0, "the paused queue was not claimed")
+        yield* QueueStates.use((states) => states.resume("session_boot", { actor: "test" }))
+        yield* eventually(
+          "the job ran once the queue resumed",
+          Effect.map(Ref.get(ran), (n) => n === 1)
         )
         assert.strictEqual((yield* sessionBackends).length, 1)
       })

@@ -11,7 +11,7 @@ import { Cause, Clock, Deferred, Duration, Effect, Exit, Layer, Option, Ref, Run
 import { SqlClient } from "effect/sql"
 import { Batches, BatchSweep } from "../Batch/Batch.ts"
 import { PgBusConfig, type PgBusConfigShape } from "../Config.ts"
-import { breakerOf } from "../Database.ts"
+import { breakerOf, openAhead, WorkerSession } from "../Database.ts"
 import { Outbox } from "../EventBus/Outbox.ts"
 import { ProcessedEvents } from "../EventBus/ProcessedEvents.ts"
 import { makeDebouncer } from "../Job/Debounce.ts"
@@ -193,6 +193,9 @@ export const runWith = (given: SupervisorOptions = {}) =>
     const processId = child?.processId ?? crypto.randomUUID()
     const capacity = runsWorkers ? local.reduce((n, c) => n + c.concurrency, 0) : 0
     yield* checkPool(config, capacity, runsWorkers)
+    // the workers' session connects now, beside the boot's statements, not at the first claim
+    // (bench:jobs W1: the first job 70 ms after the start call instead of 90)
+    if (runsWorkers && local.length > 0) yield* Effect.forkScoped(openAhead(yield* WorkerSession))
     const stats: Array<WorkerStats> = runsWorkers ? local.map(makeStats) : []
     const childSlots = makeChildSlots()
     // At boot the workers claim first and the dispatcher's rounds start after their first

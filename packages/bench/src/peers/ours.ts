@@ -107,14 +107,29 @@ const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
 // traceparent header) that tallies every SQL statement of the timed phase by text (count, total
 // and mean time, first start and last end in ms from the phase's start) and prints it to stderr.
 const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
+// BENCH_OURS_TIMELINE=1 (with BENCH_OURS_PROFILE=1): every span that starts in the first 200 ms
+// of the timed phase, in order, with its start and end (what the boot does before the first job)
+const TIMELINE = process.env.BENCH_OURS_TIMELINE === "1"
 // BENCH_OURS_CPUPROF=<file>: a V8 CPU profile of the timed phase only (no startup, migration or
 // enqueue), written to <file> (.cpuprofile, for DevTools or a script): a diagnostic run.
 const CPUPROF = process.env.BENCH_OURS_CPUPROF
 const tally = new Map<string, { count: number; ns: bigint; first: bigint; last: bigint }>()
 let recordingFrom = 0n
 let recording = false
+const timeline: Array<[number, number, string]> = []
 class CountingSpan extends Tracer.NativeSpan {
   override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
+    if (recording && this.status._tag === "Started" && TIMELINE) {
+      const st = Number(this.status.startTime - recordingFrom) / 1e6
+      if (st < 200)
+        timeline.push([
+          st,
+          Number(endTime - recordingFrom) / 1e6,
+          `${this.name} ${String(this._attributes?.get("db.query.text") ?? "")
+            .replace(/\s+/g, " ")
+            .slice(0, 80)}`
+        ])
+    }
     if (recording && this.status._tag === "Started") {
       const text = this._attributes?.get("db.query.text")
       if (typeof text === "string") {
@@ -153,6 +168,7 @@ const withTracer = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   installed === undefined ? effect : Effect.provideService(effect, Tracer.Tracer, installed)
 const printTally = () => {
   if (!PROFILE) return
+  for (const [a, b, n] of timeline.sort((x, y) => x[0] - y[0])) console.error(`T ${a.toFixed(1)}-${b.toFixed(1)} ${n}`)
   const rows = [...tally].sort((a, b) => b[1].count - a[1].count)
   const total = rows.reduce((n, [, t]) => n + t.count, 0)
   console.error(`ours profile (${args.workload}, timed phase): ${total} statements; count, total ms, mean ms, text`)
