@@ -262,7 +262,7 @@ export const keys = {
   }),
   readAhead: key(Kinds.optional(Kinds.int(NonNegativeInt)), {
     default: null,
-    doc: "Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees. Unset, each worker decides from what it sees: while its queues are backlogged, enough to keep its slots busy for a few claim round trips (large for short jobs, small for long ones).",
+    doc: "Messages a capsule claims beyond its free slots and holds (heartbeated) until one frees. Unset, each worker decides from what it sees: one per slot once a job has ended; while its queues are backlogged, enough to keep its slots busy for a few claim round trips (large for short jobs, small for long ones).",
     defaultDoc: "adaptive",
     section: "workers",
     readme: true

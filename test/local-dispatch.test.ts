@@ -216,6 +216,12 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               return slot !== undefined
             })
           )
+          // a job has ended: the worker now reads one message ahead of its slot, but a hand-over
+          // still takes only a free slot (it would wait behind the busy one)
+          const again = notifier.reserveLocal(physical, STEP)
+          assert.isDefined(again)
+          assert.isUndefined(notifier.reserveLocal(physical, STEP), "one slot, read-ahead or not")
+          again!.cancel()
         }).pipe(Effect.scoped)
     )
   })

@@ -16,7 +16,7 @@ describe("adaptive read-ahead", () => {
   it("short jobs in a backlog grow it by doubling to the bound; a drained queue keeps it until jobs grow longer", () => {
     const ra = ReadAhead.adaptive(10, 30_000)
     assert.strictEqual(ra.current(), 0)
-    assert.deepStrictEqual(backlogged(ra, 0.05, 5, 8), [10, 20, 40, 80, 160, 320, 640, 640])
+    assert.deepStrictEqual(backlogged(ra, 0.05, 5, 8), [20, 40, 80, 160, 320, 640, 640, 640])
     // drained: a claim takes what there is, the read-ahead costs nothing and stays
     ra.claimed(1, false)
     assert.strictEqual(ra.current(), 640)
@@ -42,7 +42,7 @@ describe("adaptive read-ahead", () => {
   it("jobs short next to the claim buffer 25 ms of each slot's work; jobs of four claims or more one job per slot (workflow runs)", () => {
     const ra = ReadAhead.adaptive(10, 30_000)
     // a job of 10 ms is 3.3 claims of 3 ms: 10 slots × 8 claims × 3 ms / 10 ms is 24, 10 slots × 25 ms / 10 ms is 25
-    assert.deepStrictEqual(backlogged(ra, 10, 3, 4), [10, 20, 25, 25])
+    assert.deepStrictEqual(backlogged(ra, 10, 3, 4), [20, 25, 25, 25])
     // a drained queue keeps it: the jobs still warrant it
     ra.claimed(3, false)
     assert.strictEqual(ra.current(), 25)
@@ -51,6 +51,21 @@ describe("adaptive read-ahead", () => {
     assert.strictEqual(ra.current(), 10)
     // a workflow run of 20 ms against claims of 2 ms: one per slot from the first claim on
     assert.deepStrictEqual(backlogged(ReadAhead.adaptive(10, 30_000), 20, 2, 3), [10, 10, 10])
+  })
+
+  it("none before a job has ended (it could wait behind a job that never ends), then one message per slot, backlog or not", () => {
+    const ra = ReadAhead.adaptive(10, 30_000)
+    ra.claimed(2, false)
+    ra.claimed(2, false)
+    assert.strictEqual(ra.current(), 0, "no job time known yet")
+    ra.ran(20)
+    assert.strictEqual(
+      ra.current(),
+      10,
+      "a workflow runner's queue, never backlogged, still reads one run ahead per executor"
+    )
+    ra.claimed(2, true)
+    assert.strictEqual(ra.current(), 10, "runs of ten claims: one per executor, backlog or not")
   })
 
   it("an explicit read-ahead is kept whatever happens", () => {

@@ -13,9 +13,10 @@
  * - Bounded: at most `MAX_PER_SLOT × concurrency` (one job per slot for jobs that outlast
  *   `LONG_JOB_CLAIMS` claims), and never more than the slots can run within a quarter of the
  *   visibility timeout (a buffered message's lease runs while it waits).
- * - Grows by doubling (from `concurrency`) while backlogged. A drained queue keeps it (a claim
- *   of a drained queue takes what there is, so it costs no latency; halving it there cost W3 a
- *   fifth of its throughput), only brought down to what the jobs' time warrants.
+ * - Starts at `concurrency` (one message per slot), used once a job has ended, and grows by
+ *   doubling while backlogged. A drained queue keeps it (a claim of a drained queue takes what
+ *   there is, so it costs no latency; halving it there cost W3 a fifth of its throughput), only
+ *   brought down to what the jobs' time warrants.
  *
  * An explicit `readAhead` (capsule or config) overrides it.
  *
@@ -59,7 +60,10 @@ export const fixed = (n: number): ReadAhead => ({ current: () => n, claimed: () 
 
 /** The adaptive controller for `concurrency` slots and a visibility timeout of `visibilityMs`. */
 export const adaptive = (concurrency: number, visibilityMs: number): ReadAhead => {
-  let ra = 0
+  // one message per slot from the start (a queue that never backlogs, such as a workflow
+  // runner's, would otherwise never read ahead), but none until a job has ended: a read-ahead
+  // bought before any job time is known can wait behind a job that never ends
+  let ra = concurrency
   let claimMs: number | undefined
   let jobMs: number | undefined
   const ewma = (avg: number | undefined, x: number) => (avg === undefined ? x : avg + ALPHA * (x - avg))
@@ -75,7 +79,7 @@ export const adaptive = (concurrency: number, visibilityMs: number): ReadAhead =
     return Math.max(0, Math.min(want, bound, byLease))
   }
   return {
-    current: () => ra,
+    current: () => (jobMs === undefined ? 0 : ra),
     claimed: (ms, more) => {
       claimMs = ewma(claimMs, ms)
       ra = more ? Math.min(target(), Math.max(ra * 2, concurrency)) : Math.min(ra, target())

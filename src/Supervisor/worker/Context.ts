@@ -281,9 +281,14 @@ export const makeWorkerContext = (capsule: Capsule, deps: WorkerDeps, stats: Wor
 const total = (ctx: WorkerContext) => ctx.capsule.concurrency + ctx.readAhead.current()
 
 /** Free room for claims: slots not running or buffered, read-ahead included, within the job budget and the prefetch limit. */
-export const room = (ctx: WorkerContext): number => {
+export const room = (ctx: WorkerContext): number => roomWithin(ctx, total(ctx))
+
+/** Free slots: room without the read-ahead (what local dispatch may fill, so that a handed-over message never waits behind a busy slot). */
+export const freeSlots = (ctx: WorkerContext): number => roomWithin(ctx, ctx.capsule.concurrency)
+
+const roomWithin = (ctx: WorkerContext, capacity: number): number => {
   const { stats, deps, prefetchLimit } = ctx
-  const free = total(ctx) - stats.running - stats.buffered
+  const free = capacity - stats.running - stats.buffered
   const within = deps.jobBudget === undefined ? free : Math.min(free, deps.jobBudget.limit - ctx.taken)
   return prefetchLimit === undefined ? within : Math.min(within, prefetchLimit - ctx.inFlight.size)
 }

@@ -8,7 +8,7 @@ import { Effect, Queue, type Scope } from "effect"
 import { receiptOf } from "../../Queue/Message.ts"
 import type { LocalSlot } from "../../Queue/Notifier.ts"
 import * as QueueName from "../../Queue/QueueName.ts"
-import { gated, room, type WorkerContext } from "./Context.ts"
+import { freeSlots, gated, type WorkerContext } from "./Context.ts"
 
 /**
  * Offers the worker's plain queues for local hand-over (when `localDispatch` is on): while a
@@ -28,18 +28,18 @@ export const offerLocalDispatch = (ctx: WorkerContext): Effect.Effect<void, neve
     reserve: (physicalQueue, request): LocalSlot | undefined => {
       // with more to read, only a worker of one queue (no priority order to keep), and only
       // for a message that may overtake the others (a woken step, not a job)
-      if (ctx.stopping || room(ctx) <= 0 || (ctx.queuesMayHaveMore && (reads.length > 1 || request.inOrder)))
+      if (ctx.stopping || freeSlots(ctx) <= 0 || (ctx.queuesMayHaveMore && (reads.length > 1 || request.inOrder)))
         return undefined
       if (paused?.isPaused(physicalQueue) === true || gated(ctx, ctx.logicalOf.get(physicalQueue))) return undefined
       // a message this process cannot run goes the usual way, to a process that can
       const known =
         "job" in request.runs ? registry.jobs.has(request.runs.job) : registry.workflows.has(request.runs.workflow)
       if (!known) return undefined
-      // a step goes only to a free executor, never behind read-ahead: given back at a drain, its
-      // claim would look like a dead worker's to the message's next delivery (one that finds the
-      // executors taken by the time it arrives is refused, and released by its sender)
+      // a step, like any message handed over, goes only to a free executor, never behind
+      // read-ahead: given back at a drain, its claim would look like a dead worker's to the
+      // message's next delivery (one that finds the executors taken by the time it arrives is
+      // refused, and released by its sender)
       const step = "workflow" in request.runs
-      if (step && stats.running + stats.buffered >= capsule.concurrency) return undefined
       stats.buffered++
       ctx.taken++
       let open = true
