@@ -310,8 +310,8 @@ export const pipelinedClient = (
   )
 
 /**
- * Opens a client's first connection now (a new backend costs this machine 17 ms and more), so
- * that its first real statement finds it open; a failure is left to that statement.
+ * Opens a client's first connection now (a new PostgreSQL backend takes 10-20 ms or more to
+ * start), so that its first real statement finds it open; a failure is left to that statement.
  */
 export const openAhead = (client: SqlClient.SqlClient): Effect.Effect<void> => Effect.ignore(client`SELECT 1`)
 

@@ -68,6 +68,15 @@ describe("adaptive read-ahead", () => {
     assert.strictEqual(ra.current(), 10, "runs of ten claims: one per executor, backlog or not")
   })
 
+  it("grown on a guess before any job ended, it comes down as soon as the jobs turn out long, before the next claim", () => {
+    const ra = ReadAhead.adaptive(10, 30_000)
+    for (let i = 0; i < 4; i++) ra.claimed(5, true)
+    assert.strictEqual(ra.current(), 0, "no job has ended")
+    // the first jobs to end last 5 s: 10 slots × 8 claims × 5 ms / 5 s rounds up to one
+    for (let i = 0; i < 50; i++) ra.ran(5_000)
+    assert.strictEqual(ra.current(), 1)
+  })
+
   it("an explicit read-ahead is kept whatever happens", () => {
     const ra = ReadAhead.fixed(190)
     ra.ran(0.01)

@@ -79,7 +79,9 @@ export const adaptive = (concurrency: number, visibilityMs: number): ReadAhead =
     return Math.max(0, Math.min(want, bound, byLease))
   }
   return {
-    current: () => (jobMs === undefined ? 0 : ra),
+    // bounded by what the jobs' time warrants now, not only at the last claim (the first jobs
+    // to end may show them long after a claim grew it on a guess)
+    current: () => (jobMs === undefined ? 0 : Math.min(ra, target())),
     claimed: (ms, more) => {
       claimMs = ewma(claimMs, ms)
       ra = more ? Math.min(target(), Math.max(ra * 2, concurrency)) : Math.min(ra, target())
