@@ -68,7 +68,7 @@ describe("adaptive read-ahead", () => {
     assert.strictEqual(ra.current(), 10, "runs of ten claims: one per executor, backlog or not")
   })
 
-  it("grown on a guess before any job ended, it comes down as soon as the jobs turn out long, before the next claim", () => {
+  it("grown on a guess before any job ended, it comes down as soon as the first job shows them long, before the next claim", () => {
     const ra = ReadAhead.adaptive(10, 30_000)
     for (let i = 0; i < 4; i++) ra.claimed(5, true)
     assert.strictEqual(ra.current(), 0, "no job has ended")
