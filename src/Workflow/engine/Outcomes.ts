@@ -53,6 +53,7 @@ export const makeOutcomes = (ctx: EngineContext) => {
   const finishOn = (on: WorkflowSql) => (p: Omit<Parameters<WorkflowSql["stepFinish"]>[0], "worker" | "appRevision">) =>
     on.stepFinish({ ...p, worker, appRevision: revision }).pipe(db("apply step outcome"))
   const finish = finishOn(statements)
+  const finishOnSession = finishOn(sessionStatements)
 
   /**
    * Releases an attempt this process claimed and will not finish (a drain interrupted its
@@ -101,7 +102,7 @@ export const makeOutcomes = (ctx: EngineContext) => {
   const one = (e: FinishManyEntry) =>
     // alone, the same outcome through the single statement; it reads the workflow's name and the
     // queue only to send a scheduled step's message, which a shared outcome never has
-    finishOn(sessionStatements)({
+    finishOnSession({
       workflow: "",
       runId: e.runId,
       stepId: e.stepId,
@@ -121,6 +122,7 @@ export const makeOutcomes = (ctx: EngineContext) => {
       Effect.map((rows) => rows.flatMap((row) => (row.id === null ? [] : [row as ClaimRow])))
     )
   const claimFirst = claimFirstOn(statements)
+  const claimFirstOnSession = claimFirstOn(sessionStatements)
 
   /** A claim of a fresh run's first step, or a common outcome: what the shared statement takes. */
   type Shared =
@@ -180,8 +182,7 @@ export const makeOutcomes = (ctx: EngineContext) => {
   }
   const sharedBatched = makeBatcher<Shared, ClaimRow | FinishRow | undefined, DatabaseError>({
     many: sendShared,
-    one: (i) =>
-      i._tag === "claim" ? Effect.map(claimFirstOn(sessionStatements)(i.entry), (rows) => rows[0]) : one(i.entry),
+    one: (i) => (i._tag === "claim" ? Effect.map(claimFirstOnSession(i.entry), (rows) => rows[0]) : one(i.entry)),
     key: (i) => i.entry.runId
   })
   const finishBatched = (entry: FinishManyEntry) =>
