@@ -10,6 +10,7 @@ import { SqlClient } from "effect/sql"
 import { registry as example } from "../packages/example/src/app.ts"
 import { effectivePoolSize, resolve } from "../src/Config.ts"
 import { targetOf } from "../src/Connection.ts"
+import { pipelinedClient } from "../src/Database.ts"
 import { census } from "../src/internal/PoolCensus.ts"
 import * as Job from "../src/Job/Job.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
@@ -157,6 +158,34 @@ describe("pool gauges", () => {
           Effect.sync(() => census().inUse <= before)
         )
       })
+    )
+  )
+
+  it.live("a pipelined connection stays in use until its last statement is answered, not its first", () =>
+    TestDatabase.onFreshDatabase({ listenNotify: false }, () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const client = yield* pipelinedClient("census pipelined")
+          // a result of 5 MB, read in many chunks: the census reads the messages across them
+          yield* client`SELECT repeat('x', 1000) AS x FROM generate_series(1, 5000)`
+          const before = census().inUse
+          const backend = (seconds: number) =>
+            Effect.map(
+              client<{ readonly pid: number }>`SELECT pg_backend_pid() AS pid, pg_sleep(${seconds})::text AS slept`,
+              (rows) => rows[0]?.pid
+            )
+          const short = yield* Effect.forkChild(backend(0.2))
+          const long = yield* Effect.forkChild(backend(2))
+          const first = yield* Fiber.join(short)
+          // the second statement still runs, on the same backend: the connection is in use
+          assert.isAtLeast(census().inUse, before + 1)
+          assert.strictEqual(yield* Fiber.join(long), first)
+          yield* eventually(
+            "the connection idle again",
+            Effect.sync(() => census().inUse <= before)
+          )
+        })
+      )
     )
   )
 })
