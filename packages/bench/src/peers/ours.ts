@@ -10,7 +10,9 @@
  * turns local dispatch off (W2's jobs then go through NOTIFY, read and claim).
  * Diagnostics (not to be measured): BENCH_OURS_PROFILE=1 (statements of the timed phase),
  * BENCH_OURS_CPUPROF=<file> (a V8 CPU profile of W1's timed phase), BENCH_OURS_OPS=1 (Effect
- * primitives per job, by primitive and span; BENCH_OURS_OPS_DETAIL=<span>|(none) by source).
+ * primitives per job, by primitive and span; BENCH_OURS_OPS_DETAIL=<span>|(none) by source),
+ * BENCH_OURS_TIMELINE=1 with BENCH_OURS_PROFILE=1 (every span of the phase's first
+ * BENCH_OURS_TIMELINE_MS, 200 by default), BENCH_OURS_W2_SERIES=1 (W2's samples in order).
  */
 import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
 import { Job, JobClient, PgBus, QueueStore, Registry, Supervisor } from "../../../../src/index.ts"
@@ -91,11 +93,16 @@ const W1Run =
         : W1
 // the await-result latency: a no-op job that keeps a result, awaited by the enqueuer
 const Echo = Job.make("Echo", { payload: I, success: I, queue: "bench" }, (p) => Effect.succeed(p))
+// BENCH_OURS_W2_SERIES=1: W2's samples in order to stderr (i, insert ms, pickup ms, sent at ms
+// from the phase's start): where the tail is, and with BENCH_OURS_TIMELINE what ran beside it
+const SERIES = process.env.BENCH_OURS_W2_SERIES === "1"
+const series = new Map<number, { insert?: number; pickup?: number; at?: number }>()
 const W2 = Job.make(
   "W2",
   { payload: Schema.Struct({ t: Schema.Number, i: Schema.Number, w: Schema.Boolean }), queue: "bench" },
   (p) =>
     Effect.sync(() => {
+      if (SERIES && !p.w) series.set(p.i, { ...(series.get(p.i) ?? {}), pickup: performance.now() - p.t })
       rec.record(p.t, p.w)
     })
 )
@@ -121,7 +128,7 @@ class CountingSpan extends Tracer.NativeSpan {
   override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
     if (recording && this.status._tag === "Started" && TIMELINE) {
       const st = Number(this.status.startTime - recordingFrom) / 1e6
-      if (st < 200)
+      if (st < Number(process.env.BENCH_OURS_TIMELINE_MS ?? 200))
         timeline.push([
           st,
           Number(endTime - recordingFrom) / 1e6,
@@ -304,8 +311,24 @@ try {
     await ensureQueue("bench")
     const stop = startWorkers()
     await sleep(500)
+    recordingFrom = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6))
     recording = true
-    const r = await runLatency({ rec, send: (p) => runP(W2.enqueue(p)) })
+    const r = await runLatency({
+      rec,
+      send: (p) =>
+        runP(W2.enqueue(p)).then(() => {
+          if (SERIES && !p.w)
+            series.set(p.i, {
+              ...(series.get(p.i) ?? {}),
+              insert: performance.now() - p.t,
+              at: performance.timeOrigin + p.t - Number(recordingFrom / 1000000n)
+            })
+        })
+    })
+    if (SERIES) {
+      for (const [i, v] of [...series.entries()].sort((a, b) => a[0] - b[0]))
+        console.error("W2S", i, v.insert?.toFixed(2), v.pickup?.toFixed(2), v.at?.toFixed(1))
+    }
     recording = false
     printTally()
     await stop()
