@@ -754,7 +754,8 @@ export const describeTarget = (config: PgBusConfigShape): string => describeUrl(
 
 /**
  * Connections a supervisor's workers need beside their jobs: the LISTEN connection (when it is on
- * the pool), the process heartbeat, and one for claims and maintenance.
+ * the pool), the process heartbeat, and one for maintenance (the workers' claims and archives
+ * have a session of their own, `WorkerSession`, outside the pool).
  */
 export const POOL_OVERHEAD = 3
 
