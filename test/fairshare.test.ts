@@ -335,21 +335,20 @@ layer(TestDatabase.layer({ ...common, fairShare: byTenant, eventFairShare: event
   })
 
   describe("the read agrees with its model", () => {
-    it.effect("random backlogs, read in random batch sizes with one cursor, claim what fairOrder says", () =>
+    // Random backlogs over `keys`, read in random batch sizes (1 to `maxLimit`) with one cursor:
+    // each read claims exactly what fairOrder says.
+    const agreesWithModel = (keys: ReadonlyArray<string>, maxLimit: number, seed: number) =>
       Effect.gen(function* () {
         const store = yield* QueueStore
         const cases = fc.sample(
           fc.record({
-            messages: fc.array(
-              fc.record({ key: fc.constantFrom("", "a", "b", "c", "d"), weight: fc.integer({ min: 1, max: 4 }) }),
-              {
-                minLength: 1,
-                maxLength: 60
-              }
-            ),
-            limits: fc.array(fc.integer({ min: 1, max: 7 }), { minLength: 1, maxLength: 12 })
+            messages: fc.array(fc.record({ key: fc.constantFrom(...keys), weight: fc.integer({ min: 1, max: 4 }) }), {
+              minLength: 1,
+              maxLength: 60
+            }),
+            limits: fc.array(fc.integer({ min: 1, max: maxLimit }), { minLength: 1, maxLength: 12 })
           }),
-          { numRuns: 15, seed: 42 }
+          { numRuns: 15, seed }
         )
         for (const { messages, limits } of cases) {
           const queue = unique("model")
@@ -383,6 +382,18 @@ layer(TestDatabase.layer({ ...common, fairShare: byTenant, eventFairShare: event
           }
         }
       })
+
+    it.effect("random backlogs, read in random batch sizes with one cursor, claim what fairOrder says", () =>
+      agreesWithModel(["", "a", "b", "c", "d"], 7, 42)
+    )
+
+    // with at least twice the read's size in keys, each key ranks only the messages that can win
+    it.effect("the same with 24 keys, where a read ranks only the messages whose start can win", () =>
+      agreesWithModel(
+        Array.from({ length: 24 }, (_, i) => (i === 0 ? "" : `k${i}`)),
+        8,
+        7
+      )
     )
   })
 })

@@ -139,7 +139,12 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
   // of weight w starting at credit + (r - 1) / w; the lowest starts are claimed, ties to the
   // oldest, with PGMQ's lock, skip and visibility update. Credits are the reader's memory.
   // Candidates are sorted before the join to the table, so the lock stops at `limit` rows
-  // (about 2.5 times faster than sorting after it with 200 keys).
+  // (about 2.5 times faster than sorting after it with 200 keys). With at least twice `limit`
+  // keys, a key ranks only the messages whose start can be among the lowest (bound): at most
+  // the (2 × limit)-th lowest head, a start that many real candidates reach. With 1,000 keys a
+  // claim of 300 ranked one message per key instead of up to 300 (10,000 candidates sorted,
+  // 39 ms). The margin of one more `limit`: another reader's claim, locked and skipped, can
+  // take that many of them and this claim still fills.
   const messageReadFair = (
     physical: string,
     limit: number,
@@ -165,14 +170,19 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
         LEFT JOIN unnest(${typedArray(credits.keys, PgTypes.OID.text)}::text[],
                          ${typedArray(credits.credits, PgTypes.OID.float8)}::float8[]) AS m(k, credit)
           ON m.k = keys.k),
+      bound AS (
+        SELECT (SELECT h.credit FROM heads h ORDER BY h.credit OFFSET ${2 * limit - 1} LIMIT 1) AS t),
       cand AS (
         SELECT r.msg_id, heads.k, heads.w, heads.credit + (r.rn - 1) / heads.w AS start
-        FROM heads
+        FROM heads CROSS JOIN bound
         CROSS JOIN LATERAL (
           SELECT s.msg_id, row_number() OVER (ORDER BY s.vt, s.msg_id) AS rn
           FROM (SELECT msg_id, vt FROM ${q}
                 WHERE ${key} = heads.k AND vt <= ${NOW(sql, now)}
-                ORDER BY vt, msg_id LIMIT ${limit}) s) r),
+                ORDER BY vt, msg_id
+                LIMIT CASE WHEN bound.t IS NULL THEN ${limit}
+                  ELSE least(${limit}, greatest(floor((bound.t - heads.credit) * heads.w + 1e-9), -1)::int8 + 1) END) s) r
+        WHERE bound.t IS NULL OR heads.credit <= bound.t + 1e-9),
       c AS (
         SELECT t.msg_id, cand.k, cand.w, cand.start
         FROM (SELECT * FROM cand ORDER BY start, msg_id) cand JOIN ${q} t ON t.msg_id = cand.msg_id
