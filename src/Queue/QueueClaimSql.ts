@@ -135,16 +135,18 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
   }
 
   // The fair read (see FairShare.ts): the keys present are found by a skip scan of the fair
-  // index (one probe per key); each key with visible messages ranks its `limit` oldest, rank r
-  // of weight w starting at credit + (r - 1) / w; the lowest starts are claimed, ties to the
-  // oldest, with PGMQ's lock, skip and visibility update. Credits are the reader's memory.
-  // Candidates are sorted before the join to the table, so the lock stops at `limit` rows
-  // (about 2.5 times faster than sorting after it with 200 keys). With at least twice `limit`
-  // keys, a key ranks only the messages whose start can be among the lowest (bound): at most
-  // the (2 × limit)-th lowest head, a start that many real candidates reach. With 1,000 keys a
-  // claim of 300 ranked one message per key instead of up to 300 (10,000 candidates sorted,
-  // 39 ms). The margin of one more `limit`: another reader's claim, locked and skipped, can
-  // take that many of them and this claim still fills.
+  // index (one probe per key), whose row for a key is its oldest message: the key's head when
+  // it is visible, so the heads need no probe of their own. Each key with visible messages
+  // ranks its `limit` oldest, rank r of weight w starting at credit + (r - 1) / w (ranks after
+  // the head: a second probe); the lowest starts are claimed, ties to the oldest, with PGMQ's
+  // lock, skip and visibility update. Credits are the reader's memory. Candidates are sorted
+  // before the join to the table, so the lock stops at `limit` rows (about 2.5 times faster
+  // than sorting after it with 200 keys). With at least twice `limit` keys, a key ranks only
+  // the messages whose start can be among the lowest (bound): at most the (2 × limit)-th
+  // lowest head, a start that many real candidates reach. With 1,000 keys a claim of 300 then
+  // ranks one message per key instead of up to 300 (10,000 candidates sorted, 39 ms). The
+  // margin of one more `limit`: another reader's claim, locked and skipped, can take that many
+  // of them and this claim still fills.
   const messageReadFair = (
     physical: string,
     limit: number,
@@ -155,34 +157,44 @@ export const makeQueueClaimSql = ({ sql, messages, archive, receiptIdsCte, recei
   ) => {
     const q = messages(physical)
     const key = sql.literal(FAIR_KEY_EXPR)
-    return sql<FairMessageRow>`WITH RECURSIVE keys(k) AS (
-        (SELECT ${key} FROM ${q} ORDER BY 1 LIMIT 1)
+    const weight = sql.literal(FAIR_WEIGHT_EXPR)
+    // a key's ranks after its head: none when a read takes one message
+    const later =
+      limit > 1
+        ? sql`
         UNION ALL
-        SELECT (SELECT ${key} FROM ${q} WHERE ${key} > keys.k ORDER BY 1 LIMIT 1)
-        FROM keys WHERE keys.k IS NOT NULL),
-      heads AS (
-        SELECT keys.k, h.w, coalesce(m.credit, 0) AS credit
-        FROM keys
-        CROSS JOIN LATERAL (
-          SELECT ${sql.literal(FAIR_WEIGHT_EXPR)} AS w FROM ${q}
-          WHERE ${key} = keys.k AND vt <= ${NOW(sql, now)}
-          ORDER BY vt, msg_id LIMIT 1) h
-        LEFT JOIN unnest(${typedArray(credits.keys, PgTypes.OID.text)}::text[],
-                         ${typedArray(credits.credits, PgTypes.OID.float8)}::float8[]) AS m(k, credit)
-          ON m.k = keys.k),
-      bound AS (
-        SELECT (SELECT h.credit FROM heads h ORDER BY h.credit OFFSET ${2 * limit - 1} LIMIT 1) AS t),
-      cand AS (
-        SELECT r.msg_id, heads.k, heads.w, heads.credit + (r.rn - 1) / heads.w AS start
+        SELECT r.msg_id, heads.k, heads.w, heads.credit + r.rn / heads.w AS start
         FROM heads CROSS JOIN bound
         CROSS JOIN LATERAL (
           SELECT s.msg_id, row_number() OVER (ORDER BY s.vt, s.msg_id) AS rn
           FROM (SELECT msg_id, vt FROM ${q}
                 WHERE ${key} = heads.k AND vt <= ${NOW(sql, now)}
                 ORDER BY vt, msg_id
-                LIMIT CASE WHEN bound.t IS NULL THEN ${limit}
-                  ELSE least(${limit}, greatest(floor((bound.t - heads.credit) * heads.w + 1e-9), -1)::int8 + 1) END) s) r
-        WHERE bound.t IS NULL OR heads.credit <= bound.t + 1e-9),
+                OFFSET 1
+                LIMIT CASE WHEN bound.t IS NULL THEN ${limit - 1}
+                  ELSE least(${limit - 1}, greatest(floor((bound.t - heads.credit) * heads.w + 1e-9), 0)::int8) END) s) r
+        WHERE bound.t IS NULL OR heads.credit + 1 / heads.w <= bound.t + 1e-9`
+        : sql``
+    return sql<FairMessageRow>`WITH RECURSIVE keys(k, msg_id, vt, w) AS (
+        (SELECT ${key}, msg_id, vt, ${weight} FROM ${q} ORDER BY ${key}, vt, msg_id LIMIT 1)
+        UNION ALL
+        SELECT n.k, n.msg_id, n.vt, n.w
+        FROM keys CROSS JOIN LATERAL (
+          SELECT ${key} AS k, msg_id, vt, ${weight} AS w FROM ${q}
+          WHERE ${key} > keys.k ORDER BY ${key}, vt, msg_id LIMIT 1) n),
+      heads AS (
+        SELECT keys.k, keys.msg_id, keys.w, coalesce(m.credit, 0) AS credit
+        FROM keys
+        LEFT JOIN unnest(${typedArray(credits.keys, PgTypes.OID.text)}::text[],
+                         ${typedArray(credits.credits, PgTypes.OID.float8)}::float8[]) AS m(k, credit)
+          ON m.k = keys.k
+        WHERE keys.vt <= ${NOW(sql, now)}),
+      bound AS (
+        SELECT (SELECT h.credit FROM heads h ORDER BY h.credit OFFSET ${2 * limit - 1} LIMIT 1) AS t),
+      cand AS (
+        SELECT heads.msg_id, heads.k, heads.w, heads.credit AS start
+        FROM heads CROSS JOIN bound
+        WHERE bound.t IS NULL OR heads.credit <= bound.t + 1e-9${later}),
       c AS (
         SELECT t.msg_id, cand.k, cand.w, cand.start
         FROM (SELECT * FROM cand ORDER BY start, msg_id) cand JOIN ${q} t ON t.msg_id = cand.msg_id
