@@ -93,14 +93,8 @@ const messageWalker = (onMessage: (type: number, first: number | undefined) => v
  */
 export const openSocket = (target: SocketTarget): Net.Socket => {
   const breaker = breakerFor(`${target.host}:${target.port}`)
-  let reached = false
   let cancel = false
   let sslAnswer = false
-  const reach = () => {
-    if (reached) return
-    reached = true
-    breaker.succeeded()
-  }
   const socket = target.host.startsWith("/")
     ? Net.connect({ path: `${target.host}/.s.PGSQL.${target.port}` })
     : Net.connect({
@@ -111,23 +105,27 @@ export const openSocket = (target: SocketTarget): Net.Socket => {
       })
   const connection: Connection = { state: "connecting", owed: 0, status: IDLE }
   connections.set(socket, connection)
+  // the start-up is over (the server's first ReadyForQuery, or its yes to TLS): a success
+  const ready = (state: "plain" | "tls") => {
+    connection.state = state
+    breaker.succeeded()
+  }
   const written = messageWalker((type) => {
     if (type === SYNC || type === QUERY || type === FUNCTION_CALL) connection.owed++
   })
   const read = messageWalker((type, first) => {
     if (type !== READY_FOR_QUERY) return
     // the first one ends the start-up, which no write of ours asked for
-    if (connection.state === "connecting") connection.state = "plain"
+    if (connection.state === "connecting") ready("plain")
     else connection.owed = Math.max(connection.owed - 1, 0)
     connection.status = first ?? IDLE
-    reach()
   })
   const write = socket.write.bind(socket) as (...args: ReadonlyArray<unknown>) => boolean
   socket.write = ((...args: ReadonlyArray<unknown>) => {
     const chunk = args[0]
     if (chunk instanceof Uint8Array) {
       // the start-up's untyped requests: read by their code, never walked
-      if (!reached && chunk.length >= 8) {
+      if (connection.state === "connecting" && chunk.length >= 8) {
         const code = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).readInt32BE(4)
         if (chunk.length === 16 && code === CANCEL_REQUEST_CODE) {
           cancel = true
@@ -147,8 +145,7 @@ export const openSocket = (target: SocketTarget): Net.Socket => {
       sslAnswer = false
       // the one-byte answer to an SSLRequest: "S", TLS follows on this socket; "N", it does not
       if (chunk[0] === 0x53) {
-        connection.state = "tls"
-        reach()
+        ready("tls")
         return
       }
       read(chunk.subarray(1))
@@ -158,7 +155,7 @@ export const openSocket = (target: SocketTarget): Net.Socket => {
   })
   socket.once("close", () => {
     connections.delete(socket)
-    if (!reached && !cancel) breaker.failed()
+    if (connection.state === "connecting" && !cancel) breaker.failed()
   })
   return socket
 }
