@@ -43,7 +43,21 @@ describe("event-loop watchdog", () => {
                     }
                   }).pipe(Effect.andThen(Ref.update(runs, (n) => n + 1)))
               )
+              const readyz = Effect.tryPromise(() =>
+                fetch(`http://127.0.0.1:${healthPort}/readyz`).then(async (r) => ({
+                  status: r.status,
+                  body: (await r.json()) as { status: string; eventLoopBlocked?: { jobs: Array<string> } }
+                }))
+              )
               yield* startSupervisor([Burn])
+              // booted first: a block during the boot leaves readiness BOOTING (503 either way)
+              yield* eventually(
+                "the supervisor is ready",
+                Effect.map(
+                  Effect.orElseSucceed(readyz, () => undefined),
+                  (r) => r?.body.status === "OK"
+                )
+              )
               const ref = yield* Burn.enqueue({ ms: 2_000 })
               yield* eventually(
                 "the block was logged",
@@ -54,12 +68,7 @@ describe("event-loop watchdog", () => {
               assert.include(line, `BurnCpu #${ref.msgId} on cpu`)
               const blocked = Number(/blocked for (\d+) ms/.exec(line)?.[1])
               assert.isAtLeast(blocked, 1_000)
-              const ready = yield* Effect.promise(() =>
-                fetch(`http://127.0.0.1:${healthPort}/readyz`).then(async (r) => ({
-                  status: r.status,
-                  body: (await r.json()) as { status: string; eventLoopBlocked?: { jobs: Array<string> } }
-                }))
-              )
+              const ready = yield* readyz
               assert.strictEqual(ready.status, 503)
               assert.strictEqual(ready.body.status, "DEGRADED")
               assert.include(ready.body.eventLoopBlocked?.jobs[0] ?? "", "BurnCpu")
