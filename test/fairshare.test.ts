@@ -1,6 +1,6 @@
 /** Fair share across tenants: the tag at enqueue and publish, the fair read, the worker, the index. */
 import { assert, describe, layer, it as plain } from "@effect/vitest"
-import { Effect, Schema } from "effect"
+import { Deferred, Effect, Fiber, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import fc from "fast-check"
 import type { FairShareKey, JobFairShareInput } from "../src/Config.ts"
@@ -394,6 +394,86 @@ layer(TestDatabase.layer({ ...common, fairShare: byTenant, eventFairShare: event
         8,
         7
       )
+    )
+
+    // Two processes' claims of one backlog at once: the first one's rows are locked and its
+    // update not yet committed, so the second reads the same heads and must skip them. The bound
+    // keeps twice the read's size in heads for that: with at least 2 × limit keys visible, the
+    // second claim still fills, with the next `limit` of the model's order.
+    it.effect("a read beside another process's uncommitted claim still fills, with the next in the model's order", () =>
+      Effect.gen(function* () {
+        const store = yield* QueueStore
+        const sql = yield* SqlClient.SqlClient
+        const keys = Array.from({ length: 30 }, (_, i) => `t${i}`)
+        const cases = fc.sample(
+          fc.record({
+            extra: fc.array(fc.record({ key: fc.constantFrom(...keys), weight: fc.integer({ min: 1, max: 4 }) }), {
+              maxLength: 90
+            }),
+            weights: fc.array(fc.integer({ min: 1, max: 4 }), { minLength: keys.length, maxLength: keys.length }),
+            warmUps: fc.array(fc.integer({ min: 1, max: 12 }), { minLength: 1, maxLength: 4 }),
+            limit: fc.integer({ min: 1, max: 8 })
+          }),
+          { numRuns: 12, seed: 11 }
+        )
+        let checked = 0
+        for (const { extra, weights, warmUps, limit: wanted } of cases) {
+          const queue = unique("beside")
+          yield* store.create(queue, { fairIndex: true })
+          // every key has work, so the warm-up reads spread the credits
+          const messages = [...keys.map((key, i) => ({ key, weight: weights[i]! })), ...extra]
+          const ids = yield* store.sendBatch(
+            queue,
+            messages.map((m) => ({
+              message: { job: "M", payload: {}, [FAIR_KEY_FIELD]: m.key, [FAIR_WEIGHT_FIELD]: m.weight }
+            }))
+          )
+          let remaining: Array<FairCandidate> = messages.map((m, i) => ({
+            msgId: ids[i]!,
+            key: m.key,
+            weight: m.weight
+          }))
+          const sqlCursor = new FairCursor()
+          const modelCursor = new FairCursor()
+          for (const limit of warmUps) {
+            yield* store.read(queue, { limit, fair: sqlCursor })
+            const taken = fairOrder(remaining, limit, (key) => modelCursor.creditOf(key))
+            modelCursor.advance(taken, taken.length < limit)
+            const gone = new Set(taken.map((c) => c.msgId))
+            remaining = remaining.filter((c) => !gone.has(c.msgId))
+          }
+          const limit = Math.min(wanted, Math.floor(new Set(remaining.map((c) => c.key)).size / 2))
+          if (limit < 1) continue
+          const order = fairOrder(remaining, 2 * limit, (key) => modelCursor.creditOf(key))
+          const first = order.slice(0, limit).map((c) => c.msgId)
+          // the other process's claim: its rows locked by a transaction left open meanwhile
+          const locked = yield* Deferred.make<void>()
+          const release = yield* Deferred.make<void>()
+          const other = yield* Effect.forkChild(
+            sql.withTransaction(
+              Effect.gen(function* () {
+                const rows = yield* sql<{ readonly msg_id: string }>`
+                  SELECT msg_id FROM ${sql(`pgbus.q_pgbus_${queue}`)}
+                  WHERE msg_id IN ${sql.in(first.map(String))} FOR UPDATE`
+                assert.strictEqual(rows.length, first.length)
+                yield* Deferred.succeed(locked, undefined)
+                yield* Deferred.await(release)
+              })
+            )
+          )
+          yield* Deferred.await(locked)
+          const got = yield* store.read(queue, { limit, fair: sqlCursor })
+          yield* Deferred.succeed(release, undefined)
+          yield* Fiber.join(other)
+          assert.deepStrictEqual(
+            got.map((m) => m.msgId),
+            order.slice(limit).map((c) => c.msgId),
+            `limit ${limit}, ${new Set(remaining.map((c) => c.key)).size} keys visible`
+          )
+          checked++
+        }
+        assert.isAtLeast(checked, 8)
+      })
     )
   })
 })
