@@ -203,6 +203,7 @@ export const clientOptions = (
     const direct = session.direct === true && config.directDatabaseUrl !== undefined
     const target = targetOf(Redacted.value(direct ? config.directDatabaseUrl! : config.databaseUrl))
     const ssl = yield* tlsOptions(target, config.ssl)
+    const tls = ssl === false ? undefined : ssl === true ? {} : ssl
     const keepAliveMs = config.tcpKeepAlive === undefined ? undefined : Duration.toMillis(config.tcpKeepAlive)
     // through a transaction-mode pooler, a connection is another client's at the next
     // transaction: no named prepared statements, no settings in the startup packet (pgbouncer
@@ -215,13 +216,14 @@ export const clientOptions = (
       database: target.database,
       username: target.username,
       ...(target.password !== undefined ? { password: Redacted.make(target.password) } : {}),
-      ssl,
+      // TLS is started by the socket the census opens (below), so the census reads the cleartext
+      ssl: false,
       maxConnections: effectivePoolSize(config),
       applicationName,
       preparedStatementCacheSize: 512,
       ...(pooled ? { prepare: false } : {}),
       // the sockets are opened here so that the pool gauges can count them (with keepalive)
-      stream: () => openSocket({ host: target.host, port: target.port, keepAliveMs }),
+      stream: () => openSocket({ host: target.host, port: target.port, keepAliveMs, tls }),
       ...(statementTimeout !== undefined
         ? { startupParameters: { statement_timeout: String(Math.ceil(Duration.toMillis(statementTimeout))) } }
         : {})

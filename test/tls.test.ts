@@ -5,14 +5,17 @@
  */
 import { execFileSync } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import * as Net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, layer } from "@effect/vitest"
-import { Cause, ConfigProvider, Context, Effect, Exit, Layer } from "effect"
+import { Cause, ConfigProvider, Context, Effect, Exit, Fiber, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig, type PgBusConfigInput } from "../src/Config.ts"
 import * as Database from "../src/Database.ts"
+import { census } from "../src/internal/PoolCensus.ts"
 import { type PrivateCluster, privateCluster } from "./support/cluster.ts"
+import { eventually } from "./support/jobs.ts"
 
 /** A key and a self-signed certificate naming 127.0.0.1 only. */
 const selfSigned = () => {
@@ -166,5 +169,68 @@ layer(serverLayer, { excludeTestServices: true, timeout: "120 seconds" })("TLS",
         const why = yield* refused(encrypted({}, { ...env, PGBUS_SSL: "disable" }))
         assert.match(why, /pg_hba\.conf|no encryption/)
       })
+  )
+
+  it.effect("the pool gauge counts a TLS connection while its statement runs, and not after", () =>
+    Effect.gen(function* () {
+      const { cluster } = yield* TlsServer
+      const config = PgBusConfig.layerWithoutEnvironment({ databaseUrl: cluster.url({ query: "sslmode=require" }) })
+      yield* Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        // a result of 5 MB, decrypted in many chunks: the census reads the messages across them
+        const big = yield* sql`SELECT repeat('x', 1000) AS x FROM generate_series(1, 5000)`
+        assert.strictEqual(big.length, 5000)
+        const before = census().inUse
+        const sleeping = yield* Effect.forkChild(
+          sql<{
+            readonly ssl: boolean
+          }>`SELECT s.ssl, pg_sleep(1.5)::text FROM pg_stat_ssl s WHERE s.pid = pg_backend_pid()`
+        )
+        yield* eventually(
+          "the TLS connection in use",
+          Effect.sync(() => census().inUse >= before + 1)
+        )
+        const [row] = yield* Fiber.join(sleeping)
+        assert.isTrue(row?.ssl)
+        yield* eventually(
+          "the TLS connection idle again",
+          Effect.sync(() => census().inUse <= before)
+        )
+      }).pipe(Effect.provide(Database.layer.pipe(Layer.provide(config))))
+    })
+  )
+})
+
+/** A server that answers an SSLRequest with `answer` (and says nothing more), on a port of its own. */
+const answeringServer = (answer: Buffer) =>
+  Effect.acquireRelease(
+    Effect.callback<Net.Server>((resume) => {
+      const server = Net.createServer((socket) => {
+        socket.once("data", () => socket.write(answer))
+        socket.on("error", () => {})
+      })
+      server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+    }),
+    (server) =>
+      Effect.callback<void>((resume) => {
+        server.close(() => resume(Effect.void))
+      })
+  ).pipe(Effect.map((server) => (server.address() as Net.AddressInfo).port))
+
+layer(Layer.empty, { excludeTestServices: true, timeout: "60 seconds" })("TLS refused", (it) => {
+  it.effect("sslmode=require against a server that answers no to TLS fails, saying so", () =>
+    Effect.gen(function* () {
+      const port = yield* answeringServer(Buffer.from("N"))
+      const why = yield* refused(encrypted({ databaseUrl: `postgres://u@127.0.0.1:${port}/db?sslmode=require` }))
+      assert.match(why, /does not support TLS/)
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("bytes after the server's yes to TLS are refused, not read as the session's", () =>
+    Effect.gen(function* () {
+      const port = yield* answeringServer(Buffer.from("SZ"))
+      const why = yield* refused(encrypted({ databaseUrl: `postgres://u@127.0.0.1:${port}/db?sslmode=require` }))
+      assert.match(why, /not a one-byte yes or no/)
+    }).pipe(Effect.scoped)
   )
 })

@@ -4,24 +4,28 @@
  * and counts them. A connection is in use while it is connecting, while an answer is owed
  * (each Sync or simple Query written owes one ReadyForQuery: a pipelined connection has several
  * in flight, and the first answer does not make it idle), and while the last ReadyForQuery says
- * it is inside a transaction. A connection over TLS is counted open but not read (its bytes are
- * encrypted), so `inUse` covers plain connections only.
+ * it is inside a transaction. Over TLS the census reads the cleartext: effect-pgbus makes
+ * PostgreSQL's TLS start itself (`PgTlsStream.ts`), and the driver is told to use none.
  *
  * @since 0.1.0
  */
 import * as Net from "node:net"
+import type { Duplex } from "node:stream"
+import type * as Tls from "node:tls"
 import { breakerFor } from "./ConnectionBreaker.ts"
+import { tlsStream } from "./PgTlsStream.ts"
 
-/** What a socket of the census is doing, and on a plain connection the answers it is owed. */
+/** What a connection of the census is doing, and the answers it is owed. */
 interface Connection {
-  state: "connecting" | "plain" | "tls"
+  /** `ready` from the server's first ReadyForQuery (the start-up and any TLS handshake are over). */
+  state: "connecting" | "ready"
   /** ReadyForQuery messages still owed: one per Sync, simple Query or FunctionCall written. */
   owed: number
   /** The transaction status of the last ReadyForQuery (`I` idle, `T` in a transaction, `E` failed). */
   status: number
 }
 
-const connections = new Map<Net.Socket, Connection>()
+const connections = new Map<Duplex, Connection>()
 
 /** Where and how to open a socket. */
 export interface SocketTarget {
@@ -29,6 +33,8 @@ export interface SocketTarget {
   readonly port: number
   /** Idle time before TCP keepalive probes start, in milliseconds (undefined: the OS default). */
   readonly keepAliveMs: number | undefined
+  /** Node's TLS options when the session is encrypted (PostgreSQL's TLS start is made here). */
+  readonly tls: Tls.ConnectionOptions | undefined
 }
 
 const READY_FOR_QUERY = 0x5a
@@ -37,9 +43,6 @@ const IDLE = 0x49
 const SYNC = 0x53
 const QUERY = 0x51
 const FUNCTION_CALL = 0x46
-
-/** The 8-byte SSLRequest's code: the server answers one byte, `S` (TLS follows) or `N`. */
-const SSL_REQUEST_CODE = 80877103
 
 /** The 16-byte CancelRequest's code: such a socket is no connection (not counted, never reported). */
 const CANCEL_REQUEST_CODE = 80877102
@@ -87,15 +90,15 @@ const messageWalker = (onMessage: (type: number, first: number | undefined) => v
 }
 
 /**
- * Opens a socket to the target (a Unix socket when the host is a directory) and counts it until
- * it closes. Its outcome feeds the target's connection breaker: ready (the server's first
- * ReadyForQuery, or its yes to TLS) is a success; closed before that is a failed attempt.
+ * Opens a connection to the target (a Unix socket when the host is a directory; over TLS when
+ * `tls` is set, negotiated here: see `PgTlsStream.ts`) and counts it until it closes, reading
+ * the session's cleartext. Its outcome feeds the target's connection breaker: ready (the
+ * server's first ReadyForQuery) is a success; closed before that is a failed attempt.
  */
-export const openSocket = (target: SocketTarget): Net.Socket => {
+export const openSocket = (target: SocketTarget): Duplex => {
   const breaker = breakerFor(`${target.host}:${target.port}`)
   let cancel = false
-  let sslAnswer = false
-  const socket = target.host.startsWith("/")
+  const raw = target.host.startsWith("/")
     ? Net.connect({ path: `${target.host}/.s.PGSQL.${target.port}` })
     : Net.connect({
         host: target.host,
@@ -103,55 +106,39 @@ export const openSocket = (target: SocketTarget): Net.Socket => {
         noDelay: true,
         ...(target.keepAliveMs !== undefined ? { keepAlive: true, keepAliveInitialDelay: target.keepAliveMs } : {})
       })
+  const socket: Duplex = target.tls === undefined ? raw : tlsStream(raw, target.host, target.tls)
   const connection: Connection = { state: "connecting", owed: 0, status: IDLE }
   connections.set(socket, connection)
-  // the start-up is over (the server's first ReadyForQuery, or its yes to TLS): a success
-  const ready = (state: "plain" | "tls") => {
-    connection.state = state
-    breaker.succeeded()
-  }
   const written = messageWalker((type) => {
     if (type === SYNC || type === QUERY || type === FUNCTION_CALL) connection.owed++
   })
   const read = messageWalker((type, first) => {
     if (type !== READY_FOR_QUERY) return
-    // the first one ends the start-up, which no write of ours asked for
-    if (connection.state === "connecting") ready("plain")
-    else connection.owed = Math.max(connection.owed - 1, 0)
+    // the first one ends the start-up, which no write of ours asked for: a success
+    if (connection.state === "connecting") {
+      connection.state = "ready"
+      breaker.succeeded()
+    } else connection.owed = Math.max(connection.owed - 1, 0)
     connection.status = first ?? IDLE
   })
   const write = socket.write.bind(socket) as (...args: ReadonlyArray<unknown>) => boolean
   socket.write = ((...args: ReadonlyArray<unknown>) => {
     const chunk = args[0]
     if (chunk instanceof Uint8Array) {
-      // the start-up's untyped requests: read by their code, never walked
-      if (connection.state === "connecting" && chunk.length >= 8) {
-        const code = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).readInt32BE(4)
-        if (chunk.length === 16 && code === CANCEL_REQUEST_CODE) {
-          cancel = true
-          connections.delete(socket)
-        } else if (chunk.length === 8 && code === SSL_REQUEST_CODE) {
-          sslAnswer = true
-        }
-      } else if (connection.state === "plain") {
-        written(chunk)
+      if (connection.state === "ready") written(chunk)
+      // the start-up's untyped messages are not walked; a CancelRequest makes no connection
+      else if (
+        chunk.length === 16 &&
+        Buffer.from(chunk.buffer, chunk.byteOffset, 16).readInt32BE(4) === CANCEL_REQUEST_CODE
+      ) {
+        cancel = true
+        connections.delete(socket)
       }
     }
     return write(...args)
-  }) as Net.Socket["write"]
+  }) as Duplex["write"]
   socket.on("data", (chunk: Buffer) => {
-    if (connection.state === "tls" || !connections.has(socket)) return
-    if (sslAnswer && chunk.length > 0) {
-      sslAnswer = false
-      // the one-byte answer to an SSLRequest: "S", TLS follows on this socket; "N", it does not
-      if (chunk[0] === 0x53) {
-        ready("tls")
-        return
-      }
-      read(chunk.subarray(1))
-      return
-    }
-    read(chunk)
+    if (connections.has(socket)) read(chunk)
   })
   socket.once("close", () => {
     connections.delete(socket)
@@ -160,11 +147,11 @@ export const openSocket = (target: SocketTarget): Net.Socket => {
   return socket
 }
 
-/** This process's connections now: open, and in use (plain connections only, see above). */
+/** This process's connections now: open, and in use (see above). */
 export const census = (): { readonly open: number; readonly inUse: number } => {
   let inUse = 0
   for (const c of connections.values()) {
-    if (c.state === "connecting" || (c.state === "plain" && (c.owed > 0 || c.status !== IDLE))) inUse++
+    if (c.state === "connecting" || c.owed > 0 || c.status !== IDLE) inUse++
   }
   return { open: connections.size, inUse }
 }
