@@ -199,6 +199,34 @@ layer(serverLayer, { excludeTestServices: true, timeout: "120 seconds" })("TLS",
       }).pipe(Effect.provide(Database.layer.pipe(Layer.provide(config))))
     })
   )
+
+  it.effect(
+    "an interrupted statement over TLS is cancelled on the server (the cancel request makes its own TLS start)",
+    () =>
+      Effect.gen(function* () {
+        const { cluster } = yield* TlsServer
+        const config = PgBusConfig.layerWithoutEnvironment({ databaseUrl: cluster.url({ query: "sslmode=require" }) })
+        yield* Effect.gen(function* () {
+          const sql = yield* SqlClient.SqlClient
+          const sleeping = () =>
+            Effect.map(
+              sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+              WHERE state = 'active' AND query LIKE '%pg_sleep(30)%' AND pid <> pg_backend_pid()`,
+              (rows) => rows[0]?.n ?? 0
+            )
+          const long = yield* Effect.forkChild(sql`SELECT pg_sleep(30)`)
+          yield* eventually(
+            "the statement runs",
+            Effect.map(sleeping(), (n) => n === 1)
+          )
+          yield* Fiber.interrupt(long)
+          yield* eventually(
+            "the server cancelled it",
+            Effect.map(sleeping(), (n) => n === 0)
+          )
+        }).pipe(Effect.provide(Database.layer.pipe(Layer.provide(config))))
+      })
+  )
 })
 
 /** A server that answers an SSLRequest with `answer` (and says nothing more), on a port of its own. */
