@@ -216,8 +216,9 @@ const offersTls = (host: string, port: number): Effect.Effect<boolean> =>
   }).pipe(Effect.timeoutOrElse({ duration: Duration.seconds(5), orElse: () => Effect.succeed(false) }))
 
 /**
- * The driver's `ssl` option for a target and the `ssl` config key (which wins over the URL's
- * `sslmode`), as libpq reads the modes: `disable` no TLS; `allow` and `prefer` TLS without a
+ * The TLS of a target's connections (`false`, `true` for Node's defaults, or Node's TLS options;
+ * the TLS start itself is made by `internal/PgTlsStream.ts`, not the driver) from the `ssl`
+ * config key (which wins over the URL's `sslmode`), as libpq reads the modes: `disable` no TLS; `allow` and `prefer` TLS without a
  * certificate check when the server offers it; `require` TLS without a check (a CA check when
  * `sslrootcert` is given); `verify-ca` the chain against `sslrootcert` (else Node's CAs);
  * `verify-full` the chain and the host name. Nothing set: no TLS. `sslcert`/`sslkey` give a
