@@ -9,13 +9,15 @@ import * as Net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, layer } from "@effect/vitest"
-import { Cause, ConfigProvider, Context, Effect, Exit, Fiber, Layer } from "effect"
+import { Cause, ConfigProvider, Context, Effect, Exit, Fiber, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig, type PgBusConfigInput } from "../src/Config.ts"
 import * as Database from "../src/Database.ts"
 import { census } from "../src/internal/PoolCensus.ts"
+import * as Job from "../src/Job/Job.ts"
+import * as PgBus from "../src/PgBus.ts"
 import { type PrivateCluster, privateCluster } from "./support/cluster.ts"
-import { eventually } from "./support/jobs.ts"
+import { eventually, startSupervisor } from "./support/jobs.ts"
 
 /** A key and a self-signed certificate naming 127.0.0.1 only. */
 const selfSigned = () => {
@@ -225,6 +227,50 @@ layer(serverLayer, { excludeTestServices: true, timeout: "120 seconds" })("TLS",
             Effect.map(sleeping(), (n) => n === 0)
           )
         }).pipe(Effect.provide(Database.layer.pipe(Layer.provide(config))))
+      })
+  )
+
+  it.effect(
+    "over TLS end to end: a job sent with its NOTIFY is run by a supervisor (pool, LISTEN, workers' session)",
+    () =>
+      Effect.gen(function* () {
+        const { cluster } = yield* TlsServer
+        const ran: Array<number> = []
+        const Ping = Job.make(
+          "TlsPing",
+          { payload: Schema.Struct({ n: Schema.Number }), queue: "tls_pings" },
+          ({ n }) => Effect.sync(() => ran.push(n))
+        )
+        const config = PgBusConfig.layerWithoutEnvironment({
+          databaseUrl: cluster.url({ query: "sslmode=require" }),
+          migrate: true,
+          // no hand-over inside the process: the jobs must come through NOTIFY, LISTEN, read and claim
+          localDispatch: false,
+          pollingInterval: "30 seconds"
+        })
+        yield* Effect.gen(function* () {
+          const sql = yield* SqlClient.SqlClient
+          yield* startSupervisor([Ping])
+          // the worker's LISTEN is up (its connection's last statement), so that a NOTIFY reaches it
+          yield* eventually(
+            "the worker listens",
+            Effect.map(
+              sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`,
+              (rows) => (rows[0]?.n ?? 0) > 0
+            )
+          )
+          yield* Effect.forEach([1, 2, 3], (n) => Ping.enqueue({ n }), { discard: true })
+          // the poll is 30 s away: only the NOTIFY over the LISTEN connection wakes the worker in time
+          yield* eventually(
+            "the three jobs ran",
+            Effect.sync(() => ran.length === 3)
+          )
+          const plain = yield* sql<{ readonly n: number }>`
+          SELECT count(*)::int AS n FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+          WHERE a.backend_type = 'client backend' AND NOT s.ssl`
+          assert.strictEqual(plain[0]?.n, 0)
+          assert.deepStrictEqual([...ran].sort(), [1, 2, 3])
+        }).pipe(Effect.scoped, Effect.provide(PgBus.layerFrom(config)))
       })
   )
 })
