@@ -91,6 +91,14 @@ const encrypted = (input: PgBusConfigInput, env?: Record<string, string>) => {
   )
 }
 
+/** Runs `body` on a pool of the TLS server's `postgres` database, with sslmode=require. */
+const onRequiredTls = <A, E>(body: Effect.Effect<A, E, SqlClient.SqlClient>) =>
+  Effect.gen(function* () {
+    const { cluster } = yield* TlsServer
+    const config = PgBusConfig.layerWithoutEnvironment({ databaseUrl: cluster.url({ query: "sslmode=require" }) })
+    return yield* body.pipe(Effect.provide(Database.layer.pipe(Layer.provide(config))))
+  })
+
 /** The failure of a connection that must not be made, as text. */
 const refused = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.map(Effect.exit(effect), (exit) => {
@@ -174,10 +182,8 @@ layer(serverLayer, { excludeTestServices: true, timeout: "120 seconds" })("TLS",
   )
 
   it.effect("the pool gauge counts a TLS connection while its statement runs, and not after", () =>
-    Effect.gen(function* () {
-      const { cluster } = yield* TlsServer
-      const config = PgBusConfig.layerWithoutEnvironment({ databaseUrl: cluster.url({ query: "sslmode=require" }) })
-      yield* Effect.gen(function* () {
+    onRequiredTls(
+      Effect.gen(function* () {
         const sql = yield* SqlClient.SqlClient
         // a result of 5 MB, decrypted in many chunks: the census reads the messages across them
         const big = yield* sql`SELECT repeat('x', 1000) AS x FROM generate_series(1, 5000)`
@@ -198,17 +204,15 @@ layer(serverLayer, { excludeTestServices: true, timeout: "120 seconds" })("TLS",
           "the TLS connection idle again",
           Effect.sync(() => census().inUse <= before)
         )
-      }).pipe(Effect.provide(Database.layer.pipe(Layer.provide(config))))
-    })
+      })
+    )
   )
 
   it.effect(
     "an interrupted statement over TLS is cancelled on the server (the cancel request makes its own TLS start)",
     () =>
-      Effect.gen(function* () {
-        const { cluster } = yield* TlsServer
-        const config = PgBusConfig.layerWithoutEnvironment({ databaseUrl: cluster.url({ query: "sslmode=require" }) })
-        yield* Effect.gen(function* () {
+      onRequiredTls(
+        Effect.gen(function* () {
           const sql = yield* SqlClient.SqlClient
           const sleeping = () =>
             Effect.map(
@@ -226,8 +230,8 @@ layer(serverLayer, { excludeTestServices: true, timeout: "120 seconds" })("TLS",
             "the server cancelled it",
             Effect.map(sleeping(), (n) => n === 0)
           )
-        }).pipe(Effect.provide(Database.layer.pipe(Layer.provide(config))))
-      })
+        })
+      )
   )
 
   it.effect(
