@@ -218,11 +218,11 @@ const offersTls = (host: string, port: number): Effect.Effect<boolean> =>
 /**
  * The TLS of a target's connections (`false`, `true` for Node's defaults, or Node's TLS options;
  * the TLS start itself is made by `internal/PgTlsStream.ts`, not the driver) from the `ssl`
- * config key (which wins over the URL's `sslmode`), as libpq reads the modes: `disable` no TLS; `allow` and `prefer` TLS without a
- * certificate check when the server offers it; `require` TLS without a check (a CA check when
- * `sslrootcert` is given); `verify-ca` the chain against `sslrootcert` (else Node's CAs);
- * `verify-full` the chain and the host name. Nothing set: no TLS. `sslcert`/`sslkey` give a
- * client certificate.
+ * config key (which wins over the URL's `sslmode`), as libpq reads the modes: `disable` no TLS;
+ * `allow` and `prefer` TLS without a certificate check when the server offers it; `require`
+ * TLS without a check (a CA check when `sslrootcert` is given); `verify-ca` the chain against
+ * `sslrootcert` (else Node's CAs); `verify-full` the chain and the host name. Nothing set: no
+ * TLS. `sslcert`/`sslkey` give a client certificate.
  */
 export const tlsOptions = (
   target: Target,
