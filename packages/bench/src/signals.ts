@@ -8,7 +8,7 @@
  * PostgreSQL server. Every run is its own Node process (packages/bench/src/peers/<library>-signals.ts)
  * on a freshly created database, dropped once the process has exited; runs go round-robin and the
  * table shows medians [min-max]. Diagnostic cases: effect-pgbus and DBOS with one sender (so no
- * backlog can build), and effect-pgbus with local dispatch off (`ra0-nolocal`: every woken step goes
+ * backlog can build), and effect-pgbus with local dispatch off (`default-nolocal`: every woken step goes
  * through NOTIFY, read and claim, as for signals sent from a process without a worker of the queue;
  * in the JSON line as ours_nolocal_*).
  *
@@ -17,8 +17,8 @@
  *
  * Knobs (env): RUNS (3), BENCH_ONLY (regex on the case key), BENCH_SIGNALS_RUNS (1000),
  * BENCH_SIGNALS_SENDERS (10), BENCH_SIGNALS_POLL_MS (completion reads, 5), BENCH_SIGNALS_SETTLE_MS
- * (quiet between "all parked" and the first send, 1000), BENCH_OURS_READ_AHEAD (read-aheads tried
- * besides the default 0, none), BENCH_CONCURRENCY (worker concurrency, 10), BENCH_POOL_MAX (20),
+ * (quiet between "all parked" and the first send, 1000), BENCH_OURS_READ_AHEAD (fixed read-aheads
+ * tried besides the library's default, none; 0 was the default before the adaptive read-ahead), BENCH_CONCURRENCY (worker concurrency, 10), BENCH_POOL_MAX (20),
  * BENCH_SIGNALS_RATE (signals/s over all senders, 0 = as fast as the senders go; a fixed rate compares
  * latencies at the same offered load, which a faster send would otherwise raise by queueing),
  * BENCH_PHASE_CAP_MS (120000), BENCH_RUN_TIMEOUT_MS (per run, 300000), BENCH_RESULTS (append every
@@ -296,15 +296,17 @@ const main = async () => {
   const TAG = String(process.pid)
   const LIBRARIES: ReadonlyArray<Library> = ["ours", "dbos", "pgworkflows"]
   const ALL_CASES: ReadonlyArray<Case> = [
-    ...[...new Set([0, ...TUNED_RA])].map(
+    // at its defaults (no readAhead given: the library decides), then any fixed read-ahead asked for
+    { key: "signals ours default", library: "ours", variant: "default", senders: SIG_SENDERS },
+    ...[...new Set(TUNED_RA)].map(
       (ra): Case => ({ key: `signals ours ra${ra}`, library: "ours", variant: `ra${ra}`, senders: SIG_SENDERS })
     ),
     { key: "signals dbos recv", library: "dbos", variant: "recv", senders: SIG_SENDERS },
     { key: "signals pgworkflows workers10", library: "pgworkflows", variant: "workers10", senders: SIG_SENDERS },
     // diagnostics, not in the JSON line: one sender, so no backlog can build (the path's own latency)
-    { key: "signals ours ra0 senders1", library: "ours", variant: "ra0", senders: 1 },
+    { key: "signals ours default senders1", library: "ours", variant: "default", senders: 1 },
     // local dispatch off: the path of signals sent from a process that runs no worker of the queue
-    { key: "signals ours ra0 nolocal", library: "ours", variant: "ra0-nolocal", senders: SIG_SENDERS },
+    { key: "signals ours default nolocal", library: "ours", variant: "default-nolocal", senders: SIG_SENDERS },
     { key: "signals dbos recv senders1", library: "dbos", variant: "recv", senders: 1 }
   ]
   const CASES = ALL_CASES.filter(
@@ -451,13 +453,15 @@ const main = async () => {
   }
   const label = (c: Case): string =>
     (c.library === "ours"
-      ? c.variant.endsWith("-nolocal")
-        ? `effect-pgbus (this repo), read-ahead ${c.variant.slice(2, -"-nolocal".length)}, **local dispatch off** (diagnostic)`
-        : `effect-pgbus (this repo), read-ahead ${c.variant.slice(2)}${c.variant === "ra0" ? " (default)" : ""}`
+      ? `effect-pgbus (this repo), ${readAheadLabel(c.variant.replace(/-nolocal$/, ""))}${
+          c.variant.endsWith("-nolocal") ? ", **local dispatch off** (diagnostic)" : ""
+        }`
       : c.library === "dbos"
         ? `DBOS ${pkgVersion("@dbos-inc/dbos-sdk")} \`recv\``
         : `pg-workflows ${pkgVersion("pg-workflows")} \`workers10\``) +
     (c.senders === SIG_SENDERS ? "" : `, **${c.senders} sender${c.senders === 1 ? "" : "s"}** (diagnostic)`)
+  const readAheadLabel = (variant: string): string =>
+    variant === "default" ? "defaults (no readAhead given: the library decides)" : `read-ahead ${variant.slice(2)}`
   const round = (x: number | undefined, digits = 0): number | null =>
     x === undefined ? null : Number(x.toFixed(digits))
 
@@ -557,7 +561,7 @@ const main = async () => {
   )
   p()
   const get = (key: string) => results.get(key) ?? []
-  const ours = get("signals ours ra0")
+  const ours = get("signals ours default")
   const dbos = get("signals dbos recv")
   const pgw = get("signals pgworkflows workers10")
   const summary: Record<string, unknown> = {
@@ -566,7 +570,7 @@ const main = async () => {
     ours_p99_ms: round(medianOf(ours, "result.latencyMs.p99"), 2),
     ours_signals_per_s: round(medianOf(ours, "result.signalsPerSec"), 1)
   }
-  const nolocal = get("signals ours ra0 nolocal")
+  const nolocal = get("signals ours default nolocal")
   if (nolocal.length > 0) {
     // local dispatch off: what a sender in a process without a worker of the queue gets
     summary.ours_nolocal_p50_ms = round(medianOf(nolocal, "result.latencyMs.p50"), 2)
@@ -584,7 +588,7 @@ const main = async () => {
     summary.pgworkflows_signals_per_s = round(medianOf(pgw, "result.signalsPerSec"), 1)
   }
   p(
-    "JSON: medians over runs; ours = effect-pgbus at read-ahead 0 (its default), dbos = DBOS `recv`, pgworkflows = pg-workflows `workers10`."
+    "JSON: medians over runs; ours = effect-pgbus at its defaults (no readAhead given), dbos = DBOS `recv`, pgworkflows = pg-workflows `workers10`."
   )
   p()
   process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)

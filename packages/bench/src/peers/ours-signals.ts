@@ -5,7 +5,8 @@
  * `SignalBench.start` gave). The step's body records `performance.now()` first thing; the driver
  * (`runSignals` in ../signals.ts) records it when `signal` returns.
  *   tsx packages/bench/src/peers/ours-signals.ts signals [--variant ra<N>] [--run N]
- * Variants: `ra<N>` = the capsule's read-ahead (0, the default).
+ * Variants: `default` (no readAhead given: the library decides), `ra<N>` = a fixed read-ahead;
+ * `-nolocal` after either: local dispatch off.
  * BENCH_OURS_STATEMENTS=1: counts the statements of the timed phase (statements / signal);
  * BENCH_OURS_PROFILE=1: also tallies every statement and span of the timed phase (count, time)
  * and prints it to stderr; BENCH_OURS_TRACE=1: prints where the latency goes (`traceReport`).
@@ -34,12 +35,13 @@ import {
 const args = parseArgs()
 guard()
 const DB = databaseName("sig_ours")
-const variantMatch = /^ra(\d+)(-nolocal)?$/.exec(args.variant)
-const readAhead = variantMatch ? Number(variantMatch[1]) : 0
+const variantMatch = /^(?:ra(\d+)|default)(-nolocal)?$/.exec(args.variant)
+// `default`: no readAhead given, the library decides (adaptive)
+const readAhead: number | undefined = variantMatch?.[1] !== undefined ? Number(variantMatch[1]) : variantMatch ? undefined : 0 // an unknown variant: read-ahead 0, as before
 // `-nolocal`: local dispatch off, so every woken step goes through NOTIFY, read and claim, as
 // when the signals come from a process that runs no worker of the step's queue
 const localDispatch = variantMatch?.[2] === undefined
-const variant = `ra${readAhead}${localDispatch ? "" : "-nolocal"}`
+const variant = `${readAhead === undefined ? "default" : `ra${readAhead}`}${localDispatch ? "" : "-nolocal"}`
 
 const recorder = makeStartRecorder()
 
@@ -160,7 +162,9 @@ const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
 const startWorkers = (queue: string): (() => Promise<void>) => {
   const fiber = runtime.runFork(
     Supervisor.runWith({
-      capsules: [{ name: "bench", queues: [queue], concurrency: CONCURRENCY, readAhead }]
+      capsules: [
+        { name: "bench", queues: [queue], concurrency: CONCURRENCY, ...(readAhead === undefined ? {} : { readAhead }) }
+      ]
     }).pipe(
       Effect.provide(Registry.layer([SignalBench])),
       Effect.provideService(References.MinimumLogLevel, "Warn"),
@@ -334,7 +338,7 @@ try {
     emit({
       ...base,
       config: {
-        capsule: { queues: [queue], concurrency: CONCURRENCY, readAhead },
+        capsule: { queues: [queue], concurrency: CONCURRENCY, readAhead: readAhead ?? "default" },
         senders: SIG_SENDERS,
         poolMax: POOL_MAX,
         listenNotify: true,
