@@ -36,8 +36,9 @@ const args = parseArgs()
 guard()
 const DB = databaseName("sig_ours")
 const variantMatch = /^(?:ra(\d+)|default)(-nolocal)?$/.exec(args.variant)
-// `default`: no readAhead given, the library decides (adaptive)
-const readAhead: number | undefined = variantMatch?.[1] !== undefined ? Number(variantMatch[1]) : variantMatch ? undefined : 0 // an unknown variant: read-ahead 0, as before
+// `default`: no readAhead given, the library decides (adaptive); an unknown variant: read-ahead 0
+const readAhead: number | undefined =
+  variantMatch?.[1] !== undefined ? Number(variantMatch[1]) : variantMatch ? undefined : 0
 // `-nolocal`: local dispatch off, so every woken step goes through NOTIFY, read and claim, as
 // when the signals come from a process that runs no worker of the step's queue
 const localDispatch = variantMatch?.[2] === undefined
