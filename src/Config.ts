@@ -7,7 +7,14 @@
  * @since 0.1.0
  */
 import { Cause, Config, Context, Duration, Effect, Layer, Option, Redacted, Result, Schema, SchemaIssue } from "effect"
-import { completeUrl, describeUrl, type Environment, LIBPQ_VARIABLES, SSL_MODES } from "./Connection.ts"
+import {
+  completeUrl,
+  connectTimeoutOf,
+  describeUrl,
+  type Environment,
+  LIBPQ_VARIABLES,
+  SSL_MODES
+} from "./Connection.ts"
 import * as Kinds from "./internal/ConfigKinds.ts"
 
 /**
@@ -75,7 +82,10 @@ const checkUrl = (url: string): string | undefined => {
   try {
     const sslmode = new URL(url).searchParams.get("sslmode")
     if (sslmode !== null && !SSL_MODES.includes(sslmode as never))
-      return `sslmode must be one of ${SSL_MODES.join(", ")}`
+      return `sslmode (or PGSSLMODE) must be one of ${SSL_MODES.join(", ")}`
+    const connectTimeout = new URL(url).searchParams.get("connect_timeout")
+    if (connectTimeout !== null && connectTimeoutOf(connectTimeout) === undefined)
+      return "connect_timeout (or PGCONNECT_TIMEOUT) must be a whole number of seconds"
   } catch {
     return "must be a postgres:// URL"
   }
@@ -119,7 +129,7 @@ export const keys = {
   databaseUrl: key(Kinds.url(checkUrl), {
     default: "postgres://postgres@127.0.0.1:5432/postgres",
     env: "DATABASE_URL",
-    doc: "The PostgreSQL URL (`sslmode` and libpq's query parameters included); parts it leaves out come from `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`.",
+    doc: "The PostgreSQL URL (`sslmode`, `connect_timeout` and libpq's other query parameters included); parts it leaves out come from `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`, `PGCONNECT_TIMEOUT`.",
     defaultDoc: "`postgres://postgres@127.0.0.1:5432/postgres`",
     section: "connection",
     readme: true
@@ -664,7 +674,12 @@ export const resolve = (
       if (Redacted.isRedacted(url)) {
         // the default URL stands for "nothing given": libpq's variables fill every part of it
         const text = defaulted.has(name) ? undefined : String(Redacted.value(url))
-        candidate[name] = Redacted.make(completeUrl(text, env))
+        const completed = completeUrl(text, env)
+        // what the environment filled in is checked as the URL's own parts are (PGSSLMODE, ...)
+        const problem = checkUrl(completed)
+        if (problem !== undefined)
+          return yield* new ConfigurationError({ key: name, rule: problem, value: "<redacted>" })
+        candidate[name] = Redacted.make(completed)
       }
     }
     const decoded = Schema.decodeUnknownExit(PgBusConfigSchema)(candidate)

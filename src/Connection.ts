@@ -1,9 +1,10 @@
 /**
  * Where the database is and how to reach it, as libpq users expect: a URL (query parameters
- * `host`, `port`, `user`, `password`, `dbname`, `sslmode`, `sslrootcert`, `sslcert`, `sslkey`
- * included) whose missing parts come from `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
- * `PGDATABASE`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`, then from the
- * defaults; and the TLS options the driver gets for an `sslmode` or the `ssl` config key.
+ * `host`, `port`, `user`, `password`, `dbname`, `sslmode`, `sslrootcert`, `sslcert`, `sslkey`,
+ * `connect_timeout` included) whose missing parts come from `PGHOST`, `PGPORT`, `PGUSER`,
+ * `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`,
+ * `PGCONNECT_TIMEOUT`, then from the defaults; and the TLS options the driver gets for an
+ * `sslmode` or the `ssl` config key.
  *
  * @since 0.1.0
  */
@@ -34,7 +35,8 @@ export const LIBPQ_VARIABLES = [
   "PGSSLMODE",
   "PGSSLROOTCERT",
   "PGSSLCERT",
-  "PGSSLKEY"
+  "PGSSLKEY",
+  "PGCONNECT_TIMEOUT"
 ] as const
 
 /** Values of environment variables by name (absent or `undefined` when unset). */
@@ -55,6 +57,8 @@ export interface Target {
   readonly sslrootcert: string | undefined
   readonly sslcert: string | undefined
   readonly sslkey: string | undefined
+  /** How long a connection may take to be made and logged in (`connect_timeout`); undefined: the driver's 5 s. */
+  readonly connectTimeout: Duration.Duration | undefined
 }
 
 /**
@@ -95,15 +99,27 @@ const partsOf = (url: URL) => {
     sslmode: q("sslmode"),
     sslrootcert: q("sslrootcert"),
     sslcert: q("sslcert"),
-    sslkey: q("sslkey")
+    sslkey: q("sslkey"),
+    connectTimeout: q("connect_timeout")
   }
 }
 
 /**
+ * libpq's `connect_timeout`: whole seconds; zero or less waits without a bound, and 1 counts as
+ * 2 (libpq's minimum). A value that is not a whole number is an error (`undefined` here).
+ */
+export const connectTimeoutOf = (text: string): Duration.Duration | undefined => {
+  if (!/^\s*[-+]?\d+\s*$/.test(text)) return undefined
+  const seconds = Number(text)
+  return seconds <= 0 ? Duration.infinity : Duration.seconds(Math.max(seconds, 2))
+}
+
+/**
  * The URL with every part it leaves out filled in: from libpq's environment variables first
- * (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGSSL*`), then from the defaults
- * (127.0.0.1, 5432, user `postgres`, the database named like the user). `undefined` starts from
- * nothing. A URL that names every part, or that does not parse, is returned as it is.
+ * (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGSSL*`, `PGCONNECT_TIMEOUT`), then
+ * from the defaults (127.0.0.1, 5432, user `postgres`, the database named like the user).
+ * `undefined` starts from nothing. A URL that names every part, or that does not parse, is
+ * returned as it is.
  */
 export const completeUrl = (given: string | undefined, env: Environment): string => {
   let url: URL
@@ -126,11 +142,13 @@ export const completeUrl = (given: string | undefined, env: Environment): string
   const user = fill("user", env.PGUSER, DEFAULTS.user)!
   const password = fill("password", env.PGPASSWORD)
   const database = fill("database", env.PGDATABASE, user)!
-  const ssl = {
+  // the query parameters libpq's variables can fill
+  const parameters = {
     sslmode: fill("sslmode", env.PGSSLMODE),
     sslrootcert: fill("sslrootcert", env.PGSSLROOTCERT),
     sslcert: fill("sslcert", env.PGSSLCERT),
-    sslkey: fill("sslkey", env.PGSSLKEY)
+    sslkey: fill("sslkey", env.PGSSLKEY),
+    connect_timeout: fill("connectTimeout", env.PGCONNECT_TIMEOUT)
   }
   if (!changed && given !== undefined) return given
   const out = new URL("postgres://")
@@ -151,7 +169,7 @@ export const completeUrl = (given: string | undefined, env: Environment): string
   for (const [name, value] of url.searchParams) {
     if (!["host", "port", "user", "password", "dbname"].includes(name)) out.searchParams.set(name, value)
   }
-  for (const [name, value] of Object.entries(ssl)) if (value !== undefined) out.searchParams.set(name, value)
+  for (const [name, value] of Object.entries(parameters)) if (value !== undefined) out.searchParams.set(name, value)
   return out.toString()
 }
 
@@ -168,7 +186,8 @@ export const targetOf = (url: string): Target => {
     sslmode: SSL_MODES.find((m) => m === parts.sslmode),
     sslrootcert: parts.sslrootcert,
     sslcert: parts.sslcert,
-    sslkey: parts.sslkey
+    sslkey: parts.sslkey,
+    connectTimeout: parts.connectTimeout === undefined ? undefined : connectTimeoutOf(parts.connectTimeout)
   }
 }
 

@@ -224,6 +224,8 @@ export const clientOptions = (
       ...(pooled ? { prepare: false } : {}),
       // the sockets are opened here so that the pool gauges can count them (with keepalive)
       stream: () => openSocket({ host: target.host, port: target.port, keepAliveMs, tls }),
+      // libpq's connect_timeout (PGCONNECT_TIMEOUT): the connect, TLS start and login together
+      ...(target.connectTimeout !== undefined ? { connectTimeout: target.connectTimeout } : {}),
       ...(statementTimeout !== undefined
         ? { startupParameters: { statement_timeout: String(Math.ceil(Duration.toMillis(statementTimeout))) } }
         : {})

@@ -4,7 +4,7 @@ import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, Redacted } from "effect"
 import { describeTarget, envName, PgBusConfig, resolve } from "../src/Config.ts"
-import { targetOf, tlsOptions } from "../src/Connection.ts"
+import { type Target, targetOf, tlsOptions } from "../src/Connection.ts"
 
 const fromEnv = (env: Record<string, string>) =>
   Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
@@ -169,7 +169,8 @@ describe("the connection as libpq users expect", () => {
         sslmode: undefined,
         sslrootcert: undefined,
         sslcert: undefined,
-        sslkey: undefined
+        sslkey: undefined,
+        connectTimeout: undefined
       })
       assert.strictEqual(c.databaseSource, "from PGHOST")
       assert.strictEqual(describeTarget(c), "db.internal:6543/app")
@@ -230,6 +231,30 @@ describe("the connection as libpq users expect", () => {
     })
   )
 
+  it.effect("connect_timeout from the URL or PGCONNECT_TIMEOUT, read as libpq reads it", () =>
+    Effect.gen(function* () {
+      const seconds = (t: Target) => (t.connectTimeout === undefined ? undefined : Duration.toSeconds(t.connectTimeout))
+      // unset: the driver's own 5 s
+      assert.isUndefined(target(yield* resolve()).connectTimeout)
+      assert.strictEqual(seconds(target(yield* resolve({ databaseUrl: "postgres://db/x?connect_timeout=15" }))), 15)
+      assert.strictEqual(seconds(target(yield* resolve({}, { PGCONNECT_TIMEOUT: "20", PGHOST: "db" }))), 20)
+      // the URL's own wins over the environment's
+      const own = yield* resolve({ databaseUrl: "postgres://db/x?connect_timeout=7" }, { PGCONNECT_TIMEOUT: "20" })
+      assert.strictEqual(seconds(target(own)), 7)
+      // libpq: 1 counts as 2, zero or less waits without a bound
+      assert.strictEqual(seconds(target(yield* resolve({ databaseUrl: "postgres://db/x?connect_timeout=1" }))), 2)
+      const unbounded = target(yield* resolve({ databaseUrl: "postgres://db/x?connect_timeout=0" })).connectTimeout
+      assert.isTrue(unbounded !== undefined && !Duration.isFinite(unbounded))
+      // not whole seconds: refused, naming the parameter, the URL not echoed
+      const bad = yield* Effect.flip(resolve({ databaseUrl: "postgres://u:pw@db/x?connect_timeout=2.5s" }))
+      assert.strictEqual(bad.key, "databaseUrl")
+      assert.include(bad.rule, "connect_timeout")
+      assert.notInclude(bad.message, "pw")
+      const badEnv = yield* Effect.flip(resolve({}, { PGCONNECT_TIMEOUT: "soon" }))
+      assert.include(badEnv.rule, "PGCONNECT_TIMEOUT")
+    })
+  )
+
   it.effect("ssl: an sslmode or a boolean from PGBUS_SSL, TLS options in code, anything else refused", () =>
     Effect.gen(function* () {
       assert.strictEqual((yield* PgBusConfig).ssl, "verify-ca")
@@ -244,6 +269,10 @@ describe("the connection as libpq users expect", () => {
       assert.strictEqual(badUrl.key, "databaseUrl")
       assert.include(badUrl.rule, "sslmode")
       assert.notInclude(badUrl.message, "pw", "the URL is not echoed")
+      // a typo in PGSSLMODE is refused, not read as "no TLS"
+      const badEnv = yield* Effect.flip(resolve({}, { PGSSLMODE: "requre", PGHOST: "db" }))
+      assert.strictEqual(badEnv.key, "databaseUrl")
+      assert.include(badEnv.rule, "PGSSLMODE")
     }).pipe(Effect.provide(PgBusConfig.layer()), fromEnv({ PGBUS_SSL: "verify-ca" }))
   )
 })

@@ -9,7 +9,7 @@ import * as Net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, layer } from "@effect/vitest"
-import { Cause, ConfigProvider, Context, Effect, Exit, Fiber, Layer, Schema } from "effect"
+import { Cause, Clock, ConfigProvider, Context, Effect, Exit, Fiber, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig, type PgBusConfigInput } from "../src/Config.ts"
 import * as Database from "../src/Database.ts"
@@ -295,7 +295,49 @@ const answeringServer = (answer: Buffer) =>
       })
   ).pipe(Effect.map((server) => (server.address() as Net.AddressInfo).port))
 
+/** A server that takes connections and never answers (a firewall or a proxy that hangs), on a port of its own. */
+const silentServer = Effect.acquireRelease(
+  Effect.callback<{ readonly server: Net.Server; readonly taken: Array<Net.Socket> }>((resume) => {
+    const taken: Array<Net.Socket> = []
+    const server = Net.createServer((socket) => {
+      taken.push(socket)
+      socket.on("error", () => {})
+      // read (and drop) what comes, so that the client's end is seen
+      socket.resume()
+    })
+    server.listen(0, "127.0.0.1", () => resume(Effect.succeed({ server, taken })))
+  }),
+  ({ server, taken }) =>
+    Effect.callback<void>((resume) => {
+      for (const socket of taken) socket.destroy()
+      server.close(() => resume(Effect.void))
+    })
+).pipe(Effect.map(({ server, taken }) => ({ port: (server.address() as Net.AddressInfo).port, taken })))
+
 layer(Layer.empty, { excludeTestServices: true, timeout: "60 seconds" })("TLS refused", (it) => {
+  it.effect(
+    "a server that never answers the SSLRequest: the connection ends at the URL's connect_timeout, its socket closed and no longer counted",
+    () =>
+      Effect.gen(function* () {
+        const { port, taken } = yield* silentServer
+        const before = census().open
+        const started = yield* Clock.currentTimeMillis
+        const why = yield* refused(
+          encrypted({ databaseUrl: `postgres://u@127.0.0.1:${port}/db?sslmode=require&connect_timeout=7` })
+        )
+        const waited = (yield* Clock.currentTimeMillis) - started
+        assert.match(why, /timed out/i)
+        // the URL's 7 s, not the driver's own 5 s
+        assert.isAtLeast(waited, 6_500)
+        assert.isAbove(taken.length, 0, "the server took the connection")
+        // the socket the TLS start waited on is closed on both ends, and the census counts it no more
+        yield* eventually(
+          "the connection closed",
+          Effect.sync(() => census().open === before && taken.every((socket) => socket.readableEnded))
+        )
+      }).pipe(Effect.scoped)
+  )
+
   it.effect("sslmode=require against a server that answers no to TLS fails, saying so", () =>
     Effect.gen(function* () {
       const port = yield* answeringServer(Buffer.from("N"))
