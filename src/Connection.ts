@@ -114,6 +114,46 @@ export const connectTimeoutOf = (text: string): Duration.Duration | undefined =>
   return seconds <= 0 ? Duration.infinity : Duration.seconds(Math.max(seconds, 2))
 }
 
+/** The query parameters a URL may give that effect-pgbus reads (libpq's, above). */
+const READ_PARAMETERS = new Set([
+  "host",
+  "port",
+  "user",
+  "password",
+  "dbname",
+  "sslmode",
+  "sslrootcert",
+  "sslcert",
+  "sslkey",
+  "connect_timeout"
+])
+
+/** Where other tools' query parameters have their effect-pgbus counterpart. */
+const COUNTERPARTS: Readonly<Record<string, string>> = {
+  pgbouncer: "the transactionPooler key (PGBUS_TRANSACTION_POOLER)",
+  connection_limit: "the poolSize key (PGBUS_POOL_SIZE)",
+  pool_timeout: "the poolTimeout key (PGBUS_POOL_TIMEOUT)",
+  statement_timeout: "the statementTimeout key (PGBUS_STATEMENT_TIMEOUT)",
+  schema: "the schema key (PGBUS_SCHEMA) for effect-pgbus's own tables",
+  ssl: "sslmode, or the ssl key (PGBUS_SSL)"
+}
+
+/**
+ * The URL's query parameters that effect-pgbus does not read (libpq would refuse some, other
+ * tools read others), each with where its setting goes instead when there is such a place: for a
+ * warning, since a URL shared with another tool may carry them.
+ */
+export const unreadParameters = (url: string): ReadonlyArray<string> => {
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    return []
+  }
+  const names = [...new Set(parsed.searchParams.keys())].filter((name) => !READ_PARAMETERS.has(name))
+  return names.map((name) => (COUNTERPARTS[name] === undefined ? name : `${name} (use ${COUNTERPARTS[name]})`))
+}
+
 /**
  * The URL with every part it leaves out filled in: from libpq's environment variables first
  * (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGSSL*`, `PGCONNECT_TIMEOUT`), then

@@ -23,7 +23,7 @@ import * as Reactivity from "effect/reactivity/Reactivity"
 import type { SqlClient } from "effect/sql"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { effectivePoolSize, PgBusConfig, type PgBusConfigShape } from "./Config.ts"
-import { targetOf, tlsOptions } from "./Connection.ts"
+import { targetOf, tlsOptions, unreadParameters } from "./Connection.ts"
 import { type Breaker, breakerFor } from "./internal/ConnectionBreaker.ts"
 import { openSocket } from "./internal/PoolCensus.ts"
 import { withAcquireTimeout } from "./internal/PoolTimeout.ts"
@@ -240,6 +240,16 @@ export interface SessionOptions {
   readonly direct?: boolean | undefined
 }
 
+/** Says once, when the pool is built, which of the URL's query parameters are not read (and where they go instead). */
+const warnUnreadParameters = (config: PgBusConfigShape): Effect.Effect<void> => {
+  const unread = unreadParameters(Redacted.value(config.databaseUrl))
+  return unread.length === 0
+    ? Effect.void
+    : Effect.logWarning(
+        `pgbus: the database URL's query parameters ${unread.join(", ")} are not read: effect-pgbus reads host, port, user, password, dbname, sslmode, sslrootcert, sslcert, sslkey and connect_timeout`
+      )
+}
+
 /** A client's options that could not be set up (TLS files unreadable, say): not worth retrying. */
 const connectionSetupError = (error: { readonly detail: string }) =>
   new DatabaseError({ operation: "connect", reason: "ConnectionSetup", detail: error.detail, retryable: false })
@@ -252,7 +262,8 @@ const connectionSetupError = (error: { readonly detail: string }) =>
 export const layer: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, DatabaseError, PgBusConfig> =
   PgClient.layerFrom(
     Effect.flatMap(PgBusConfig, (config) =>
-      clientOptions(config).pipe(
+      warnUnreadParameters(config).pipe(
+        Effect.andThen(clientOptions(config)),
         Effect.mapError(connectionSetupError),
         Effect.flatMap((options) => PgClient.make(options).pipe(Effect.mapError(toDatabaseError("connect")))),
         // the driver's pool waits for a free connection without a bound: poolTimeout adds one
