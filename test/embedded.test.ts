@@ -19,7 +19,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
-import { ConfigProvider, Context, Effect, Exit, Layer, type Redacted, Scope } from "effect"
+import { ConfigProvider, Context, Effect, Exit, Layer, type Redacted, Schedule, Scope } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import { PgBusConfig } from "../src/Config.ts"
 import { answers } from "../src/Embedded/Host.ts"
@@ -28,6 +28,29 @@ import { spawnWatched } from "./support/child.ts"
 import { eventually } from "./support/jobs.ts"
 
 const isRoot = process.getuid?.() === 0
+
+/**
+ * Deletes an OS user a test made. Tried again for a while: under a loaded suite its server's
+ * processes can still be exiting when the server's stop returns, and userdel refuses a user with
+ * processes (one such failure in a full run, 12-05). What is left after that fails the test, saying why.
+ */
+const deleteUser = (name: string) =>
+  Effect.try({
+    try: () => execFileSync("userdel", [name], { stdio: "pipe" }),
+    catch: (error) => {
+      const failed = error as { readonly status?: number; readonly stderr?: Buffer }
+      const left = (() => {
+        try {
+          return execFileSync("ps", ["-u", name, "-o", "pid,comm"], { encoding: "utf8" }).trim()
+        } catch {
+          return "none"
+        }
+      })()
+      return new Error(
+        `userdel ${name} exited ${failed.status}: ${String(failed.stderr).trim()}; its processes: ${left}`
+      )
+    }
+  }).pipe(Effect.retry({ schedule: Schedule.spaced("250 millis"), times: 40 }), Effect.orDie, Effect.asVoid)
 
 /** A folder of the test's own for data folders (enterable by the server's user), removed after. */
 const workspace = Effect.acquireRelease(
@@ -107,7 +130,7 @@ describe("embedded PostgreSQL", () => {
         if (!isRoot) return
         // a user that does not exist yet: made, and the server runs as it
         const name = `pgbus${process.pid % 100000}`
-        yield* Effect.addFinalizer(() => Effect.sync(() => execFileSync("userdel", [name], { stdio: "ignore" })))
+        yield* Effect.addFinalizer(() => deleteUser(name))
         const made = yield* open({ dataDir: join(root, "own-user"), osUser: name })
         const uid = Number(execFileSync("id", ["-u", name], { encoding: "utf8" }))
         assert.strictEqual(uidOf(postmaster(made.server.dataDir)!), uid)
