@@ -80,10 +80,11 @@ const Identifier = (max: number) =>
 const checkUrl = (url: string): string | undefined => {
   if (!/^postgres(ql)?:\/\//.test(url)) return "must be a postgres:// URL"
   try {
-    const sslmode = new URL(url).searchParams.get("sslmode")
+    const parameters = new URL(url).searchParams
+    const sslmode = parameters.get("sslmode")
     if (sslmode !== null && !SSL_MODES.includes(sslmode as never))
       return `sslmode (or PGSSLMODE) must be one of ${SSL_MODES.join(", ")}`
-    const connectTimeout = new URL(url).searchParams.get("connect_timeout")
+    const connectTimeout = parameters.get("connect_timeout")
     if (connectTimeout !== null && connectTimeoutOf(connectTimeout) === undefined)
       return "connect_timeout (or PGCONNECT_TIMEOUT) must be a whole number of seconds"
   } catch {

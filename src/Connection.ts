@@ -115,7 +115,7 @@ export const connectTimeoutOf = (text: string): Duration.Duration | undefined =>
 }
 
 /** The query parameters a URL may give that effect-pgbus reads (libpq's, above). */
-const READ_PARAMETERS = new Set([
+export const READ_PARAMETERS: ReadonlyArray<string> = [
   "host",
   "port",
   "user",
@@ -126,7 +126,7 @@ const READ_PARAMETERS = new Set([
   "sslcert",
   "sslkey",
   "connect_timeout"
-])
+]
 
 /** Where other tools' query parameters have their effect-pgbus counterpart. */
 const COUNTERPARTS: Readonly<Record<string, string>> = {
@@ -150,7 +150,7 @@ export const unreadParameters = (url: string): ReadonlyArray<string> => {
   } catch {
     return []
   }
-  const names = [...new Set(parsed.searchParams.keys())].filter((name) => !READ_PARAMETERS.has(name))
+  const names = [...new Set(parsed.searchParams.keys())].filter((name) => !READ_PARAMETERS.includes(name))
   return names.map((name) => (COUNTERPARTS[name] === undefined ? name : `${name} (use ${COUNTERPARTS[name]})`))
 }
 

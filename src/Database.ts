@@ -23,7 +23,7 @@ import * as Reactivity from "effect/reactivity/Reactivity"
 import type { SqlClient } from "effect/sql"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { effectivePoolSize, PgBusConfig, type PgBusConfigShape } from "./Config.ts"
-import { targetOf, tlsOptions, unreadParameters } from "./Connection.ts"
+import { READ_PARAMETERS, targetOf, tlsOptions, unreadParameters } from "./Connection.ts"
 import { type Breaker, breakerFor } from "./internal/ConnectionBreaker.ts"
 import { openSocket } from "./internal/PoolCensus.ts"
 import { withAcquireTimeout } from "./internal/PoolTimeout.ts"
@@ -240,15 +240,23 @@ export interface SessionOptions {
   readonly direct?: boolean | undefined
 }
 
-/** Says once, when the pool is built, which of the URL's query parameters are not read (and where they go instead). */
-const warnUnreadParameters = (config: PgBusConfigShape): Effect.Effect<void> => {
-  const unread = unreadParameters(Redacted.value(config.databaseUrl))
-  return unread.length === 0
-    ? Effect.void
-    : Effect.logWarning(
-        `pgbus: the database URL's query parameters ${unread.join(", ")} are not read: effect-pgbus reads host, port, user, password, dbname, sslmode, sslrootcert, sslcert, sslkey and connect_timeout`
-      )
-}
+/** Says once, when the pool is built, which of its URLs' query parameters are not read (and where they go instead). */
+const warnUnreadParameters = (config: PgBusConfigShape): Effect.Effect<void> =>
+  Effect.forEach(
+    [
+      ["database URL", config.databaseUrl],
+      ["direct database URL", config.directDatabaseUrl]
+    ] as const,
+    ([what, url]) => {
+      const unread = url === undefined ? [] : unreadParameters(Redacted.value(url))
+      return unread.length === 0
+        ? Effect.void
+        : Effect.logWarning(
+            `pgbus: the ${what}'s query parameters ${unread.join(", ")} are not read: effect-pgbus reads ${READ_PARAMETERS.join(", ")}`
+          )
+    },
+    { discard: true }
+  )
 
 /** A client's options that could not be set up (TLS files unreadable, say): not worth retrying. */
 const connectionSetupError = (error: { readonly detail: string }) =>

@@ -13,8 +13,8 @@ import * as Database from "../src/Database.ts"
 import { urlFor } from "./support/server.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
-/** The warnings logged while the pool is built on `url` and answers one statement. */
-const warningsFor = (url: string) =>
+/** The warnings logged while the pool is built on `url` (and `direct`) and answers one statement. */
+const warningsFor = (url: string, direct?: string) =>
   Effect.gen(function* () {
     const lines: Array<string> = []
     const capture = Logger.make(({ logLevel, message }) => {
@@ -24,7 +24,16 @@ const warningsFor = (url: string) =>
       SqlClient.SqlClient,
       (sql) => sql<{ readonly one: number }>`SELECT 1 AS one`
     ).pipe(
-      Effect.provide(Database.layer.pipe(Layer.provide(PgBusConfig.layerWithoutEnvironment({ databaseUrl: url })))),
+      Effect.provide(
+        Database.layer.pipe(
+          Layer.provide(
+            PgBusConfig.layerWithoutEnvironment({
+              databaseUrl: url,
+              ...(direct === undefined ? {} : { directDatabaseUrl: direct })
+            })
+          )
+        )
+      ),
       Effect.provide(Logger.layer([capture]))
     )
     assert.strictEqual(one[0]?.one, 1, "the pool connects whatever the parameters")
@@ -56,6 +65,12 @@ describe("the database URL's unread query parameters", () => {
       assert.include(unread[0], "application_name")
       // the parameters it names, before the list of those it reads
       assert.notInclude(unread[0]!.split(" are not read")[0], "sslmode")
+      // the direct URL (session connections) is read the same way, and named apart
+      const direct = yield* warningsFor(urlFor(name), `${urlFor(name)}?options=-c%20search_path%3Dapp`)
+      assert.deepStrictEqual(
+        direct.filter((line) => line.includes("not read")).map((line) => line.split(" are not read")[0]),
+        ["pgbus: the direct database URL's query parameters options"]
+      )
       const quiet = yield* warningsFor(`${urlFor(name)}?sslmode=disable&connect_timeout=10`)
       assert.deepStrictEqual(
         quiet.filter((line) => line.includes("not read")),
