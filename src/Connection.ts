@@ -45,6 +45,9 @@ export type Environment = Readonly<Record<string, string | undefined>>
 /** What is used when neither the URL nor the environment names a part. */
 export const DEFAULTS = { host: "127.0.0.1", port: "5432", user: "postgres" } as const
 
+/** How long a connection may take when `connect_timeout` is not given (the driver's own default). */
+export const DEFAULT_CONNECT_TIMEOUT = Duration.seconds(5)
+
 /** Every part of a connection, read from a URL that `completeUrl` filled. */
 export interface Target {
   /** A host name or address, or a directory holding the server's Unix socket (starts with `/`). */
@@ -253,9 +256,11 @@ const readPem = (path: string, what: string) =>
 /**
  * Whether the server answers an SSLRequest with "S" (it speaks TLS): how `prefer` decides,
  * once per pool, since the driver cannot fall back per connection without checking the
- * certificate. A server that cannot be reached counts as "no": connecting will report it.
+ * certificate. A server that cannot be reached counts as "no": connecting will report it. The
+ * answer is awaited as long as a connection may take (`connect_timeout`, else 5 s): a server
+ * slow to answer (a serverless one waking) is not taken for one without TLS.
  */
-const offersTls = (host: string, port: number): Effect.Effect<boolean> =>
+const offersTls = (host: string, port: number, timeout: Duration.Duration): Effect.Effect<boolean> =>
   Effect.callback<boolean>((resume) => {
     const socket = Net.connect({ host, port })
     const done = (answer: boolean) => {
@@ -272,7 +277,11 @@ const offersTls = (host: string, port: number): Effect.Effect<boolean> =>
     socket.once("error", () => done(false))
     socket.once("close", () => done(false))
     return Effect.sync(() => socket.destroy())
-  }).pipe(Effect.timeoutOrElse({ duration: Duration.seconds(5), orElse: () => Effect.succeed(false) }))
+  }).pipe(
+    Duration.isFinite(timeout)
+      ? Effect.timeoutOrElse({ duration: timeout, orElse: () => Effect.succeed(false) })
+      : (probe) => probe
+  )
 
 /**
  * The TLS of a target's connections (`false`, `true` for Node's defaults, or Node's TLS options;
@@ -303,7 +312,9 @@ export const tlsOptions = (
     switch (mode) {
       case "allow":
       case "prefer":
-        return (yield* offersTls(target.host, target.port)) ? { ...client, rejectUnauthorized: false } : false
+        return (yield* offersTls(target.host, target.port, target.connectTimeout ?? DEFAULT_CONNECT_TIMEOUT))
+          ? { ...client, rejectUnauthorized: false }
+          : false
       case "require":
         return ca ? { ...client, ca, checkServerIdentity: () => undefined } : { ...client, rejectUnauthorized: false }
       case "verify-ca":

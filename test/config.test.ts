@@ -1,4 +1,5 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import * as Net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
@@ -280,6 +281,33 @@ describe("the connection as libpq users expect", () => {
 describe("the driver's TLS options for each sslmode", () => {
   const t = (sslmode: string | undefined, extra = "") =>
     targetOf(`postgres://u@db.example:5432/x${sslmode ? `?sslmode=${sslmode}${extra}` : ""}`)
+
+  it.live(
+    "prefer waits for a slow server's answer to TLS as long as connect_timeout allows (not taken for a no)",
+    () =>
+      Effect.gen(function* () {
+        // a server that answers yes to TLS after 6 s (a serverless one waking, say)
+        const port = yield* Effect.acquireRelease(
+          Effect.callback<Net.Server>((resume) => {
+            const server = Net.createServer((socket) => {
+              socket.on("error", () => {})
+              socket.once("data", () => {
+                const timer = setTimeout(() => socket.write("S"), 6_000)
+                socket.once("close", () => clearTimeout(timer))
+              })
+            })
+            server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+          }),
+          (server) =>
+            Effect.callback<void>((resume) => {
+              server.close(() => resume(Effect.void))
+            })
+        ).pipe(Effect.map((server) => (server.address() as Net.AddressInfo).port))
+        const url = `postgres://u@127.0.0.1:${port}/x?sslmode=prefer&connect_timeout=10`
+        assert.deepStrictEqual(yield* tlsOptions(targetOf(url), undefined), { rejectUnauthorized: false })
+      }).pipe(Effect.scoped),
+    30_000
+  )
 
   it.effect("disable and unset: no TLS; require: TLS without a check; verify-*: checked", () =>
     Effect.gen(function* () {
