@@ -45,7 +45,7 @@ export type Environment = Readonly<Record<string, string | undefined>>
 /** What is used when neither the URL nor the environment names a part. */
 export const DEFAULTS = { host: "127.0.0.1", port: "5432", user: "postgres" } as const
 
-/** How long a connection may take when `connect_timeout` is not given (the driver's own default). */
+/** How long a connection may take when `connect_timeout` is not given (as the driver's own default). */
 export const DEFAULT_CONNECT_TIMEOUT = Duration.seconds(5)
 
 /** Every part of a connection, read from a URL that `completeUrl` filled. */
@@ -60,7 +60,7 @@ export interface Target {
   readonly sslrootcert: string | undefined
   readonly sslcert: string | undefined
   readonly sslkey: string | undefined
-  /** How long a connection may take to be made and logged in (`connect_timeout`); undefined: the driver's 5 s. */
+  /** How long a connection may take to be made and logged in (`connect_timeout`); undefined: `DEFAULT_CONNECT_TIMEOUT`. */
   readonly connectTimeout: Duration.Duration | undefined
 }
 

@@ -23,7 +23,7 @@ import * as Reactivity from "effect/reactivity/Reactivity"
 import type { SqlClient } from "effect/sql"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { effectivePoolSize, PgBusConfig, type PgBusConfigShape } from "./Config.ts"
-import { READ_PARAMETERS, targetOf, tlsOptions, unreadParameters } from "./Connection.ts"
+import { DEFAULT_CONNECT_TIMEOUT, READ_PARAMETERS, targetOf, tlsOptions, unreadParameters } from "./Connection.ts"
 import { type Breaker, breakerFor } from "./internal/ConnectionBreaker.ts"
 import { openSocket } from "./internal/PoolCensus.ts"
 import { withAcquireTimeout } from "./internal/PoolTimeout.ts"
@@ -225,7 +225,7 @@ export const clientOptions = (
       // the sockets are opened here so that the pool gauges can count them (with keepalive)
       stream: () => openSocket({ host: target.host, port: target.port, keepAliveMs, tls }),
       // libpq's connect_timeout (PGCONNECT_TIMEOUT): the connect, TLS start and login together
-      ...(target.connectTimeout !== undefined ? { connectTimeout: target.connectTimeout } : {}),
+      connectTimeout: target.connectTimeout ?? DEFAULT_CONNECT_TIMEOUT,
       ...(statementTimeout !== undefined
         ? { startupParameters: { statement_timeout: String(Math.ceil(Duration.toMillis(statementTimeout))) } }
         : {})
