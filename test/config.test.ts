@@ -1,11 +1,11 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import * as Net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, Redacted } from "effect"
 import { describeTarget, envName, PgBusConfig, resolve } from "../src/Config.ts"
 import { type Target, targetOf, tlsOptions } from "../src/Connection.ts"
+import { fakeServer } from "./support/fakeServer.ts"
 
 const fromEnv = (env: Record<string, string>) =>
   Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
@@ -235,7 +235,7 @@ describe("the connection as libpq users expect", () => {
   it.effect("connect_timeout from the URL or PGCONNECT_TIMEOUT, read as libpq reads it", () =>
     Effect.gen(function* () {
       const seconds = (t: Target) => (t.connectTimeout === undefined ? undefined : Duration.toSeconds(t.connectTimeout))
-      // unset: the driver's own 5 s
+      // unset: DEFAULT_CONNECT_TIMEOUT (5 s) applies
       assert.isUndefined(target(yield* resolve()).connectTimeout)
       assert.strictEqual(seconds(target(yield* resolve({ databaseUrl: "postgres://db/x?connect_timeout=15" }))), 15)
       assert.strictEqual(seconds(target(yield* resolve({}, { PGCONNECT_TIMEOUT: "20", PGHOST: "db" }))), 20)
@@ -287,22 +287,12 @@ describe("the driver's TLS options for each sslmode", () => {
     () =>
       Effect.gen(function* () {
         // a server that answers yes to TLS after 6 s (a serverless one waking, say)
-        const port = yield* Effect.acquireRelease(
-          Effect.callback<Net.Server>((resume) => {
-            const server = Net.createServer((socket) => {
-              socket.on("error", () => {})
-              socket.once("data", () => {
-                const timer = setTimeout(() => socket.write("S"), 6_000)
-                socket.once("close", () => clearTimeout(timer))
-              })
-            })
-            server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
-          }),
-          (server) =>
-            Effect.callback<void>((resume) => {
-              server.close(() => resume(Effect.void))
-            })
-        ).pipe(Effect.map((server) => (server.address() as Net.AddressInfo).port))
+        const { port } = yield* fakeServer((socket) =>
+          socket.once("data", () => {
+            const timer = setTimeout(() => socket.write("S"), 6_000)
+            socket.once("close", () => clearTimeout(timer))
+          })
+        )
         const url = `postgres://u@127.0.0.1:${port}/x?sslmode=prefer&connect_timeout=10`
         assert.deepStrictEqual(yield* tlsOptions(targetOf(url), undefined), { rejectUnauthorized: false })
       }).pipe(Effect.scoped),

@@ -5,7 +5,6 @@
  */
 import { execFileSync } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import * as Net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, layer } from "@effect/vitest"
@@ -17,6 +16,7 @@ import { census } from "../src/internal/PoolCensus.ts"
 import * as Job from "../src/Job/Job.ts"
 import * as PgBus from "../src/PgBus.ts"
 import { type PrivateCluster, privateCluster } from "./support/cluster.ts"
+import { fakeServer } from "./support/fakeServer.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 
 /** A key and a self-signed certificate naming 127.0.0.1 only. */
@@ -279,40 +279,16 @@ layer(serverLayer, { excludeTestServices: true, timeout: "120 seconds" })("TLS",
   )
 })
 
-/** A server that answers an SSLRequest with `answer` (and says nothing more), on a port of its own. */
+/** A server that answers an SSLRequest with `answer` (and says nothing more). */
 const answeringServer = (answer: Buffer) =>
-  Effect.acquireRelease(
-    Effect.callback<Net.Server>((resume) => {
-      const server = Net.createServer((socket) => {
-        socket.once("data", () => socket.write(answer))
-        socket.on("error", () => {})
-      })
-      server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
-    }),
-    (server) =>
-      Effect.callback<void>((resume) => {
-        server.close(() => resume(Effect.void))
-      })
-  ).pipe(Effect.map((server) => (server.address() as Net.AddressInfo).port))
+  Effect.map(
+    fakeServer((socket) => socket.once("data", () => socket.write(answer))),
+    ({ port }) => port
+  )
 
-/** A server that takes connections and never answers (a firewall or a proxy that hangs), on a port of its own. */
-const silentServer = Effect.acquireRelease(
-  Effect.callback<{ readonly server: Net.Server; readonly taken: Array<Net.Socket> }>((resume) => {
-    const taken: Array<Net.Socket> = []
-    const server = Net.createServer((socket) => {
-      taken.push(socket)
-      socket.on("error", () => {})
-      // read (and drop) what comes, so that the client's end is seen
-      socket.resume()
-    })
-    server.listen(0, "127.0.0.1", () => resume(Effect.succeed({ server, taken })))
-  }),
-  ({ server, taken }) =>
-    Effect.callback<void>((resume) => {
-      for (const socket of taken) socket.destroy()
-      server.close(() => resume(Effect.void))
-    })
-).pipe(Effect.map(({ server, taken }) => ({ port: (server.address() as Net.AddressInfo).port, taken })))
+/** A server that takes connections and never answers (a firewall or a proxy that hangs). */
+// it reads (and drops) what comes, so that the client's end is seen
+const silentServer = fakeServer((socket) => socket.resume())
 
 layer(Layer.empty, { excludeTestServices: true, timeout: "60 seconds" })("TLS refused", (it) => {
   it.effect(
