@@ -269,9 +269,11 @@ layer(serverLayer, { excludeTestServices: true, timeout: "120 seconds" })("TLS",
             "the three jobs ran",
             Effect.sync(() => ran.length === 3)
           )
+          // past its start (a user): a connection still starting has not yet asked for TLS (seen
+          // 18-25 ms into a connection the pool was opening: flaky, 1 run in 4)
           const plain = yield* sql<{ readonly n: number }>`
           SELECT count(*)::int AS n FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
-          WHERE a.backend_type = 'client backend' AND NOT s.ssl`
+          WHERE a.backend_type = 'client backend' AND a.usename IS NOT NULL AND NOT s.ssl`
           assert.strictEqual(plain[0]?.n, 0)
           assert.deepStrictEqual([...ran].sort(), [1, 2, 3])
         }).pipe(Effect.scoped, Effect.provide(PgBus.layerFrom(config)))
