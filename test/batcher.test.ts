@@ -142,3 +142,85 @@ describe("makeBatcher", () => {
     })
   )
 })
+
+/** A batcher with two batches out at once, each held until the test opens its gate (in order). */
+const twoOut = Effect.gen(function* () {
+  const batches: Array<ReadonlyArray<number>> = []
+  const gates: Array<Deferred.Deferred<void>> = []
+  const send = makeBatcher<number, string, never>({
+    many: (items) =>
+      Effect.gen(function* () {
+        const gate = yield* Deferred.make<void>()
+        batches.push(items)
+        gates.push(gate)
+        yield* Deferred.await(gate)
+        return items.map((i) => `many:${i}`)
+      }),
+    one: (i) => Effect.succeed(`one:${i}`),
+    key: (i) => String(i % 100),
+    maxOut: 2
+  })
+  const open = (n: number) => Deferred.succeed(gates[n]!, undefined)
+  return { batches, send, open }
+})
+
+const sendAll = (send: (i: number) => Effect.Effect<string>, items: ReadonlyArray<number>) =>
+  Effect.forkChild(Effect.forEach(items, send, { concurrency: "unbounded" }))
+
+describe("makeBatcher with two batches out", () => {
+  it.effect(
+    "a second batch leaves only with two items and a quarter of those in play: a straggler waits for a batch to return",
+    () =>
+      Effect.gen(function* () {
+        const { batches, send, open } = yield* twoOut
+        const a = yield* sendAll(send, [1])
+        yield* settle
+        const b = yield* sendAll(send, [2])
+        yield* settle
+        assert.deepStrictEqual(batches, [[1]], "one alone waits while a batch is out")
+        const c = yield* sendAll(send, [3])
+        yield* settle
+        assert.deepStrictEqual(batches, [[1], [2, 3]], "two leave beside the batch out")
+        const d = yield* sendAll(send, [4, 5, 6, 7, 8, 9, 10, 11])
+        yield* settle
+        assert.strictEqual(batches.length, 2, "two out: the rest wait")
+        yield* open(0)
+        yield* settle
+        assert.deepStrictEqual(batches[2], [4, 5, 6, 7, 8, 9, 10, 11])
+        const e = yield* sendAll(send, [12, 13])
+        yield* open(1)
+        yield* settle
+        assert.strictEqual(batches.length, 3, "two of ten in play wait while a batch is out")
+        const f = yield* sendAll(send, [14])
+        yield* settle
+        assert.deepStrictEqual(batches[3], [12, 13, 14], "three of ten leave beside the batch out")
+        yield* open(2)
+        yield* open(3)
+        assert.deepStrictEqual(yield* Fiber.join(a), ["many:1"])
+        assert.deepStrictEqual(yield* Fiber.join(b), ["many:2"])
+        assert.deepStrictEqual(yield* Fiber.join(c), ["many:3"])
+        assert.strictEqual((yield* Fiber.join(d)).length, 8)
+        assert.deepStrictEqual(yield* Fiber.join(e), ["many:12", "many:13"])
+        assert.deepStrictEqual(yield* Fiber.join(f), ["many:14"])
+      })
+  )
+
+  it.effect("an item whose key is out waits for that batch to return, even with a batch free", () =>
+    Effect.gen(function* () {
+      const { batches, send, open } = yield* twoOut
+      const first = yield* sendAll(send, [1])
+      yield* settle
+      const rest = yield* sendAll(send, [101, 2])
+      yield* settle
+      assert.deepStrictEqual(batches, [[1], [2]], "101 shares 1's key: it stays while 1 is out")
+      yield* open(0)
+      yield* settle
+      yield* open(1)
+      yield* settle
+      assert.deepStrictEqual(batches, [[1], [2], [101]])
+      yield* open(2)
+      assert.deepStrictEqual(yield* Fiber.join(first), ["many:1"])
+      assert.deepStrictEqual(yield* Fiber.join(rest), ["many:101", "many:2"])
+    })
+  )
+})
