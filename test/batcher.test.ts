@@ -169,40 +169,73 @@ const sendAll = (send: (i: number) => Effect.Effect<string>, items: ReadonlyArra
 
 describe("makeBatcher with two batches out", () => {
   it.effect(
-    "a second batch leaves only with two items and a quarter of those in play: a straggler waits for a batch to return",
+    "a second batch leaves only with three items and a quarter of those in play: stragglers wait for a batch to return",
     () =>
       Effect.gen(function* () {
         const { batches, send, open } = yield* twoOut
         const a = yield* sendAll(send, [1])
         yield* settle
-        const b = yield* sendAll(send, [2])
+        const b = yield* sendAll(send, [2, 3])
         yield* settle
-        assert.deepStrictEqual(batches, [[1]], "one alone waits while a batch is out")
-        const c = yield* sendAll(send, [3])
+        assert.deepStrictEqual(batches, [[1]], "two alone wait while a batch is out")
+        const c = yield* sendAll(send, [4])
         yield* settle
-        assert.deepStrictEqual(batches, [[1], [2, 3]], "two leave beside the batch out")
-        const d = yield* sendAll(send, [4, 5, 6, 7, 8, 9, 10, 11])
+        assert.deepStrictEqual(batches, [[1], [2, 3, 4]], "three leave beside the batch out")
+        const d = yield* sendAll(send, [5, 6, 7, 8, 9, 10, 11, 12])
         yield* settle
         assert.strictEqual(batches.length, 2, "two out: the rest wait")
         yield* open(0)
         yield* settle
-        assert.deepStrictEqual(batches[2], [4, 5, 6, 7, 8, 9, 10, 11])
-        const e = yield* sendAll(send, [12, 13])
+        assert.deepStrictEqual(batches[2], [5, 6, 7, 8, 9, 10, 11, 12])
+        const e = yield* sendAll(send, [13, 14])
         yield* open(1)
         yield* settle
         assert.strictEqual(batches.length, 3, "two of ten in play wait while a batch is out")
-        const f = yield* sendAll(send, [14])
+        const f = yield* sendAll(send, [15])
         yield* settle
-        assert.deepStrictEqual(batches[3], [12, 13, 14], "three of ten leave beside the batch out")
+        assert.deepStrictEqual(batches[3], [13, 14, 15], "three of eleven leave beside the batch out")
         yield* open(2)
         yield* open(3)
         assert.deepStrictEqual(yield* Fiber.join(a), ["many:1"])
-        assert.deepStrictEqual(yield* Fiber.join(b), ["many:2"])
-        assert.deepStrictEqual(yield* Fiber.join(c), ["many:3"])
+        assert.deepStrictEqual(yield* Fiber.join(b), ["many:2", "many:3"])
+        assert.deepStrictEqual(yield* Fiber.join(c), ["many:4"])
         assert.strictEqual((yield* Fiber.join(d)).length, 8)
-        assert.deepStrictEqual(yield* Fiber.join(e), ["many:12", "many:13"])
-        assert.deepStrictEqual(yield* Fiber.join(f), ["many:14"])
+        assert.deepStrictEqual(yield* Fiber.join(e), ["many:13", "many:14"])
+        assert.deepStrictEqual(yield* Fiber.join(f), ["many:15"])
       })
+  )
+
+  it.effect("with many in play, three wait for a quarter of them before a second batch leaves", () =>
+    Effect.gen(function* () {
+      const { batches, send, open } = yield* twoOut
+      const first = yield* sendAll(send, [1])
+      yield* settle
+      const second = yield* sendAll(send, [2, 3, 4])
+      yield* settle
+      const many = yield* sendAll(
+        send,
+        Array.from({ length: 16 }, (_, i) => i + 5)
+      )
+      yield* settle
+      yield* open(0)
+      yield* settle
+      yield* open(1)
+      yield* settle
+      assert.strictEqual(batches[2]?.length, 16, "sixteen out")
+      const more = yield* sendAll(send, [21, 22, 23])
+      yield* settle
+      assert.strictEqual(batches.length, 3, "three of nineteen in play wait")
+      const rest = yield* sendAll(send, [24, 25, 26])
+      yield* settle
+      assert.deepStrictEqual(batches[3], [21, 22, 23, 24, 25, 26], "six of twenty-two leave beside the batch out")
+      yield* open(2)
+      yield* open(3)
+      yield* Fiber.join(first)
+      yield* Fiber.join(second)
+      assert.strictEqual((yield* Fiber.join(many)).length, 16)
+      assert.deepStrictEqual(yield* Fiber.join(more), ["many:21", "many:22", "many:23"])
+      assert.deepStrictEqual(yield* Fiber.join(rest), ["many:24", "many:25", "many:26"])
+    })
   )
 
   it.effect("an item whose key is out waits for that batch to return, even with a batch free", () =>
@@ -210,17 +243,17 @@ describe("makeBatcher with two batches out", () => {
       const { batches, send, open } = yield* twoOut
       const first = yield* sendAll(send, [1])
       yield* settle
-      const rest = yield* sendAll(send, [101, 2])
+      const rest = yield* sendAll(send, [101, 2, 3])
       yield* settle
-      assert.deepStrictEqual(batches, [[1], [2]], "101 shares 1's key: it stays while 1 is out")
+      assert.deepStrictEqual(batches, [[1], [2, 3]], "101 shares 1's key: it stays while 1 is out")
       yield* open(0)
       yield* settle
       yield* open(1)
       yield* settle
-      assert.deepStrictEqual(batches, [[1], [2], [101]])
+      assert.deepStrictEqual(batches, [[1], [2, 3], [101]])
       yield* open(2)
       assert.deepStrictEqual(yield* Fiber.join(first), ["many:1"])
-      assert.deepStrictEqual(yield* Fiber.join(rest), ["many:101", "many:2"])
+      assert.deepStrictEqual(yield* Fiber.join(rest), ["many:101", "many:2", "many:3"])
     })
   )
 })

@@ -7,10 +7,10 @@ export interface BatcherOptions<I, O, E> {
   /** Sends one item alone: used for each item of a batch whose `many` failed. */
   readonly one: (item: I) => Effect.Effect<O, E>
   /**
-   * Batches out at once (default 1). A batch beyond the first leaves only once two items, and a
-   * quarter of the items lately in play (out or waiting), wait: the items then go in cohorts that
-   * take turns, the database applying one's statement while the process runs the others' next
-   * steps, and no statement leaves for a straggler alone.
+   * Batches out at once (default 1). A batch beyond the first leaves only once three items, and
+   * a quarter of the items lately in play (out or waiting), wait: the items then go in cohorts
+   * that take turns, the database applying one's statement while the process runs the others'
+   * next steps, and no statement leaves for a straggler or two.
    */
   readonly maxOut?: number | undefined
   /** Most items in one batch (default 64). */
@@ -118,11 +118,12 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
     if (group.out >= group.maxOut || waiting.length === 0) return undefined
     const inPlay = itemsOut + waiting.length
     peak = Math.max(inPlay, peak - 1)
-    // beyond the first batch out, only a cohort: two or more, and a quarter of those lately in
-    // play (of 10, 3); a straggler waits for a batch to return. In W3, half made two even cohorts
-    // with less overlap (731 runs/s against 798, medians of 4 alternated runs); any one at once,
-    // a statement for each straggler, was slower than one batch out
-    if (group.out > 0 && (waiting.length < 2 || waiting.length * 4 < peak)) return undefined
+    // beyond the first batch out, only a cohort: three or more, and a quarter of those lately in
+    // play; stragglers wait for a batch to return. In W3 (10 executors), half made two even
+    // cohorts with less overlap (731 runs/s against 798, medians of 4 alternated runs); any one
+    // at once, a statement for each straggler, was slower than one batch out. Fewer than three
+    // made the tail of off-process signals longer (their worker's reads share the session)
+    if (group.out > 0 && (waiting.length < 3 || waiting.length * 4 < peak)) return undefined
     const batch: Array<Queued> = []
     const keys = new Set<string>()
     for (let i = 0; i < waiting.length && batch.length < maxBatch; ) {

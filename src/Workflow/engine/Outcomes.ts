@@ -100,7 +100,7 @@ export const makeOutcomes = (ctx: EngineContext) => {
   // from 1.9 to 1.3-1.5 statements per run).
   // Two batches out at once, pipelined on the session: the executions split in cohorts that take
   // turns, PostgreSQL applying one's outcomes while this process runs the other's next steps (a
-  // second batch leaves only with two outcomes and a quarter of those in play: see
+  // second batch leaves only with three outcomes and a quarter of those in play: see
   // internal/Batcher.ts). With one out, the database and this process took turns and each idled
   // while the other worked (W3 of 3,000 runs, 16 alternated pairs on 2026-12-05: faster in 12,
   // by 5-11% at the median). Not behind a transaction pooler: there the session is not
