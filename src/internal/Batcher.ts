@@ -59,14 +59,8 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
   // falls by one at each batch taken unless the items in play keep it up
   let itemsOut = 0
   let peak = 0
-  // the keys of the items out, when a batch may leave while another is out
-  const keysOut = new Map<string, number>()
-  const countKey = (key: string | undefined, by: number) => {
-    if (key === undefined) return
-    const n = (keysOut.get(key) ?? 0) + by
-    if (n === 0) keysOut.delete(key)
-    else keysOut.set(key, n)
-  }
+  // the keys of the items out (a key is out once at most: its next item waits for it)
+  const keysOut = new Set<string>()
 
   /** Hands an item its outcome. */
   const complete = (q: Queued, exit: Exit.Exit<O, E>): void => {
@@ -82,7 +76,7 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
   const returned = (batch: ReadonlyArray<Queued>, keys: ReadonlyArray<string>) =>
     Effect.sync(() => {
       itemsOut -= batch.length
-      for (const key of keys) countKey(key, -1)
+      for (const key of keys) keysOut.delete(key)
     })
 
   const send = (batch: ReadonlyArray<Queued>): Effect.Effect<void> =>
@@ -140,7 +134,7 @@ export const makeBatcher = <I, O, E>(options: BatcherOptions<I, O, E>): ((item: 
     group.out++
     itemsOut += batch.length
     const batchKeys = [...keys]
-    for (const key of batchKeys) countKey(key, 1)
+    for (const key of batchKeys) keysOut.add(key)
     // detached: a batch is applied whatever happens to the fibers waiting on it
     return Effect.asVoid(
       Effect.forkDetach(
