@@ -2,7 +2,7 @@
 
 import os from "node:os"
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer, Redacted } from "effect"
+import { Cause, Effect, Exit, type Fiber, Layer, Redacted } from "effect"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import { SqlClient } from "effect/sql"
 import type { PgBusConfigInput } from "../../../src/Config.ts"
@@ -38,6 +38,19 @@ export const benchDatabase = (name: string) =>
         Effect.ignore
       )
   ).pipe(Effect.orDie)
+
+/**
+ * Ends the bench process when its workers' fiber ends by anything but the bench's own stop: a
+ * supervisor that failed at boot (a pool too small for the capsules, say) would otherwise leave
+ * a run that finishes nothing and reports 0.
+ */
+export const exitOnWorkersFailure = <A, E>(fiber: Fiber.Fiber<A, E>): void => {
+  fiber.addObserver((exit) => {
+    if (Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)) return
+    console.error(`bench: the workers stopped: ${Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "ended"}`)
+    process.exit(4)
+  })
+}
 
 /** Config for a bench database. */
 export const benchConfig = (database: string, options: PgBusConfigInput = {}) =>

@@ -47,7 +47,7 @@
  */
 import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
 import { Job, JobClient, PgBus, Registry, Supervisor } from "../../../src/index.ts"
-import { benchConfig, machine } from "./common.ts"
+import { benchConfig, exitOnWorkersFailure, machine } from "./common.ts"
 import {
   CONCURRENCY,
   dropDatabase,
@@ -208,6 +208,7 @@ const main = async () => {
         Effect.provideService(Tracer.Tracer, claimTracer)
       )
     )
+    exitOnWorkersFailure(fiber)
 
     let enqueued = 0
     let enqueueMs = 0

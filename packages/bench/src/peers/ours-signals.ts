@@ -16,7 +16,7 @@
 import { Effect, type Exit, Fiber, Layer, ManagedRuntime, Option, References, Schema, Tracer } from "effect"
 import { JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow, WorkflowClient } from "../../../../src/index.ts"
 import type { RunHandle } from "../../../../src/Workflow/Client.ts"
-import { benchConfig } from "../common.ts"
+import { benchConfig, exitOnWorkersFailure } from "../common.ts"
 import { makeStartRecorder, park, runSignals, SIG_POLL_MS, SIG_RUNS, SIG_SENDERS, SIG_SETTLE_MS } from "../signals.ts"
 import {
   CONCURRENCY,
@@ -172,6 +172,7 @@ const startWorkers = (queue: string): (() => Promise<void>) => {
       withTracer
     )
   )
+  exitOnWorkersFailure(fiber)
   return () => runtime.runPromise(Fiber.interrupt(fiber))
 }
 

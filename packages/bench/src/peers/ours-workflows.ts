@@ -12,7 +12,7 @@
  */
 import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
 import { JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow, WorkflowClient } from "../../../../src/index.ts"
-import { benchConfig } from "../common.ts"
+import { benchConfig, exitOnWorkersFailure } from "../common.ts"
 import { runW3, W3_POLL_MS, W3_RUNS } from "../workflows.ts"
 import {
   CONCURRENCY,
@@ -127,6 +127,7 @@ const startWorkers = (queue: string): (() => Promise<void>) => {
       withTracer
     )
   )
+  exitOnWorkersFailure(fiber)
   return () => runtime.runPromise(Fiber.interrupt(fiber))
 }
 

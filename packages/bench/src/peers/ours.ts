@@ -16,7 +16,7 @@
  */
 import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
 import { Job, JobClient, PgBus, QueueStore, Registry, Supervisor } from "../../../../src/index.ts"
-import { benchConfig } from "../common.ts"
+import { benchConfig, exitOnWorkersFailure } from "../common.ts"
 import {
   CONCURRENCY,
   databaseName,
@@ -233,6 +233,7 @@ const startWorkers = (): (() => Promise<void>) => {
       withTracer
     )
   )
+  exitOnWorkersFailure(fiber)
   return () => runtime.runPromise(Fiber.interrupt(fiber))
 }
 
