@@ -15,7 +15,8 @@
  * BENCH_OURS_READ_AHEAD (tuned read-aheads tried besides the default 0, "10"), BENCH_OURS_REPORTED_RA
  * (the tuned configuration, ours_tuned_runs_per_s in the JSON line, 10; the defaults, no readAhead given, are ours_runs_per_s), BENCH_W3_RUNS (1000),
  * BENCH_W3_POLL_MS (completion polling of effect-pgbus, 10; pg-workflows keeps the harness's 10),
- * BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), BENCH_PHASE_CAP_MS (120000), BENCH_RUN_TIMEOUT_MS
+ * BENCH_CONCURRENCY (10), BENCH_POOL_MAX (20), BENCH_W3_WIDE (the diagnostic cases' concurrency, twice
+ * BENCH_CONCURRENCY; 0 leaves them out), BENCH_PHASE_CAP_MS (120000), BENCH_RUN_TIMEOUT_MS
  * (per run, 300000), BENCH_RESULTS (append every run's JSON to this file), DATABASE_URL,
  * BENCH_OURS_STATEMENTS=1 (count effect-pgbus's statements per run: installs a counting tracer,
  * which makes the library open the spans it skips without one; a diagnostic, not for measuring).
@@ -133,6 +134,8 @@ interface Case {
   readonly key: string
   readonly library: Library
   readonly variant: string
+  /** A diagnostic case's concurrency (starters and workers), on a pool that fits it; unset: CONCURRENCY. */
+  readonly concurrency?: number
 }
 
 /** A run's result line, as printed by a peers/<library>.ts process. */
@@ -170,6 +173,8 @@ const main = async () => {
   const TAG = String(process.pid)
   const LIBRARIES: ReadonlyArray<Library> = ["ours", "dbos", "pgworkflows", "raw"]
   const OURS_RAS = [...new Set([0, ...TUNED_RA, REPORTED_RA])]
+  // the diagnostic cases' concurrency (0: none), each on a pool of twice that
+  const WIDE = env("BENCH_W3_WIDE", 2 * CONCURRENCY)
   const ALL_CASES: ReadonlyArray<Case> = [
     // the library's defaults (no readAhead given): the headline
     { key: "w3 ours default", library: "ours", variant: "default" },
@@ -177,7 +182,14 @@ const main = async () => {
     { key: "w3 dbos direct", library: "dbos", variant: "direct" },
     { key: "w3 pgworkflows workers10", library: "pgworkflows", variant: "workers10" },
     // the peer harness's raw SQL floor: a run row, three checkpoint commits, a completion
-    { key: "w3 raw 3-step", library: "raw", variant: "3-step" }
+    { key: "w3 raw 3-step", library: "raw", variant: "3-step" },
+    // diagnostics: twice the concurrency for both (W3's ratio moves with it; not the headline)
+    ...(WIDE > 0
+      ? [
+          { key: `w3 ours default c${WIDE}`, library: "ours", variant: "default", concurrency: WIDE } as const,
+          { key: `w3 dbos direct c${WIDE}`, library: "dbos", variant: "direct", concurrency: WIDE } as const
+        ]
+      : [])
   ]
   const CASES = ALL_CASES.filter((c) => ONLY === undefined || ONLY.test(c.key))
   const log = (line: string) => process.stderr.write(`${line}\n`)
@@ -189,7 +201,16 @@ const main = async () => {
       const child = spawn(
         process.execPath,
         [...process.execArgv, file, "w3", "--variant", c.variant, "--run", String(run)],
-        { env: { ...process.env, BENCH_JOBS_TAG: TAG }, stdio: ["ignore", "pipe", "inherit"] }
+        {
+          env: {
+            ...process.env,
+            BENCH_JOBS_TAG: TAG,
+            ...(c.concurrency === undefined
+              ? {}
+              : { BENCH_CONCURRENCY: String(c.concurrency), BENCH_POOL_MAX: String(2 * c.concurrency) })
+          },
+          stdio: ["ignore", "pipe", "inherit"]
+        }
       )
       current = child
       let out = ""
@@ -305,6 +326,10 @@ const main = async () => {
           ? `raw SQL floor (postgres.js ${pkgVersion("postgres")})`
           : `pg-workflows ${pkgVersion("pg-workflows")} (pg-boss ${pkgVersion("pg-boss")})`
   const configLabel = (c: Case): string => {
+    if (c.concurrency !== undefined) {
+      const who = c.library === "ours" ? "defaults, worker concurrency" : `\`${c.variant}\`, starters`
+      return `${who} **${c.concurrency}**, pool ${2 * c.concurrency} (diagnostic)`
+    }
     if (c.library !== "ours") return `\`${c.variant}\``
     if (c.variant === "default") return "defaults (no readAhead given: the library decides) **= ours**"
     const ra = Number(c.variant.slice(2))
@@ -420,13 +445,16 @@ const main = async () => {
     dbos_commits_per_run: round(med(dbos, commitsPerRun), 2),
     dbos_wal_bytes_per_run: round(med(dbos, walPerRun)),
     pgworkflows_commits_per_run: round(med(pgw, commitsPerRun), 2),
-    pgworkflows_wal_bytes_per_run: round(med(pgw, walPerRun))
+    pgworkflows_wal_bytes_per_run: round(med(pgw, walPerRun)),
+    ours_wide_runs_per_s: round(medianOf(get(`w3 ours default c${WIDE}`), "result.runsPerSec"), 1),
+    dbos_wide_runs_per_s: round(medianOf(get(`w3 dbos direct c${WIDE}`), "result.runsPerSec"), 1),
+    wide_concurrency: WIDE
   }
   const exact = [...results.values()].flat().every((r) => r.db?.walExact !== false)
   p(
     "JSON: medians; ours = effect-pgbus at its defaults (no readAhead given), ours_tuned = read-ahead " +
       `${REPORTED_RA}, dbos = DBOS \`direct\`, pgworkflows = pg-workflows \`workers10\`, raw = the peer harness's raw SQL floor (a run row claimed with SKIP LOCKED, three checkpoint commits, a completion); *_commits_per_run and ` +
-      `*_wal_bytes_per_run as in the table (WAL ${exact ? "attributed to the run's database with pg_waldump" : "partly the server-wide LSN difference: pg_waldump could not read the WAL of some runs"}).`
+      `*_wal_bytes_per_run as in the table; ours_wide and dbos_wide = the diagnostic cases at concurrency ${WIDE} (BENCH_W3_WIDE; 0 leaves them out) (WAL ${exact ? "attributed to the run's database with pg_waldump" : "partly the server-wide LSN difference: pg_waldump could not read the WAL of some runs"}).`
   )
   p()
   process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)
