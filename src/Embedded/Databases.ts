@@ -10,7 +10,7 @@ import type { SqlClient } from "effect/sql"
 import type { PgBusConfigShape } from "../Config.ts"
 import { clientOptions } from "../Database.ts"
 import { EmbeddedError } from "./EmbeddedError.ts"
-import { databaseDrop, databaseEnsure } from "./EmbeddedSql.ts"
+import { databaseDrop, databaseEnsure, describeSqlError } from "./EmbeddedSql.ts"
 
 /** The config's URL with another database in it. */
 export const urlWithDatabase = (config: PgBusConfigShape, database: string): string => {
@@ -37,7 +37,7 @@ const onServer = (
       (error) =>
         new EmbeddedError({
           reason: "database",
-          detail: `cannot ${what}: ${error instanceof Error ? error.message : String(error)}`
+          detail: `cannot ${what}: ${describeSqlError(error)}`
         })
     )
   )

@@ -14,7 +14,7 @@ import * as Reactivity from "effect/reactivity/Reactivity"
 import { type Binaries, locate } from "./Binaries.ts"
 import * as Cluster from "./Cluster.ts"
 import { EmbeddedError } from "./EmbeddedError.ts"
-import { databaseEnsure } from "./EmbeddedSql.ts"
+import { databaseEnsure, describeSqlError } from "./EmbeddedSql.ts"
 import { answers, freePort, isAlive, type OsUser, osUser } from "./Host.ts"
 
 /** Where and how to run the embedded server. */
@@ -195,7 +195,10 @@ const ensureDatabase = (maintenance: Redacted.Redacted<string>, database: string
     Effect.provide(Reactivity.layer),
     Effect.mapError(
       (error) =>
-        new EmbeddedError({ reason: "start_failed", detail: `cannot create database ${database}: ${error.message}` })
+        new EmbeddedError({
+          reason: "start_failed",
+          detail: `cannot create database ${database}: ${describeSqlError(error)}`
+        })
     )
   )
 
