@@ -5,8 +5,10 @@
  * process's start (CI, 2026-12-05: "cannot create database pgbus" in the embedded test of two
  * users of one folder).
  */
+import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Fiber, Latch } from "effect"
+import { Effect, Fiber, Latch, Redacted } from "effect"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import { SqlClient } from "effect/sql"
 import { databaseCreate, databaseEnsure, describeSqlError } from "../src/Embedded/EmbeddedSql.ts"
 import { withServer } from "./support/server.ts"
@@ -82,6 +84,20 @@ describe("embedded databases", () => {
       const error = yield* Effect.flip(withServer(Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SELECT 1 / 0`)))
       assert.strictEqual(describeSqlError(error), "division by zero (SQLSTATE 22012)")
       assert.strictEqual(describeSqlError(new Error("plain")), "plain")
+      // a refused connection is told as the socket tells it, with no SQLSTATE
+      const refused = yield* Effect.flip(
+        Effect.scoped(
+          Effect.flatMap(
+            PgClient.make({
+              url: Redacted.make("postgres://postgres@127.0.0.1:1/postgres"),
+              connectTimeout: "2 seconds"
+            }),
+            (sql) => sql`SELECT 1`
+          )
+        ).pipe(Effect.provide(Reactivity.layer))
+      )
+      assert.notInclude(describeSqlError(refused), "SQLSTATE")
+      assert.include(describeSqlError(refused), "ECONNREFUSED")
     })
   )
 })

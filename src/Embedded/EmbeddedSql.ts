@@ -41,7 +41,8 @@ export const databaseEnsure = (sql: SqlClient.SqlClient, database: string) =>
 export const describeSqlError = (error: unknown): string => {
   if (!isSqlError(error)) return error instanceof Error ? error.message : String(error)
   const { code, message } = serverError(error)
-  return code === undefined ? message : `${message} (SQLSTATE ${code})`
+  // a socket's error has a code too (ECONNREFUSED): only the server's five characters are a SQLSTATE
+  return code !== undefined && /^[0-9A-Z]{5}$/.test(code) ? `${message} (SQLSTATE ${code})` : message
 }
 
 /** Drops `database` if it exists, ending its sessions (PostgreSQL 13+). */
