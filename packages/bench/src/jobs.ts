@@ -23,12 +23,24 @@
  *  "graphile_p50_ms":N,"graphile_p99_ms":N,"raw_p50_ms":N,"raw_p99_ms":N,"raw_insert_p50_ms":N,"ours_nolocal_p50_ms":N,"ours_nolocal_p99_ms":N,
  *  "ours_keys_jobs_per_s":N,"ours_await_p50_ms":N,"ours_await_p99_ms":N}
  */
-import { type ChildProcess, spawn } from "node:child_process"
-import { appendFileSync } from "node:fs"
 import os from "node:os"
 import { fileURLToPath } from "node:url"
 import { machine, median } from "./common.ts"
 import { type RunCost, runCost } from "./cost.ts"
+import {
+  cellOf,
+  fmt,
+  intList,
+  log,
+  num as numAt,
+  onInterrupt,
+  type ResultLine,
+  rounded,
+  roundRobin,
+  runCaseProcess,
+  runsCell,
+  selected
+} from "./orchestrate.ts"
 import {
   CONCURRENCY,
   dropDatabase,
@@ -36,7 +48,6 @@ import {
   PHASE_CAP_MS,
   POOL_MAX,
   pkgVersion,
-  RESULT_MARK,
   serverInfo,
   serverUrl,
   W1_JOBS,
@@ -55,35 +66,17 @@ interface Case {
   readonly variant: string
 }
 
-/** A run's result line, as printed by a peers/<library>.ts process. */
-interface RunResult {
-  readonly library: string
-  readonly version: string
-  readonly workload: string
-  readonly variant: string
-  readonly peakRssMiB: number
-  readonly result: Readonly<Record<string, unknown>>
-  /** Added by the orchestrator: the run database's commits once its process exited, and the phase's WAL. */
-  db?: RunCost
-}
-
-const intList = (raw: string | undefined, fallback: ReadonlyArray<number>): ReadonlyArray<number> => {
-  if (raw === undefined || raw.trim() === "") return fallback
-  const out = raw.split(",").map((s) => Number(s.trim()))
-  if (out.some((n) => !Number.isInteger(n) || n < 0)) throw new Error(`not a list of read-aheads: ${raw}`)
-  return out
-}
+/** A run's result line (a peers/<library>.ts process), with its database's commits and the phase's WAL. */
+type RunResult = ResultLine<RunCost> & { readonly workload: string }
 
 const RUNS = Number(process.env.RUNS ?? 3)
-const TUNED_RA = intList(process.env.BENCH_OURS_READ_AHEAD, [190, 590]).filter((n) => n !== 0)
+const TUNED_RA = intList(process.env.BENCH_OURS_READ_AHEAD || undefined, [190, 590]).filter((n) => n !== 0)
 const REPORTED_RA = Number(process.env.BENCH_OURS_REPORTED_RA ?? TUNED_RA[TUNED_RA.length - 1] ?? 0)
 // W2 of effect-pgbus at its defaults unless a read-ahead is given
 const W2_VARIANT =
   process.env.BENCH_OURS_W2_READ_AHEAD === undefined || process.env.BENCH_OURS_W2_READ_AHEAD === ""
     ? "default"
     : `ra${Number(process.env.BENCH_OURS_W2_READ_AHEAD)}`
-const RUN_TIMEOUT_MS = Number(process.env.BENCH_RUN_TIMEOUT_MS ?? Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
-const ONLY = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : undefined
 const TAG = String(process.pid)
 const LIBRARIES: ReadonlyArray<Library> = ["ours", "graphile", "pgboss", "raw"]
 
@@ -118,76 +111,31 @@ const ALL_CASES: ReadonlyArray<Case> = [
   { key: "w2 raw c10-b1", library: "raw", workload: "w2", variant: "c10-b1" },
   { key: `await ours ${W2_VARIANT}`, library: "ours", workload: "await", variant: W2_VARIANT }
 ]
-const CASES = ALL_CASES.filter((c) => ONLY === undefined || ONLY.test(c.key))
-
-const log = (line: string) => process.stderr.write(`${line}\n`)
+const CASES = selected(ALL_CASES)
 
 // ---------------------------------------------------------------------------------------------
 // Running one case in its own process
 
-let current: ChildProcess | undefined
-
+// the run's database goes once its process (and every pool in it) is gone, after its commits
+// (flushed by its backends at exit) and the phase's WAL are read
 const runCase = (c: Case, run: number): Promise<RunResult | undefined> =>
-  new Promise((resolve) => {
-    const file = fileURLToPath(new URL(`./peers/${c.library}.ts`, import.meta.url))
-    const child = spawn(
-      process.execPath,
-      [...process.execArgv, file, c.workload, "--variant", c.variant, "--run", String(run)],
-      { env: { ...process.env, BENCH_JOBS_TAG: TAG }, stdio: ["ignore", "pipe", "inherit"] }
-    )
-    current = child
-    let out = ""
-    let result: RunResult | undefined
-    child.stdout?.setEncoding("utf8")
-    child.stdout?.on("data", (chunk: string) => {
-      out += chunk
-      let nl = out.indexOf("\n")
-      while (nl >= 0) {
-        const line = out.slice(0, nl)
-        out = out.slice(nl + 1)
-        if (line.startsWith(RESULT_MARK)) result = JSON.parse(line.slice(RESULT_MARK.length)) as RunResult
-        else if (line.trim() !== "") log(`   ${line}`)
-        nl = out.indexOf("\n")
-      }
-    })
-    const timer = setTimeout(() => {
-      log(`!! ${c.key} run ${run}: no result after ${RUN_TIMEOUT_MS} ms, killing it`)
-      child.kill("SIGKILL")
-    }, RUN_TIMEOUT_MS)
-    child.on("close", (code) => {
-      clearTimeout(timer)
-      current = undefined
-      if (code !== 0) log(`!! ${c.key} run ${run}: exited with ${code}`)
-      // the run's database goes once its process (and every pool in it) is gone, after its
-      // commits (flushed by its backends at exit) and the phase's WAL are read
-      const database = `bench_jobs_${c.library}_${TAG}`
-      runCost(database, result?.result as { walStart?: unknown; walEnd?: unknown } | undefined)
-        .then((cost) => {
-          if (result && cost) result.db = cost
-        })
-        .catch((e) => log(`!! could not read the cost of ${database}: ${e instanceof Error ? e.message : e}`))
-        .then(() => dropDatabase(database))
-        .catch((e) => log(`!! could not drop bench_jobs_${c.library}_${TAG}: ${e instanceof Error ? e.message : e}`))
-        .finally(() => resolve(result))
-    })
-  })
+  runCaseProcess<RunCost>({
+    label: `${c.key} run ${run}`,
+    file: fileURLToPath(new URL(`./peers/${c.library}.ts`, import.meta.url)),
+    args: [c.workload, "--variant", c.variant, "--run", String(run)],
+    env: { BENCH_JOBS_TAG: TAG },
+    database: `bench_jobs_${c.library}_${TAG}`,
+    cost: (database, result) => runCost(database, result.result as { walStart?: unknown; walEnd?: unknown })
+  }) as Promise<RunResult | undefined>
 
-const dropAll = () => Promise.all(LIBRARIES.map((l) => dropDatabase(`bench_jobs_${l}_${TAG}`).catch(() => undefined)))
-
-process.on("SIGINT", () => {
-  current?.kill("SIGKILL")
-  void dropAll().finally(() => process.exit(130))
-})
+const allDatabases = LIBRARIES.map((l) => `bench_jobs_${l}_${TAG}`)
+onInterrupt(allDatabases)
 
 // ---------------------------------------------------------------------------------------------
 // Figures
 
-const num = (r: RunResult, path: string): number | undefined => {
-  let v: unknown = r.result
-  for (const k of path.split("."))
-    v = typeof v === "object" && v !== null ? (v as Record<string, unknown>)[k] : undefined
-  return typeof v === "number" && Number.isFinite(v) ? v : undefined
-}
+/** A number of a run's result. */
+const num = (r: RunResult, path: string): number | undefined => numAt(r.result, path)
 
 /** Per job of a run: commits over the whole run process, WAL bytes of the timed phase. */
 const jobsOf = (r: RunResult): number | undefined => {
@@ -213,32 +161,13 @@ const medianOf = (rs: ReadonlyArray<RunResult>, path: string): number | undefine
   return xs.length === 0 ? undefined : median(xs)
 }
 
-const fmt = (x: number): string => {
-  const a = Math.abs(x)
-  return a >= 100
-    ? String(Math.round(x))
-    : a >= 10
-      ? x.toFixed(1).replace(/\.0$/, "")
-      : String(Math.round(x * 100) / 100)
-}
-
 /** "median [min-max]" of a field over runs. */
-const cell = (rs: ReadonlyArray<RunResult>, path: string, scale = 1): string => {
-  const xs = values(rs, path).map((x) => x * scale)
-  if (xs.length === 0) return "n/a"
-  const m = fmt(median(xs))
-  return xs.length === 1 ? m : `${m} [${fmt(Math.min(...xs))}-${fmt(Math.max(...xs))}]`
-}
+const cell = (rs: ReadonlyArray<RunResult>, path: string, scale = 1): string =>
+  cellOf(values(rs, path).map((x) => x * scale))
 
 const rssCell = (rs: ReadonlyArray<RunResult>): string => {
   const xs = rs.map((r) => r.peakRssMiB).filter((x) => Number.isFinite(x))
   return xs.length === 0 ? "n/a" : fmt(median(xs))
-}
-
-const runsCell = (rs: ReadonlyArray<RunResult>, attempted: number): string => {
-  const notDone = rs.filter((r) => r.result.done === false).length
-  const failed = attempted - rs.length
-  return `${rs.length}${notDone > 0 ? ` (${notDone} not done)` : ""}${failed > 0 ? ` (${failed} failed)` : ""}`
 }
 
 const libraryLabel = (library: Library): string =>
@@ -283,15 +212,12 @@ const variantLabel = (c: Case): string => {
   return `read-ahead ${ra} (${what})`
 }
 
-const round = (x: number | undefined, digits = 0): number | null => (x === undefined ? null : Number(x.toFixed(digits)))
-
 // ---------------------------------------------------------------------------------------------
 // Main
 
 const main = async () => {
   const startedAt = performance.now()
   const machineLine = machine()
-  const results = new Map<string, Array<RunResult>>(CASES.map((c) => [c.key, []]))
   let pg = "unknown"
   try {
     pg = await serverInfo()
@@ -299,19 +225,8 @@ const main = async () => {
     log(`could not read the server version: ${e instanceof Error ? e.message : String(e)}`)
   }
   log(`bench:jobs: ${CASES.length} cases × ${RUNS} runs, round-robin; databases bench_jobs_<library>_${TAG}`)
-  for (let run = 1; run <= RUNS; run++) {
-    for (const c of CASES) {
-      const t0 = performance.now()
-      const r = await runCase(c, run)
-      const secs = ((performance.now() - t0) / 1000).toFixed(1)
-      if (r) {
-        results.get(c.key)?.push(r)
-        if (process.env.BENCH_RESULTS) appendFileSync(process.env.BENCH_RESULTS, `${JSON.stringify({ ...r, run })}\n`)
-      }
-      log(`>> run ${run}/${RUNS} ${c.key}: ${r ? "ok" : "FAILED"} (${secs} s)`)
-    }
-  }
-  await dropAll()
+  const results = await roundRobin({ cases: CASES, runs: RUNS, run: runCase, describe: () => "ok" })
+  await Promise.all(allDatabases.map((d) => dropDatabase(d).catch(() => undefined)))
   const totalS = (performance.now() - startedAt) / 1000
 
   const rowsOf = (workload: Workload) =>
@@ -365,7 +280,7 @@ const main = async () => {
     const short = values(rs, "archived").filter((n) => n < W1_JOBS)
     const check = short.length > 0 ? ` (archive short: ${short.join(", ")})` : ""
     p(
-      `| ${libraryLabel(c.library)} | ${variantLabel(c)}${check} | ${runsCell(rs, RUNS)} | ${cell(rs, "enqueueBulkPerSec")} | ` +
+      `| ${libraryLabel(c.library)} | ${variantLabel(c)}${check} | ${runsCell(rs, RUNS, (r) => r.result.done === false)} | ${cell(rs, "enqueueBulkPerSec")} | ` +
         `${cell(rs, "jobsPerSec")} | ${cell(rs, "firstJobMs")} | ${cell(rs, "steadyJobsPerSec")} | ${cell(rs, "commitsPerJob")} | ${cell(rs, "walBytesPerJob")} | ${cell(rs, "pgCpuMsPerKJob")} | ${cell(rs, "pgDbCpuMsPerKJob")} | ${cell(rs, "nodeCpuMsPerKJob")} | ${rssCell(rs)} |`
     )
   }
@@ -384,7 +299,7 @@ const main = async () => {
   p("|---|---|---|---|---|---|---|")
   for (const { c, rs } of rowsOf("enq")) {
     p(
-      `| ${libraryLabel(c.library)}${c.variant === "unique" ? ", **uniqueness key**" : ""} | ${runsCell(rs, RUNS)} | ${cell(rs, "sequentialPerSec")} | ${cell(rs, "sequentialMeanMs")} | ` +
+      `| ${libraryLabel(c.library)}${c.variant === "unique" ? ", **uniqueness key**" : ""} | ${runsCell(rs, RUNS, (r) => r.result.done === false)} | ${cell(rs, "sequentialPerSec")} | ${cell(rs, "sequentialMeanMs")} | ` +
         `${cell(rs, "concurrent10PerSec")} | ${cell(rs, "commitsPerJob")} | ${cell(rs, "seqPgCpuS")} / ${cell(rs, "concPgCpuS")} |`
     )
   }
@@ -399,7 +314,7 @@ const main = async () => {
   p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for (const { c, rs } of rowsOf("w2")) {
     p(
-      `| ${libraryLabel(c.library)} | ${variantLabel(c)} | ${runsCell(rs, RUNS)} | ${cell(rs, "received")} | ` +
+      `| ${libraryLabel(c.library)} | ${variantLabel(c)} | ${runsCell(rs, RUNS, (r) => r.result.done === false)} | ${cell(rs, "received")} | ` +
         `${cell(rs, "latencyMs.p50")} | ${cell(rs, "latencyMs.p95")} | ${cell(rs, "latencyMs.p99")} | ${cell(rs, "latencyMs.max")} | ` +
         `${cell(rs, "insertMs.p50")} | ${cell(rs, "insertMs.p99")} | ${cell(rs, "commitsPerJob")} | ${cell(rs, "walBytesPerJob")} | ${cell(rs, "pgCpuS")} |`
     )
@@ -414,7 +329,7 @@ const main = async () => {
   p("|---|---|---|---|---|---|---|---|---|")
   for (const { c, rs } of rowsOf("await")) {
     p(
-      `| ${libraryLabel(c.library)} | ${variantLabel(c)} | ${runsCell(rs, RUNS)} | ${cell(rs, "received")} | ` +
+      `| ${libraryLabel(c.library)} | ${variantLabel(c)} | ${runsCell(rs, RUNS, (r) => r.result.done === false)} | ${cell(rs, "received")} | ` +
         `${cell(rs, "latencyMs.p50")} | ${cell(rs, "latencyMs.p95")} | ${cell(rs, "latencyMs.p99")} | ${cell(rs, "latencyMs.max")} | ${cell(rs, "pgCpuS")} |`
     )
   }
@@ -434,45 +349,45 @@ const main = async () => {
   const tunedOverRaw = medianOf(tunedW1, "jobsPerSec")
   const summary = {
     bench: "jobs",
-    ours_jobs_per_s: round(medianOf(oursW1, "jobsPerSec")),
-    ours_tuned_jobs_per_s: round(medianOf(tunedW1, "jobsPerSec")),
+    ours_jobs_per_s: rounded(medianOf(oursW1, "jobsPerSec")),
+    ours_tuned_jobs_per_s: rounded(medianOf(tunedW1, "jobsPerSec")),
     ours_tuned_config:
       tunedKey === "w1 ours default" ? "defaults" : `read-ahead ${tunedKey.slice("w1 ours ra".length)}`,
-    [`ours_ra${REPORTED_RA}_jobs_per_s`]: round(medianOf(get(`w1 ours ra${REPORTED_RA}`), "jobsPerSec")),
-    graphile_jobs_per_s: round(medianOf(get("w1 graphile batched"), "jobsPerSec")),
-    pgboss_jobs_per_s: round(medianOf(get("w1 pgboss b100"), "jobsPerSec")),
-    raw_jobs_per_s: round(rawW1),
+    [`ours_ra${REPORTED_RA}_jobs_per_s`]: rounded(medianOf(get(`w1 ours ra${REPORTED_RA}`), "jobsPerSec")),
+    graphile_jobs_per_s: rounded(medianOf(get("w1 graphile batched"), "jobsPerSec")),
+    pgboss_jobs_per_s: rounded(medianOf(get("w1 pgboss b100"), "jobsPerSec")),
+    raw_jobs_per_s: rounded(rawW1),
     // the handler's rate between a tenth and nine tenths of the jobs (start-up left out)
-    ours_steady_jobs_per_s: round(medianOf(oursW1, "steadyJobsPerSec")),
-    graphile_steady_jobs_per_s: round(medianOf(graphileW1, "steadyJobsPerSec")),
-    raw_steady_jobs_per_s: round(medianOf(get("w1 raw c10-b100"), "steadyJobsPerSec")),
-    ours_first_job_ms: round(medianOf(oursW1, "firstJobMs")),
-    graphile_first_job_ms: round(medianOf(graphileW1, "firstJobMs")),
-    raw_first_job_ms: round(medianOf(get("w1 raw c10-b100"), "firstJobMs")),
-    ours_tuned_over_raw: tunedOverRaw === undefined || rawW1 === undefined ? null : round(tunedOverRaw / rawW1, 2),
-    ours_enqueue_bulk_per_s: round(medianOf(oursW1, "enqueueBulkPerSec")),
-    ours_insert_ms: round(medianOf(get("enq ours"), "sequentialMeanMs"), 2),
-    ours_p50_ms: round(medianOf(get(`w2 ours ${W2_VARIANT}`), "latencyMs.p50"), 2),
-    ours_p99_ms: round(medianOf(get(`w2 ours ${W2_VARIANT}`), "latencyMs.p99"), 2),
-    graphile_p50_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p50"), 2),
-    graphile_p99_ms: round(medianOf(get("w2 graphile default"), "latencyMs.p99"), 2),
-    raw_p50_ms: round(medianOf(get("w2 raw c10-b1"), "latencyMs.p50"), 2),
-    raw_p99_ms: round(medianOf(get("w2 raw c10-b1"), "latencyMs.p99"), 2),
-    raw_insert_p50_ms: round(medianOf(get("w2 raw c10-b1"), "insertMs.p50"), 2),
-    ours_nolocal_p50_ms: round(medianOf(get(`w2 ours ${W2_VARIANT} nolocal`), "latencyMs.p50"), 2),
-    ours_nolocal_p99_ms: round(medianOf(get(`w2 ours ${W2_VARIANT} nolocal`), "latencyMs.p99"), 2),
-    ours_keys_jobs_per_s: round(medianOf(get(`w1 ours ra${REPORTED_RA} keys`), "jobsPerSec")),
-    ours_await_p50_ms: round(medianOf(get(`await ours ${W2_VARIANT}`), "latencyMs.p50"), 2),
-    ours_await_p99_ms: round(medianOf(get(`await ours ${W2_VARIANT}`), "latencyMs.p99"), 2),
+    ours_steady_jobs_per_s: rounded(medianOf(oursW1, "steadyJobsPerSec")),
+    graphile_steady_jobs_per_s: rounded(medianOf(graphileW1, "steadyJobsPerSec")),
+    raw_steady_jobs_per_s: rounded(medianOf(get("w1 raw c10-b100"), "steadyJobsPerSec")),
+    ours_first_job_ms: rounded(medianOf(oursW1, "firstJobMs")),
+    graphile_first_job_ms: rounded(medianOf(graphileW1, "firstJobMs")),
+    raw_first_job_ms: rounded(medianOf(get("w1 raw c10-b100"), "firstJobMs")),
+    ours_tuned_over_raw: tunedOverRaw === undefined || rawW1 === undefined ? null : rounded(tunedOverRaw / rawW1, 2),
+    ours_enqueue_bulk_per_s: rounded(medianOf(oursW1, "enqueueBulkPerSec")),
+    ours_insert_ms: rounded(medianOf(get("enq ours"), "sequentialMeanMs"), 2),
+    ours_p50_ms: rounded(medianOf(get(`w2 ours ${W2_VARIANT}`), "latencyMs.p50"), 2),
+    ours_p99_ms: rounded(medianOf(get(`w2 ours ${W2_VARIANT}`), "latencyMs.p99"), 2),
+    graphile_p50_ms: rounded(medianOf(get("w2 graphile default"), "latencyMs.p50"), 2),
+    graphile_p99_ms: rounded(medianOf(get("w2 graphile default"), "latencyMs.p99"), 2),
+    raw_p50_ms: rounded(medianOf(get("w2 raw c10-b1"), "latencyMs.p50"), 2),
+    raw_p99_ms: rounded(medianOf(get("w2 raw c10-b1"), "latencyMs.p99"), 2),
+    raw_insert_p50_ms: rounded(medianOf(get("w2 raw c10-b1"), "insertMs.p50"), 2),
+    ours_nolocal_p50_ms: rounded(medianOf(get(`w2 ours ${W2_VARIANT} nolocal`), "latencyMs.p50"), 2),
+    ours_nolocal_p99_ms: rounded(medianOf(get(`w2 ours ${W2_VARIANT} nolocal`), "latencyMs.p99"), 2),
+    ours_keys_jobs_per_s: rounded(medianOf(get(`w1 ours ra${REPORTED_RA} keys`), "jobsPerSec")),
+    ours_await_p50_ms: rounded(medianOf(get(`await ours ${W2_VARIANT}`), "latencyMs.p50"), 2),
+    ours_await_p99_ms: rounded(medianOf(get(`await ours ${W2_VARIANT}`), "latencyMs.p99"), 2),
     // cost per job of W1: commits over the whole run process, WAL bytes of the processing phase
-    ours_commits_per_job: round(medianOf(oursW1, "commitsPerJob"), 3),
-    ours_wal_bytes_per_job: round(medianOf(oursW1, "walBytesPerJob")),
-    ours_tuned_commits_per_job: round(medianOf(tunedW1, "commitsPerJob"), 3),
-    ours_tuned_wal_bytes_per_job: round(medianOf(tunedW1, "walBytesPerJob")),
-    graphile_commits_per_job: round(medianOf(graphileW1, "commitsPerJob"), 3),
-    graphile_wal_bytes_per_job: round(medianOf(graphileW1, "walBytesPerJob")),
-    pgboss_commits_per_job: round(medianOf(pgbossW1, "commitsPerJob"), 3),
-    pgboss_wal_bytes_per_job: round(medianOf(pgbossW1, "walBytesPerJob"))
+    ours_commits_per_job: rounded(medianOf(oursW1, "commitsPerJob"), 3),
+    ours_wal_bytes_per_job: rounded(medianOf(oursW1, "walBytesPerJob")),
+    ours_tuned_commits_per_job: rounded(medianOf(tunedW1, "commitsPerJob"), 3),
+    ours_tuned_wal_bytes_per_job: rounded(medianOf(tunedW1, "walBytesPerJob")),
+    graphile_commits_per_job: rounded(medianOf(graphileW1, "commitsPerJob"), 3),
+    graphile_wal_bytes_per_job: rounded(medianOf(graphileW1, "walBytesPerJob")),
+    pgboss_commits_per_job: rounded(medianOf(pgbossW1, "commitsPerJob"), 3),
+    pgboss_wal_bytes_per_job: rounded(medianOf(pgbossW1, "walBytesPerJob"))
   }
   p(
     `JSON: ours_jobs_per_s = W1 processing of effect-pgbus at its defaults (no readAhead given), ours_tuned_jobs_per_s = the best of its plain configurations in this run (ours_tuned_config names it; ours_ra${REPORTED_RA}_jobs_per_s the fixed read-ahead that used to be reported as tuned); ours_enqueue_bulk_per_s = its bulk enqueue at defaults; ` +

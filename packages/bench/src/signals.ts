@@ -34,11 +34,24 @@
  * {"bench":"signals","ours_p50_ms":N,"ours_p99_ms":N,"ours_signals_per_s":N,"dbos_p50_ms":N,...,
  *  "pgworkflows_signals_per_s":N}
  */
-import { type ChildProcess, spawn } from "node:child_process"
-import { appendFileSync } from "node:fs"
 import os from "node:os"
 import { resolve } from "node:path"
 import { fileURLToPath } from "node:url"
+import {
+  cellOf,
+  defined,
+  intList,
+  log,
+  medianOf,
+  num,
+  onInterrupt,
+  type ResultLine,
+  rounded,
+  roundRobin,
+  runCaseProcess,
+  runsCell,
+  selected
+} from "./orchestrate.ts"
 import {
   CONCURRENCY,
   dropDatabase,
@@ -51,7 +64,6 @@ import {
   POOL_MAX,
   percentile,
   pkgVersion,
-  RESULT_MARK,
   round2,
   serverInfo,
   serverUrl,
@@ -257,17 +269,8 @@ interface Case {
   readonly senders: number
 }
 
-/** A run's result line, as printed by a peers/<library>-signals.ts process. */
-interface RunResult {
-  readonly library: string
-  readonly version: string
-  readonly variant: string
-  readonly peakRssMiB: number
-  readonly config: Readonly<Record<string, unknown>>
-  readonly result: Readonly<Record<string, unknown>>
-  /** Added by the orchestrator: the run database's counters once its process has exited. */
-  db?: DbStats
-}
+/** A run's result line (a peers/<library>-signals.ts process), with the run database's counters. */
+type RunResult = ResultLine<DbStats>
 
 interface DbStats {
   readonly xactCommit: number
@@ -283,16 +286,10 @@ const FILES: Record<Library, string> = {
 const dbOf = (library: Library, tag: string) => `bench_jobs_sig_${library}_${tag}`
 
 const main = async () => {
-  const { machine, median } = await import("./common.ts")
+  const { machine } = await import("./common.ts")
 
   const RUNS = env("RUNS", 3)
-  const RUN_TIMEOUT_MS = env("BENCH_RUN_TIMEOUT_MS", Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
-  const ONLY = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : undefined
-  const TUNED_RA = (process.env.BENCH_OURS_READ_AHEAD ?? "")
-    .split(",")
-    .filter((s) => s.trim() !== "")
-    .map((s) => Number(s.trim()))
-  if (TUNED_RA.some((n) => !Number.isInteger(n) || n < 0)) throw new Error("BENCH_OURS_READ_AHEAD: a list of integers")
+  const TUNED_RA = intList(process.env.BENCH_OURS_READ_AHEAD, [])
   const TAG = String(process.pid)
   const LIBRARIES: ReadonlyArray<Library> = ["ours", "dbos", "pgworkflows"]
   const ALL_CASES: ReadonlyArray<Case> = [
@@ -309,10 +306,7 @@ const main = async () => {
     { key: "signals ours default nolocal", library: "ours", variant: "default-nolocal", senders: SIG_SENDERS },
     { key: "signals dbos recv senders1", library: "dbos", variant: "recv", senders: 1 }
   ]
-  const CASES = ALL_CASES.filter(
-    (c) => (ONLY === undefined || ONLY.test(c.key)) && !(c.key.endsWith("senders1") && SIG_SENDERS === 1)
-  )
-  const log = (line: string) => process.stderr.write(`${line}\n`)
+  const CASES = selected(ALL_CASES).filter((c) => !(c.key.endsWith("senders1") && SIG_SENDERS === 1))
 
   const admin = async <A>(f: (client: Awaited<ReturnType<typeof monitorClient>>) => Promise<A>): Promise<A> => {
     const client = await monitorClient(new URL(serverUrl).pathname.slice(1) || "postgres")
@@ -344,90 +338,26 @@ const main = async () => {
       return row === undefined ? undefined : { xactCommit: Number(row.c), tupWritten: Number(row.w) }
     })
 
-  let current: ChildProcess | undefined
   const runCase = (c: Case, run: number): Promise<RunResult | undefined> =>
-    new Promise((done) => {
-      const file = fileURLToPath(new URL(`./peers/${FILES[c.library]}.ts`, import.meta.url))
-      const child = spawn(
-        process.execPath,
-        [...process.execArgv, file, "signals", "--variant", c.variant, "--run", String(run)],
-        {
-          env: { ...process.env, BENCH_JOBS_TAG: TAG, BENCH_SIGNALS_SENDERS: String(c.senders) },
-          stdio: ["ignore", "pipe", "inherit"]
-        }
-      )
-      current = child
-      let out = ""
-      let result: RunResult | undefined
-      child.stdout?.setEncoding("utf8")
-      child.stdout?.on("data", (chunk: string) => {
-        out += chunk
-        let nl = out.indexOf("\n")
-        while (nl >= 0) {
-          const line = out.slice(0, nl)
-          out = out.slice(nl + 1)
-          if (line.startsWith(RESULT_MARK)) result = JSON.parse(line.slice(RESULT_MARK.length)) as RunResult
-          else if (line.trim() !== "") log(`   ${line}`)
-          nl = out.indexOf("\n")
-        }
-      })
-      const timer = setTimeout(() => {
-        log(`!! ${c.key} run ${run}: no result after ${RUN_TIMEOUT_MS} ms, killing it`)
-        child.kill("SIGKILL")
-      }, RUN_TIMEOUT_MS)
-      child.on("close", (code) => {
-        clearTimeout(timer)
-        current = undefined
-        if (code !== 0) log(`!! ${c.key} run ${run}: exited with ${code}`)
-        const database = dbOf(c.library, TAG)
-        dbStats(database)
-          .then((stats) => {
-            if (result && stats) result.db = stats
-          })
-          .catch((e) => log(`!! could not read the counters of ${database}: ${e instanceof Error ? e.message : e}`))
-          .then(() => dropDatabase(database))
-          .catch((e) => log(`!! could not drop ${database}: ${e instanceof Error ? e.message : e}`))
-          .finally(() => done(result))
-      })
+    runCaseProcess<DbStats>({
+      label: `${c.key} run ${run}`,
+      file: fileURLToPath(new URL(`./peers/${FILES[c.library]}.ts`, import.meta.url)),
+      args: ["signals", "--variant", c.variant, "--run", String(run)],
+      env: { BENCH_JOBS_TAG: TAG, BENCH_SIGNALS_SENDERS: String(c.senders) },
+      database: dbOf(c.library, TAG),
+      cost: (database) => dbStats(database)
     })
-
-  const dropAll = () => Promise.all(LIBRARIES.map((l) => dropDatabase(dbOf(l, TAG)).catch(() => undefined)))
-  process.on("SIGINT", () => {
-    current?.kill("SIGKILL")
-    void dropAll().finally(() => process.exit(130))
-  })
+  const allDatabases = LIBRARIES.map((l) => dbOf(l, TAG))
+  onInterrupt(allDatabases)
 
   // ---- figures
 
-  const num = (r: RunResult, path: string): number | undefined => {
-    let v: unknown = r
-    for (const k of path.split("."))
-      v = typeof v === "object" && v !== null ? (v as Record<string, unknown>)[k] : undefined
-    return typeof v === "number" && Number.isFinite(v) ? v : undefined
-  }
   const perRun = (r: RunResult, f: (db: DbStats) => number): number | undefined => {
     const completed = num(r, "result.completed")
     return r.db === undefined || !completed ? undefined : f(r.db) / completed
   }
-  const fmt = (x: number): string => {
-    const a = Math.abs(x)
-    return a >= 100
-      ? String(Math.round(x))
-      : a >= 10
-        ? x.toFixed(1).replace(/\.0$/, "")
-        : String(Math.round(x * 100) / 100)
-  }
-  const defined = (xs: ReadonlyArray<number | undefined>) => xs.filter((x): x is number => x !== undefined)
-  const cell = (rs: ReadonlyArray<RunResult>, f: (r: RunResult) => number | undefined, scale = 1): string => {
-    const xs = defined(rs.map(f)).map((x) => x * scale)
-    if (xs.length === 0) return "n/a"
-    const m = fmt(median(xs))
-    return xs.length === 1 ? m : `${m} [${fmt(Math.min(...xs))}-${fmt(Math.max(...xs))}]`
-  }
-  const medianOf = (rs: ReadonlyArray<RunResult>, path: string): number | undefined => {
-    const xs = defined(rs.map((r) => num(r, path)))
-    return xs.length === 0 ? undefined : median(xs)
-  }
+  const cell = (rs: ReadonlyArray<RunResult>, f: (r: RunResult) => number | undefined, scale = 1): string =>
+    cellOf(defined(rs.map(f)).map((x) => x * scale))
   /**
    * A run is good when every run finished and every woken code ran once with its own signal
    * (effect-pgbus also: one completed step per run, every signal consumed).
@@ -446,11 +376,6 @@ const main = async () => {
       off("result.signalsConsumed")
     )
   }
-  const runsCell = (rs: ReadonlyArray<RunResult>, attempted: number): string => {
-    const notOk = rs.filter(bad).length
-    const failed = attempted - rs.length
-    return `${rs.length}${notOk > 0 ? ` (${notOk} not done or not correct)` : ""}${failed > 0 ? ` (${failed} failed)` : ""}`
-  }
   const label = (c: Case): string =>
     (c.library === "ours"
       ? `effect-pgbus (this repo), ${readAheadLabel(c.variant.replace(/-nolocal$/, ""))}${
@@ -462,14 +387,11 @@ const main = async () => {
     (c.senders === SIG_SENDERS ? "" : `, **${c.senders} sender${c.senders === 1 ? "" : "s"}** (diagnostic)`)
   const readAheadLabel = (variant: string): string =>
     variant === "default" ? "defaults (no readAhead given: the library decides)" : `read-ahead ${variant.slice(2)}`
-  const round = (x: number | undefined, digits = 0): number | null =>
-    x === undefined ? null : Number(x.toFixed(digits))
 
   // ---- runs
 
   const startedAt = now()
   const machineLine = machine()
-  const results = new Map<string, Array<RunResult>>(CASES.map((c) => [c.key, []]))
   let pg = "unknown"
   try {
     pg = await serverInfo()
@@ -477,25 +399,14 @@ const main = async () => {
     log(`could not read the server version: ${e instanceof Error ? e.message : String(e)}`)
   }
   log(`bench:signals: ${CASES.length} cases × ${RUNS} runs, round-robin; databases ${dbOf("ours", TAG)} etc.`)
-  for (let run = 1; run <= RUNS; run++) {
-    for (const c of CASES) {
-      const t0 = now()
-      const r = await runCase(c, run)
-      const secs = ((now() - t0) / 1000).toFixed(1)
-      if (r) {
-        results.get(c.key)?.push(r)
-        if (process.env.BENCH_RESULTS) appendFileSync(process.env.BENCH_RESULTS, `${JSON.stringify({ ...r, run })}\n`)
-      }
-      log(
-        `>> run ${run}/${RUNS} ${c.key}: ${
-          r
-            ? `p50 ${num(r, "result.latencyMs.p50")} ms, p99 ${num(r, "result.latencyMs.p99")} ms, ${num(r, "result.signalsPerSec")} signals/s${bad(r) ? " (NOT DONE OR NOT CORRECT)" : ""}`
-            : "FAILED"
-        } (${secs} s)`
-      )
-    }
-  }
-  await dropAll()
+  const results = await roundRobin({
+    cases: CASES,
+    runs: RUNS,
+    run: runCase,
+    describe: (r) =>
+      `p50 ${num(r, "result.latencyMs.p50")} ms, p99 ${num(r, "result.latencyMs.p99")} ms, ${num(r, "result.signalsPerSec")} signals/s${bad(r) ? " (NOT DONE OR NOT CORRECT)" : ""}`
+  })
+  await Promise.all(allDatabases.map((d) => dropDatabase(d).catch(() => undefined)))
   const totalS = (now() - startedAt) / 1000
 
   const lines: Array<string> = []
@@ -541,7 +452,7 @@ const main = async () => {
   for (const c of CASES) {
     const rs = results.get(c.key) ?? []
     p(
-      `| ${label(c)} | ${runsCell(rs, RUNS)} | ${cell(rs, (r) => num(r, "result.latencyMs.p50"))} | ${cell(rs, (r) => num(r, "result.latencyMs.p90"))} | ` +
+      `| ${label(c)} | ${runsCell(rs, RUNS, bad, "not done or not correct")} | ${cell(rs, (r) => num(r, "result.latencyMs.p50"))} | ${cell(rs, (r) => num(r, "result.latencyMs.p90"))} | ` +
         `${cell(rs, (r) => num(r, "result.latencyMs.p99"))} | ${cell(rs, (r) => num(r, "result.latencyMs.max"))} | ` +
         `${cell(rs, (r) => num(r, "result.signalsPerSec"))} | ${cell(rs, (r) => num(r, "result.allSentMs"), 1 / 1000)} | ` +
         `${cell(rs, (r) => num(r, "result.wallMs"), 1 / 1000)} | ${cell(rs, (r) => num(r, "result.sendMs.p50"))} | ` +
@@ -566,26 +477,26 @@ const main = async () => {
   const pgw = get("signals pgworkflows workers10")
   const summary: Record<string, unknown> = {
     bench: "signals",
-    ours_p50_ms: round(medianOf(ours, "result.latencyMs.p50"), 2),
-    ours_p99_ms: round(medianOf(ours, "result.latencyMs.p99"), 2),
-    ours_signals_per_s: round(medianOf(ours, "result.signalsPerSec"), 1)
+    ours_p50_ms: rounded(medianOf(ours, "result.latencyMs.p50"), 2),
+    ours_p99_ms: rounded(medianOf(ours, "result.latencyMs.p99"), 2),
+    ours_signals_per_s: rounded(medianOf(ours, "result.signalsPerSec"), 1)
   }
   const nolocal = get("signals ours default nolocal")
   if (nolocal.length > 0) {
     // local dispatch off: what a sender in a process without a worker of the queue gets
-    summary.ours_nolocal_p50_ms = round(medianOf(nolocal, "result.latencyMs.p50"), 2)
-    summary.ours_nolocal_p99_ms = round(medianOf(nolocal, "result.latencyMs.p99"), 2)
-    summary.ours_nolocal_signals_per_s = round(medianOf(nolocal, "result.signalsPerSec"), 1)
+    summary.ours_nolocal_p50_ms = rounded(medianOf(nolocal, "result.latencyMs.p50"), 2)
+    summary.ours_nolocal_p99_ms = rounded(medianOf(nolocal, "result.latencyMs.p99"), 2)
+    summary.ours_nolocal_signals_per_s = rounded(medianOf(nolocal, "result.signalsPerSec"), 1)
   }
   if (dbos.length > 0) {
-    summary.dbos_p50_ms = round(medianOf(dbos, "result.latencyMs.p50"), 2)
-    summary.dbos_p99_ms = round(medianOf(dbos, "result.latencyMs.p99"), 2)
-    summary.dbos_signals_per_s = round(medianOf(dbos, "result.signalsPerSec"), 1)
+    summary.dbos_p50_ms = rounded(medianOf(dbos, "result.latencyMs.p50"), 2)
+    summary.dbos_p99_ms = rounded(medianOf(dbos, "result.latencyMs.p99"), 2)
+    summary.dbos_signals_per_s = rounded(medianOf(dbos, "result.signalsPerSec"), 1)
   }
   if (pgw.length > 0) {
-    summary.pgworkflows_p50_ms = round(medianOf(pgw, "result.latencyMs.p50"), 2)
-    summary.pgworkflows_p99_ms = round(medianOf(pgw, "result.latencyMs.p99"), 2)
-    summary.pgworkflows_signals_per_s = round(medianOf(pgw, "result.signalsPerSec"), 1)
+    summary.pgworkflows_p50_ms = rounded(medianOf(pgw, "result.latencyMs.p50"), 2)
+    summary.pgworkflows_p99_ms = rounded(medianOf(pgw, "result.latencyMs.p99"), 2)
+    summary.pgworkflows_signals_per_s = rounded(medianOf(pgw, "result.signalsPerSec"), 1)
   }
   p(
     "JSON: medians over runs; ours = effect-pgbus at its defaults (no readAhead given), dbos = DBOS `recv`, pgworkflows = pg-workflows `workers10`."

@@ -28,12 +28,26 @@
  * {"bench":"workflows","ours_runs_per_s":N (defaults),"ours_tuned_runs_per_s":N,"dbos_runs_per_s":N,
  *  "pgworkflows_runs_per_s":N,"raw_runs_per_s":N, then commits and WAL bytes per run of each: "<lib>_commits_per_run", "<lib>_wal_bytes_per_run"}
  */
-import { type ChildProcess, spawn } from "node:child_process"
-import { appendFileSync } from "node:fs"
 import os from "node:os"
 import { resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { type RunCost, runCost } from "./cost.ts"
+import {
+  cellOf,
+  defined,
+  intList,
+  log,
+  median,
+  medianOf,
+  num,
+  onInterrupt,
+  type ResultLine,
+  rounded,
+  roundRobin,
+  runCaseProcess,
+  runsCell,
+  selected
+} from "./orchestrate.ts"
 import {
   CONCURRENCY,
   dropDatabase,
@@ -43,7 +57,6 @@ import {
   PHASE_CAP_MS,
   POOL_MAX,
   pkgVersion,
-  RESULT_MARK,
   round2,
   serverInfo,
   serverUrl,
@@ -138,38 +151,20 @@ interface Case {
   readonly concurrency?: number
 }
 
-/** A run's result line, as printed by a peers/<library>.ts process. */
-interface RunResult {
-  readonly library: string
-  readonly version: string
-  readonly variant: string
-  readonly peakRssMiB: number
-  readonly config: Readonly<Record<string, unknown>>
-  readonly result: Readonly<Record<string, unknown>>
-  /** Added by the orchestrator: the run database's counters once its process has exited, and its WAL. */
-  db?: RunCost
-}
+/** A run's result line, with the run database's counters and its WAL. */
+type RunResult = ResultLine<RunCost>
 
 const FILES: Record<Library, string> = { ours: "ours-workflows", dbos: "dbos", pgworkflows: "pgworkflows", raw: "raw" }
 /** The database a run process of this library uses (`databaseName` in peers/common.ts). */
 const dbOf = (library: Library, tag: string) => `bench_jobs_wf_${library}_${tag}`
 
 const main = async () => {
-  const { machine, median } = await import("./common.ts")
-  const intList = (raw: string | undefined, fallback: ReadonlyArray<number>): ReadonlyArray<number> => {
-    if (raw === undefined) return fallback
-    if (raw.trim() === "") return []
-    const out = raw.split(",").map((s) => Number(s.trim()))
-    if (out.some((n) => !Number.isInteger(n) || n < 0)) throw new Error(`not a list of read-aheads: ${raw}`)
-    return out
-  }
+  const { machine } = await import("./common.ts")
   const RUNS = env("RUNS", 3)
   const TUNED_RA = intList(process.env.BENCH_OURS_READ_AHEAD, [10]).filter((n) => n !== 0)
   // the headline is the library's defaults (no readAhead given, ours_runs_per_s); the tuned read-ahead (10, with
   // concurrency 10) beside it in the table and the JSON line (ours_tuned_runs_per_s)
   const REPORTED_RA = env("BENCH_OURS_REPORTED_RA", 10)
-  const RUN_TIMEOUT_MS = env("BENCH_RUN_TIMEOUT_MS", Math.max(300_000, PHASE_CAP_MS * 2 + 60_000))
-  const ONLY = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : undefined
   const TAG = String(process.pid)
   const LIBRARIES: ReadonlyArray<Library> = ["ours", "dbos", "pgworkflows", "raw"]
   const OURS_RAS = [...new Set([0, ...TUNED_RA, REPORTED_RA])]
@@ -191,77 +186,27 @@ const main = async () => {
         ]
       : [])
   ]
-  const CASES = ALL_CASES.filter((c) => ONLY === undefined || ONLY.test(c.key))
-  const log = (line: string) => process.stderr.write(`${line}\n`)
+  const CASES = selected(ALL_CASES)
 
-  let current: ChildProcess | undefined
   const runCase = (c: Case, run: number): Promise<RunResult | undefined> =>
-    new Promise((done) => {
-      const file = fileURLToPath(new URL(`./peers/${FILES[c.library]}.ts`, import.meta.url))
-      const child = spawn(
-        process.execPath,
-        [...process.execArgv, file, "w3", "--variant", c.variant, "--run", String(run)],
-        {
-          env: {
-            ...process.env,
-            BENCH_JOBS_TAG: TAG,
-            ...(c.concurrency === undefined
-              ? {}
-              : { BENCH_CONCURRENCY: String(c.concurrency), BENCH_POOL_MAX: String(2 * c.concurrency) })
-          },
-          stdio: ["ignore", "pipe", "inherit"]
-        }
-      )
-      current = child
-      let out = ""
-      let result: RunResult | undefined
-      child.stdout?.setEncoding("utf8")
-      child.stdout?.on("data", (chunk: string) => {
-        out += chunk
-        let nl = out.indexOf("\n")
-        while (nl >= 0) {
-          const line = out.slice(0, nl)
-          out = out.slice(nl + 1)
-          if (line.startsWith(RESULT_MARK)) result = JSON.parse(line.slice(RESULT_MARK.length)) as RunResult
-          else if (line.trim() !== "") log(`   ${line}`)
-          nl = out.indexOf("\n")
-        }
-      })
-      const timer = setTimeout(() => {
-        log(`!! ${c.key} run ${run}: no result after ${RUN_TIMEOUT_MS} ms, killing it`)
-        child.kill("SIGKILL")
-      }, RUN_TIMEOUT_MS)
-      child.on("close", (code) => {
-        clearTimeout(timer)
-        current = undefined
-        if (code !== 0) log(`!! ${c.key} run ${run}: exited with ${code}`)
-        const database = dbOf(c.library, TAG)
-        // the run's database goes once its process (and every pool in it) is gone
-        runCost(database, result?.result as { walStart?: unknown; walEnd?: unknown } | undefined)
-          .then((stats) => {
-            if (result && stats) result.db = stats
-          })
-          .catch((e) => log(`!! could not read the counters of ${database}: ${e instanceof Error ? e.message : e}`))
-          .then(() => dropDatabase(database))
-          .catch((e) => log(`!! could not drop ${database}: ${e instanceof Error ? e.message : e}`))
-          .finally(() => done(result))
-      })
+    runCaseProcess<RunCost>({
+      label: `${c.key} run ${run}`,
+      file: fileURLToPath(new URL(`./peers/${FILES[c.library]}.ts`, import.meta.url)),
+      args: ["w3", "--variant", c.variant, "--run", String(run)],
+      env: {
+        BENCH_JOBS_TAG: TAG,
+        ...(c.concurrency === undefined
+          ? {}
+          : { BENCH_CONCURRENCY: String(c.concurrency), BENCH_POOL_MAX: String(2 * c.concurrency) })
+      },
+      database: dbOf(c.library, TAG),
+      cost: (database, result) => runCost(database, result.result as { walStart?: unknown; walEnd?: unknown })
     })
-
-  const dropAll = () => Promise.all(LIBRARIES.map((l) => dropDatabase(dbOf(l, TAG)).catch(() => undefined)))
-  process.on("SIGINT", () => {
-    current?.kill("SIGKILL")
-    void dropAll().finally(() => process.exit(130))
-  })
+  const allDatabases = LIBRARIES.map((l) => dbOf(l, TAG))
+  onInterrupt(allDatabases)
 
   // ---- figures
 
-  const num = (r: RunResult, path: string): number | undefined => {
-    let v: unknown = r
-    for (const k of path.split("."))
-      v = typeof v === "object" && v !== null ? (v as Record<string, unknown>)[k] : undefined
-    return typeof v === "number" && Number.isFinite(v) ? v : undefined
-  }
   /** Commits per run: the database's xact_commit over the whole process, less the completion polls. */
   const commitsPerRun = (r: RunResult): number | undefined => {
     const completed = num(r, "result.completed")
@@ -279,31 +224,8 @@ const main = async () => {
     if (r.db === undefined || !completed) return undefined
     return (r.db.tupInserted + r.db.tupUpdated + r.db.tupDeleted) / completed
   }
-  const fmt = (x: number): string => {
-    const a = Math.abs(x)
-    return a >= 100
-      ? String(Math.round(x))
-      : a >= 10
-        ? x.toFixed(1).replace(/\.0$/, "")
-        : String(Math.round(x * 100) / 100)
-  }
-  const cellOf = (xs: ReadonlyArray<number>): string => {
-    if (xs.length === 0) return "n/a"
-    const m = fmt(median(xs))
-    return xs.length === 1 ? m : `${m} [${fmt(Math.min(...xs))}-${fmt(Math.max(...xs))}]`
-  }
-  const defined = (xs: ReadonlyArray<number | undefined>) => xs.filter((x): x is number => x !== undefined)
   const cell = (rs: ReadonlyArray<RunResult>, f: (r: RunResult) => number | undefined, scale = 1) =>
     cellOf(defined(rs.map(f)).map((x) => x * scale))
-  const medianOf = (rs: ReadonlyArray<RunResult>, path: string): number | undefined => {
-    const xs = defined(rs.map((r) => num(r, path)))
-    return xs.length === 0 ? undefined : median(xs)
-  }
-  const runsCell = (rs: ReadonlyArray<RunResult>, attempted: number): string => {
-    const notDone = rs.filter((r) => r.result.done === false).length
-    const failed = attempted - rs.length
-    return `${rs.length}${notDone > 0 ? ` (${notDone} not done)` : ""}${failed > 0 ? ` (${failed} failed)` : ""}`
-  }
   /** Runs whose check failed: a wrong output (n + 3), or not one completed row per step (effect-pgbus). */
   const checkNote = (rs: ReadonlyArray<RunResult>): string => {
     const bad = rs.filter((r) => {
@@ -335,14 +257,11 @@ const main = async () => {
     const ra = Number(c.variant.slice(2))
     return `read-ahead ${ra}${ra === REPORTED_RA ? " (tuned) = ours_tuned" : ""}`
   }
-  const round = (x: number | undefined, digits = 0): number | null =>
-    x === undefined ? null : Number(x.toFixed(digits))
 
   // ---- runs
 
   const startedAt = now()
   const machineLine = machine()
-  const results = new Map<string, Array<RunResult>>(CASES.map((c) => [c.key, []]))
   let pg = "unknown"
   try {
     pg = await serverInfo()
@@ -350,21 +269,13 @@ const main = async () => {
     log(`could not read the server version: ${e instanceof Error ? e.message : String(e)}`)
   }
   log(`bench:workflows: ${CASES.length} cases × ${RUNS} runs, round-robin; databases ${dbOf("ours", TAG)} etc.`)
-  for (let run = 1; run <= RUNS; run++) {
-    for (const c of CASES) {
-      const t0 = now()
-      const r = await runCase(c, run)
-      const secs = ((now() - t0) / 1000).toFixed(1)
-      if (r) {
-        results.get(c.key)?.push(r)
-        if (process.env.BENCH_RESULTS) appendFileSync(process.env.BENCH_RESULTS, `${JSON.stringify({ ...r, run })}\n`)
-      }
-      log(
-        `>> run ${run}/${RUNS} ${c.key}: ${r ? `${r.result.runsPerSec} runs/s${r.result.done === false ? " (NOT DONE)" : ""}` : "FAILED"} (${secs} s)`
-      )
-    }
-  }
-  await dropAll()
+  const results = await roundRobin({
+    cases: CASES,
+    runs: RUNS,
+    run: runCase,
+    describe: (r) => `${r.result.runsPerSec} runs/s${r.result.done === false ? " (NOT DONE)" : ""}`
+  })
+  await Promise.all(allDatabases.map((d) => dropDatabase(d).catch(() => undefined)))
   const totalS = (now() - startedAt) / 1000
 
   const lines: Array<string> = []
@@ -413,7 +324,7 @@ const main = async () => {
   for (const c of CASES) {
     const rs = results.get(c.key) ?? []
     p(
-      `| ${label(c)} | ${configLabel(c)}${checkNote(rs)} | ${runsCell(rs, RUNS)} | ${cell(rs, (r) => num(r, "result.runsPerSec"))} | ` +
+      `| ${label(c)} | ${configLabel(c)}${checkNote(rs)} | ${runsCell(rs, RUNS, (r) => r.result.done === false)} | ${cell(rs, (r) => num(r, "result.runsPerSec"))} | ` +
         `${cell(rs, (r) => num(r, "result.wallMs"), 1 / 1000)} | ${cell(rs, (r) => num(r, "result.allStartedMs"), 1 / 1000)} | ` +
         `${cell(rs, (r) => num(r, "result.pgCpuS"))} | ${cell(rs, (r) => num(r, "result.nodeCpuS"))} | ` +
         `${cell(rs, commitsPerRun)} | ${cell(rs, walPerRun)} | ${cell(rs, (r) => num(r, "result.statementsPerRun"))} | ${cell(rs, rowWritesPerRun)} | ` +
@@ -433,21 +344,21 @@ const main = async () => {
   const raw = get("w3 raw 3-step")
   const summary = {
     bench: "workflows",
-    ours_runs_per_s: round(medianOf(ours, "result.runsPerSec"), 1),
-    ours_tuned_runs_per_s: round(medianOf(tuned, "result.runsPerSec"), 1),
-    dbos_runs_per_s: round(medianOf(dbos, "result.runsPerSec"), 1),
-    pgworkflows_runs_per_s: round(medianOf(pgw, "result.runsPerSec"), 1),
-    raw_runs_per_s: round(medianOf(raw, "result.runsPerSec"), 1),
-    ours_commits_per_run: round(med(ours, commitsPerRun), 2),
-    ours_wal_bytes_per_run: round(med(ours, walPerRun)),
-    ours_tuned_commits_per_run: round(med(tuned, commitsPerRun), 2),
-    ours_tuned_wal_bytes_per_run: round(med(tuned, walPerRun)),
-    dbos_commits_per_run: round(med(dbos, commitsPerRun), 2),
-    dbos_wal_bytes_per_run: round(med(dbos, walPerRun)),
-    pgworkflows_commits_per_run: round(med(pgw, commitsPerRun), 2),
-    pgworkflows_wal_bytes_per_run: round(med(pgw, walPerRun)),
-    ours_wide_runs_per_s: round(medianOf(get(`w3 ours default c${WIDE}`), "result.runsPerSec"), 1),
-    dbos_wide_runs_per_s: round(medianOf(get(`w3 dbos direct c${WIDE}`), "result.runsPerSec"), 1),
+    ours_runs_per_s: rounded(medianOf(ours, "result.runsPerSec"), 1),
+    ours_tuned_runs_per_s: rounded(medianOf(tuned, "result.runsPerSec"), 1),
+    dbos_runs_per_s: rounded(medianOf(dbos, "result.runsPerSec"), 1),
+    pgworkflows_runs_per_s: rounded(medianOf(pgw, "result.runsPerSec"), 1),
+    raw_runs_per_s: rounded(medianOf(raw, "result.runsPerSec"), 1),
+    ours_commits_per_run: rounded(med(ours, commitsPerRun), 2),
+    ours_wal_bytes_per_run: rounded(med(ours, walPerRun)),
+    ours_tuned_commits_per_run: rounded(med(tuned, commitsPerRun), 2),
+    ours_tuned_wal_bytes_per_run: rounded(med(tuned, walPerRun)),
+    dbos_commits_per_run: rounded(med(dbos, commitsPerRun), 2),
+    dbos_wal_bytes_per_run: rounded(med(dbos, walPerRun)),
+    pgworkflows_commits_per_run: rounded(med(pgw, commitsPerRun), 2),
+    pgworkflows_wal_bytes_per_run: rounded(med(pgw, walPerRun)),
+    ours_wide_runs_per_s: rounded(medianOf(get(`w3 ours default c${WIDE}`), "result.runsPerSec"), 1),
+    dbos_wide_runs_per_s: rounded(medianOf(get(`w3 dbos direct c${WIDE}`), "result.runsPerSec"), 1),
     wide_concurrency: WIDE
   }
   const exact = [...results.values()].flat().every((r) => r.db?.walExact !== false)

@@ -31,6 +31,7 @@ import {
   resetDatabase,
   sleep
 } from "./common.ts"
+import { makeSpanTally } from "./spanTally.ts"
 
 const args = parseArgs()
 guard()
@@ -76,29 +77,7 @@ const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
 // cost a user without tracing does not pay. It is the default tracer plus a count of the
 // statement spans that end during the timed phase; BENCH_OURS_PROFILE=1 tallies them by text.
 const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
-interface Tally {
-  count: number
-  ns: bigint
-}
-const tally = new Map<string, Tally>()
-let recording = false
-let statements = 0
-class CountingSpan extends Tracer.NativeSpan {
-  override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
-    if (recording && this.status._tag === "Started") {
-      const text = this._attributes?.get("db.query.text")
-      if (text !== undefined) statements++
-      if (PROFILE) {
-        const key = typeof text === "string" ? `sql ${text.replace(/\s+/g, " ").slice(0, 110)}` : `span ${this.name}`
-        const t = tally.get(key) ?? { count: 0, ns: 0n }
-        t.count++
-        t.ns += endTime - this.status.startTime
-        tally.set(key, t)
-      }
-    }
-    super.end(endTime, exit)
-  }
-}
+const spans = makeSpanTally(PROFILE)
 // BENCH_OURS_TRACE=1: where the latency goes. Every span of the timed phase is stamped with
 // performance.now() (the driver's clock) when it starts and ends; spans are tied to a run by the
 // the run id of the span (pgbus.workflow.signal, pgbus.workflow.run, pgbus.step.run) or of their run ancestor.
@@ -120,10 +99,10 @@ const runOf = (span: Tracer.AnySpan | undefined): string | undefined => {
   }
   return undefined
 }
-class TracingSpan extends CountingSpan {
+class TracingSpan extends spans.CountingSpan {
   readonly startedAt = now()
   override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
-    if (recording && this.status._tag === "Started") {
+    if (spans.state.recording && this.status._tag === "Started") {
       const text = this._attributes?.get("db.query.text")
       const stamp: Stamp = {
         name: this.name,
@@ -142,7 +121,9 @@ class TracingSpan extends CountingSpan {
     super.end(endTime, exit)
   }
 }
-const counting = Tracer.make({ span: (options) => (TRACE ? new TracingSpan(options) : new CountingSpan(options)) })
+const counting = Tracer.make({
+  span: (options) => (TRACE ? new TracingSpan(options) : new spans.CountingSpan(options))
+})
 const COUNT = PROFILE || TRACE || process.env.BENCH_OURS_STATEMENTS === "1"
 const traced = COUNT ? Layer.succeed(Tracer.Tracer, counting) : Layer.empty
 const withTracer = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
@@ -307,7 +288,7 @@ try {
       ;(mon as unknown as { on(e: "notification", f: () => void): void }).on("notification", () => notified.push(now()))
     }
     const sentAt = new Float64Array(SIG_RUNS)
-    recording = true
+    spans.state.recording = true
     const r = await runSignals({
       send: (i) => runP(handles[i]!.signal("go", { i })),
       finished: async () => (await counts()).finished,
@@ -316,19 +297,10 @@ try {
         sentAt[i] = t
       }
     })
-    recording = false
+    spans.state.recording = false
     await stop()
     if (TRACE) traceReport(handles, sentAt, notified, r.wallMs)
-    if (PROFILE) {
-      const rows = [...tally].sort((a, b) => Number(b[1].ns - a[1].ns))
-      console.error(`ours-signals profile (timed phase, ${r.completed} runs): count, per signal, total ms, mean ms`)
-      for (const [key, t] of rows.slice(0, 40)) {
-        const ms = Number(t.ns) / 1e6
-        console.error(
-          `  ${String(t.count).padStart(7)} ${(t.count / Math.max(1, r.completed)).toFixed(2).padStart(6)} ${ms.toFixed(0).padStart(7)} ${(ms / t.count).toFixed(2).padStart(7)}  ${key}`
-        )
-      }
-    }
+    if (PROFILE) spans.print(`ours-signals profile (timed phase, ${r.completed} runs)`, "signal", r.completed)
     // every run finished with the index its signal carried; every signal consumed
     const check = await mon.query<{ ok: number; steps: number; consumed: number }>(
       `SELECT (SELECT count(*)::int FROM ${config.schema}.workflow_runs
@@ -352,7 +324,10 @@ try {
         parkedAfterMs: parking.parkMs,
         // statements of the timed phase, less the completion polls (one WorkflowClient.counts each)
         ...(COUNT
-          ? { statementsPerSignal: Math.round(((statements - r.polls) / Math.max(1, r.completed)) * 100) / 100 }
+          ? {
+              statementsPerSignal:
+                Math.round(((spans.state.statements - r.polls) / Math.max(1, r.completed)) * 100) / 100
+            }
           : {}),
         runsCorrect: check.rows[0]?.ok,
         stepRows: check.rows[0]?.steps,

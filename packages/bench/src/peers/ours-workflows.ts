@@ -10,7 +10,7 @@
  * Variants: `ra<N>` = the capsule's read-ahead (messages claimed beyond the free slots; 0 is the
  * default).
  */
-import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
+import { Effect, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
 import { JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow, WorkflowClient } from "../../../../src/index.ts"
 import { benchConfig, exitOnWorkersFailure } from "../common.ts"
 import { runW3, W3_POLL_MS, W3_RUNS } from "../workflows.ts"
@@ -28,6 +28,7 @@ import {
 } from "./common.ts"
 import { cpuProfiler } from "./cpuProfile.ts"
 import { makeOpsCounter } from "./opsCount.ts"
+import { makeSpanTally } from "./spanTally.ts"
 
 const args = parseArgs()
 guard()
@@ -59,29 +60,7 @@ const PROFILE = process.env.BENCH_OURS_PROFILE === "1"
 // BENCH_OURS_CPUPROF=<file>: a V8 CPU profile of the timed phase only (no startup, no migration), written
 // to <file> (.cpuprofile, for DevTools or a script): a diagnostic run, not to be measured.
 const CPUPROF = process.env.BENCH_OURS_CPUPROF
-interface Tally {
-  count: number
-  ns: bigint
-}
-const tally = new Map<string, Tally>()
-let recording = false
-let statements = 0
-class CountingSpan extends Tracer.NativeSpan {
-  override end(endTime: bigint, exit: Exit.Exit<unknown, unknown>): void {
-    if (recording && this.status._tag === "Started") {
-      const text = this._attributes?.get("db.query.text")
-      if (text !== undefined) statements++
-      if (PROFILE) {
-        const key = typeof text === "string" ? `sql ${text.replace(/\s+/g, " ").slice(0, 110)}` : `span ${this.name}`
-        const t = tally.get(key) ?? { count: 0, ns: 0n }
-        t.count++
-        t.ns += endTime - this.status.startTime
-        tally.set(key, t)
-      }
-    }
-    super.end(endTime, exit)
-  }
-}
+const spans = makeSpanTally(PROFILE)
 // BENCH_OURS_OPS=1: counts the Effect primitives every fiber evaluates during the timed phase (by
 // primitive), through the tracer's per-primitive hook: a load-independent measure of the work per run.
 // BENCH_OURS_OPS=native counts them with the hook set on Effect's own native tracer, installed
@@ -92,12 +71,12 @@ const OPS_NATIVE = process.env.BENCH_OURS_OPS === "native"
 const OPS = process.env.BENCH_OURS_OPS === "1" || OPS_NATIVE
 // BENCH_OURS_OPS_DETAIL=<span name>|(none): the primitives evaluated inside that span, by the source of their function
 const OPS_DETAIL = process.env.BENCH_OURS_OPS_DETAIL
-const opsCounter = makeOpsCounter(() => recording, OPS_DETAIL)
+const opsCounter = makeOpsCounter(() => spans.state.recording, OPS_DETAIL)
 const countOps = OPS ? { context: opsCounter.context } : {}
 const counting: Tracer.Tracer = OPS_NATIVE
   ? // the native tracer itself, with the hook (a diagnostic run: the process ends after it)
     Object.assign(Tracer.nativeTracer, countOps)
-  : Tracer.make({ span: (options) => new CountingSpan(options), ...countOps })
+  : Tracer.make({ span: (options) => new spans.CountingSpan(options), ...countOps })
 const COUNT = PROFILE || OPS || process.env.BENCH_OURS_STATEMENTS === "1"
 const traced = COUNT ? Layer.succeed(Tracer.Tracer, counting) : Layer.empty
 const withTracer = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
@@ -146,21 +125,12 @@ try {
     const stop = startWorkers(queue)
     await sleep(500)
     const stopProfile = await cpuProfiler(CPUPROF)
-    recording = true
+    spans.state.recording = true
     const r = await runW3({ start: (i) => runP(ThreeSteps.start({ n: i })), finished, pollMs: W3_POLL_MS })
-    recording = false
+    spans.state.recording = false
     await stopProfile?.()
     await stop()
-    if (PROFILE) {
-      const rows = [...tally].sort((a, b) => Number(b[1].ns - a[1].ns))
-      console.error(`ours-workflows profile (timed phase, ${r.completed} runs): count, per run, total ms, mean ms`)
-      for (const [key, t] of rows.slice(0, 40)) {
-        const ms = Number(t.ns) / 1e6
-        console.error(
-          `  ${String(t.count).padStart(7)} ${(t.count / Math.max(1, r.completed)).toFixed(2).padStart(6)} ${ms.toFixed(0).padStart(7)} ${(ms / t.count).toFixed(2).padStart(7)}  ${key}`
-        )
-      }
-    }
+    if (PROFILE) spans.print(`ours-workflows profile (timed phase, ${r.completed} runs)`, "run", r.completed)
     if (OPS) {
       console.error(
         `ours-workflows Effect primitives (timed phase): ${(opsCounter.total() / Math.max(1, r.completed)).toFixed(1)} per run`
@@ -192,7 +162,9 @@ try {
         // statements of the timed phase, less the completion polls (one WorkflowClient.counts each)
         // (the native counting mode has no statement counter)
         ...(COUNT && !OPS_NATIVE
-          ? { statementsPerRun: Math.round(((statements - r.polls) / Math.max(1, r.completed)) * 100) / 100 }
+          ? {
+              statementsPerRun: Math.round(((spans.state.statements - r.polls) / Math.max(1, r.completed)) * 100) / 100
+            }
           : {}),
         runsCorrect: check.rows[0]?.ok,
         stepRows: check.rows[0]?.steps,
