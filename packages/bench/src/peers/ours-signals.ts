@@ -13,10 +13,9 @@
  * Each installs a tracer, which makes the library open the spans it skips without one: a
  * diagnostic run, not one to measure (the measured runs go without, statements / signal n/a).
  */
-import { Effect, type Exit, Fiber, Layer, ManagedRuntime, Option, References, Schema, Tracer } from "effect"
-import { JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow, WorkflowClient } from "../../../../src/index.ts"
+import { Effect, type Exit, Option, Schema, Tracer } from "effect"
+import { JobClient, PgBus, PgBusConfig, Registry, Workflow, WorkflowClient } from "../../../../src/index.ts"
 import type { RunHandle } from "../../../../src/Workflow/Client.ts"
-import { benchConfig, exitOnWorkersFailure } from "../common.ts"
 import { makeStartRecorder, park, runSignals, SIG_POLL_MS, SIG_RUNS, SIG_SENDERS, SIG_SETTLE_MS } from "../signals.ts"
 import {
   CONCURRENCY,
@@ -31,6 +30,7 @@ import {
   resetDatabase,
   sleep
 } from "./common.ts"
+import { makeOursRuntime } from "./oursRuntime.ts"
 import { makeSpanTally } from "./spanTally.ts"
 
 const args = parseArgs()
@@ -67,9 +67,6 @@ const SignalBench = Workflow.make(
     )
   }
 )
-
-// Silent like the peers' loggers: warnings and errors only.
-const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
 
 // Statement counter (as in ours-workflows.ts), installed only for a diagnostic run
 // (BENCH_OURS_STATEMENTS=1, _PROFILE or _TRACE): a tracer other than the native one makes the
@@ -125,37 +122,15 @@ const counting = Tracer.make({
   span: (options) => (TRACE ? new TracingSpan(options) : new spans.CountingSpan(options))
 })
 const COUNT = PROFILE || TRACE || process.env.BENCH_OURS_STATEMENTS === "1"
-const traced = COUNT ? Layer.succeed(Tracer.Tracer, counting) : Layer.empty
-const withTracer = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  COUNT ? Effect.provideService(effect, Tracer.Tracer, counting) : effect
 
 await resetDatabase(DB)
-const runtime = ManagedRuntime.make(
-  Layer.mergeAll(
-    quiet,
-    traced,
-    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX, localDispatch })).pipe(Layer.provide([quiet, traced]))
-  )
-)
-const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
-  runtime.runPromise(effect.pipe(Effect.provideService(References.MinimumLogLevel, "Warn"), withTracer))
-
-/** Starts the supervisor (one capsule on the workflow queue) in the background; the returned function drains it. */
-const startWorkers = (queue: string): (() => Promise<void>) => {
-  const fiber = runtime.runFork(
-    Supervisor.runWith({
-      capsules: [
-        { name: "bench", queues: [queue], concurrency: CONCURRENCY, ...(readAhead === undefined ? {} : { readAhead }) }
-      ]
-    }).pipe(
-      Effect.provide(Registry.layer([SignalBench])),
-      Effect.provideService(References.MinimumLogLevel, "Warn"),
-      withTracer
-    )
-  )
-  exitOnWorkersFailure(fiber)
-  return () => runtime.runPromise(Fiber.interrupt(fiber))
-}
+const { runtime, runP, startWorkers } = makeOursRuntime({
+  database: DB,
+  localDispatch,
+  tracer: COUNT ? counting : undefined,
+  registry: Registry.layer([SignalBench]),
+  readAhead
+})
 
 /** BENCH_OURS_TRACE=1: splits signal commit -> body start into its parts, per run; prints to stderr. */
 const traceReport = (

@@ -10,9 +10,8 @@
  * Variants: `ra<N>` = the capsule's read-ahead (messages claimed beyond the free slots; 0 is the
  * default).
  */
-import { Effect, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
-import { JobClient, PgBus, PgBusConfig, Registry, Supervisor, Workflow, WorkflowClient } from "../../../../src/index.ts"
-import { benchConfig, exitOnWorkersFailure } from "../common.ts"
+import { Effect, Schema, Tracer } from "effect"
+import { JobClient, PgBus, PgBusConfig, Registry, Workflow, WorkflowClient } from "../../../../src/index.ts"
 import { runW3, W3_POLL_MS, W3_RUNS } from "../workflows.ts"
 import {
   CONCURRENCY,
@@ -28,6 +27,7 @@ import {
 } from "./common.ts"
 import { cpuProfiler } from "./cpuProfile.ts"
 import { makeOpsCounter } from "./opsCount.ts"
+import { makeOursRuntime } from "./oursRuntime.ts"
 import { makeSpanTally } from "./spanTally.ts"
 
 const args = parseArgs()
@@ -46,9 +46,6 @@ const ThreeSteps = Workflow.make(
     return yield* Workflow.step("three", Effect.succeed(b + 1))
   }
 )
-
-// Silent like the peers' loggers: warnings and errors only.
-const quiet = Layer.succeed(References.MinimumLogLevel, "Warn")
 
 // Statement counter, installed only for a diagnostic run (BENCH_OURS_STATEMENTS=1, _PROFILE or
 // _OPS): a tracer other than the native one makes the library open the spans it skips without a
@@ -78,37 +75,14 @@ const counting: Tracer.Tracer = OPS_NATIVE
     Object.assign(Tracer.nativeTracer, countOps)
   : Tracer.make({ span: (options) => new spans.CountingSpan(options), ...countOps })
 const COUNT = PROFILE || OPS || process.env.BENCH_OURS_STATEMENTS === "1"
-const traced = COUNT ? Layer.succeed(Tracer.Tracer, counting) : Layer.empty
-const withTracer = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  COUNT ? Effect.provideService(effect, Tracer.Tracer, counting) : effect
 
 await resetDatabase(DB)
-const runtime = ManagedRuntime.make(
-  Layer.mergeAll(
-    quiet,
-    traced,
-    PgBus.layerFrom(benchConfig(DB, { poolSize: POOL_MAX })).pipe(Layer.provide([quiet, traced]))
-  )
-)
-const runP = <A, E>(effect: Effect.Effect<A, E, PgBus.PgBus>): Promise<A> =>
-  runtime.runPromise(effect.pipe(Effect.provideService(References.MinimumLogLevel, "Warn"), withTracer))
-
-/** Starts the supervisor (one capsule on the workflow queue) in the background; the returned function drains it. */
-const startWorkers = (queue: string): (() => Promise<void>) => {
-  const fiber = runtime.runFork(
-    Supervisor.runWith({
-      capsules: [
-        { name: "bench", queues: [queue], concurrency: CONCURRENCY, ...(readAhead === undefined ? {} : { readAhead }) }
-      ]
-    }).pipe(
-      Effect.provide(Registry.layer([ThreeSteps])),
-      Effect.provideService(References.MinimumLogLevel, "Warn"),
-      withTracer
-    )
-  )
-  exitOnWorkersFailure(fiber)
-  return () => runtime.runPromise(Fiber.interrupt(fiber))
-}
+const { runtime, runP, startWorkers } = makeOursRuntime({
+  database: DB,
+  tracer: COUNT ? counting : undefined,
+  registry: Registry.layer([ThreeSteps]),
+  readAhead
+})
 
 const finished = async () =>
   (await runP(WorkflowClient.use((client) => client.counts({ workflow: "ThreeSteps" })))).finished
