@@ -55,6 +55,13 @@ const cases: ReadonlyArray<readonly [name: string, run: Effect.Effect<unknown, u
   ["QueueStore.delete with a null target list", store((s) => s.delete("bad_input", bad(null))), "InvalidMessage"],
   ["QueueStore.delete with a number target", store((s) => s.delete("bad_input", bad([5]))), "InvalidMessage"],
   ["QueueStore.release with null", store((s) => s.release("bad_input", bad(null))), "InvalidMessage"],
+  ["QueueStore.unclaim with a null receipt", store((s) => s.unclaim("bad_input", bad(null), "p#1")), "InvalidMessage"],
+  ["QueueStore.unclaim with a number receipt", store((s) => s.unclaim("bad_input", bad(5), "p#1")), "InvalidMessage"],
+  [
+    "QueueStore.unclaim with an empty mark",
+    store((s) => s.unclaim("bad_input", { msgId: 1n, readCt: 1 }, "")),
+    "InvalidMessage"
+  ],
   [
     "QueueStore.setVisibility with a null target",
     store((s) => s.setVisibility("bad_input", bad([null]), "1 second")),

@@ -369,6 +369,24 @@ layer(TestDatabase.layer({ visibilityTimeout: "30 seconds" }), { excludeTestServ
         assert.strictEqual(again?.readCt, 2)
       })
     )
+
+    it.effect("unclaim gives a message back at once as if unread, by its claim's mark; its old receipt is void", () =>
+      Effect.gen(function* () {
+        const store = yield* QueueStore
+        const q = yield* newQueue("unclaim")
+        yield* store.send(q, "x")
+        const [m] = yield* store.read(q, { visibilityTimeout: "1 hour", claimedBy: "p#1" })
+        assert.strictEqual(m?.readCt, 1)
+        assert.isFalse(yield* store.unclaim(q, m!, "p#2"), "another claim's mark")
+        assert.isTrue(yield* store.unclaim(q, m!, "p#1"))
+        const [again] = yield* store.read(q, { visibilityTimeout: "1 hour", claimedBy: "p#3" })
+        assert.strictEqual(again?.msgId, m?.msgId)
+        assert.strictEqual(again?.readCt, 1, "its next delivery is its first")
+        // the same id and read count, but the claim is another one now: left alone
+        assert.isFalse(yield* store.unclaim(q, m!, "p#1"))
+        assert.deepStrictEqual(yield* store.read(q), [], "still claimed by the second read")
+      })
+    )
   })
 
   describe("dead letters", () => {

@@ -14,6 +14,7 @@ import { WorkflowClient } from "../src/Workflow/Client.ts"
 import { type Delivery, WorkflowRunner } from "../src/Workflow/Engine.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
+import { withCapturedLogs } from "./support/logs.ts"
 import { eventTypes, info, stepRows } from "./support/runs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -290,6 +291,91 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               local: true
             })
           )
+      )
+
+      it.effect(
+        "refused when the executors filled up meanwhile: its message goes back unread (no phantom attempt, no zombie warning), the step runs once, the run finishes",
+        () => {
+          const lines: Array<string> = []
+          return withCapturedLogs(
+            lines,
+            Effect.gen(function* () {
+              const sql = yield* SqlClient.SqlClient
+              const gate = yield* Deferred.make<void>()
+              const busy = yield* Deferred.make<void>()
+              const locked = yield* Deferred.make<void>()
+              const unlock = yield* Deferred.make<void>()
+              const Blocker = Job.make("RefusalBlocker", { payload: Schema.Struct({}) }, () =>
+                Effect.andThen(Deferred.succeed(busy, undefined), Deferred.await(gate))
+              )
+              let bodies = 0
+              const Waits = Workflow.make(
+                "Refused",
+                { payload: Payload, signals: { go: Schema.Struct({ n: Schema.Number }) } },
+                function* () {
+                  return yield* Workflow.step(
+                    "got",
+                    Effect.gen(function* () {
+                      bodies++
+                      const payload = (yield* Workflow.context).signal?.payload as { readonly n: number } | undefined
+                      return payload?.n ?? -1
+                    }),
+                    { waitFor: "go" }
+                  )
+                }
+              )
+              // one executor and a read-ahead of one: a job claimed while the signal is out
+              // takes the executor, and the slot the signal reserved can no longer be honoured
+              yield* startSupervisor([Blocker, Waits], {
+                capsules: [{ name: "c", queues: ["default"], concurrency: 1, readAhead: 1 }]
+              })
+              const run = yield* Waits.start({ id: "refused" })
+              yield* eventually(
+                "waiting",
+                Effect.map(info(run.id), (i) => i.status === "waiting")
+              )
+              // the waiting step's row held by another transaction: the signal reserves its slot,
+              // then waits to wake and claim the step
+              yield* sql
+                .withTransaction(
+                  Effect.gen(function* () {
+                    yield* sql`SELECT id FROM pgbus.workflow_steps WHERE run_id = ${run.id}::uuid FOR UPDATE`
+                    yield* Deferred.succeed(locked, undefined)
+                    yield* Deferred.await(unlock)
+                  })
+                )
+                .pipe(Effect.forkChild)
+              yield* Deferred.await(locked)
+              const signalled = yield* run.signal("go", { n: 7 }).pipe(Effect.forkChild)
+              yield* Effect.sleep("200 millis")
+              yield* Blocker.enqueue({})
+              yield* Deferred.await(busy)
+              yield* Deferred.succeed(unlock, undefined)
+              yield* Fiber.join(signalled)
+              // refused: the step was released (a new attempt, not the step's failure)
+              yield* eventually(
+                "the hand-over refused",
+                Effect.map(eventTypes(run.id), (types) => types.includes("step_interrupted"))
+              )
+              yield* Deferred.succeed(gate, undefined)
+              yield* eventually(
+                "finished",
+                Effect.map(info(run.id), (i) => i.status === "finished")
+              )
+              assert.strictEqual((yield* info(run.id)).output, 7)
+              assert.strictEqual(bodies, 1, "the step's body ran once")
+              const zombies = lines.filter((l) => l.includes("delivered again"))
+              assert.deepStrictEqual(zombies, [], "the refused message's next delivery is its first")
+              const interrupted = (yield* (yield* WorkflowClient).events(run.id)).find(
+                (e) => e.type === "step_interrupted"
+              )
+              assert.include(interrupted?.reason ?? "", "could not take it")
+            }).pipe(
+              Effect.scoped,
+              Effect.provide(TestDatabase.layer({ pollingInterval: "50 millis" }), { local: true })
+            )
+          )
+        }
       )
     })
 

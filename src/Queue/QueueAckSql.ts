@@ -1,6 +1,6 @@
 /**
  * The queue statements of what a worker does with its claimed messages: archive, delete, set
- * visibility, release, record a failure, and releasing the claims of dead processes.
+ * visibility, release, unclaim, record a failure, and releasing the claims of dead processes.
  * Part of `QueueSql.ts`, which assembles every family into one set of statements for a schema.
  *
  * @since 0.1.0
@@ -66,6 +66,17 @@ export const makeQueueAckSql = ({
       WHERE ${receiptMatch}
       RETURNING q.msg_id`
 
+  // A claim no job ever saw (a hand-over refused after its sender's commit) is undone: the
+  // message is visible at once with its read count as before, so that its next delivery is not
+  // taken for one that followed a dead worker's (zombie detection) and costs no retry. Matched by
+  // the claim's mark too: the next read gives the same read count, so the id and read count
+  // alone would also match that later claim.
+  const messageUnclaim = (physical: string, msgId: bigint, readCt: number, claimedBy: string, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`UPDATE ${messages(physical)}
+      SET vt = ${NOW(sql, now)}, claimed_by = NULL, read_ct = greatest(read_ct - 1, 0)
+      WHERE msg_id = ${msgId} AND read_ct = ${readCt} AND claimed_by = ${claimedBy}
+      RETURNING msg_id`
+
   // Fast recovery: the claims of processes found dead become visible at once. A message whose
   // vt already lapsed, or that a live process re-claimed since, is left alone. A claim's mark is
   // `<process id>#<n>` (a worker's claim or local hand-over, see messageReleaseClaim) or the id alone.
@@ -113,6 +124,7 @@ export const makeQueueAckSql = ({
     messageSetVisibilityReceipts,
     messageSetVisibilityIds,
     messageReleaseReceipts,
+    messageUnclaim,
     messageReleaseClaimedBy,
     messageReleaseClaim,
     messageRecordFailure

@@ -80,6 +80,24 @@ export const makeQueueAcks = (
       )(queue, receipts)
     })
 
+  const markProblem = (claimedBy: unknown) =>
+    typeof claimedBy === "string" && claimedBy !== ""
+      ? Input.textProblem(claimedBy, "claimedBy")
+      : "claimedBy must be a claim's mark (a non-empty string)"
+
+  const unclaim = (queue: string, receipt: Receipt, claimedBy: string) =>
+    Effect.gen(function* () {
+      yield* refuse(queue, Input.receiptProblem(receipt) ?? markProblem(claimedBy))
+      const name = yield* validateName(queue)
+      const now = yield* statementNow
+      const rows = yield* statements
+        .messageUnclaim(name.physical, receipt.msgId, receipt.readCt, claimedBy, now)
+        .pipe(Effect.mapError(fail("unclaim in", queue)))
+      // visible again at once, likely below this store's claim floor
+      if (rows.length > 0) noteDue(name.physical, [receipt.msgId], yield* Clock.currentTimeMillis)
+      return rows.length > 0
+    })
+
   const recordFailure = (queue: string, receipt: Receipt, failure: Failure, retryDelay: Duration.Input) =>
     Effect.gen(function* () {
       const name = yield* validateName(queue)
@@ -126,5 +144,5 @@ export const makeQueueAcks = (
       return rows.length
     })
 
-  return { archive, delete: remove, setVisibility, release, recordFailure, releaseClaimsOf, releaseClaim }
+  return { archive, delete: remove, setVisibility, release, unclaim, recordFailure, releaseClaimsOf, releaseClaim }
 }

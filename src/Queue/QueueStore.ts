@@ -249,6 +249,13 @@ export class QueueStore extends Context.Service<
     ) => Effect.Effect<number, QueueError>
     /** Makes claimed messages visible again at once (read counts kept); returns how many. */
     readonly release: (queue: string, receipts: ReadonlyArray<Receipt>) => Effect.Effect<number, QueueError>
+    /**
+     * Gives back a message claimed under `claimedBy` that no job saw (a hand-over refused after
+     * its sender's commit): visible at once, its read count as before the claim, so that its next
+     * delivery is its first again. The receipt is void afterwards (the next read gives the same
+     * read count). False if the claim was no longer this one.
+     */
+    readonly unclaim: (queue: string, receipt: Receipt, claimedBy: string) => Effect.Effect<boolean, QueueError>
     /** Records a failed delivery and hides the message for `retryDelay`; false if the claim was lost. */
     readonly recordFailure: (
       queue: string,

@@ -48,9 +48,10 @@ export const offerLocalDispatch = (ctx: WorkerContext): Effect.Effect<void, neve
         open = false
         return true
       }
+      // a mark of its own, as a claim's: a send that loses its reply releases by it
+      const claimedBy = `${processId}#${++ctx.claims}`
       return {
-        // a mark of its own, as a claim's: a send that loses its reply releases by it
-        claimedBy: `${processId}#${++ctx.claims}`,
+        claimedBy,
         visibilityMs: ctx.visibilityMs,
         deliver: (m, beforeGiveBack) =>
           Effect.suspend(() => {
@@ -61,12 +62,13 @@ export const offerLocalDispatch = (ctx: WorkerContext): Effect.Effect<void, neve
               reportClaims?.(ctx.inFlight)
               return Queue.offer(ctx.work, m).pipe(Effect.as(true))
             }
-            // drained meanwhile (or no executor free for a step): give it back at once
+            // drained meanwhile (or no executor free for a step): given back at once, unread (no
+            // job saw it: its next delivery is not one after a dead worker's, nor a retry spent)
             stats.buffered = Math.max(0, stats.buffered - 1)
             ctx.taken--
             return (beforeGiveBack ?? Effect.void).pipe(
-              Effect.andThen(ctx.store.release(m.queue, [receiptOf(m)])),
-              Effect.catch((e) => Effect.logWarning("pgbus: release failed", e)),
+              Effect.andThen(ctx.store.unclaim(m.queue, receiptOf(m), claimedBy)),
+              Effect.catch((e) => Effect.logWarning("pgbus: giving back a refused hand-over failed", e)),
               Effect.as(false)
             )
           }),

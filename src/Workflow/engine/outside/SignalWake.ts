@@ -100,12 +100,19 @@ export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
         preclaimed.set(key, claim)
         // a refused hand-over (the worker is stopping, or has no free executor for it) has its
         // step released before the message goes back: the message's next delivery is no stall
-        const release = releaseStep({
-          workflow: handed.workflow,
-          stepId: handed.stepId,
-          claimedBy: taken.claimedBy,
-          reason: "handed to a worker of this process that could not take it (stopping, or no free slot)"
-        }).pipe(Effect.catchCause((cause) => Effect.logWarning("pgbus: releasing a refused step failed", cause)))
+        // the message goes back unread, so its next read gives the same key: the claim noted
+        // for this delivery goes first
+        const release = Effect.sync(() => preclaimed.delete(key)).pipe(
+          Effect.andThen(
+            releaseStep({
+              workflow: handed.workflow,
+              stepId: handed.stepId,
+              claimedBy: taken.claimedBy,
+              reason: "handed to a worker of this process that could not take it (stopping, or no free slot)"
+            })
+          ),
+          Effect.catchCause((cause) => Effect.logWarning("pgbus: releasing a refused step failed", cause))
+        )
         return taken.deliver(message, Effect.asVoid(release)).pipe(
           Effect.tap((took) => Effect.sync(() => (took ? undefined : preclaimed.delete(key)))),
           Effect.asVoid
