@@ -43,6 +43,49 @@ const stepId = (runId: string, name: string, attempt = 1) =>
     (steps) => String(steps.find((s) => s.name === name && s.attempt === attempt)!.id)
   )
 
+/** A workflow whose one step waits for `go` and returns its `n`; `bodies()` counts the step's runs. */
+const handedOverWorkflow = (name: string) => {
+  let bodies = 0
+  const workflow = Workflow.make(
+    name,
+    { payload: Payload, signals: { go: Schema.Struct({ n: Schema.Number }) } },
+    function* () {
+      return yield* Workflow.step(
+        "got",
+        Effect.gen(function* () {
+          bodies++
+          const payload = (yield* Workflow.context).signal?.payload as { readonly n: number } | undefined
+          return payload?.n ?? -1
+        }),
+        { waitFor: "go" }
+      )
+    }
+  )
+  return { workflow, bodies: () => bodies }
+}
+
+/**
+ * Holds the run's step rows in a transaction of its own: a signal then reserves its local slot
+ * and waits to wake and claim the step until the returned effect lets go.
+ */
+const holdStepRows = (runId: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+    const locked = yield* Deferred.make<void>()
+    const release = yield* Deferred.make<void>()
+    yield* sql
+      .withTransaction(
+        Effect.gen(function* () {
+          yield* sql`SELECT id FROM pgbus.workflow_steps WHERE run_id = ${runId}::uuid FOR UPDATE`
+          yield* Deferred.succeed(locked, undefined)
+          yield* Deferred.await(release)
+        })
+      )
+      .pipe(Effect.forkScoped)
+    yield* Deferred.await(locked)
+    return Deferred.succeed(release, undefined)
+  })
+
 layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestServices: true })(
   "workflow reliability",
   (it) => {
@@ -294,76 +337,78 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
       )
 
       it.effect(
-        "refused when the executors filled up meanwhile: its message goes back unread (no phantom attempt, no zombie warning), the step runs once, the run finishes",
+        "while its sender is out, claims take no read-ahead: a job enqueued meanwhile waits for a free slot, and the step is taken, not refused",
+        () =>
+          Effect.gen(function* () {
+            const gate = yield* Deferred.make<void>()
+            const busy = yield* Deferred.make<void>()
+            const Blocker = Job.make("PendingBlocker", { payload: Schema.Struct({}) }, () =>
+              Effect.andThen(Deferred.succeed(busy, undefined), Deferred.await(gate))
+            )
+            const Waits = handedOverWorkflow("Pending")
+            // one executor and a read-ahead of one: without the hold, the job would be claimed
+            // as read-ahead while the signal is out and take the executor first
+            yield* startSupervisor([Blocker, Waits.workflow], {
+              capsules: [{ name: "c", queues: ["default"], concurrency: 1, readAhead: 1 }]
+            })
+            const run = yield* Waits.workflow.start({ id: "pending" })
+            yield* eventually(
+              "waiting",
+              Effect.map(info(run.id), (i) => i.status === "waiting")
+            )
+            const unlock = yield* holdStepRows(run.id)
+            const signalled = yield* run.signal("go", { n: 7 }).pipe(Effect.forkChild)
+            yield* Effect.sleep("200 millis")
+            yield* Blocker.enqueue({})
+            yield* Effect.sleep("500 millis")
+            assert.isFalse(yield* Deferred.isDone(busy), "the job waits: the one slot is the step's")
+            yield* unlock
+            yield* Fiber.join(signalled)
+            yield* eventually(
+              "finished",
+              Effect.map(info(run.id), (i) => i.status === "finished")
+            )
+            yield* Deferred.await(busy)
+            yield* Deferred.succeed(gate, undefined)
+            assert.strictEqual((yield* info(run.id)).output, 7)
+            assert.strictEqual(Waits.bodies(), 1)
+            assert.notInclude(yield* eventTypes(run.id), "step_interrupted", "handed over, not refused")
+          }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "50 millis" }), { local: true }))
+      )
+
+      it.effect(
+        "refused when its worker stopped meanwhile: its message goes back unread (no zombie warning, no retry spent), the step runs once elsewhere",
         () => {
           const lines: Array<string> = []
           return withCapturedLogs(
             lines,
             Effect.gen(function* () {
-              const sql = yield* SqlClient.SqlClient
-              const gate = yield* Deferred.make<void>()
-              const busy = yield* Deferred.make<void>()
-              const locked = yield* Deferred.make<void>()
-              const unlock = yield* Deferred.make<void>()
-              const Blocker = Job.make("RefusalBlocker", { payload: Schema.Struct({}) }, () =>
-                Effect.andThen(Deferred.succeed(busy, undefined), Deferred.await(gate))
-              )
-              let bodies = 0
-              const Waits = Workflow.make(
-                "Refused",
-                { payload: Payload, signals: { go: Schema.Struct({ n: Schema.Number }) } },
-                function* () {
-                  return yield* Workflow.step(
-                    "got",
-                    Effect.gen(function* () {
-                      bodies++
-                      const payload = (yield* Workflow.context).signal?.payload as { readonly n: number } | undefined
-                      return payload?.n ?? -1
-                    }),
-                    { waitFor: "go" }
-                  )
-                }
-              )
-              // one executor and a read-ahead of one: a job claimed while the signal is out
-              // takes the executor, and the slot the signal reserved can no longer be honoured
-              yield* startSupervisor([Blocker, Waits], {
-                capsules: [{ name: "c", queues: ["default"], concurrency: 1, readAhead: 1 }]
-              })
-              const run = yield* Waits.start({ id: "refused" })
+              const Waits = handedOverWorkflow("Refused")
+              const capsule = { name: "c", queues: ["default"], concurrency: 1 }
+              const supervisor = yield* startSupervisor([Waits.workflow], { capsules: [capsule] })
+              const run = yield* Waits.workflow.start({ id: "refused" })
               yield* eventually(
                 "waiting",
                 Effect.map(info(run.id), (i) => i.status === "waiting")
               )
-              // the waiting step's row held by another transaction: the signal reserves its slot,
-              // then waits to wake and claim the step
-              yield* sql
-                .withTransaction(
-                  Effect.gen(function* () {
-                    yield* sql`SELECT id FROM pgbus.workflow_steps WHERE run_id = ${run.id}::uuid FOR UPDATE`
-                    yield* Deferred.succeed(locked, undefined)
-                    yield* Deferred.await(unlock)
-                  })
-                )
-                .pipe(Effect.forkChild)
-              yield* Deferred.await(locked)
+              const unlock = yield* holdStepRows(run.id)
               const signalled = yield* run.signal("go", { n: 7 }).pipe(Effect.forkChild)
               yield* Effect.sleep("200 millis")
-              yield* Blocker.enqueue({})
-              yield* Deferred.await(busy)
-              yield* Deferred.succeed(unlock, undefined)
+              // the worker drains with the slot reserved; the signal commits after it stopped
+              yield* Fiber.interrupt(supervisor)
+              yield* unlock
               yield* Fiber.join(signalled)
-              // refused: the step was released (a new attempt, not the step's failure)
               yield* eventually(
                 "the hand-over refused",
                 Effect.map(eventTypes(run.id), (types) => types.includes("step_interrupted"))
               )
-              yield* Deferred.succeed(gate, undefined)
+              yield* startSupervisor([Waits.workflow], { capsules: [capsule] })
               yield* eventually(
                 "finished",
                 Effect.map(info(run.id), (i) => i.status === "finished")
               )
               assert.strictEqual((yield* info(run.id)).output, 7)
-              assert.strictEqual(bodies, 1, "the step's body ran once")
+              assert.strictEqual(Waits.bodies(), 1, "the step's body ran once")
               const zombies = lines.filter((l) => l.includes("delivered again"))
               assert.deepStrictEqual(zombies, [], "the refused message's next delivery is its first")
               const interrupted = (yield* (yield* WorkflowClient).events(run.id)).find(
@@ -376,6 +421,57 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             )
           )
         }
+      )
+      it.effect(
+        "refused, and its step's release fails: the message goes back as read, and its next delivery applies the stall action (no run stranded)",
+        () =>
+          Effect.gen(function* () {
+            const sql = yield* SqlClient.SqlClient
+            const Waits = handedOverWorkflow("RefusedUnreleased")
+            const capsule = { name: "c", queues: ["default"], concurrency: 1 }
+            const supervisor = yield* startSupervisor([Waits.workflow], { capsules: [capsule] })
+            const run = yield* Waits.workflow.start({ id: "unreleased" })
+            yield* eventually(
+              "waiting",
+              Effect.map(info(run.id), (i) => i.status === "waiting")
+            )
+            // the step's release cannot end its attempt while this trigger stands
+            yield* sql.unsafe(`CREATE FUNCTION pgbus_test_refuse_release() RETURNS trigger LANGUAGE plpgsql AS
+              $$ BEGIN RAISE EXCEPTION 'release refused by the test'; END $$`)
+            yield* sql.unsafe(`CREATE TRIGGER pgbus_test_refuse_release BEFORE UPDATE ON pgbus.workflow_steps
+              FOR EACH ROW WHEN (OLD.status = 'in_progress' AND NEW.status = 'failed')
+              EXECUTE FUNCTION pgbus_test_refuse_release()`)
+            const unlock = yield* holdStepRows(run.id)
+            const signalled = yield* run.signal("go", { n: 7 }).pipe(Effect.forkChild)
+            yield* Effect.sleep("200 millis")
+            yield* Fiber.interrupt(supervisor)
+            yield* unlock
+            yield* Fiber.join(signalled)
+            yield* eventually(
+              "given back as read",
+              Effect.map(
+                sql<{
+                  readonly read_ct: number
+                }>`SELECT read_ct FROM pgbus.q_pgbus_default WHERE vt <= now() AND claimed_by IS NULL`,
+                (rows) => rows.length === 1 && rows[0]!.read_ct === 1
+              )
+            )
+            yield* sql.unsafe("DROP TRIGGER pgbus_test_refuse_release ON pgbus.workflow_steps")
+            yield* startSupervisor([Waits.workflow], { capsules: [capsule] })
+            // the stall action (pause, the default) applies to the step the message still held
+            yield* eventually(
+              "paused as stalled",
+              Effect.map(info(run.id), (i) => i.status === "paused" && i.pausedReason === "stalled")
+            )
+            assert.include(yield* eventTypes(run.id), "stall_detected")
+            yield* (yield* WorkflowClient).resume(run.id)
+            yield* eventually(
+              "finished",
+              Effect.map(info(run.id), (i) => i.status === "finished")
+            )
+            assert.strictEqual((yield* info(run.id)).output, 7)
+            assert.strictEqual(Waits.bodies(), 1)
+          }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "50 millis" }), { local: true }))
       )
     })
 

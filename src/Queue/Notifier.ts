@@ -43,9 +43,10 @@ export interface LocalSlot {
    * Hands the committed, claimed message to the reader; false when it does not take it (it is
    * draining, or, for a workflow step, has no free executor for it) and gives it back, after
    * `beforeGiveBack` (a woken step releases its claim first, so the message's next delivery
-   * finds the step free).
+   * finds the step free). Given back unread, as no job saw it; as read when `beforeGiveBack`
+   * failed, so that its next delivery repairs what the message still holds (a stalled step).
    */
-  readonly deliver: (message: Message, beforeGiveBack?: Effect.Effect<void>) => Effect.Effect<boolean>
+  readonly deliver: (message: Message, beforeGiveBack?: Effect.Effect<void, unknown>) => Effect.Effect<boolean>
   /** Gives the room back. */
   readonly cancel: () => void
 }

@@ -37,15 +37,18 @@ export const offerLocalDispatch = (ctx: WorkerContext): Effect.Effect<void, neve
       if (!known) return undefined
       // a step, like any message handed over, goes only to a free executor, never behind
       // read-ahead: given back at a drain, its claim would look like a dead worker's to the
-      // message's next delivery (one that finds the executors taken by the time it arrives is
-      // refused, and released by its sender)
+      // message's next delivery. Until it arrives the claims take no read-ahead (`pendingSteps`),
+      // so that its executor is still free then; one that finds the worker stopping is refused,
+      // and released by its sender.
       const step = "workflow" in request.runs
       stats.buffered++
       ctx.taken++
+      if (step) ctx.pendingSteps++
       let open = true
       const close = () => {
         if (!open) return false
         open = false
+        if (step) ctx.pendingSteps--
         return true
       }
       // a mark of its own, as a claim's: a send that loses its reply releases by it
@@ -63,11 +66,20 @@ export const offerLocalDispatch = (ctx: WorkerContext): Effect.Effect<void, neve
               return Queue.offer(ctx.work, m).pipe(Effect.as(true))
             }
             // drained meanwhile (or no executor free for a step): given back at once, unread (no
-            // job saw it: its next delivery is not one after a dead worker's, nor a retry spent)
+            // job saw it: its next delivery is not one after a dead worker's, nor a retry spent),
+            // unless what it held could not be released: then as read, for its next delivery to
+            // repair (a step still claimed under the hand-over's mark is stalled there)
             stats.buffered = Math.max(0, stats.buffered - 1)
             ctx.taken--
+            const receipt = receiptOf(m)
             return (beforeGiveBack ?? Effect.void).pipe(
-              Effect.andThen(ctx.store.unclaim(m.queue, receiptOf(m), claimedBy)),
+              Effect.matchCauseEffect({
+                onSuccess: () => Effect.asVoid(ctx.store.unclaim(m.queue, receipt, claimedBy)),
+                onFailure: (cause) =>
+                  Effect.logWarning("pgbus: releasing a refused hand-over's claim failed", cause).pipe(
+                    Effect.andThen(ctx.store.release(m.queue, [receipt]))
+                  )
+              }),
               Effect.catch((e) => Effect.logWarning("pgbus: giving back a refused hand-over failed", e)),
               Effect.as(false)
             )

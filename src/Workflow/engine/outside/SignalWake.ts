@@ -101,7 +101,8 @@ export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
         // a refused hand-over (the worker is stopping, or has no free executor for it) has its
         // step released before the message goes back: the message's next delivery is no stall
         // the message goes back unread, so its next read gives the same key: the claim noted
-        // for this delivery goes first
+        // for this delivery goes first. A release that fails has the message go back as read
+        // (LocalDispatch), for its next delivery to apply the stall action to the step.
         const release = Effect.sync(() => preclaimed.delete(key)).pipe(
           Effect.andThen(
             releaseStep({
@@ -110,8 +111,7 @@ export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
               claimedBy: taken.claimedBy,
               reason: "handed to a worker of this process that could not take it (stopping, or no free slot)"
             })
-          ),
-          Effect.catchCause((cause) => Effect.logWarning("pgbus: releasing a refused step failed", cause))
+          )
         )
         return taken.deliver(message, Effect.asVoid(release)).pipe(
           Effect.tap((took) => Effect.sync(() => (took ? undefined : preclaimed.delete(key)))),
