@@ -60,7 +60,11 @@ describe("per-queue circuit breaker", () => {
               assert.strictEqual(first.actor, "circuit-breaker")
               assert.strictEqual(first.breakerTrips, 1)
               assert.strictEqual(first.pausedUntil!.getTime() - first.pausedAt!.getTime(), 2_000)
-              assert.strictEqual(lines.filter((l) => l.includes("circuit breaker paused queue brk")).length, 1)
+              // the trip is logged once its pause is written: the line may follow the row by a moment
+              yield* eventually(
+                "the trip logged",
+                Effect.sync(() => lines.filter((l) => l.includes("circuit breaker paused queue brk")).length === 1)
+              )
 
               // held while paused, run after the backoff
               yield* Fine.enqueue({ n: 1 })
@@ -82,6 +86,11 @@ describe("per-queue circuit breaker", () => {
               )
               const second = (yield* stateOf("brk"))!
               assert.strictEqual(second.pausedUntil!.getTime() - second.pausedAt!.getTime(), 4_000)
+              yield* eventually(
+                "the second trip logged",
+                Effect.sync(() => lines.filter((l) => l.includes("circuit breaker paused queue brk")).length === 2)
+              )
+              yield* Effect.sleep("100 millis")
               assert.strictEqual(lines.filter((l) => l.includes("circuit breaker paused queue brk")).length, 2)
             })
         )

@@ -143,11 +143,6 @@ export interface WorkerContext {
   claimDue: boolean
   /** Messages taken against the job budget (claimed, or reserved by local dispatch). */
   taken: number
-  /**
-   * Slots reserved for woken steps whose senders have not handed them over yet: while any is,
-   * claims fill free slots only (no read-ahead), so that the step finds its executor free.
-   */
-  pendingSteps: number
   /** The budget is spent once every message it took has ended. */
   spent: boolean
   /** Claims made so far: each claim's mark is `<process id>#<n>`. */
@@ -274,7 +269,6 @@ export const makeWorkerContext = (capsule: Capsule, deps: WorkerDeps, stats: Wor
       wokenWhileFull: false,
       claimDue: false,
       taken: 0,
-      pendingSteps: 0,
       spent: false,
       claims: 0,
       lastRead: new Set<string>(),
@@ -283,8 +277,8 @@ export const makeWorkerContext = (capsule: Capsule, deps: WorkerDeps, stats: Wor
     return ctx
   })
 
-/** Slots plus read-ahead (none while a woken step's hand-over is pending). */
-const total = (ctx: WorkerContext) => ctx.capsule.concurrency + (ctx.pendingSteps > 0 ? 0 : ctx.readAhead.current())
+/** Slots plus read-ahead. */
+const total = (ctx: WorkerContext) => ctx.capsule.concurrency + ctx.readAhead.current()
 
 /** Free room for claims: slots not running or buffered, read-ahead included, within the job budget and the prefetch limit. */
 export const room = (ctx: WorkerContext): number => roomWithin(ctx, total(ctx))
