@@ -86,6 +86,36 @@ const holdStepRows = (runId: string) =>
     return Deferred.succeed(release, undefined)
   })
 
+/**
+ * Starts a run of `workflow` and signals it once it waits, with its step rows held
+ * (`holdStepRows`): the signal has reserved its slot and waits. `unlock` lets it go on.
+ */
+const signalHeld = (workflow: ReturnType<typeof handedOverWorkflow>["workflow"], id: string) =>
+  Effect.gen(function* () {
+    const run = yield* workflow.start({ id })
+    yield* eventually(
+      "waiting",
+      Effect.map(info(run.id), (i) => i.status === "waiting")
+    )
+    const unlock = yield* holdStepRows(run.id)
+    const signalled = yield* run.signal("go", { n: 7 }).pipe(Effect.forkChild)
+    yield* Effect.sleep("200 millis")
+    return { run, unlock, signalled }
+  })
+
+/** The run finishes with the signal's 7, its step's body ran once, and no delivery was logged as a zombie. */
+const ranOnceQuietly = (runId: string, bodies: () => number, lines: ReadonlyArray<string>) =>
+  Effect.gen(function* () {
+    yield* eventually(
+      "finished",
+      Effect.map(info(runId), (i) => i.status === "finished")
+    )
+    assert.strictEqual((yield* info(runId)).output, 7)
+    assert.strictEqual(bodies(), 1, "the step's body ran once")
+    const zombies = lines.filter((l) => l.includes("delivered again"))
+    assert.deepStrictEqual(zombies, [], "the refused message's next delivery is its first")
+  })
+
 layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestServices: true })(
   "workflow reliability",
   (it) => {
@@ -354,14 +384,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               yield* startSupervisor([Blocker, Waits.workflow], {
                 capsules: [{ name: "c", queues: ["default"], concurrency: 1, readAhead: 1 }]
               })
-              const run = yield* Waits.workflow.start({ id: "filled" })
-              yield* eventually(
-                "waiting",
-                Effect.map(info(run.id), (i) => i.status === "waiting")
-              )
-              const unlock = yield* holdStepRows(run.id)
-              const signalled = yield* run.signal("go", { n: 7 }).pipe(Effect.forkChild)
-              yield* Effect.sleep("200 millis")
+              const { run, unlock, signalled } = yield* signalHeld(Waits.workflow, "filled")
               yield* Blocker.enqueue({})
               yield* Deferred.await(busy)
               yield* unlock
@@ -371,14 +394,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
                 Effect.map(eventTypes(run.id), (types) => types.includes("step_interrupted"))
               )
               yield* Deferred.succeed(gate, undefined)
-              yield* eventually(
-                "finished",
-                Effect.map(info(run.id), (i) => i.status === "finished")
-              )
-              assert.strictEqual((yield* info(run.id)).output, 7)
-              assert.strictEqual(Waits.bodies(), 1, "the step's body ran once")
-              const zombies = lines.filter((l) => l.includes("delivered again"))
-              assert.deepStrictEqual(zombies, [], "the refused message's next delivery is its first")
+              yield* ranOnceQuietly(run.id, Waits.bodies, lines)
             }).pipe(
               Effect.scoped,
               Effect.provide(TestDatabase.layer({ pollingInterval: "50 millis" }), { local: true })
@@ -397,14 +413,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
               const Waits = handedOverWorkflow("Refused")
               const capsule = { name: "c", queues: ["default"], concurrency: 1 }
               const supervisor = yield* startSupervisor([Waits.workflow], { capsules: [capsule] })
-              const run = yield* Waits.workflow.start({ id: "refused" })
-              yield* eventually(
-                "waiting",
-                Effect.map(info(run.id), (i) => i.status === "waiting")
-              )
-              const unlock = yield* holdStepRows(run.id)
-              const signalled = yield* run.signal("go", { n: 7 }).pipe(Effect.forkChild)
-              yield* Effect.sleep("200 millis")
+              const { run, unlock, signalled } = yield* signalHeld(Waits.workflow, "refused")
               // the worker drains with the slot reserved; the signal commits after it stopped
               yield* Fiber.interrupt(supervisor)
               yield* unlock
@@ -414,14 +423,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
                 Effect.map(eventTypes(run.id), (types) => types.includes("step_interrupted"))
               )
               yield* startSupervisor([Waits.workflow], { capsules: [capsule] })
-              yield* eventually(
-                "finished",
-                Effect.map(info(run.id), (i) => i.status === "finished")
-              )
-              assert.strictEqual((yield* info(run.id)).output, 7)
-              assert.strictEqual(Waits.bodies(), 1, "the step's body ran once")
-              const zombies = lines.filter((l) => l.includes("delivered again"))
-              assert.deepStrictEqual(zombies, [], "the refused message's next delivery is its first")
+              yield* ranOnceQuietly(run.id, Waits.bodies, lines)
               const interrupted = (yield* (yield* WorkflowClient).events(run.id)).find(
                 (e) => e.type === "step_interrupted"
               )
@@ -433,6 +435,7 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
           )
         }
       )
+
       it.effect(
         "refused, and its step's release fails: the message goes back as read, and its next delivery applies the stall action (no run stranded)",
         () =>
@@ -441,20 +444,13 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis" }), { excludeTestService
             const Waits = handedOverWorkflow("RefusedUnreleased")
             const capsule = { name: "c", queues: ["default"], concurrency: 1 }
             const supervisor = yield* startSupervisor([Waits.workflow], { capsules: [capsule] })
-            const run = yield* Waits.workflow.start({ id: "unreleased" })
-            yield* eventually(
-              "waiting",
-              Effect.map(info(run.id), (i) => i.status === "waiting")
-            )
             // the step's release cannot end its attempt while this trigger stands
             yield* sql.unsafe(`CREATE FUNCTION pgbus_test_refuse_release() RETURNS trigger LANGUAGE plpgsql AS
               $$ BEGIN RAISE EXCEPTION 'release refused by the test'; END $$`)
             yield* sql.unsafe(`CREATE TRIGGER pgbus_test_refuse_release BEFORE UPDATE ON pgbus.workflow_steps
               FOR EACH ROW WHEN (OLD.status = 'in_progress' AND NEW.status = 'failed')
               EXECUTE FUNCTION pgbus_test_refuse_release()`)
-            const unlock = yield* holdStepRows(run.id)
-            const signalled = yield* run.signal("go", { n: 7 }).pipe(Effect.forkChild)
-            yield* Effect.sleep("200 millis")
+            const { run, unlock, signalled } = yield* signalHeld(Waits.workflow, "unreleased")
             yield* Fiber.interrupt(supervisor)
             yield* unlock
             yield* Fiber.join(signalled)
