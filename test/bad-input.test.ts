@@ -55,6 +55,26 @@ const cases: ReadonlyArray<readonly [name: string, run: Effect.Effect<unknown, u
   ["QueueStore.delete with a null target list", store((s) => s.delete("bad_input", bad(null))), "InvalidMessage"],
   ["QueueStore.delete with a number target", store((s) => s.delete("bad_input", bad([5]))), "InvalidMessage"],
   ["QueueStore.release with null", store((s) => s.release("bad_input", bad(null))), "InvalidMessage"],
+  [
+    "QueueStore.giveBackUnread with null",
+    store((s) => s.giveBackUnread("bad_input", bad(null), "p")),
+    "InvalidMessage"
+  ],
+  [
+    "QueueStore.giveBackUnread with a number receipt",
+    store((s) => s.giveBackUnread("bad_input", bad([5]), "p")),
+    "InvalidMessage"
+  ],
+  [
+    "QueueStore.giveBackUnread with an empty process id",
+    store((s) => s.giveBackUnread("bad_input", [{ msgId: 1n, readCt: 1 }], "")),
+    "InvalidMessage"
+  ],
+  [
+    "QueueStore.giveBackUnread with a claim's mark for a process id",
+    store((s) => s.giveBackUnread("bad_input", [{ msgId: 1n, readCt: 1 }], "p#1")),
+    "InvalidMessage"
+  ],
   ["QueueStore.unclaim with a null receipt", store((s) => s.unclaim("bad_input", bad(null), "p#1")), "InvalidMessage"],
   ["QueueStore.unclaim with a number receipt", store((s) => s.unclaim("bad_input", bad(5), "p#1")), "InvalidMessage"],
   [

@@ -155,6 +155,11 @@ describe("supervisor processes", () => {
           const left = yield* store.metrics(queue)
           assert.strictEqual(left.depth, 8)
           assert.strictEqual(left.archiveSize, 2)
+          // the read-ahead went back unread: no job saw it, so its next delivery is its first
+          assert.deepStrictEqual(
+            (yield* store.browse(queue)).map((m) => m.readCt),
+            Array.from({ length: 8 }, () => 0)
+          )
           assert.include(child.output(), "draining")
           // the drain said what it waited for
           assert.match(child.output(), /draining: waiting for 2 running job\(s\) to finish \(Sleepy #\d+ on drain/)

@@ -370,6 +370,33 @@ layer(TestDatabase.layer({ visibilityTimeout: "30 seconds" }), { excludeTestServ
       })
     )
 
+    it.effect(
+      "giveBackUnread gives read-ahead back as if unread where this process holds it; its old receipts are void",
+      () =>
+        Effect.gen(function* () {
+          const store = yield* QueueStore
+          const q = yield* newQueue("give_back")
+          yield* store.send(q, "mine")
+          yield* store.send(q, "theirs")
+          const [mine] = yield* store.read(q, { visibilityTimeout: "1 hour", claimedBy: "p1#4" })
+          const [theirs] = yield* store.read(q, { visibilityTimeout: "1 hour", claimedBy: "p2#1" })
+          assert.strictEqual(
+            yield* store.giveBackUnread(q, [mine!, theirs!], "p1"),
+            1,
+            "another process's claim left alone"
+          )
+          const again = yield* store.read(q, { limit: 2, visibilityTimeout: "1 hour", claimedBy: "p3#1" })
+          assert.deepStrictEqual(
+            again.map((m) => [m.message, m.readCt]),
+            [["mine", 1]],
+            "its next delivery is its first"
+          )
+          // the same id and read count, but another process's claim now: left alone
+          assert.strictEqual(yield* store.giveBackUnread(q, [mine!], "p1"), 0)
+          assert.deepStrictEqual(yield* store.read(q), [], "both still claimed")
+        })
+    )
+
     it.effect("unclaim gives a message back at once as if unread, by its claim's mark; its old receipt is void", () =>
       Effect.gen(function* () {
         const store = yield* QueueStore

@@ -66,6 +66,17 @@ export const makeQueueAckSql = ({
       WHERE ${receiptMatch}
       RETURNING q.msg_id`
 
+  // Read-ahead no job saw (a drain's buffer) goes back as if unread: its next delivery is its
+  // first again, not taken for one that followed a dead worker's, and it costs no retry. Only
+  // where this process still holds it (its marks are `<process id>#<n>`): a message read again
+  // since by another claim is that claim's, even with the same read count (after an unclaim).
+  const messageGiveBackUnreadReceipts = (physical: string, r: ReceiptParams, processId: string, now: Date | null) =>
+    sql<{ readonly msg_id: bigint }>`WITH ${receiptIdsCte(r)}
+      UPDATE ${messages(physical)} q
+      SET vt = ${NOW(sql, now)}, claimed_by = NULL, read_ct = greatest(q.read_ct - 1, 0)
+      WHERE ${receiptMatch} AND split_part(q.claimed_by, '#', 1) = ${processId}
+      RETURNING q.msg_id`
+
   // A claim no job ever saw (a hand-over refused after its sender's commit) is undone: the
   // message is visible at once with its read count as before, so that its next delivery is not
   // taken for one that followed a dead worker's (zombie detection) and costs no retry. Matched by
@@ -124,6 +135,7 @@ export const makeQueueAckSql = ({
     messageSetVisibilityReceipts,
     messageSetVisibilityIds,
     messageReleaseReceipts,
+    messageGiveBackUnreadReceipts,
     messageUnclaim,
     messageReleaseClaimedBy,
     messageReleaseClaim,

@@ -80,6 +80,27 @@ export const makeQueueAcks = (
       )(queue, receipts)
     })
 
+  const giveBackUnread = (queue: string, receipts: ReadonlyArray<Receipt>, processId: string) =>
+    Effect.gen(function* () {
+      yield* refuse(
+        queue,
+        Input.listProblem(receipts, Input.receiptProblem, "receipts") ??
+          (typeof processId === "string" && processId !== "" && !processId.includes("#")
+            ? Input.textProblem(processId, "processId")
+            : "processId must be a process id (a non-empty string without '#')")
+      )
+      const now = yield* statementNow
+      return yield* acknowledge(
+        "give back in",
+        (p, r) =>
+          Effect.tap(statements.messageGiveBackUnreadReceipts(p, r, processId, now), (rows) =>
+            // visible again at once, likely below this store's claim floor
+            rows.length === 0 ? Effect.void : Effect.map(Clock.currentTimeMillis, (at) => noteDue(p, r.ids, at))
+          ),
+        () => Effect.succeed([])
+      )(queue, receipts)
+    })
+
   const markProblem = (claimedBy: unknown) =>
     typeof claimedBy === "string" && claimedBy !== ""
       ? Input.textProblem(claimedBy, "claimedBy")
@@ -144,5 +165,15 @@ export const makeQueueAcks = (
       return rows.length
     })
 
-  return { archive, delete: remove, setVisibility, release, unclaim, recordFailure, releaseClaimsOf, releaseClaim }
+  return {
+    archive,
+    delete: remove,
+    setVisibility,
+    release,
+    giveBackUnread,
+    unclaim,
+    recordFailure,
+    releaseClaimsOf,
+    releaseClaim
+  }
 }

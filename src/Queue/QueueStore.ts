@@ -250,6 +250,17 @@ export class QueueStore extends Context.Service<
     /** Makes claimed messages visible again at once (read counts kept); returns how many. */
     readonly release: (queue: string, receipts: ReadonlyArray<Receipt>) => Effect.Effect<number, QueueError>
     /**
+     * Gives back claimed messages that no job saw (a drain's read-ahead) and this process
+     * (`processId`, the prefix of its claims' marks) still holds: visible at once, their read
+     * counts as before their claim, so that their next delivery is their first again. Their
+     * receipts are void afterwards. Returns how many.
+     */
+    readonly giveBackUnread: (
+      queue: string,
+      receipts: ReadonlyArray<Receipt>,
+      processId: string
+    ) => Effect.Effect<number, QueueError>
+    /**
      * Gives back a message claimed under `claimedBy` that no job saw (a hand-over refused after
      * its sender's commit): visible at once, its read count as before the claim, so that its next
      * delivery is its first again. The receipt is void afterwards (the next read gives the same

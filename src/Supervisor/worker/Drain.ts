@@ -29,9 +29,10 @@ export const drain = (
         const mine = claim === undefined ? [] : buffered.filter((m) => m.queue === read.queue)
         if (claim !== undefined && mine.length > 0) yield* claim.release(mine, true)
       }
+      // unread: no job saw them, so their next delivery is no zombie's and costs no retry
       for (const [queue, receipts] of groupByQueue(buffered)) {
         yield* ctx.store
-          .release(queue, receipts)
+          .giveBackUnread(queue, receipts, ctx.deps.processId)
           .pipe(Effect.catch((e) => Effect.as(Effect.logWarning("pgbus: release failed", e), 0)))
       }
       for (const m of buffered) forget(ctx, m)
