@@ -264,7 +264,7 @@ layer(
       // what Drain.ts does with buffered messages: their claims first (only those the read took), then the messages
       yield* claim.release(got.messages, true)
       yield* claim.release(got.messages, true)
-      yield* store.release(queue, got.messages.map(receiptOf))
+      assert.strictEqual(yield* store.giveBackUnread(queue, got.messages.map(receiptOf), "live"), 1)
       yield* finishes(run.id)
       assert.strictEqual((yield* info(run.id)).output, 3)
       assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:failed", "got#2:completed"])
@@ -272,6 +272,45 @@ layer(
       assert.strictEqual(trail.filter((t) => t === "step_interrupted").length, 1)
       assert.notInclude(trail, "stall_detected")
     })
+  )
+
+  it.effect(
+    "a drain whose release of a read's step claim failed: the message's next delivery, unread, runs the step as its own",
+    () =>
+      Effect.gen(function* () {
+        const store = yield* QueueStore
+        const { claim, queue } = yield* readClaim
+        const run = yield* parked(Woken, "drained-unreleased")
+        const before = ran
+        yield* run.signal("go", { v: 4 })
+        const got = yield* store.archiveAndRead(queue, [], {
+          limit: 10,
+          claimedBy: "live#5",
+          readClaim: { claim, limit: 10 }
+        })
+        assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:in_progress"])
+        // Drain.ts: the claims first, but this release fails (its step's attempt cannot end)
+        const sql = yield* SqlClient.SqlClient
+        const { schema } = yield* PgBusConfig
+        yield* sql.unsafe(`CREATE FUNCTION ${schema}.test_refuse_release() RETURNS trigger LANGUAGE plpgsql AS
+          $$ BEGIN RAISE EXCEPTION 'release refused by the test'; END $$`)
+        yield* sql.unsafe(`CREATE TRIGGER test_refuse_release BEFORE UPDATE ON ${schema}.workflow_steps
+          FOR EACH ROW WHEN (OLD.status = 'in_progress' AND NEW.status = 'failed')
+          EXECUTE FUNCTION ${schema}.test_refuse_release()`)
+        yield* claim.release(got.messages, true)
+        yield* sql.unsafe(`DROP TRIGGER test_refuse_release ON ${schema}.workflow_steps`)
+        assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:in_progress"], "still claimed by the read")
+        // the message goes back unread: its next delivery has the read count, hence the claim's
+        // mark, of the one whose read claimed the step: the step is its own, and runs
+        assert.strictEqual(yield* store.giveBackUnread(queue, got.messages.map(receiptOf), "live"), 1)
+        yield* finishes(run.id)
+        assert.strictEqual((yield* info(run.id)).output, 4)
+        assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:completed"])
+        assert.strictEqual(ran - before, 1, "the step ran once")
+        const trail = yield* eventTypes(run.id)
+        assert.notInclude(trail, "stall_detected")
+        assert.notInclude(trail, "step_interrupted")
+      })
   )
 
   // last: the rows it writes would be read by the supervisors of the tests above

@@ -103,10 +103,12 @@ export const makeQueueAckSql = ({
 
   // The messages of one claim, by its mark, become visible at once: a claim whose reply was lost
   // with its connection may have committed, and no one else would release them before their vt.
+  // As if unread: no job saw them (the claimer never got them), so their next delivery is no
+  // zombie's and costs no retry. A mark names one claim, so no later claim matches it.
   const messageReleaseClaim = (physical: string, claimedBy: string, now: Date | null) =>
     sql<{ readonly msg_id: bigint }>`WITH r AS (
         UPDATE ${messages(physical)}
-        SET vt = ${NOW(sql, now)}, claimed_by = NULL
+        SET vt = ${NOW(sql, now)}, claimed_by = NULL, read_ct = greatest(read_ct - 1, 0)
         WHERE claimed_by = ${claimedBy} AND vt > ${NOW(sql, now)}
         RETURNING msg_id)
       SELECT msg_id FROM r ${notifyFilter(physical)}`

@@ -289,7 +289,10 @@ export class QueueStore extends Context.Service<
     readonly releaseClaimsOf: (
       processIds: ReadonlyArray<string>
     ) => Effect.Effect<ReadonlyArray<{ readonly queue: string; readonly released: number }>, QueueError>
-    /** Makes the messages of one claim (by its `claimedBy` mark) visible at once; returns how many. */
+    /**
+     * Makes the messages of one claim (by its `claimedBy` mark) that no job saw (its reply was
+     * lost) visible at once, their read counts as before the claim; returns how many.
+     */
     readonly releaseClaim: (queue: string, claimedBy: string) => Effect.Effect<number, QueueError>
     /** The messages one claim (by its `claimedBy` mark) holds now, not released (a lost reply's). */
     readonly claimedBy: (queue: string, claimedBy: string) => Effect.Effect<ReadonlyArray<Message>, QueueError>
