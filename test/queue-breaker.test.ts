@@ -7,6 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Logger, Ref, Schema } from "effect"
 import * as Job from "../src/Job/Job.ts"
 import { QueueStates } from "../src/Queue/QueueStates.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -140,6 +141,64 @@ describe("per-queue circuit breaker", () => {
           assert.isUndefined((yield* stateOf("exempt"))?.pausedAt)
         })
     )
+  )
+
+  it.live(
+    "a pause gives the read-ahead back at once, unread; the running job finishes; resume runs the rest, each once as its first delivery",
+    () =>
+      TestDatabase.onFreshDatabase({ pollingInterval: "50 millis" }, () =>
+        Effect.gen(function* () {
+          const store = yield* QueueStore
+          const states = yield* QueueStates
+          const attempts = yield* Ref.make<ReadonlyArray<readonly [number, number]>>([])
+          const Slow = Job.make("PauseSlow", { payload: Payload, queue: "held" }, ({ n }, { attempt }) =>
+            Ref.update(attempts, (a) => [...a, [n, attempt] as const]).pipe(Effect.andThen(Effect.sleep("400 millis")))
+          )
+          yield* store.create("held")
+          yield* startSupervisor([Slow], {
+            capsules: [{ name: "c", queues: ["held"], concurrency: 1, readAhead: 5 }]
+          })
+          yield* Slow.enqueueMany(Array.from({ length: 10 }, (_, n) => ({ n })))
+          yield* eventually(
+            "one running, five read ahead",
+            Effect.map(store.metrics("held"), (m) => m.visible === 4)
+          )
+          yield* states.pause("held", { actor: "ops", reason: "the dependency is down" })
+          // the running job ends; its executor finds the next buffered message's queue paused
+          yield* eventually(
+            "the read-ahead given back",
+            Effect.map(store.metrics("held"), (m) => m.visible + m.archiveSize === 10 && m.visible >= 8),
+            "3 seconds"
+          )
+          const ranWhilePaused = (yield* Ref.get(attempts)).length
+          assert.isAtMost(ranWhilePaused, 2, "only what ran before the pause was seen")
+          assert.deepStrictEqual(
+            (yield* store.browse("held")).map((m) => m.readCt),
+            Array.from({ length: 10 - ranWhilePaused }, () => 0),
+            "given back as if unread"
+          )
+          yield* Effect.sleep("1 second")
+          assert.strictEqual((yield* Ref.get(attempts)).length, ranWhilePaused, "nothing ran while paused")
+          yield* states.resume("held", { actor: "ops" })
+          yield* eventually(
+            "every job ran after the resume",
+            Effect.map(Ref.get(attempts), (a) => a.length === 10),
+            "15 seconds"
+          )
+          const ran = yield* Ref.get(attempts)
+          assert.deepStrictEqual(
+            ran.map(([n]) => n).sort((a, b) => a - b),
+            Array.from({ length: 10 }, (_, n) => n),
+            "each job once"
+          )
+          assert.deepStrictEqual(
+            ran.map(([, attempt]) => attempt),
+            Array.from({ length: 10 }, () => 1),
+            "each as its first delivery: no retry spent"
+          )
+        })
+      ),
+    30_000
   )
 
   it.live("a manual pause stops every process reading the queue within a second; resume lets them go on", () =>

@@ -45,6 +45,8 @@ export interface StateChange {
 /** What workers read: whether a physical queue is paused, as of the last refresh. */
 export interface PausedQueues {
   readonly isPaused: (physicalQueue: string) => boolean
+  /** Whether any queue is paused (a check per job costs nothing while none is). */
+  readonly any: () => boolean
 }
 
 /**
@@ -200,7 +202,7 @@ export class QueueStates extends Context.Service<
         Effect.andThen(refresh.pipe(Effect.repeat(Schedule.spaced(PAUSED_REFRESH)))),
         Effect.forkScoped
       )
-      const view: PausedQueues = { isPaused: (queue) => current.has(queue) }
+      const view: PausedQueues = { isPaused: (queue) => current.has(queue), any: () => current.size > 0 }
       const watch = Effect.suspend(() => {
         if (watching) return Effect.succeed(view)
         watching = true

@@ -120,6 +120,12 @@ export interface WorkerContext {
   readonly work: Queue.Queue<Message>
   /** Every message this worker holds a claim on: buffered, running, or succeeded but not yet archived. */
   readonly inFlight: Set<Message>
+  /**
+   * Woken steps' messages a local hand-over delivered (LocalDispatch.ts): their steps are claimed
+   * under the hand-over's mark, which no later delivery of the message owns, so they never go
+   * back unread.
+   */
+  readonly handedOver: WeakSet<Message>
   /** Successes waiting for their archive (a flush, or the next claim's statement). */
   readonly completed: Array<Message>
   /** The messages running now, for the drain's log line. */
@@ -253,6 +259,7 @@ export const makeWorkerContext = (capsule: Capsule, deps: WorkerDeps, stats: Wor
       workerScope,
       work,
       inFlight: new Set<Message>(),
+      handedOver: new WeakSet<Message>(),
       completed: [],
       running: new Set<Message>(),
       flushLock,
@@ -297,6 +304,24 @@ const roomWithin = (ctx: WorkerContext, capacity: number): number => {
 export const worthClaiming = (ctx: WorkerContext): boolean => {
   const want = room(ctx)
   return want > 0 && (want >= Math.max(1, Math.floor(total(ctx) / 2)) || ctx.stats.buffered === 0)
+}
+
+/**
+ * Room was freed (a slot, or buffered messages given back): the claim loop, waiting for capacity,
+ * is told once a claim is worth it, or a wake-up that came while every slot was taken is passed on.
+ */
+export const roomFreedUnsafe = (ctx: WorkerContext): void => {
+  if (ctx.queuesMayHaveMore) {
+    if (worthClaiming(ctx) && !Latch.isOpen(ctx.capacityFreed)) {
+      ctx.capacityFreed.openUnsafe()
+      ctx.claimDue = true
+    }
+  } else if (ctx.wokenWhileFull) {
+    // a wake-up came while every slot was taken: its message waits for this room
+    ctx.wokenWhileFull = false
+    ctx.wakeups.wake()
+    ctx.claimDue = true
+  }
 }
 
 /** Calls the budget's `onSpent` once every message it took has ended. */

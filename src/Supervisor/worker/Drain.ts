@@ -6,8 +6,8 @@
  */
 import { Duration, Effect, Fiber, FiberSet, Queue, Schedule } from "effect"
 import { jobOf } from "../../Job/Executor.ts"
-import { readClaimOf } from "./Claim.ts"
-import { forget, groupByQueue, type WorkerContext } from "./Context.ts"
+import type { WorkerContext } from "./Context.ts"
+import { giveBackBuffered } from "./GiveBack.ts"
 
 /** Drains the worker: its executors are interrupted after the wait, then the flusher, then a last flush. */
 export const drain = (
@@ -23,19 +23,7 @@ export const drain = (
     const buffered = yield* Queue.clear(ctx.work)
     stats.buffered = 0
     if (buffered.length > 0) {
-      // a woken step claimed in the read is released first: its next delivery finds no dead worker's claim
-      for (const read of ctx.reads) {
-        const claim = readClaimOf(ctx, read)
-        const mine = claim === undefined ? [] : buffered.filter((m) => m.queue === read.queue)
-        if (claim !== undefined && mine.length > 0) yield* claim.release(mine, true)
-      }
-      // unread: no job saw them, so their next delivery is no zombie's and costs no retry
-      for (const [queue, receipts] of groupByQueue(buffered)) {
-        yield* ctx.store
-          .giveBackUnread(queue, receipts, ctx.deps.processId)
-          .pipe(Effect.catch((e) => Effect.as(Effect.logWarning("pgbus: release failed", e), 0)))
-      }
-      for (const m of buffered) forget(ctx, m)
+      yield* giveBackBuffered(ctx, buffered)
       yield* Effect.logInfo(`pgbus: gave ${buffered.length} buffered message(s) back`)
     }
     if (running.size > 0) {

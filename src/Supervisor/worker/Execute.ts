@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Exit, Latch, Queue } from "effect"
+import { Cause, Effect, Exit, Queue } from "effect"
 import { type Completer, type Outcome, runDebounced, runExclusive } from "../../Job/Completer.ts"
 import { debounceKeyOfMessage } from "../../Job/Debounce.ts"
 import { execute, jobOf } from "../../Job/Executor.ts"
@@ -14,7 +14,8 @@ import { jobNameOf } from "../../Job/RegisteredJob.ts"
 import { resolvePolicy } from "../../Job/Retry.ts"
 import { keyOfMessage } from "../../Job/Uniqueness.ts"
 import type { Message } from "../../Queue/Message.ts"
-import { checkBudget, forget, type WorkerContext, worthClaiming } from "./Context.ts"
+import { checkBudget, forget, roomFreedUnsafe, type WorkerContext } from "./Context.ts"
+import { givenBackOnPause, givePausedBack } from "./GiveBack.ts"
 
 /** An executor yields after this many jobs in a row that ran without suspending (see makeExecutor). */
 export const YIELD_EVERY = 8
@@ -102,7 +103,7 @@ const recordOutcome = (ctx: WorkerContext, m: Message, outcome: Outcome, started
  * still held by the heartbeat until then).
  */
 export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.Effect<never> => {
-  const { stats, running, capacityFreed, wakeups } = ctx
+  const { stats, running } = ctx
   const { config, registry, processId, uniqueKeys, debouncer } = ctx.deps
   const defaultPolicy = resolvePolicy(config, undefined)
   // a debounced job's first delivery runs only if it is its key's last; a whileExecuting job's
@@ -121,17 +122,7 @@ export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.E
     stats.running--
     running.delete(m)
     checkBudget(ctx)
-    if (ctx.queuesMayHaveMore) {
-      if (worthClaiming(ctx) && !Latch.isOpen(capacityFreed)) {
-        capacityFreed.openUnsafe()
-        ctx.claimDue = true
-      }
-    } else if (ctx.wokenWhileFull) {
-      // a wake-up came while every slot was taken: its message waits for this slot
-      ctx.wokenWhileFull = false
-      wakeups.wake()
-      ctx.claimDue = true
-    }
+    roomFreedUnsafe(ctx)
   }
   const freeSlot = (m: Message) => Effect.sync(() => freeSlotUnsafe(m))
   // One exit step per delivery, run uninterruptibly (an `onExit` finalizer): it records and
@@ -175,8 +166,11 @@ export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.E
       ctx.claimDue = false
       return Effect.yieldNow
     }
+    const paused = ctx.deps.paused
     const step = Effect.flatMap(Queue.take(ctx.work), (m) => {
       current = m
+      // read ahead before its queue was paused: back to the queue, not run
+      if (paused?.any() === true && givenBackOnPause(ctx, m)) return givePausedBack(ctx, m)
       return runOne(m)
     }).pipe(
       Effect.catchCause((cause) =>

@@ -61,6 +61,7 @@ export const offerLocalDispatch = (ctx: WorkerContext): Effect.Effect<void, neve
             // this slot counts in `buffered`: with it, no more than the executors
             if (!ctx.stopping && (!step || stats.running + stats.buffered <= capsule.concurrency)) {
               ctx.inFlight.add(m)
+              if (step) ctx.handedOver.add(m)
               reportClaims?.(ctx.inFlight)
               return Queue.offer(ctx.work, m).pipe(Effect.as(true))
             }
