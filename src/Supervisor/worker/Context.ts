@@ -122,10 +122,10 @@ export interface WorkerContext {
   readonly inFlight: Set<Message>
   /**
    * Woken steps' messages a local hand-over delivered (LocalDispatch.ts): their steps are claimed
-   * under the hand-over's mark, which no later delivery of the message owns, so they never go
-   * back unread.
+   * under the hand-over's mark, which no later delivery of the message owns, so one that goes back
+   * from the buffer goes as a refused hand-over does (its step released first).
    */
-  readonly handedOver: WeakSet<Message>
+  readonly handedOver: WeakMap<Message, HandOver>
   /** Successes waiting for their archive (a flush, or the next claim's statement). */
   readonly completed: Array<Message>
   /** The messages running now, for the drain's log line. */
@@ -157,6 +157,12 @@ export interface WorkerContext {
   lastRead: Set<string>
   /** Runs once, when the first claim has ended. */
   onFirstClaim: Effect.Effect<void> | undefined
+}
+
+/** A local hand-over's claim: its mark, and what releases what it holds before its message goes back. */
+export interface HandOver {
+  readonly claimedBy: string
+  readonly beforeGiveBack: Effect.Effect<void, unknown> | undefined
 }
 
 /**
@@ -259,7 +265,7 @@ export const makeWorkerContext = (capsule: Capsule, deps: WorkerDeps, stats: Wor
       workerScope,
       work,
       inFlight: new Set<Message>(),
-      handedOver: new WeakSet<Message>(),
+      handedOver: new WeakMap<Message, HandOver>(),
       completed: [],
       running: new Set<Message>(),
       flushLock,

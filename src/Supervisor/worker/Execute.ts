@@ -14,8 +14,8 @@ import { jobNameOf } from "../../Job/RegisteredJob.ts"
 import { resolvePolicy } from "../../Job/Retry.ts"
 import { keyOfMessage } from "../../Job/Uniqueness.ts"
 import type { Message } from "../../Queue/Message.ts"
-import { checkBudget, forget, roomFreedUnsafe, type WorkerContext } from "./Context.ts"
-import { givenBackOnPause, givePausedBack } from "./GiveBack.ts"
+import { checkBudget, forget, isPaused, roomFreedUnsafe, type WorkerContext } from "./Context.ts"
+import { givePausedBack } from "./GiveBack.ts"
 
 /** An executor yields after this many jobs in a row that ran without suspending (see makeExecutor). */
 export const YIELD_EVERY = 8
@@ -170,7 +170,7 @@ export const makeExecutor = (ctx: WorkerContext, completer: Completer): Effect.E
     const step = Effect.flatMap(Queue.take(ctx.work), (m) => {
       current = m
       // read ahead before its queue was paused: back to the queue, not run
-      if (paused?.any() === true && givenBackOnPause(ctx, m)) return givePausedBack(ctx, m)
+      if (paused?.any() === true && isPaused(ctx, m.queue)) return givePausedBack(ctx, m)
       return runOne(m)
     }).pipe(
       Effect.catchCause((cause) =>

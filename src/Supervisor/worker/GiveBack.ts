@@ -9,6 +9,7 @@ import { Effect, Queue } from "effect"
 import type { Message } from "../../Queue/Message.ts"
 import { readClaimOf } from "./Claim.ts"
 import { forget, groupByQueue, isPaused, roomFreedUnsafe, type WorkerContext } from "./Context.ts"
+import { giveBackHandOver } from "./LocalDispatch.ts"
 
 /**
  * Gives buffered messages back unread (by this process's claim marks): the woken steps their
@@ -23,27 +24,22 @@ export const giveBackBuffered = (ctx: WorkerContext, buffered: ReadonlyArray<Mes
       const mine = claim === undefined ? [] : buffered.filter((m) => m.queue === read.queue)
       if (claim !== undefined && mine.length > 0) yield* claim.release(mine, true)
     }
-    // a woken step's hand-over caught in the buffer goes back as read: its next delivery finds
-    // the step still claimed under the hand-over's mark and applies the stall action (unread, it
-    // would take it for a duplicate, and the run would wait for the sweep)
-    const handedOver = buffered.filter((m) => ctx.handedOver.has(m))
-    const unread = handedOver.length === 0 ? buffered : buffered.filter((m) => !ctx.handedOver.has(m))
-    const failed = (e: unknown) => Effect.logWarning("pgbus: giving buffered messages back failed", e)
-    for (const [queue, receipts] of groupByQueue(unread)) {
-      yield* ctx.store.giveBackUnread(queue, receipts, ctx.deps.processId).pipe(Effect.catch(failed))
+    // a woken step handed over and caught in the buffer goes back as a refused hand-over does:
+    // its step released first (its claim's mark is the hand-over's, which no later delivery
+    // of the message owns)
+    const unread: Array<Message> = []
+    for (const m of buffered) {
+      const hand = ctx.handedOver.get(m)
+      if (hand === undefined) unread.push(m)
+      else yield* giveBackHandOver(ctx, m, hand)
     }
-    for (const [queue, receipts] of groupByQueue(handedOver)) {
-      yield* ctx.store.release(queue, receipts).pipe(Effect.catch(failed))
+    for (const [queue, receipts] of groupByQueue(unread)) {
+      yield* ctx.store
+        .giveBackUnread(queue, receipts, ctx.deps.processId)
+        .pipe(Effect.catch((e) => Effect.logWarning("pgbus: giving buffered messages back failed", e)))
     }
     for (const m of buffered) forget(ctx, m)
   })
-
-/**
- * Whether a buffered message goes back rather than run, its queue being paused: not a local
- * hand-over (made to a free executor while the queue was not paused, it runs).
- */
-export const givenBackOnPause = (ctx: WorkerContext, m: Message): boolean =>
-  isPaused(ctx, m.queue) && !ctx.handedOver.has(m)
 
 /**
  * Takes the buffered messages of paused queues out of the buffer, at once (the others keep their
@@ -54,7 +50,7 @@ export const takePausedBuffered = (ctx: WorkerContext): Array<Message> => {
   const paused: Array<Message> = []
   for (let taken = Queue.takeUnsafe(ctx.work); taken !== undefined; taken = Queue.takeUnsafe(ctx.work)) {
     if (taken._tag !== "Success") break
-    ;(givenBackOnPause(ctx, taken.value) ? paused : kept).push(taken.value)
+    ;(isPaused(ctx, taken.value.queue) ? paused : kept).push(taken.value)
   }
   Queue.offerAllUnsafe(ctx.work, kept)
   ctx.stats.buffered = Math.max(0, ctx.stats.buffered - paused.length)

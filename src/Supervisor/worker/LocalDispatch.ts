@@ -5,10 +5,30 @@
  * @since 0.1.0
  */
 import { Effect, Queue, type Scope } from "effect"
-import { receiptOf } from "../../Queue/Message.ts"
+import { type Message, receiptOf } from "../../Queue/Message.ts"
 import type { LocalSlot } from "../../Queue/Notifier.ts"
 import * as QueueName from "../../Queue/QueueName.ts"
-import { freeSlots, gated, type WorkerContext } from "./Context.ts"
+import { freeSlots, gated, type HandOver, type WorkerContext } from "./Context.ts"
+
+/**
+ * Gives back a message handed over that no job saw: unread (its next delivery is not one after
+ * a dead worker's, nor a retry spent), after `beforeGiveBack` (a woken step's release); as read
+ * when that failed, for its next delivery to repair what the message still holds (a step claimed
+ * under the hand-over's mark is found stalled there).
+ */
+export const giveBackHandOver = (ctx: WorkerContext, m: Message, hand: HandOver): Effect.Effect<void> => {
+  const receipt = receiptOf(m)
+  return (hand.beforeGiveBack ?? Effect.void).pipe(
+    Effect.matchCauseEffect({
+      onSuccess: () => Effect.asVoid(ctx.store.unclaim(m.queue, receipt, hand.claimedBy)),
+      onFailure: (cause) =>
+        Effect.logWarning("pgbus: releasing a refused hand-over's claim failed", cause).pipe(
+          Effect.andThen(ctx.store.release(m.queue, [receipt]))
+        )
+    }),
+    Effect.catch((e) => Effect.logWarning("pgbus: giving back a refused hand-over failed", e))
+  )
+}
 
 /**
  * Offers the worker's plain queues for local hand-over (when `localDispatch` is on): while a
@@ -61,28 +81,14 @@ export const offerLocalDispatch = (ctx: WorkerContext): Effect.Effect<void, neve
             // this slot counts in `buffered`: with it, no more than the executors
             if (!ctx.stopping && (!step || stats.running + stats.buffered <= capsule.concurrency)) {
               ctx.inFlight.add(m)
-              if (step) ctx.handedOver.add(m)
+              if (step) ctx.handedOver.set(m, { claimedBy, beforeGiveBack })
               reportClaims?.(ctx.inFlight)
               return Queue.offer(ctx.work, m).pipe(Effect.as(true))
             }
-            // drained meanwhile (or no executor free for a step): given back at once, unread (no
-            // job saw it: its next delivery is not one after a dead worker's, nor a retry spent),
-            // unless what it held could not be released: then as read, for its next delivery to
-            // repair (a step still claimed under the hand-over's mark is stalled there)
+            // drained meanwhile (or no executor free for a step): given back at once
             stats.buffered = Math.max(0, stats.buffered - 1)
             ctx.taken--
-            const receipt = receiptOf(m)
-            return (beforeGiveBack ?? Effect.void).pipe(
-              Effect.matchCauseEffect({
-                onSuccess: () => Effect.asVoid(ctx.store.unclaim(m.queue, receipt, claimedBy)),
-                onFailure: (cause) =>
-                  Effect.logWarning("pgbus: releasing a refused hand-over's claim failed", cause).pipe(
-                    Effect.andThen(ctx.store.release(m.queue, [receipt]))
-                  )
-              }),
-              Effect.catch((e) => Effect.logWarning("pgbus: giving back a refused hand-over failed", e)),
-              Effect.as(false)
-            )
+            return Effect.as(giveBackHandOver(ctx, m, { claimedBy, beforeGiveBack }), false)
           }),
         cancel: () => {
           if (close()) {
