@@ -65,6 +65,8 @@ export const givePausedBack = (ctx: WorkerContext, m: Message): Effect.Effect<vo
   Effect.suspend(() => {
     ctx.stats.buffered = Math.max(0, ctx.stats.buffered - 1)
     const back = [m, ...takePausedBuffered(ctx)]
+    // not run: they do not count against a recycling worker's job budget
+    ctx.taken = Math.max(0, ctx.taken - back.length)
     return giveBackBuffered(ctx, back).pipe(
       // the claim loop may wait for capacity: it reads the other queues, or waits for the resume
       Effect.andThen(Effect.sync(() => roomFreedUnsafe(ctx))),
