@@ -201,6 +201,72 @@ describe("per-queue circuit breaker", () => {
     30_000
   )
 
+  it.live(
+    "a pause of one of a capsule's queues gives back that queue's read-ahead only: the other's runs on, in order",
+    () =>
+      TestDatabase.onFreshDatabase({ pollingInterval: "50 millis" }, () =>
+        Effect.gen(function* () {
+          const store = yield* QueueStore
+          const states = yield* QueueStates
+          const ran = yield* Ref.make<ReadonlyArray<string>>([])
+          const record = (what: string, ms: number) =>
+            Ref.update(ran, (r) => [...r, what]).pipe(Effect.andThen(Effect.sleep(ms)))
+          const First = Job.make("PausedFirst", { payload: Payload, queue: "pa" }, ({ n }, { attempt }) =>
+            record(`pa${n}#${attempt}`, 1_500)
+          )
+          const Second = Job.make("PausedSecond", { payload: Payload, queue: "pb" }, ({ n }, { attempt }) =>
+            record(`pb${n}#${attempt}`, 20)
+          )
+          yield* store.create("pa")
+          yield* store.create("pb")
+          yield* First.enqueueMany([{ n: 0 }, { n: 1 }, { n: 2 }])
+          yield* Second.enqueueMany([{ n: 0 }, { n: 1 }, { n: 2 }, { n: 3 }])
+          // one claim takes all seven: pa's first (the capsule's order), then pb's
+          yield* startSupervisor([First, Second], {
+            capsules: [{ name: "c", queues: ["pa", "pb"], concurrency: 1, readAhead: 6 }]
+          })
+          yield* eventually(
+            "pa0 running",
+            Effect.map(Ref.get(ran), (r) => r.length === 1)
+          )
+          // the supervisor sees it at its next refresh of the paused set (twice a second), while pa0 runs
+          yield* states.pause("pa", { actor: "ops", reason: "its dependency is down" })
+          yield* eventually(
+            "pb's jobs ran while pa is paused",
+            Effect.map(Ref.get(ran), (r) => r.filter((x) => x.startsWith("pb")).length === 4),
+            "5 seconds"
+          )
+          const whilePaused = yield* Ref.get(ran)
+          assert.deepStrictEqual(
+            whilePaused.filter((x) => x.startsWith("pb")),
+            ["pb0#1", "pb1#1", "pb2#1", "pb3#1"],
+            "in order, each once"
+          )
+          assert.deepStrictEqual(
+            whilePaused.filter((x) => x.startsWith("pa")),
+            ["pa0#1"],
+            "pa's read-ahead did not run"
+          )
+          assert.deepStrictEqual(
+            (yield* store.browse("pa")).map((m) => m.readCt),
+            [0, 0],
+            "given back as if unread"
+          )
+          yield* states.resume("pa", { actor: "ops" })
+          yield* eventually(
+            "pa's jobs ran after the resume",
+            Effect.map(Ref.get(ran), (r) => r.length === 7),
+            "10 seconds"
+          )
+          assert.deepStrictEqual(
+            (yield* Ref.get(ran)).filter((x) => x.startsWith("pa")),
+            ["pa0#1", "pa1#1", "pa2#1"]
+          )
+        })
+      ),
+    30_000
+  )
+
   it.live("a manual pause stops every process reading the queue within a second; resume lets them go on", () =>
     TestDatabase.onFreshDatabase({ workers: "manual: 2", pollingInterval: "50 millis" }, () =>
       Effect.gen(function* () {
