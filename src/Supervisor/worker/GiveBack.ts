@@ -18,7 +18,6 @@ import { giveBackHandOver } from "./LocalDispatch.ts"
  */
 export const giveBackBuffered = (ctx: WorkerContext, buffered: ReadonlyArray<Message>): Effect.Effect<void> =>
   Effect.gen(function* () {
-    if (buffered.length === 0) return
     for (const read of ctx.reads) {
       const claim = readClaimOf(ctx, read)
       const mine = claim === undefined ? [] : buffered.filter((m) => m.queue === read.queue)
@@ -39,7 +38,11 @@ export const giveBackBuffered = (ctx: WorkerContext, buffered: ReadonlyArray<Mes
         .pipe(Effect.catch((e) => Effect.logWarning("pgbus: giving buffered messages back failed", e)))
     }
     for (const m of buffered) forget(ctx, m)
-  })
+  }).pipe(
+    // under the heartbeat's lock: a heartbeat of a snapshot that still holds them cannot hide
+    // them again for a visibility timeout (one given back as read keeps its receipt)
+    (giveBack) => (buffered.length === 0 ? Effect.void : ctx.flushLock.withPermit(giveBack))
+  )
 
 /**
  * Takes the buffered messages of paused queues out of the buffer, at once (the others keep their
