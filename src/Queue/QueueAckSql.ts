@@ -59,6 +59,9 @@ export const makeQueueAckSql = ({
       WHERE msg_id = ANY(${typedArray(ids, PgTypes.OID.int8)}::int8[])
       RETURNING msg_id, vt`
 
+  // Visible at once as if unread: the read count as before the claim (for messages no job saw)
+  const UNREAD = (now: Date | null) => sql`vt = ${NOW(sql, now)}, claimed_by = NULL, read_ct = greatest(read_ct - 1, 0)`
+
   const messageReleaseReceipts = (physical: string, r: ReceiptParams, now: Date | null) =>
     sql<{ readonly msg_id: bigint }>`WITH ${receiptIdsCte(r)}
       UPDATE ${messages(physical)} q
@@ -66,14 +69,14 @@ export const makeQueueAckSql = ({
       WHERE ${receiptMatch}
       RETURNING q.msg_id`
 
-  // Read-ahead no job saw (a drain's buffer) goes back as if unread: its next delivery is its
+  // Read-ahead no job saw (a drain's or a paused queue's buffer) goes back as if unread: its next delivery is its
   // first again, not taken for one that followed a dead worker's, and it costs no retry. Only
   // where this process still holds it (its marks are `<process id>#<n>`): a message read again
   // since by another claim is that claim's, even with the same read count (after an unclaim).
   const messageGiveBackUnreadReceipts = (physical: string, r: ReceiptParams, processId: string, now: Date | null) =>
     sql<{ readonly msg_id: bigint }>`WITH ${receiptIdsCte(r)}
       UPDATE ${messages(physical)} q
-      SET vt = ${NOW(sql, now)}, claimed_by = NULL, read_ct = greatest(q.read_ct - 1, 0)
+      SET ${UNREAD(now)}
       WHERE ${receiptMatch} AND split_part(q.claimed_by, '#', 1) = ${processId}
       RETURNING q.msg_id`
 
@@ -84,7 +87,7 @@ export const makeQueueAckSql = ({
   // alone would also match that later claim.
   const messageUnclaim = (physical: string, msgId: bigint, readCt: number, claimedBy: string, now: Date | null) =>
     sql<{ readonly msg_id: bigint }>`UPDATE ${messages(physical)}
-      SET vt = ${NOW(sql, now)}, claimed_by = NULL, read_ct = greatest(read_ct - 1, 0)
+      SET ${UNREAD(now)}
       WHERE msg_id = ${msgId} AND read_ct = ${readCt} AND claimed_by = ${claimedBy}
       RETURNING msg_id`
 
@@ -108,7 +111,7 @@ export const makeQueueAckSql = ({
   const messageReleaseClaim = (physical: string, claimedBy: string, now: Date | null) =>
     sql<{ readonly msg_id: bigint }>`WITH r AS (
         UPDATE ${messages(physical)}
-        SET vt = ${NOW(sql, now)}, claimed_by = NULL, read_ct = greatest(read_ct - 1, 0)
+        SET ${UNREAD(now)}
         WHERE claimed_by = ${claimedBy} AND vt > ${NOW(sql, now)}
         RETURNING msg_id)
       SELECT msg_id FROM r ${notifyFilter(physical)}`

@@ -80,15 +80,14 @@ export const makeQueueAcks = (
       )(queue, receipts)
     })
 
+  const processIdProblem = (processId: unknown) =>
+    typeof processId === "string" && processId !== "" && !processId.includes("#")
+      ? Input.textProblem(processId, "processId")
+      : "processId must be a process id (a non-empty string without '#')"
+
   const giveBackUnread = (queue: string, receipts: ReadonlyArray<Receipt>, processId: string) =>
     Effect.gen(function* () {
-      yield* refuse(
-        queue,
-        Input.listProblem(receipts, Input.receiptProblem, "receipts") ??
-          (typeof processId === "string" && processId !== "" && !processId.includes("#")
-            ? Input.textProblem(processId, "processId")
-            : "processId must be a process id (a non-empty string without '#')")
-      )
+      yield* refuse(queue, Input.listProblem(receipts, Input.receiptProblem, "receipts") ?? processIdProblem(processId))
       const now = yield* statementNow
       return yield* acknowledge(
         "give back in",

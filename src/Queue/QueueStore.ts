@@ -250,7 +250,7 @@ export class QueueStore extends Context.Service<
     /** Makes claimed messages visible again at once (read counts kept); returns how many. */
     readonly release: (queue: string, receipts: ReadonlyArray<Receipt>) => Effect.Effect<number, QueueError>
     /**
-     * Gives back claimed messages that no job saw (a drain's read-ahead) and this process
+     * Gives back claimed messages that no job saw (read-ahead, at a drain or a pause) and this process
      * (`processId`, the prefix of its claims' marks) still holds: visible at once, their read
      * counts as before their claim, so that their next delivery is their first again. Their
      * receipts are void afterwards. Returns how many.

@@ -56,9 +56,10 @@ export const offerLocalDispatch = (ctx: WorkerContext): Effect.Effect<void, neve
         "job" in request.runs ? registry.jobs.has(request.runs.job) : registry.workflows.has(request.runs.workflow)
       if (!known) return undefined
       // a step, like any message handed over, goes only to a free executor, never behind
-      // read-ahead: given back at a drain, its claim would look like a dead worker's to the
-      // message's next delivery (one that finds the executors taken by the time it arrives is
-      // refused, and released by its sender). Holding read-ahead back while a sender is out
+      // read-ahead: a woken step starts at once or goes the usual way (one that finds the
+      // executors taken by the time it arrives is refused, and released by its sender; one a
+      // drain or a pause catches in the buffer goes back as a refused one does). Holding
+      // read-ahead back while a sender is out
       // avoided those refusals but cost the steps woken through the queue their read-ahead:
       // bench:signals' p99 rose from 23-35 to 30-79 ms (4 alternated pairs, 2026-12-05).
       const step = "workflow" in request.runs

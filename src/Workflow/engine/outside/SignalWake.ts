@@ -98,18 +98,19 @@ export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
         const { message, claim } = state.handover
         const key = deliveryKey(message.msgId, message.readCt)
         preclaimed.set(key, claim)
-        // a refused hand-over (the worker is stopping, or has no free executor for it) has its
-        // step released before the message goes back: the message's next delivery is no stall
-        // the message goes back unread, so its next read gives the same key: the claim noted
-        // for this delivery goes first. A release that fails has the message go back as read
-        // (LocalDispatch), for its next delivery to apply the stall action to the step.
+        // a hand-over refused (the worker is stopping, or has no free executor for it), or caught
+        // in the buffer by a drain or a pause, has its step released before the message goes
+        // back unread; its next read gives the same key, so the claim noted for this delivery
+        // goes first. A release that fails has the message go back as read (LocalDispatch), for
+        // its next delivery to apply the stall action to the step.
         const release = Effect.sync(() => preclaimed.delete(key)).pipe(
           Effect.andThen(
             releaseStep({
               workflow: handed.workflow,
               stepId: handed.stepId,
               claimedBy: taken.claimedBy,
-              reason: "handed to a worker of this process that could not take it (stopping, or no free slot)"
+              reason:
+                "handed to a worker of this process that could not take it (stopping, no free slot, or its queue paused)"
             })
           )
         )
