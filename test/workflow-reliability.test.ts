@@ -99,7 +99,17 @@ const signalHeld = (workflow: ReturnType<typeof handedOverWorkflow>["workflow"],
     )
     const unlock = yield* holdStepRows(run.id)
     const signalled = yield* run.signal("go", { n: 7 }).pipe(Effect.forkChild)
-    yield* Effect.sleep("200 millis")
+    // blocked on the step rows, past its reservation (made before the statements that touch
+    // them): a fixed sleep was not always long enough on a loaded machine
+    const sql = yield* SqlClient.SqlClient
+    yield* eventually(
+      "the signal waits on the step rows",
+      Effect.map(
+        sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+        ([r]) => (r?.n ?? 0) > 0
+      )
+    )
     return { run, unlock, signalled }
   })
 
