@@ -2,7 +2,8 @@
  * bench:jobs: the job workloads of the team's peer harness (shared/bench/peers) run on
  * effect-pgbus, graphile-worker 0.18.0, pg-boss 12.38.0 and the harness's raw SQL floor (W1, W2) in one session, on one PostgreSQL
  * server. Every run is its own Node process (packages/bench/src/peers/<library>.ts) on a freshly
- * created database, dropped afterwards; runs go round-robin (run 1 of every case, then run 2, ...)
+ * created database, dropped afterwards; runs go round-robin (run 1 of every case, then run 2, ...;
+ * within each workload the cases take turns at going first)
  * and the tables show medians [min-max].
  *
  *   npm run bench:jobs                      # from the repository root (installs the peers first)
@@ -225,7 +226,13 @@ const main = async () => {
     log(`could not read the server version: ${e instanceof Error ? e.message : String(e)}`)
   }
   log(`bench:jobs: ${CASES.length} cases × ${RUNS} runs, round-robin; databases bench_jobs_<library>_${TAG}`)
-  const results = await roundRobin({ cases: CASES, runs: RUNS, run: runCase, describe: () => "ok" })
+  const results = await roundRobin({
+    cases: CASES,
+    runs: RUNS,
+    run: runCase,
+    describe: () => "ok",
+    groupOf: (c) => c.workload
+  })
   await Promise.all(allDatabases.map((d) => dropDatabase(d).catch(() => undefined)))
   const totalS = (performance.now() - startedAt) / 1000
 

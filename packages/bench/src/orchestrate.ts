@@ -109,8 +109,24 @@ export const onInterrupt = (databases: ReadonlyArray<string>): void => {
 }
 
 /**
+ * The cases of round `run` (from 1): the groups in their order, each group's cases rotated by
+ * one place a round, so that no case always runs first after another group (such as the
+ * latency cases after the throughput burst) or always last.
+ */
+export const roundOrder = <C>(cases: ReadonlyArray<C>, run: number, groupOf: (c: C) => string): Array<C> => {
+  const groups = new Map<string, Array<C>>()
+  for (const c of cases) groups.set(groupOf(c), [...(groups.get(groupOf(c)) ?? []), c])
+  return [...groups.values()].flatMap((g) => {
+    const k = (run - 1) % g.length
+    return [...g.slice(k), ...g.slice(0, k)]
+  })
+}
+
+/**
  * Runs every case `runs` times, round-robin (run 1 of each case, then run 2, ...) so that the
- * machine's noise spreads over the cases; each result is appended to BENCH_RESULTS when set.
+ * machine's noise spreads over the cases, the order within each group rotated a round
+ * (`roundOrder`; one group unless `groupOf` says); each result is appended to BENCH_RESULTS
+ * when set.
  */
 export const roundRobin = async <C extends { readonly key: string }, R>(opts: {
   readonly cases: ReadonlyArray<C>
@@ -118,10 +134,12 @@ export const roundRobin = async <C extends { readonly key: string }, R>(opts: {
   readonly run: (c: C, run: number) => Promise<R | undefined>
   /** What the progress line says of a result. */
   readonly describe: (r: R) => string
+  /** The group a case is rotated within (all cases in one by default). */
+  readonly groupOf?: (c: C) => string
 }): Promise<Map<string, Array<R>>> => {
   const results = new Map<string, Array<R>>(opts.cases.map((c) => [c.key, []]))
   for (let run = 1; run <= opts.runs; run++) {
-    for (const c of opts.cases) {
+    for (const c of roundOrder(opts.cases, run, opts.groupOf ?? (() => ""))) {
       const t0 = now()
       const r = await opts.run(c, run)
       const secs = ((now() - t0) / 1000).toFixed(1)
