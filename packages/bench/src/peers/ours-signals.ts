@@ -12,6 +12,7 @@
  * and prints it to stderr; BENCH_OURS_TRACE=1: prints where the latency goes (`traceReport`).
  * Each installs a tracer, which makes the library open the spans it skips without one: a
  * diagnostic run, not one to measure (the measured runs go without, statements / signal n/a).
+ * BENCH_OURS_CPUPROF=<file>: a V8 CPU profile of the timed phase (the sends and woken steps).
  */
 import { Effect, type Exit, Option, Schema, Tracer } from "effect"
 import { JobClient, PgBus, PgBusConfig, Registry, Workflow, WorkflowClient } from "../../../../src/index.ts"
@@ -30,6 +31,7 @@ import {
   resetDatabase,
   sleep
 } from "./common.ts"
+import { cpuProfiler } from "./cpuProfile.ts"
 import { makeOursRuntime } from "./oursRuntime.ts"
 import { makeSpanTally } from "./spanTally.ts"
 
@@ -264,6 +266,7 @@ try {
     }
     const sentAt = new Float64Array(SIG_RUNS)
     spans.state.recording = true
+    const stopProfile = await cpuProfiler(process.env.BENCH_OURS_CPUPROF)
     const r = await runSignals({
       send: (i) => runP(handles[i]!.signal("go", { i })),
       finished: async () => (await counts()).finished,
@@ -272,6 +275,7 @@ try {
         sentAt[i] = t
       }
     })
+    await stopProfile?.()
     spans.state.recording = false
     await stop()
     if (TRACE) traceReport(handles, sentAt, notified, r.wallMs)
