@@ -8,7 +8,19 @@ import { PgTypes } from "@effect/sql-pg"
 import type { ClaimedMessageRow } from "../../Queue/QueueRows.ts"
 import type { RunStatus, Verb } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
-import type { ClaimRow, OnTimeout, StepRow } from "./Rows.ts"
+import type { ClaimRow, OnTimeout, SignalRow, StepRow } from "./Rows.ts"
+import type { SignalInput } from "./SignalSql.ts"
+
+/**
+ * `signalStoreWake`'s answer: the locked run's state, whether the statement stepped aside
+ * (`fallback`: nothing written) and, when it did not, the stored signal and whether it woke the step.
+ */
+export type SignalStoreWakeRow = {
+  readonly run_status: RunStatus
+  readonly run_workflow: string
+  readonly fallback: boolean
+  readonly woken: boolean
+} & { readonly [K in keyof SignalRow]: SignalRow[K] | null }
 
 /** Parking a step at its gate and waking it (a signal, or its deadline). */
 const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
@@ -22,6 +34,7 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
     claimRest,
     claimColumns,
     signalClaimCtes,
+    signals,
     sql,
     messageCtes,
     fromIn,
@@ -151,7 +164,80 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
       SELECT ${claimColumns}, ${message.claimed} FROM r, s`
   }
 
-  return { stepPark, stepWake, stepWakeClaim }
+  /**
+   * A signal in one statement (no transaction of its own): the run locked, the signal stored
+   * and, when the run waits at a step that waits for it, claimed by that step, which is woken
+   * with its message, as `runLock`, `signalStore` and `stepWake` do one after the other. It
+   * writes nothing and answers `fallback` when those three must go one by one: the step has a
+   * matcher, the run is paused, the step's queue is not `queue`, or the run changed between the
+   * statement's snapshot and its lock (the steps read would be the snapshot's, not the lock's).
+   * Nothing is written either for a run the verb may not signal or of another workflow.
+   */
+  const signalStoreWake = (
+    p: Omit<SignalInput, "idempotencyKey"> & {
+      readonly workflow: string
+      readonly resourceId: string | null
+      /** The queue of the step's message, as its row names it (null or empty: `defaultQueue`). */
+      readonly queue: string
+      readonly defaultQueue: string
+      readonly physicalQueue: string
+    }
+  ) => {
+    const message = messageCtes(
+      p.physicalQueue,
+      "wake_message",
+      sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
+      p.now
+    )
+    return sql<SignalStoreWakeRow>`WITH locked AS (
+        SELECT id, status, workflow, xmin::text AS version FROM ${runs}
+        WHERE id = ${p.runId}::uuid AND (${p.resourceId}::text IS NULL OR resource_id = ${p.resourceId}::text)
+        FOR UPDATE),
+      snap AS (SELECT xmin::text AS version FROM ${runs} WHERE id = ${p.runId}::uuid),
+      w AS (
+        SELECT id, name, attempt, wait_for, wait_matcher, queue FROM ${steps}
+        WHERE run_id = ${p.runId}::uuid AND status = 'waiting' ORDER BY id DESC LIMIT 1),
+      v AS (
+        SELECT locked.id, locked.status, locked.workflow,
+          locked.version IS DISTINCT FROM (SELECT version FROM snap)
+            OR coalesce(w.wait_for = ${p.name} AND (NOT ${fromIn("locked.status", "wake")}
+              OR coalesce(w.wait_matcher, false) OR coalesce(nullif(w.queue, ''), ${p.defaultQueue}) <> ${p.queue}),
+              false) AS fallback,
+          coalesce(w.wait_for = ${p.name}, false) AS wakes, w.id AS step_id, w.name AS step_name,
+          w.attempt AS step_attempt
+        FROM locked LEFT JOIN w ON true),
+      go AS (
+        SELECT * FROM v WHERE NOT v.fallback AND ${fromIn("v.status", "signal")} AND v.workflow = ${p.workflow}),
+      sg AS (
+        INSERT INTO ${signals} (run_id, name, payload, status, idempotency_key, actor, reason, received_at,
+                                claimed_by_step, claimed_at)
+        SELECT go.id, ${p.name}, ${p.payload}::jsonb, CASE WHEN go.wakes THEN 'claimed' ELSE 'pending' END, NULL,
+          ${p.actor}, ${p.reason}, ${NOW(p.now)}, CASE WHEN go.wakes THEN go.step_id END,
+          CASE WHEN go.wakes THEN ${NOW(p.now)} END
+        FROM go
+        RETURNING *),
+      e AS (
+        INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, details, at)
+        SELECT sg.run_id, 'signal_received', NULL, NULL, ${p.actor}, ${p.reason},
+          jsonb_build_object('name', sg.name, 'duplicate', false), ${NOW(p.now)} FROM sg
+        UNION ALL
+        SELECT sg.run_id, 'signal_claimed', go.step_name, go.step_attempt, 'system', NULL,
+          jsonb_build_object('signal', sg.name, 'signal_id', sg.id::text), ${NOW(p.now)}
+        FROM sg, go WHERE go.wakes),
+      s AS (
+        UPDATE ${steps} st SET status = 'scheduled', due_at = ${NOW(p.now)}, timed_out = false
+        FROM go WHERE go.wakes AND st.id = go.step_id AND st.status = 'waiting'
+        RETURNING st.id, st.due_at),
+      r AS (
+        UPDATE ${runs} ru SET status = ${toOf("wake")}, updated_at = ${NOW(p.now)}
+        FROM s WHERE ru.id = ${p.runId}::uuid RETURNING 1),
+      ${message.ctes}
+      SELECT v.status AS run_status, v.workflow AS run_workflow, v.fallback,
+        coalesce((SELECT count(*) > 0 FROM r), false) AS woken, sg.*, ${message.notifyRef} AS notified
+      FROM v LEFT JOIN sg ON true`
+  }
+
+  return { stepPark, stepWake, stepWakeClaim, signalStoreWake }
 }
 
 /** Resolving a waiting step (skip, pause, cancel) and the rewait after a pause. */
