@@ -104,6 +104,8 @@ export class Notifier extends Context.Service<
     readonly offerLocal: (queues: ReadonlyArray<string>, reader: LocalReader) => Effect.Effect<void, never, Scope.Scope>
     /** Room for one message of a queue at a reader of this process, if one has it now. */
     readonly reserveLocal: (physicalQueue: string, request: LocalRequest) => LocalSlot | undefined
+    /** Whether a reader of this process offers a queue for local dispatch, free slots or not. */
+    readonly hasLocalReader: (physicalQueue: string) => boolean
     /** Counts of notifications and reconnects, for tests and metrics. */
     readonly stats: Effect.Effect<{ readonly received: number; readonly connects: number }>
     /**
@@ -266,6 +268,10 @@ export class Notifier extends Context.Service<
             if (slot !== undefined) return slot
           }
           return undefined
+        },
+        hasLocalReader: (queue) => {
+          for (const { queues } of localReaders) if (queues.has(queue)) return true
+          return false
         },
         stats: Effect.sync(() => ({ ...counts })),
         onPayload: (prefix, handler) =>

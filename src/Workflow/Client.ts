@@ -60,6 +60,8 @@ export interface SignalOptions {
     | {
         readonly name: string
         readonly signals: import("./Runtime.ts").SignalDeclarations
+        /** The queue of its steps' messages (default: the config's `workflowQueue`). */
+        readonly queue?: string | undefined
       }
     | undefined
   /** Only signal a run of this resource. */

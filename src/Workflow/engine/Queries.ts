@@ -54,7 +54,7 @@ export const makeQueries = (ctx: EngineContext, client: () => WorkflowClientShap
         payload,
         definition?.signals === undefined
           ? o
-          : { workflow: { name: definition.name, signals: definition.signals }, ...o }
+          : { workflow: { name: definition.name, signals: definition.signals, queue: definition.queue }, ...o }
       ),
     skip: (o) => client().skip(row.id, o)
   })

@@ -13,6 +13,7 @@ import { CHILD_WAIT_PREFIX, POLL_WAIT } from "../../WorkflowSql.ts"
 import { isSqlError, isTagged } from "../Errors.ts"
 import { declaredMatcher, matchSignal, NO_MATCH } from "../Signals.ts"
 import { toRunInfo } from "../Views.ts"
+import { makeSignalInOneStatement } from "./SignalInOneStatement.ts"
 import { emptyHandOver, makeSignalWake } from "./SignalWake.ts"
 import type { OutsideEnv } from "./Transaction.ts"
 
@@ -64,6 +65,7 @@ export const makeSignalVerbs = ({ ctx, client, queries, outcomes, tx }: OutsideE
   const { getRow, toReceipt } = queries
   const { verb } = tx
   const { wake, settle } = makeSignalWake(ctx, outcomes)
+  const { trySignal } = makeSignalInOneStatement({ ctx, queries, tx })
 
   /**
    * Stores a signal under the run's row lock and, when the run's waiting step waits for it,
@@ -85,6 +87,8 @@ export const makeSignalVerbs = ({ ctx, client, queries, outcomes, tx }: OutsideE
       // is inserted claimed for it and handed over after the commit (no NOTIFY, no read). Not
       // inside the caller's transaction: its outcome is not known here.
       const local = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
+      const sent = yield* trySignal(id, name, text, options, local)
+      if (sent !== undefined) return sent
       const handOver = emptyHandOver()
       return yield* verb("signal", id, options, (run, now) =>
         Effect.gen(function* () {

@@ -35,7 +35,7 @@ export const makeVerbTransaction = (ctx: EngineContext, queries: Queries) => {
   const { sql, statements } = ctx
   const { isUuid } = queries
 
-  const verbError = (verb: States.OutsideVerb, run: RunRow) => {
+  const verbError = (verb: States.OutsideVerb, run: Pick<RunRow, "id" | "status">) => {
     if (States.isTerminal(run.status) && verb !== "rerun") {
       return new NotOngoing({ verb, current: run.status, run: run.id })
     }
@@ -135,7 +135,7 @@ export const makeVerbTransaction = (ctx: EngineContext, queries: Queries) => {
       now
     })
 
-  return { verb, event, setStatus }
+  return { verb, event, setStatus, verbError }
 }
 
 /** An outside verb's transaction. */

@@ -1,0 +1,191 @@
+/**
+ * A signal sent where no reader of this process takes the woken step goes in one statement
+ * (`signalStoreWake`): the same rows, events and errors as the verb's transaction, and the
+ * transaction whenever the statement cannot decide alone (a run changed under its snapshot).
+ */
+import { assert, describe, layer } from "@effect/vitest"
+import { Deferred, Effect, Exit, Fiber, Schema } from "effect"
+import { SqlClient } from "effect/sql"
+import { Registry } from "../src/Registry.ts"
+import { performNextStep } from "../src/Testing/Workflows.ts"
+import { WorkflowClient } from "../src/Workflow/Client.ts"
+import * as Workflow from "../src/Workflow/Workflow.ts"
+import { awaitLockWaiter } from "./support/connections.ts"
+import * as TestDatabase from "./support/TestDatabase.ts"
+
+const Paid = Workflow.make(
+  "OneStatementPaid",
+  { payload: Schema.Struct({ id: Schema.String }), signals: { paid: Schema.Struct({ amount: Schema.Number }) } },
+  function* ({ waitForSignal }) {
+    const paid = yield* waitForSignal("paid")
+    return paid.amount
+  }
+)
+const Other = Workflow.make(
+  "OneStatementOther",
+  { payload: Schema.Struct({ id: Schema.String }), signals: { paid: Schema.Struct({ amount: Schema.Number }) } },
+  function* ({ waitForSignal }) {
+    return (yield* waitForSignal("paid")).amount
+  }
+)
+
+const client = WorkflowClient
+const registered = Effect.provide(Registry.layer([Paid, Other]))
+const rowsOf = (id: string) =>
+  Effect.gen(function* () {
+    const c = yield* client
+    const info = (yield* c.get(id)).info
+    const steps = (yield* c.steps(id)).map((s) => `${s.name}#${s.attempt}:${s.status}`)
+    const signals = (yield* c.signals(id)).map((s) => `${s.name}:${s.status}`)
+    // the trail without its ids and times; the idempotency key is the transaction's way in
+    const events = (yield* c.events(id)).map((e) => {
+      const { idempotency_key: _key, ...details } = (e.details ?? {}) as Record<string, unknown>
+      const { signal_id: _id, ...rest } = details
+      return { type: e.type, step: e.step, attempt: e.attempt, actor: e.actor, reason: e.reason, details: rest }
+    })
+    return { status: info.status, steps, signals, events }
+  })
+const messagesOf = (id: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pgbus.q_pgbus_default
+      WHERE message->'payload'->>'run' = ${id}`.pipe(Effect.map(([r]) => r!.n))
+  )
+
+layer(TestDatabase.layer(), { excludeTestServices: true })("a signal in one statement", (it) => {
+  describe("the same outcome as the verb's transaction", () => {
+    it.effect("stored, claimed and the step woken with its message: rows and trail as the transaction's", () =>
+      Effect.gen(function* () {
+        const one = yield* Paid.start({ id: "one" })
+        const tx = yield* Paid.start({ id: "tx" })
+        yield* performNextStep(one.id)
+        yield* performNextStep(tx.id)
+        const before = yield* messagesOf(one.id)
+        const receipt = yield* one.signal("paid", { amount: 5 }, { actor: "webhook", reason: "callback" })
+        // an idempotency key takes the transaction (it looks up the key first)
+        const viaTx = yield* tx.signal(
+          "paid",
+          { amount: 5 },
+          { actor: "webhook", reason: "callback", idempotencyKey: "k" }
+        )
+        assert.deepInclude(receipt, { name: "paid", status: "claimed", claimed: true, duplicate: false })
+        assert.deepInclude(viaTx, { name: "paid", status: "claimed", claimed: true, duplicate: false })
+        const a = yield* rowsOf(one.id)
+        assert.deepStrictEqual(a, yield* rowsOf(tx.id))
+        assert.strictEqual(a.status, "ready")
+        assert.deepStrictEqual(a.steps, ["wait:paid#1:scheduled"])
+        assert.deepStrictEqual(a.signals, ["paid:claimed"])
+        assert.deepStrictEqual(
+          a.events.slice(-2).map((e) => [e.type, e.actor]),
+          [
+            ["signal_received", "webhook"],
+            ["signal_claimed", "system"]
+          ]
+        )
+        assert.strictEqual((yield* messagesOf(one.id)) - before, 1, "the woken step's message is sent")
+        // and the run goes on with the signal's payload
+        yield* performNextStep(one.id)
+        assert.strictEqual((yield* (yield* client).get(one.id)).info.output, 5)
+      }).pipe(registered)
+    )
+
+    it.effect("a run not waiting for it keeps the signal pending, as the transaction does", () =>
+      Effect.gen(function* () {
+        const run = yield* Paid.start({ id: "early" })
+        const receipt = yield* run.signal("paid", { amount: 3 })
+        assert.deepInclude(receipt, { status: "pending", claimed: false })
+        const rows = yield* rowsOf(run.id)
+        assert.strictEqual(rows.status, "ready")
+        assert.deepStrictEqual(rows.signals, ["paid:pending"])
+        assert.strictEqual(rows.events.at(-1)!.type, "signal_received")
+        // the step takes it at its gate and does not wait
+        yield* performNextStep(run.id)
+        assert.strictEqual((yield* (yield* client).get(run.id)).info.output, 3)
+      }).pipe(registered)
+    )
+
+    it.effect("a paused run takes the signal and stays paused (the transaction's way)", () =>
+      Effect.gen(function* () {
+        const run = yield* Paid.start({ id: "paused" })
+        yield* performNextStep(run.id)
+        yield* run.pause()
+        const before = yield* messagesOf(run.id)
+        const receipt = yield* run.signal("paid", { amount: 1 })
+        assert.isTrue(receipt.claimed)
+        const rows = yield* rowsOf(run.id)
+        assert.strictEqual(rows.status, "paused")
+        assert.deepStrictEqual(rows.steps, ["wait:paid#1:waiting"])
+        assert.deepStrictEqual(rows.signals, ["paid:claimed"])
+        assert.strictEqual(yield* messagesOf(run.id), before, "no message: its resume sends the step")
+      }).pipe(registered)
+    )
+
+    it.effect("refused: unknown run, another workflow's run, another tenant's, a finished run; nothing stored", () =>
+      Effect.gen(function* () {
+        const c = yield* client
+        const missing = yield* c
+          .signal("00000000-0000-4000-8000-000000000000", "paid", { amount: 1 }, { workflow: Paid })
+          .pipe(Effect.flip)
+        assert.strictEqual(missing._tag, "RunNotFound")
+        const other = yield* Other.start({ id: "other" })
+        yield* performNextStep(other.id)
+        const wrong = yield* c.signal(other.id, "paid", { amount: 1 }, { workflow: Paid }).pipe(Effect.flip)
+        assert.strictEqual(wrong._tag, "RunNotFound")
+        const tenant = yield* Paid.start({ id: "tenant" }, { resourceId: "acme" })
+        yield* performNextStep(tenant.id)
+        const foreign = yield* c
+          .signal(tenant.id, "paid", { amount: 1 }, { workflow: Paid, resourceId: "globex" })
+          .pipe(Effect.flip)
+        assert.strictEqual(foreign._tag, "RunNotFound")
+        const done = yield* Paid.start({ id: "done" })
+        yield* performNextStep(done.id)
+        yield* done.signal("paid", { amount: 2 })
+        yield* performNextStep(done.id)
+        const late = yield* done.signal("paid", { amount: 3 }).pipe(Effect.flip)
+        assert.strictEqual(late._tag, "NotOngoing")
+        assert.deepStrictEqual((yield* rowsOf(other.id)).signals, [])
+        assert.deepStrictEqual((yield* rowsOf(tenant.id)).signals, [])
+        assert.deepStrictEqual((yield* rowsOf(done.id)).signals, ["paid:consumed"])
+      }).pipe(registered)
+    )
+  })
+
+  describe("the run moved under the statement's snapshot", () => {
+    it.effect("a step parked between the snapshot and the lock is woken: the transaction sends it", () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient.SqlClient
+        const run = yield* Paid.start({ id: "race" })
+        yield* performNextStep(run.id)
+        // as if its step were still running: the park below is what a worker's gate does
+        yield* sql`UPDATE pgbus.workflow_steps SET status = 'in_progress' WHERE run_id = ${run.id}::uuid`
+        yield* sql`UPDATE pgbus.workflow_runs SET status = 'performing' WHERE id = ${run.id}::uuid`
+        const parkLocked = yield* Deferred.make<void>()
+        const commit = yield* Deferred.make<void>()
+        const park = yield* sql
+          .withTransaction(
+            Effect.gen(function* () {
+              yield* sql`SELECT id FROM pgbus.workflow_runs WHERE id = ${run.id}::uuid FOR UPDATE`
+              yield* sql`UPDATE pgbus.workflow_steps SET status = 'waiting' WHERE run_id = ${run.id}::uuid`
+              yield* sql`UPDATE pgbus.workflow_runs SET status = 'waiting' WHERE id = ${run.id}::uuid`
+              yield* Deferred.succeed(parkLocked, undefined)
+              yield* Deferred.await(commit)
+            })
+          )
+          .pipe(Effect.forkChild)
+        yield* Deferred.await(parkLocked)
+        const before = yield* messagesOf(run.id)
+        // the signal's statement takes its snapshot (the step running) and waits on the run's lock
+        const signal = yield* run.signal("paid", { amount: 9 }).pipe(Effect.forkChild)
+        yield* awaitLockWaiter()
+        yield* Deferred.succeed(commit, undefined)
+        assert.isTrue(Exit.isSuccess(yield* Fiber.await(park)))
+        const receipt = yield* Fiber.join(signal)
+        assert.isTrue(receipt.claimed, "the parked step takes the signal")
+        const rows = yield* rowsOf(run.id)
+        assert.strictEqual(rows.status, "ready")
+        assert.deepStrictEqual(rows.steps, ["wait:paid#1:scheduled"])
+        assert.deepStrictEqual(rows.signals, ["paid:claimed"])
+        assert.strictEqual((yield* messagesOf(run.id)) - before, 1, "the woken step's message is sent")
+      }).pipe(registered)
+    )
+  })
+})
