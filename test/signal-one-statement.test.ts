@@ -29,8 +29,17 @@ const Other = Workflow.make(
   }
 )
 
+// its steps on a queue of their own
+const OwnQueue = Workflow.make(
+  "OneStatementOwnQueue",
+  { payload: Schema.Struct({ id: Schema.String }), queue: "own_queue" },
+  function* ({ payload }) {
+    return yield* Workflow.step("got", Effect.succeed(payload.id), { waitFor: "go" })
+  }
+)
+
 const client = WorkflowClient
-const registered = Effect.provide(Registry.layer([Paid, Other]))
+const registered = Effect.provide(Registry.layer([Paid, Other, OwnQueue]))
 const rowsOf = (id: string) =>
   Effect.gen(function* () {
     const c = yield* client
@@ -45,9 +54,9 @@ const rowsOf = (id: string) =>
     })
     return { status: info.status, steps, signals, events }
   })
-const messagesOf = (id: string) =>
+const messagesOf = (id: string, queue = "default") =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pgbus.q_pgbus_default
+    sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM ${sql(`pgbus.q_pgbus_${queue}`)}
       WHERE message->'payload'->>'run' = ${id}`.pipe(Effect.map(([r]) => r!.n))
   )
 
@@ -86,6 +95,37 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("a signal in one stat
         yield* performNextStep(one.id)
         assert.strictEqual((yield* (yield* client).get(one.id)).info.output, 5)
       }).pipe(registered)
+    )
+
+    it.effect(
+      "a step on the workflow's own queue is sent there; one on another queue goes through the transaction",
+      () =>
+        Effect.gen(function* () {
+          const c = yield* client
+          const own = yield* OwnQueue.start({ id: "own" })
+          yield* performNextStep(own.id)
+          const before = yield* messagesOf(own.id, "own_queue")
+          assert.isTrue((yield* own.signal("go", {})).claimed)
+          assert.deepStrictEqual((yield* rowsOf(own.id)).steps, ["got#1:scheduled"])
+          assert.strictEqual((yield* messagesOf(own.id, "own_queue")) - before, 1, "sent on the workflow's queue")
+          // a deploy moved the workflow to a queue that does not exist yet: the run's step is still
+          // on the old one, so the statement steps aside and the transaction sends it there
+          const moved = yield* OwnQueue.start({ id: "moved" })
+          yield* performNextStep(moved.id)
+          const was = yield* messagesOf(moved.id, "own_queue")
+          const receipt = yield* c.signal(
+            moved.id,
+            "go",
+            {},
+            { workflow: { name: OwnQueue.name, signals: {}, queue: "moved_queue" } }
+          )
+          assert.isTrue(receipt.claimed)
+          assert.deepStrictEqual((yield* rowsOf(moved.id)).steps, ["got#1:scheduled"])
+          assert.strictEqual((yield* messagesOf(moved.id, "own_queue")) - was, 1, "sent on the step's queue")
+          assert.strictEqual(yield* messagesOf(moved.id, "moved_queue"), 0)
+          yield* performNextStep(moved.id)
+          assert.strictEqual((yield* c.get(moved.id)).info.output, "moved")
+        }).pipe(registered)
     )
 
     it.effect("a run not waiting for it keeps the signal pending, as the transaction does", () =>

@@ -19,7 +19,7 @@ import type { OutsideEnv } from "./Transaction.ts"
 
 /** The one-statement signal: its receipt, or undefined when the verb's transaction must send it. */
 export const makeSignalInOneStatement = ({ ctx, queries, tx }: Pick<OutsideEnv, "ctx" | "queries" | "tx">) => {
-  const { config, statements, notifier, queueOf } = ctx
+  const { config, statements, notifier, queueOf, jobs } = ctx
   const { isUuid, toReceipt } = queries
 
   /** Sends the signal in one statement when it can: undefined when the transaction must. */
@@ -45,6 +45,9 @@ export const makeSignalInOneStatement = ({ ctx, queries, tx }: Pick<OutsideEnv, 
         Effect.orElseSucceed(() => false)
       )
       if (!decodes) return undefined
+      // the statement names the queue's table: a definition that moved its queue since the run
+      // started names one that may not exist yet (known once per process, then no round trip)
+      yield* jobs.ensureQueue(queue)
       const [row] = yield* statements.signalStoreWake({
         runId: id,
         name,
