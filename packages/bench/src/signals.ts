@@ -31,7 +31,7 @@
  * nothing heavy for the peers.
  *
  * The last line of stdout is one JSON object:
- * {"bench":"signals","ours_p50_ms":N,"ours_p99_ms":N,"ours_signals_per_s":N,"dbos_p50_ms":N,...,
+ * {"bench":"signals","ours_p50_ms":N,"ours_p99_ms":N,"ours_signals_per_s":N,"ours_call_p50_ms":N,...,"dbos_p50_ms":N,...,
  *  "pgworkflows_signals_per_s":N}
  */
 import os from "node:os"
@@ -165,6 +165,8 @@ export interface SignalsResult {
   readonly negative: number
   /** The send call itself (call -> returned), ms. */
   readonly sendMs: ReturnType<typeof latencySummary>
+  /** The send call's start -> woken code start, ms: what a caller sees, the call's own queueing included. */
+  readonly callToStartMs: ReturnType<typeof latencySummary>
   readonly allSentMs: number
   readonly wallMs: number
   readonly signalsPerSec: number
@@ -190,6 +192,7 @@ export const runSignals = async (opts: {
   readonly order?: ReadonlyArray<number>
 }): Promise<SignalsResult> => {
   const sentAt = new Float64Array(SIG_RUNS).fill(Number.NaN)
+  const calledAt = new Float64Array(SIG_RUNS).fill(Number.NaN)
   const sendMs: Array<number> = []
   const order = opts.order ?? Array.from({ length: SIG_RUNS }, (_, i) => i)
   let allSentMs = 0
@@ -210,6 +213,7 @@ export const runSignals = async (opts: {
             if (wait > 0) await sleep(wait)
           }
           const t = now()
+          calledAt[i] = t
           await opts.send(i)
           const back = now()
           sentAt[i] = back
@@ -227,10 +231,12 @@ export const runSignals = async (opts: {
     }
   })
   const latencies: Array<number> = []
+  const callToStart: Array<number> = []
   for (let i = 0; i < SIG_RUNS; i++) {
     const s = sentAt[i]!
     const b = opts.recorder.startedAt[i]!
     if (!Number.isNaN(s) && !Number.isNaN(b)) latencies.push(b - s)
+    if (!Number.isNaN(calledAt[i]!) && !Number.isNaN(b)) callToStart.push(b - calledAt[i]!)
   }
   const sorted = [...latencies].sort((a, b) => a - b)
   const completed = res.value
@@ -247,6 +253,7 @@ export const runSignals = async (opts: {
     },
     negative: latencies.filter((x) => x < 0).length,
     sendMs: latencySummary(sendMs),
+    callToStartMs: latencySummary(callToStart),
     allSentMs: Math.round(allSentMs),
     wallMs: Math.round(res.m.wallMs),
     signalsPerSec: round2((Math.min(completed, SIG_RUNS) / res.m.wallMs) * 1000),
@@ -446,9 +453,9 @@ const main = async () => {
   p(`### ${SIG_RUNS} parked runs, ${SIG_RUNS} signals (ms; signal commit → woken code start)`)
   p()
   p(
-    "| library | runs | p50 | p90 | p99 | max | signals/s | all sent after s | wall s | send call p50 | send call p99 | PG CPU s | Node CPU s | statements / signal | commits / run | row writes / run | peak RSS MiB |"
+    "| library | runs | p50 | p90 | p99 | max | signals/s | all sent after s | wall s | send call p50 | send call p99 | call → woken p50 | call → woken p99 | PG CPU s | Node CPU s | statements / signal | commits / run | row writes / run | peak RSS MiB |"
   )
-  p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+  p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for (const c of CASES) {
     const rs = results.get(c.key) ?? []
     p(
@@ -456,14 +463,16 @@ const main = async () => {
         `${cell(rs, (r) => num(r, "result.latencyMs.p99"))} | ${cell(rs, (r) => num(r, "result.latencyMs.max"))} | ` +
         `${cell(rs, (r) => num(r, "result.signalsPerSec"))} | ${cell(rs, (r) => num(r, "result.allSentMs"), 1 / 1000)} | ` +
         `${cell(rs, (r) => num(r, "result.wallMs"), 1 / 1000)} | ${cell(rs, (r) => num(r, "result.sendMs.p50"))} | ` +
-        `${cell(rs, (r) => num(r, "result.sendMs.p99"))} | ${cell(rs, (r) => num(r, "result.pgCpuS"))} | ${cell(rs, (r) => num(r, "result.nodeCpuS"))} | ` +
+        `${cell(rs, (r) => num(r, "result.sendMs.p99"))} | ${cell(rs, (r) => num(r, "result.callToStartMs.p50"))} | ` +
+        `${cell(rs, (r) => num(r, "result.callToStartMs.p99"))} | ${cell(rs, (r) => num(r, "result.pgCpuS"))} | ${cell(rs, (r) => num(r, "result.nodeCpuS"))} | ` +
         `${cell(rs, (r) => num(r, "result.statementsPerSignal"))} | ${cell(rs, (r) => perRun(r, (d) => d.xactCommit))} | ` +
         `${cell(rs, (r) => perRun(r, (d) => d.tupWritten))} | ${cell(rs, (r) => r.peakRssMiB)} |`
     )
   }
   p()
   p(
-    "Send call = the send API call itself (call → returned). PG CPU = every `postgres` process, Node CPU = the run process, over the timed phase. " +
+    "Send call = the send API call itself (call → returned). Call → woken = the send call's start → the woken code's start: " +
+      "what the caller sees, with the time a sender spends queued in its own call (the headline p50/p99 start at the call's return). PG CPU = every `postgres` process, Node CPU = the run process, over the timed phase. " +
       "Statements / signal (effect-pgbus only, with BENCH_OURS_STATEMENTS=1): SQL statements it ran in the timed phase (sends and woken steps; " +
       "the completion reads removed) / signals; counting them installs a tracer, which makes the library open spans it skips without one, " +
       "so the measured runs go without it (n/a) unless it is set. " +
@@ -479,7 +488,9 @@ const main = async () => {
     bench: "signals",
     ours_p50_ms: rounded(medianOf(ours, "result.latencyMs.p50"), 2),
     ours_p99_ms: rounded(medianOf(ours, "result.latencyMs.p99"), 2),
-    ours_signals_per_s: rounded(medianOf(ours, "result.signalsPerSec"), 1)
+    ours_signals_per_s: rounded(medianOf(ours, "result.signalsPerSec"), 1),
+    ours_call_p50_ms: rounded(medianOf(ours, "result.callToStartMs.p50"), 2),
+    ours_call_p99_ms: rounded(medianOf(ours, "result.callToStartMs.p99"), 2)
   }
   const nolocal = get("signals ours default nolocal")
   if (nolocal.length > 0) {
@@ -487,11 +498,15 @@ const main = async () => {
     summary.ours_nolocal_p50_ms = rounded(medianOf(nolocal, "result.latencyMs.p50"), 2)
     summary.ours_nolocal_p99_ms = rounded(medianOf(nolocal, "result.latencyMs.p99"), 2)
     summary.ours_nolocal_signals_per_s = rounded(medianOf(nolocal, "result.signalsPerSec"), 1)
+    summary.ours_nolocal_call_p50_ms = rounded(medianOf(nolocal, "result.callToStartMs.p50"), 2)
+    summary.ours_nolocal_call_p99_ms = rounded(medianOf(nolocal, "result.callToStartMs.p99"), 2)
   }
   if (dbos.length > 0) {
     summary.dbos_p50_ms = rounded(medianOf(dbos, "result.latencyMs.p50"), 2)
     summary.dbos_p99_ms = rounded(medianOf(dbos, "result.latencyMs.p99"), 2)
     summary.dbos_signals_per_s = rounded(medianOf(dbos, "result.signalsPerSec"), 1)
+    summary.dbos_call_p50_ms = rounded(medianOf(dbos, "result.callToStartMs.p50"), 2)
+    summary.dbos_call_p99_ms = rounded(medianOf(dbos, "result.callToStartMs.p99"), 2)
   }
   if (pgw.length > 0) {
     summary.pgworkflows_p50_ms = rounded(medianOf(pgw, "result.latencyMs.p50"), 2)
@@ -499,7 +514,8 @@ const main = async () => {
     summary.pgworkflows_signals_per_s = rounded(medianOf(pgw, "result.signalsPerSec"), 1)
   }
   p(
-    "JSON: medians over runs; ours = effect-pgbus at its defaults (no readAhead given), dbos = DBOS `recv`, pgworkflows = pg-workflows `workers10`."
+    "JSON: medians over runs; ours = effect-pgbus at its defaults (no readAhead given), dbos = DBOS `recv`, pgworkflows = pg-workflows `workers10`; " +
+      "*_call_* = call → woken."
   )
   p()
   process.stdout.write(`${lines.join("\n")}\n${JSON.stringify(summary)}\n`)
