@@ -13,13 +13,13 @@ import type { SignalInput } from "./SignalSql.ts"
 
 /**
  * `signalStoreWake`'s answer: the locked run's state, whether the statement stepped aside
- * (`fallback`: nothing written) and, when it did not, the stored signal and whether it woke the step.
+ * (`fallback`: nothing written) and, when it did not, the stored signal (`claimed` when it
+ * woke the step).
  */
 export type SignalStoreWakeRow = {
   readonly run_status: RunStatus
   readonly run_workflow: string
   readonly fallback: boolean
-  readonly woken: boolean
 } & { readonly [K in keyof SignalRow]: SignalRow[K] | null }
 
 /** Parking a step at its gate and waking it (a signal, or its deadline). */
@@ -230,10 +230,9 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
         RETURNING st.id, st.due_at),
       r AS (
         UPDATE ${runs} ru SET status = ${toOf("wake")}, updated_at = ${NOW(p.now)}
-        FROM s WHERE ru.id = ${p.runId}::uuid RETURNING 1),
+        FROM s WHERE ru.id = ${p.runId}::uuid),
       ${message.ctes}
-      SELECT v.status AS run_status, v.workflow AS run_workflow, v.fallback,
-        coalesce((SELECT count(*) > 0 FROM r), false) AS woken, sg.*, ${message.notifyRef} AS notified
+      SELECT v.status AS run_status, v.workflow AS run_workflow, v.fallback, sg.*, ${message.notifyRef} AS notified
       FROM v LEFT JOIN sg ON true`
   }
 
