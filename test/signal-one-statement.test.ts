@@ -6,6 +6,7 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Schema } from "effect"
 import { SqlClient } from "effect/sql"
+import { Notifier } from "../src/Queue/Notifier.ts"
 import { Registry } from "../src/Registry.ts"
 import { performNextStep } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
@@ -70,11 +71,12 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("a signal in one stat
         yield* performNextStep(tx.id)
         const before = yield* messagesOf(one.id)
         const receipt = yield* one.signal("paid", { amount: 5 }, { actor: "webhook", reason: "callback" })
-        // an idempotency key takes the transaction (it looks up the key first)
-        const viaTx = yield* tx.signal(
-          "paid",
-          { amount: 5 },
-          { actor: "webhook", reason: "callback", idempotencyKey: "k" }
+        // a reader of the queue in this process (one that never has room) makes it the transaction's
+        const notifier = yield* Notifier
+        const viaTx = yield* Effect.scoped(
+          notifier
+            .offerLocal(["pgbus_default"], { reserve: () => undefined })
+            .pipe(Effect.andThen(tx.signal("paid", { amount: 5 }, { actor: "webhook", reason: "callback" })))
         )
         assert.deepInclude(receipt, { name: "paid", status: "claimed", claimed: true, duplicate: false })
         assert.deepInclude(viaTx, { name: "paid", status: "claimed", claimed: true, duplicate: false })
@@ -126,6 +128,33 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("a signal in one stat
           yield* performNextStep(moved.id)
           assert.strictEqual((yield* c.get(moved.id)).info.output, "moved")
         }).pipe(registered)
+    )
+
+    it.effect("an idempotency key: stored and woken once; the repeat is a duplicate that wakes nothing", () =>
+      Effect.gen(function* () {
+        const run = yield* Paid.start({ id: "keyed" })
+        yield* performNextStep(run.id)
+        const before = yield* messagesOf(run.id)
+        const first = yield* run.signal("paid", { amount: 6 }, { idempotencyKey: "evt-1" })
+        assert.deepInclude(first, { status: "claimed", claimed: true, duplicate: false })
+        const again = yield* run.signal("paid", { amount: 7 }, { idempotencyKey: "evt-1" })
+        assert.deepInclude(again, { id: first.id, duplicate: true })
+        assert.deepStrictEqual(again.payload, { amount: 6 }, "the stored signal, not the repeat")
+        const rows = yield* rowsOf(run.id)
+        assert.deepStrictEqual(rows.signals, ["paid:claimed"])
+        assert.deepStrictEqual(rows.steps, ["wait:paid#1:scheduled"])
+        assert.strictEqual((yield* messagesOf(run.id)) - before, 1, "one message for the two calls")
+        const received = (yield* (yield* client).events(run.id)).filter((e) => e.type === "signal_received")
+        assert.deepStrictEqual(
+          received.map((e) => e.details),
+          [
+            { name: "paid", idempotency_key: "evt-1", duplicate: false },
+            { name: "paid", idempotency_key: "evt-1", duplicate: true }
+          ]
+        )
+        yield* performNextStep(run.id)
+        assert.strictEqual((yield* (yield* client).get(run.id)).info.output, 6)
+      }).pipe(registered)
     )
 
     it.effect("a run not waiting for it keeps the signal pending, as the transaction does", () =>

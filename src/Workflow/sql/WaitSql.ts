@@ -14,7 +14,7 @@ import type { SignalInput } from "./SignalSql.ts"
 /**
  * `signalStoreWake`'s answer: the locked run's state, whether the statement stepped aside
  * (`fallback`: nothing written) and, when it did not, the stored signal (`claimed` when it
- * woke the step).
+ * woke the step; null columns when its idempotency key was stored before).
  */
 export type SignalStoreWakeRow = {
   readonly run_status: RunStatus
@@ -171,10 +171,12 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
    * writes nothing and answers `fallback` when those three must go one by one: the step has a
    * matcher, the run is paused, the step's queue is not `queue`, or the run changed between the
    * statement's snapshot and its lock (the steps read would be the snapshot's, not the lock's).
-   * Nothing is written either for a run the verb may not signal or of another workflow.
+   * Nothing is written either for a run the verb may not signal or of another workflow, nor for
+   * an idempotency key already stored (no signal row comes back: the duplicate is the
+   * transaction's to answer).
    */
   const signalStoreWake = (
-    p: Omit<SignalInput, "idempotencyKey"> & {
+    p: SignalInput & {
       readonly workflow: string
       readonly resourceId: string | null
       /** The queue of the step's message, as its row names it (null or empty: `defaultQueue`). */
@@ -211,22 +213,24 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
       sg AS (
         INSERT INTO ${signals} (run_id, name, payload, status, idempotency_key, actor, reason, received_at,
                                 claimed_by_step, claimed_at)
-        SELECT go.id, ${p.name}, ${p.payload}::jsonb, CASE WHEN go.wakes THEN 'claimed' ELSE 'pending' END, NULL,
-          ${p.actor}, ${p.reason}, ${NOW(p.now)}, CASE WHEN go.wakes THEN go.step_id END,
+        SELECT go.id, ${p.name}, ${p.payload}::jsonb, CASE WHEN go.wakes THEN 'claimed' ELSE 'pending' END,
+          ${p.idempotencyKey}, ${p.actor}, ${p.reason}, ${NOW(p.now)}, CASE WHEN go.wakes THEN go.step_id END,
           CASE WHEN go.wakes THEN ${NOW(p.now)} END
         FROM go
+        ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING *),
       e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, reason, details, at)
         SELECT sg.run_id, 'signal_received', NULL, NULL, ${p.actor}, ${p.reason},
-          jsonb_build_object('name', sg.name, 'duplicate', false), ${NOW(p.now)} FROM sg
+          jsonb_strip_nulls(jsonb_build_object('name', sg.name, 'idempotency_key', sg.idempotency_key,
+            'duplicate', false)), ${NOW(p.now)} FROM sg
         UNION ALL
         SELECT sg.run_id, 'signal_claimed', go.step_name, go.step_attempt, 'system', NULL,
           jsonb_build_object('signal', sg.name, 'signal_id', sg.id::text), ${NOW(p.now)}
         FROM sg, go WHERE go.wakes),
       s AS (
         UPDATE ${steps} st SET status = 'scheduled', due_at = ${NOW(p.now)}, timed_out = false
-        FROM go WHERE go.wakes AND st.id = go.step_id AND st.status = 'waiting'
+        FROM go, sg WHERE go.wakes AND st.id = go.step_id AND st.status = 'waiting'
         RETURNING st.id, st.due_at),
       r AS (
         UPDATE ${runs} ru SET status = ${toOf("wake")}, updated_at = ${NOW(p.now)}

@@ -1,9 +1,9 @@
 /**
  * A signal in one statement (`signalStoreWake`) instead of the verb's transaction of three: for
- * a signal with the workflow's definition and no idempotency key, sent where no reader of this
- * process could take the woken step (local dispatch needs the transaction). A sender off the
- * workers' process then has one round trip where it had five (BEGIN, the lock, the store, the
- * wake, COMMIT). Whatever the statement cannot decide alone, it leaves to the transaction.
+ * a signal with the workflow's definition, sent where no reader of this process could take the
+ * woken step (local dispatch needs the transaction). A sender off the workers' process then has
+ * one round trip where it had five (BEGIN, the lock, the store, the wake, COMMIT). Whatever the
+ * statement cannot decide alone, it leaves to the transaction.
  *
  * @since 0.1.0
  */
@@ -31,7 +31,8 @@ export const makeSignalInOneStatement = ({ ctx, queries, tx }: Pick<OutsideEnv, 
     local: boolean
   ): Effect.Effect<SignalReceipt | undefined, SignalError> => {
     const definition = options.workflow
-    if (definition === undefined || options.idempotencyKey?.trim()) return Effect.succeed(undefined)
+    if (definition === undefined) return Effect.succeed(undefined)
+    const key = options.idempotencyKey?.trim() ? options.idempotencyKey : null
     const queue = definition.queue ?? config.workflowQueue
     const { physical } = queueOf(queue)
     // a reader here may take the step claimed (local dispatch): that is the transaction's way
@@ -52,6 +53,7 @@ export const makeSignalInOneStatement = ({ ctx, queries, tx }: Pick<OutsideEnv, 
         runId: id,
         name,
         payload: payloadText,
+        idempotencyKey: key,
         actor: options.actor ?? "app",
         reason: options.reason ?? null,
         workflow: definition.name,
@@ -65,7 +67,8 @@ export const makeSignalInOneStatement = ({ ctx, queries, tx }: Pick<OutsideEnv, 
       if (!States.isLegal("signal", row.run_status))
         return yield* tx.verbError("signal", { id, status: row.run_status })
       if (row.run_workflow !== definition.name) return yield* new RunNotFound({ id })
-      if (row.fallback) return undefined
+      // stepped aside, or a repeated key (nothing stored): the transaction answers the duplicate
+      if (row.fallback || row.id === null) return undefined
       return toReceipt(row as SignalRow, false)
     }).pipe(
       Effect.mapError((e) => (isSqlError(e) ? toDatabaseError("workflow signal")(e) : e)),
