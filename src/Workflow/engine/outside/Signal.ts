@@ -87,7 +87,7 @@ export const makeSignalVerbs = ({ ctx, client, queries, outcomes, tx }: OutsideE
       // is inserted claimed for it and handed over after the commit (no NOTIFY, no read). Not
       // inside the caller's transaction: its outcome is not known here.
       const local = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
-      const sent = yield* trySignal(id, name, text, options, local)
+      const sent = yield* trySignal(id, name, text, key, options, local)
       if (sent !== undefined) return sent
       const handOver = emptyHandOver()
       return yield* verb("signal", id, options, (run, now) =>

@@ -27,12 +27,13 @@ export const makeSignalInOneStatement = ({ ctx, queries, tx }: Pick<OutsideEnv, 
     id: string,
     name: string,
     payloadText: string,
+    /** The idempotency key, blank made null (as the transaction takes it). */
+    key: string | null,
     options: SignalOptions,
     local: boolean
   ): Effect.Effect<SignalReceipt | undefined, SignalError> => {
     const definition = options.workflow
     if (definition === undefined) return Effect.succeed(undefined)
-    const key = options.idempotencyKey?.trim() ? options.idempotencyKey : null
     const queue = definition.queue ?? config.workflowQueue
     const { physical } = queueOf(queue)
     // a reader here may take the step claimed (local dispatch): that is the transaction's way
