@@ -7,9 +7,10 @@
  * claimed first.
  */
 import { assert, layer } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Schema } from "effect"
+import { Deferred, type Duration, Effect, Fiber, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
+import * as Job from "../src/Job/Job.ts"
 import { receiptOf } from "../src/Queue/Message.ts"
 import { makeQueueSql } from "../src/Queue/QueueSql.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
@@ -60,6 +61,56 @@ const Dies = Workflow.make(
 )
 
 const capsules = [{ name: "c", queues: ["default"], concurrency: 2, readAhead: 0 }]
+
+/** Runs of a step woken behind a busy executor: how many times each workflow's body ran. */
+const bufferedRan: Record<string, number> = {}
+/** A workflow whose one step waits for `go` (with `timeout`, if given) and counts its runs. */
+const bufferedWorkflow = (name: string, timeout?: Duration.Input) =>
+  Workflow.make(name, { payload: Schema.Struct({ id: Schema.String }), signals: { go: Go } }, function* () {
+    return yield* Workflow.step(
+      "got",
+      Effect.gen(function* () {
+        bufferedRan[name] = (bufferedRan[name] ?? 0) + 1
+        return ((yield* Workflow.context).signal?.payload as { v: number } | undefined)?.v ?? -1
+      }),
+      { waitFor: "go", ...(timeout === undefined ? {} : { timeout }) }
+    )
+  })
+
+/**
+ * A run of `workflow` parked (its park is a short job: the worker knows its jobs' time), then
+ * the one executor busy with a job until `gate` opens, then the signal: the woken step's message
+ * is read into the buffer (read-ahead 1) behind the busy executor. Returns the run and the step
+ * row's status once its message was read.
+ */
+const wokenBehindBusy = (workflow: ReturnType<typeof bufferedWorkflow>, id: string, gate: Deferred.Deferred<void>) =>
+  Effect.gen(function* () {
+    const config = yield* PgBusConfig
+    const sql = yield* SqlClient.SqlClient
+    const busy = yield* Deferred.make<void>()
+    const Blocker = Job.make(`${workflow.name}Blocker`, { payload: Schema.Struct({}) }, () =>
+      Effect.andThen(Deferred.succeed(busy, undefined), Deferred.await(gate))
+    )
+    yield* startSupervisor([workflow, Blocker], {
+      capsules: [{ name: "c", queues: ["default"], concurrency: 1, readAhead: 1 }]
+    })
+    const run = yield* workflow.start({ id })
+    yield* eventually(
+      "waiting",
+      Effect.map(info(run.id), (i) => i.status === "waiting")
+    )
+    yield* Blocker.enqueue({})
+    yield* Deferred.await(busy)
+    yield* run.signal("go", { v: 9 })
+    const q = sql(`${config.schema}.q_${config.queuePrefix}_${config.workflowQueue}`)
+    const read = sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM ${q}
+      WHERE message->'payload'->>'run' = ${run.id} AND message->'payload'->>'step' IS NOT NULL AND read_ct = 1`
+    yield* eventually(
+      "the woken step's message read into the buffer",
+      Effect.map(read, (rows) => rows[0]!.n === 1)
+    )
+    return { run, steps: yield* stepRows(run.id) }
+  })
 
 /** A run of `workflow` parked on its signal by a supervisor that then stopped. */
 const parked = (workflow: typeof Woken | typeof Dies, id: string) =>
@@ -313,6 +364,91 @@ layer(
       })
   )
 
+  it.effect(
+    "a woken step read behind a busy executor is claimed in the read while it waits in the buffer: it runs once, with a stepClaim's trail",
+    () =>
+      Effect.gen(function* () {
+        const Behind = bufferedWorkflow("ReadClaimedBehind")
+        const gate = yield* Deferred.make<void>()
+        const { run, steps } = yield* wokenBehindBusy(Behind, "behind", gate)
+        assert.deepStrictEqual(steps, ["got#1:in_progress"], "claimed by the read, its body not yet run")
+        assert.strictEqual(bufferedRan[Behind.name] ?? 0, 0)
+        yield* Deferred.succeed(gate, undefined)
+        yield* eventually(
+          "finished",
+          Effect.map(info(run.id), (i) => i.status === "finished")
+        )
+        assert.strictEqual((yield* info(run.id)).output, 9)
+        assert.strictEqual(bufferedRan[Behind.name], 1)
+        assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:completed"])
+        assert.deepStrictEqual(yield* eventTypes(run.id), [
+          "started",
+          "step_scheduled",
+          "step_started",
+          "step_waiting",
+          "signal_received",
+          "signal_claimed",
+          "step_started",
+          "step_completed",
+          "finished"
+        ])
+      }).pipe(Effect.scoped)
+  )
+
+  it.effect(
+    "a woken step whose timeout is shorter than a lease is not claimed while it waits in the buffer (its stall clock would run there)",
+    () =>
+      Effect.gen(function* () {
+        const Timed = bufferedWorkflow("ReadClaimedTimed", "5 seconds")
+        const gate = yield* Deferred.make<void>()
+        const { run, steps } = yield* wokenBehindBusy(Timed, "timed", gate)
+        assert.deepStrictEqual(steps, ["got#1:scheduled"], "left to the executor's own claim")
+        yield* Deferred.succeed(gate, undefined)
+        yield* eventually(
+          "finished",
+          Effect.map(info(run.id), (i) => i.status === "finished")
+        )
+        assert.strictEqual((yield* info(run.id)).output, 9)
+        assert.strictEqual(bufferedRan[Timed.name], 1)
+        assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:completed"])
+      }).pipe(Effect.scoped)
+  )
+
+  it.effect(
+    "a drain gives back a woken step the read claimed in the buffer: released first, the next worker runs it once, unstalled",
+    () =>
+      Effect.gen(function* () {
+        const Drained = bufferedWorkflow("ReadClaimedBufferDrained")
+        const gate = yield* Deferred.make<void>()
+        const run = yield* Effect.scoped(
+          Effect.gen(function* () {
+            const { run, steps } = yield* wokenBehindBusy(Drained, "buffer-drained", gate)
+            assert.deepStrictEqual(steps, ["got#1:in_progress"])
+            // the drain gives the buffer back at once, then waits for the busy job, which ends soon
+            yield* Effect.forkDetach(Effect.andThen(Effect.sleep("300 millis"), Deferred.succeed(gate, undefined)))
+            return run
+          })
+        )
+        assert.strictEqual(bufferedRan[Drained.name] ?? 0, 0, "the drained worker never ran it")
+        assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:failed", "got#2:scheduled"])
+        yield* Effect.scoped(
+          Effect.andThen(
+            startSupervisor([Drained], { capsules }),
+            eventually(
+              "finished",
+              Effect.map(info(run.id), (i) => i.status === "finished")
+            )
+          )
+        )
+        assert.strictEqual((yield* info(run.id)).output, 9)
+        assert.strictEqual(bufferedRan[Drained.name], 1)
+        const trail = yield* eventTypes(run.id)
+        assert.strictEqual(trail.filter((t) => t === "step_interrupted").length, 1)
+        assert.notInclude(trail, "stall_detected")
+        assert.notInclude(trail, "paused")
+      })
+  )
+
   // last: the rows it writes would be read by the supervisors of the tests above
   it.effect(
     "the read with the claims reaches every row by index, never by a scan (20,000 runs, custom and generic plans)",
@@ -346,6 +482,17 @@ layer(
           appRevision: null,
           now: null
         })
+        // with messages that wait in the buffer too (their steps' timeouts checked)
+        const soonClaims = workflow.stepClaimInRead({
+          queue: "plans",
+          workflows: ["Plans"],
+          limit: 2,
+          soon: 8,
+          soonMinTimeoutMs: 30_000,
+          worker: "w",
+          appRevision: null,
+          now: null
+        })
         const checked = [
           queue.messageRead(physical, 10, 30_000, "x#1", null, 0n, true, claims),
           queue.messageArchiveAndRead(
@@ -357,7 +504,7 @@ layer(
             null,
             0n,
             true,
-            claims
+            soonClaims
           )
         ]
         for (const { mode, text, lines } of yield* plansInBothModes(sql, checked)) {

@@ -169,10 +169,13 @@ export const makeQueueClaims = (
       // on its own (not in a caller's transaction), the claim commits without waiting for the
       // WAL flush: a lease, redelivered if a crash loses it (internal/leaseCommit.ts)
       const lease = Option.isNone(yield* Effect.serviceOption(sql.transactionService))
-      // another module's claim in the read (a woken step's), for the messages that go to an executor at once
+      // another module's claim in the read (a woken step's), for the messages that go to an
+      // executor at once or soon after
       const readClaim = options?.readClaim
+      const atOnce = Math.max(0, readClaim?.limit ?? 0)
+      const soon = Math.max(0, readClaim?.soon ?? 0)
       const claims =
-        readClaim === undefined || readClaim.limit <= 0 ? undefined : readClaim.claim.ctes(queue, readClaim.limit, now)
+        readClaim === undefined || atOnce + soon <= 0 ? undefined : readClaim.claim.ctes(queue, atOnce, soon, now)
       const handOver = (rows: ReadonlyArray<MessageRow & { readonly rc_msg_id?: bigint | null }>) => {
         if (claims === undefined || readClaim === undefined) return
         const claimed = rows.filter((row): row is ReadClaimRow => row.rc_msg_id !== null && row.rc_msg_id !== undefined)

@@ -42,8 +42,12 @@ export type MessageCtes = (
  * its other columns returned on that message's row (no column named as a message row's).
  */
 export interface ReadClaim {
-  /** The CTEs for a read of `queue` (the name its messages carry) claiming for at most its first `limit` messages. */
-  readonly ctes: (queue: string, limit: number, now: Date | null) => Statement.Fragment
+  /**
+   * The CTEs for a read of `queue` (the name its messages carry) claiming for its first `limit`
+   * messages (an executor takes them at once) and, of the `soon` after them (they wait briefly
+   * in the worker's buffer), for those the claim allows to wait.
+   */
+  readonly ctes: (queue: string, limit: number, soon: number, now: Date | null) => Statement.Fragment
   /** Takes the claims a read made (its rows with `rc_msg_id` set), right after the read. */
   readonly claimed: (queue: string, rows: ReadonlyArray<ReadClaimRow>) => void
   /**

@@ -83,7 +83,14 @@ export interface ReadOptions {
    * `archiveAndRead`'s plain claim: another module's claim made in the same statement for the
    * messages among the first `limit` it claims (a woken workflow step's, see `ReadClaim`).
    */
-  readonly readClaim?: { readonly claim: ReadClaim; readonly limit: number } | undefined
+  readonly readClaim?:
+    | {
+        readonly claim: ReadClaim
+        readonly limit: number
+        /** The messages after the first `limit` expected to wait in the buffer briefly (default 0). */
+        readonly soon?: number | undefined
+      }
+    | undefined
   /**
    * `archiveAndRead`: successes deleted with the archived ones, not archived: their outcome is
    * written elsewhere, durably (a workflow step's, with its run), so an archive row would only

@@ -53,10 +53,22 @@ export interface ReadAhead {
   readonly claimed: (ms: number, more: boolean) => void
   /** A job ran for `ms` (handler and completion). */
   readonly ran: (ms: number) => void
+  /** The jobs' moving average time in milliseconds (undefined until one has ended). */
+  readonly jobMs: () => number | undefined
 }
 
-/** A fixed read-ahead (the explicit override). */
-export const fixed = (n: number): ReadAhead => ({ current: () => n, claimed: () => {}, ran: () => {} })
+/** A fixed read-ahead (the explicit override); it keeps the jobs' time all the same. */
+export const fixed = (n: number): ReadAhead => {
+  let jobMs: number | undefined
+  return {
+    current: () => n,
+    claimed: () => {},
+    ran: (ms) => {
+      jobMs = jobMs === undefined ? ms : jobMs + ALPHA * (ms - jobMs)
+    },
+    jobMs: () => jobMs
+  }
+}
 
 /** The adaptive controller for `concurrency` slots and a visibility timeout of `visibilityMs`. */
 export const adaptive = (concurrency: number, visibilityMs: number): ReadAhead => {
@@ -90,6 +102,7 @@ export const adaptive = (concurrency: number, visibilityMs: number): ReadAhead =
       // grown on a guess before any job ended: the first job's time bounds it at once (bounding
       // it at every read instead made W3 slower in 3 of 3 alternated pairs)
       if (first) ra = Math.min(ra, target())
-    }
+    },
+    jobMs: () => jobMs
   }
 }

@@ -106,6 +106,28 @@ export const readClaimOf = (ctx: WorkerContext, read: QueueRead): ReadClaim | un
 export const archiveIsLease = (registry: JobRegistry, done: ReadonlyArray<Message>): boolean =>
   done.length > 0 && done.every((m) => jobOf(registry, m).registered?.archiveIsLease === true)
 
+/**
+ * A message expected to wait in the buffer less than this (ms, from the jobs' moving average
+ * time) has its claim made in the read. A step is claimed so only when its timeout is at least a
+ * lease (`ReadClaim`): a hundred times this estimate would still be within it.
+ */
+export const SOON_WAIT_MS = 250
+
+/**
+ * How many messages of a read another module claims in it: those a free executor takes at once,
+ * then those expected to wait in the buffer less than `SOON_WAIT_MS` (each executor starts about
+ * one message per job time). A claim left waiting longer would age its step's stall clock, and
+ * a drain gives a buffered one back claimed (released: an attempt more, not a reattempt).
+ */
+const readClaimLimits = (ctx: WorkerContext, claim: ReadClaim) => {
+  const { concurrency } = ctx.capsule
+  const ahead = ctx.stats.running + ctx.stats.buffered
+  const atOnce = Math.max(0, concurrency - ahead)
+  const jobMs = ctx.readAhead.jobMs()
+  const within = jobMs === undefined ? 0 : Math.floor(concurrency * (1 + SOON_WAIT_MS / Math.max(jobMs, 0.1)))
+  return { claim, limit: atOnce, soon: Math.max(0, within - ahead - atOnce) }
+}
+
 /** Archives the given successes with the read (one statement); on failure they go back on the list. */
 const archiveAndRead = (
   ctx: WorkerContext,
@@ -126,11 +148,7 @@ const archiveAndRead = (
       visibilityTimeout: ctx.config.visibilityTimeout,
       claimedBy: mark,
       ...(archiveIsLease(ctx.deps.registry, done) ? { archiveIsLease: true } : {}),
-      // claimed in the read only for the messages a free executor takes at once: one left waiting
-      // behind read-ahead would age its step's timeout, and a drain would give it back claimed
-      ...(readClaim === undefined
-        ? {}
-        : { readClaim: { claim: readClaim, limit: ctx.capsule.concurrency - ctx.stats.running - ctx.stats.buffered } }),
+      ...(readClaim === undefined ? {} : { readClaim: readClaimLimits(ctx, readClaim) }),
       ...(limited !== false ? { limited, onRateWait } : {}),
       ...(ordered ? { ordered } : {})
     })

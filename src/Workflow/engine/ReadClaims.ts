@@ -1,12 +1,13 @@
 /**
  * A woken step claimed in the worker's read (issue 24): the read that delivers a step's message
  * claims the step in the same statement (`stepClaimInRead`), so that its execution has one round
- * trip of its own (its outcome) instead of two. The claims reach the runner as local dispatch's
+ * trip of its own (its outcome) instead of two: for the messages an executor takes at once, and
+ * for those expected to wait in the buffer briefly when their step allows the wait. The claims reach the runner as local dispatch's
  * do (`preclaimed`, by delivery); a message that goes back unrun has its claim released.
  *
  * @since 0.1.0
  */
-import { Effect } from "effect"
+import { Duration, Effect } from "effect"
 import type { Message } from "../../Queue/Message.ts"
 import type { ReadClaim, ReadClaimRow } from "../../Queue/QueueRows.ts"
 import type { ClaimRow } from "../WorkflowSql.ts"
@@ -33,9 +34,24 @@ export const makeReadClaims =
     const names = [...workflows.keys()]
     // the queues their step messages go to unless a step names its own (read the usual way)
     const queues = new Set([...workflows.values()].map((w) => w.workflow.queue ?? config.workflowQueue))
+    // a step claimed for a message that waits in the buffer has its stall clock running there:
+    // only one whose timeout and the sweep's threshold both allow a lease's wait (the read-ahead
+    // keeps a buffered message's wait within a quarter of it, the worker's claims in the read
+    // to an expected wait of SOON_WAIT_MS)
+    const visibilityMs = Duration.toMillis(config.visibilityTimeout)
+    const soonAllowed = Duration.toMillis(config.workflowStallThreshold) >= visibilityMs
     const claim: ReadClaim = {
-      ctes: (queue, limit, now) =>
-        statements.stepClaimInRead({ queue, workflows: names, limit, worker, appRevision: revision, now }),
+      ctes: (queue, limit, soon, now) =>
+        statements.stepClaimInRead({
+          queue,
+          workflows: names,
+          limit,
+          soon: soonAllowed ? soon : 0,
+          soonMinTimeoutMs: visibilityMs,
+          worker,
+          appRevision: revision,
+          now
+        }),
       claimed: (_queue, rows: ReadonlyArray<ReadClaimRow>) => {
         for (const row of rows) {
           if (row.rc_msg_id !== null)
@@ -65,7 +81,8 @@ export const makeReadClaims =
                 )
               )
           },
-          { discard: true }
+          // a drain may give back a buffer's worth: a few at a time
+          { discard: true, concurrency: 4 }
         )
     }
     return (logical) => (names.length > 0 && queues.has(logical) ? claim : undefined)

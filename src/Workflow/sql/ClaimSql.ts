@@ -4,10 +4,85 @@
  *
  * @since 0.1.0
  */
+import { PgTypes } from "@effect/sql-pg"
 import { LEASE_COMMIT } from "../../internal/leaseCommit.ts"
 import { StepOutcomeVerbs } from "../States.ts"
 import type { WorkflowSqlContext } from "./Context.ts"
 import { type ClaimFirstEntry, type ClaimRow, STEP_JOB } from "./Rows.ts"
+
+/**
+ * `stepClaim` for the step messages a worker's plain read claims (QueueRows.ReadClaim): CTEs
+ * after the read's `u`, ending in `rc` (`rc_msg_id` and the claim's row). Only first deliveries
+ * among the read's first `limit` (those an executor takes at once), and of the `soon` after
+ * them (they wait in the buffer) those whose step has no timeout shorter than
+ * `soonMinTimeoutMs` (the sweep's stall clock starts with the claim), that name a step of one of
+ * `workflows` (no start, continue or deadline notice: a redelivery takes the runner's path, which
+ * knows what an earlier delivery held); at most one step per run; a run another
+ * transaction holds is skipped (its execution claims with `stepClaim`, which waits). The mark is
+ * the delivery's (`<queue>:<msg id>:<read count>`, `queue` the name the messages carry), so a
+ * redelivery, a lost reply and the sweep find the step as one `stepClaim` claimed. A lease like
+ * the read: lost in a server crash, the step is scheduled again and its message visible.
+ */
+const stepClaimInReadOf =
+  (ctx: WorkflowSqlContext) =>
+  (p: {
+    readonly queue: string
+    readonly workflows: ReadonlyArray<string>
+    readonly limit: number
+    /** The messages after the first `limit`, claimed when their step's timeout allows the wait. */
+    readonly soon?: number | undefined
+    /** The shortest step timeout a claim of `soon` allows (its stall clock runs in the buffer). */
+    readonly soonMinTimeoutMs?: number | undefined
+    readonly worker: string
+    readonly appRevision: string | null
+    readonly now: Date | null
+  }) => {
+    const { runs, steps, events, NOW, claimedStepColumns, claimColumnsOf, textArray, sql, fromIn, toOf } = ctx
+    return sql`rc_m AS (
+      SELECT DISTINCT ON (m.run_id) m.msg_id, m.read_ct, m.run_id, m.step_id, m.n FROM (
+        SELECT f.msg_id, f.read_ct, (f.message->'payload'->>'run')::uuid AS run_id,
+          (f.message->'payload'->>'step')::int8 AS step_id, f.n
+        FROM (SELECT msg_id, read_ct, message, row_number() OVER (ORDER BY msg_id) AS n
+              FROM u ORDER BY msg_id LIMIT ${p.limit + (p.soon ?? 0)}) f
+        WHERE f.read_ct = 1 AND f.message->>'job' = ${STEP_JOB}::text
+          AND f.message->'payload'->>'workflow' = ANY(${textArray(p.workflows)}::text[])
+          AND f.message->'payload'->>'step' IS NOT NULL
+          AND f.message->'payload'->'deadline' IS NULL AND f.message->'payload'->'input' IS NULL) m
+      ORDER BY m.run_id, m.msg_id),
+    rc_l AS (
+      SELECT l.id FROM (SELECT run_id FROM rc_m ORDER BY run_id) k,
+        LATERAL (SELECT ru.id FROM ${runs} ru WHERE ru.id = k.run_id AND ${fromIn("ru.status", "claim")}
+                 FOR UPDATE SKIP LOCKED) l),
+    rc_s AS (
+      UPDATE ${steps} st SET status = 'in_progress', started_at = ${NOW(p.now)}, worker = ${p.worker},
+        app_revision = ${p.appRevision},
+        claimed_by = (SELECT ${p.queue}::text || ':' || m.msg_id || ':' || m.read_ct FROM rc_m m
+                      WHERE m.step_id = st.id AND m.run_id = st.run_id)
+      -- by id (= ANY of the locked runs' steps), not by a join with the CTEs: an index scan in
+      -- every plan; rc_m has one row per run, so one per step of that run
+      WHERE st.id = ANY(ARRAY(SELECT m.step_id FROM rc_m m JOIN rc_l l ON l.id = m.run_id))
+        AND EXISTS (SELECT 1 FROM rc_m m WHERE m.step_id = st.id AND m.run_id = st.run_id${
+          (p.soon ?? 0) > 0
+            ? sql` AND (m.n <= ${p.limit}
+              -- one that waits in the buffer: only a step whose stall clock allows the wait
+              OR coalesce(st.timeout_ms, 'Infinity'::float8) >= ${PgTypes.float8(p.soonMinTimeoutMs ?? Infinity)})`
+            : sql``
+        })
+        AND st.status = 'scheduled' AND st.due_at <= ${NOW(p.now)}
+      RETURNING (SELECT m.msg_id FROM rc_m m WHERE m.step_id = st.id AND m.run_id = st.run_id) AS rc_msg_id,
+        st.run_id, ${claimedStepColumns}),
+    rc_r AS (
+      UPDATE ${runs} ru SET status = ${toOf("claim")}, current_step = (SELECT s.name FROM rc_s s WHERE s.run_id = ru.id),
+        updated_at = ${NOW(p.now)}
+      WHERE ru.id = ANY(ARRAY(SELECT run_id FROM rc_s))
+      RETURNING ru.*),
+    rc_e AS (
+      INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
+      SELECT rc_s.run_id, 'step_started', rc_s.name, rc_s.attempt, 'system', ${NOW(p.now)} FROM rc_s
+      ORDER BY rc_s.rc_msg_id),
+    rc AS (
+      SELECT rc_s.rc_msg_id, ${claimColumnsOf("rc_r", "rc_s")} FROM rc_r JOIN rc_s ON rc_s.run_id = rc_r.id)`
+  }
 
 /** Claim statements of one schema. */
 export const makeClaimSql = (ctx: WorkflowSqlContext) => {
@@ -21,8 +96,6 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
     claimedStepColumns,
     claimRest,
     claimColumns,
-    claimColumnsOf,
-    textArray,
     sql,
     fromIn,
     toOf,
@@ -52,63 +125,6 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
         RETURNING ${claimedStepColumns}),
       ${claimRest(p.runId, p.now)}
       SELECT ${claimColumns} FROM r, s WHERE ${sql.literal(LEASE_COMMIT)}`
-
-  /**
-   * `stepClaim` for the step messages a worker's plain read claims (QueueRows.ReadClaim): CTEs
-   * after the read's `u`, ending in `rc` (`rc_msg_id` and the claim's row). Only first deliveries
-   * among the read's first `limit` (those an executor takes at once) that name a step of one of
-   * `workflows` (no start, continue or deadline notice: a redelivery takes the runner's path, which
-   * knows what an earlier delivery held); at most one step per run; a run another
-   * transaction holds is skipped (its execution claims with `stepClaim`, which waits). The mark is
-   * the delivery's (`<queue>:<msg id>:<read count>`, `queue` the name the messages carry), so a
-   * redelivery, a lost reply and the sweep find the step as one `stepClaim` claimed. A lease like
-   * the read: lost in a server crash, the step is scheduled again and its message visible.
-   */
-  const stepClaimInRead = (p: {
-    readonly queue: string
-    readonly workflows: ReadonlyArray<string>
-    readonly limit: number
-    readonly worker: string
-    readonly appRevision: string | null
-    readonly now: Date | null
-  }) =>
-    sql`rc_m AS (
-        SELECT DISTINCT ON (m.run_id) m.msg_id, m.read_ct, m.run_id, m.step_id FROM (
-          SELECT f.msg_id, f.read_ct, (f.message->'payload'->>'run')::uuid AS run_id,
-            (f.message->'payload'->>'step')::int8 AS step_id
-          FROM (SELECT msg_id, read_ct, message FROM u ORDER BY msg_id LIMIT ${p.limit}) f
-          WHERE f.read_ct = 1 AND f.message->>'job' = ${STEP_JOB}::text
-            AND f.message->'payload'->>'workflow' = ANY(${textArray(p.workflows)}::text[])
-            AND f.message->'payload'->>'step' IS NOT NULL
-            AND f.message->'payload'->'deadline' IS NULL AND f.message->'payload'->'input' IS NULL) m
-        ORDER BY m.run_id, m.msg_id),
-      rc_l AS (
-        SELECT l.id FROM (SELECT run_id FROM rc_m ORDER BY run_id) k,
-          LATERAL (SELECT ru.id FROM ${runs} ru WHERE ru.id = k.run_id AND ${fromIn("ru.status", "claim")}
-                   FOR UPDATE SKIP LOCKED) l),
-      rc_s AS (
-        UPDATE ${steps} st SET status = 'in_progress', started_at = ${NOW(p.now)}, worker = ${p.worker},
-          app_revision = ${p.appRevision},
-          claimed_by = (SELECT ${p.queue}::text || ':' || m.msg_id || ':' || m.read_ct FROM rc_m m
-                        WHERE m.step_id = st.id AND m.run_id = st.run_id)
-        -- by id (= ANY of the locked runs' steps), not by a join with the CTEs: an index scan in
-        -- every plan; rc_m has one row per run, so one per step of that run
-        WHERE st.id = ANY(ARRAY(SELECT m.step_id FROM rc_m m JOIN rc_l l ON l.id = m.run_id))
-          AND EXISTS (SELECT 1 FROM rc_m m WHERE m.step_id = st.id AND m.run_id = st.run_id)
-          AND st.status = 'scheduled' AND st.due_at <= ${NOW(p.now)}
-        RETURNING (SELECT m.msg_id FROM rc_m m WHERE m.step_id = st.id AND m.run_id = st.run_id) AS rc_msg_id,
-          st.run_id, ${claimedStepColumns}),
-      rc_r AS (
-        UPDATE ${runs} ru SET status = ${toOf("claim")}, current_step = (SELECT s.name FROM rc_s s WHERE s.run_id = ru.id),
-          updated_at = ${NOW(p.now)}
-        WHERE ru.id = ANY(ARRAY(SELECT run_id FROM rc_s))
-        RETURNING ru.*),
-      rc_e AS (
-        INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
-        SELECT rc_s.run_id, 'step_started', rc_s.name, rc_s.attempt, 'system', ${NOW(p.now)} FROM rc_s
-        ORDER BY rc_s.rc_msg_id),
-      rc AS (
-        SELECT rc_s.rc_msg_id, ${claimColumnsOf("rc_r", "rc_s")} FROM rc_r JOIN rc_s ON rc_s.run_id = rc_r.id)`
 
   /** Claims a ready run with no open step, to find its next step by replay (start, resume). */
   const runClaimContinue = (runId: string, now: Date | null) =>
@@ -244,6 +260,8 @@ export const makeClaimSql = (ctx: WorkflowSqlContext) => {
         SELECT ${claimedStepColumns} FROM ${steps} st JOIN r ON st.run_id = r.id
         WHERE st.status = 'in_progress' AND st.claimed_by = ${claimedBy})
       SELECT ${claimColumns} FROM r, s`
+
+  const stepClaimInRead = stepClaimInReadOf(ctx)
 
   return {
     stepClaim,
