@@ -91,8 +91,8 @@ export const makeOutcomes = (ctx: EngineContext) => {
       return true
     })
 
-  // Outcomes of the common case (completed, a signal it held consumed, the next step claimed at
-  // once or the run finished) from concurrent executions share a statement: while one is out, the next ones
+  // Outcomes of the common case (completed, no signal held, the next step claimed at once or the
+  // run finished) from concurrent executions share a statement: while one is out, the next ones
   // pile up and leave together (one round trip and one commit for several runs; W3 went from
   // 5.4 to 3.1 statements per run). Idle, an outcome leaves at once, alone.
   // Claims of fresh runs with their first step pile up with them and leave in the same statement
@@ -119,7 +119,7 @@ export const makeOutcomes = (ctx: EngineContext) => {
       error: null,
       definitionHash: e.definitionHash,
       next: e.next._tag === "claim" ? { ...e.next, physicalQueue: "" } : e.next,
-      mayHoldSignal: e.mayHoldSignal === true,
+      mayHoldSignal: false,
       now: e.now
     }).pipe(Effect.map((rows) => rows[0]))
 

@@ -85,6 +85,7 @@ export const makeOutcome = (
         !wakes &&
         status === "completed" &&
         error === null &&
+        signalFree.has(step.id) &&
         (next._tag === "finish" ||
           (next._tag === "claim" && (next.timeoutMs === null || Number.isFinite(next.timeoutMs)))) &&
         !inTransaction
@@ -98,7 +99,6 @@ export const makeOutcome = (
             output,
             definitionHash,
             next: next._tag === "claim" ? { ...next } : (next as Extract<NextAction, { _tag: "finish" }>),
-            ...(signalFree.has(step.id) ? {} : { mayHoldSignal: true }),
             now
           })
         : finish({
