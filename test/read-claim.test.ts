@@ -62,6 +62,19 @@ const Dies = Workflow.make(
 
 const capsules = [{ name: "c", queues: ["default"], concurrency: 2, readAhead: 0 }]
 
+/** The trail of a step woken through the queue and claimed by `stepClaim` (or as it, in the read). */
+const WOKEN_TRAIL = [
+  "started",
+  "step_scheduled",
+  "step_started",
+  "step_waiting",
+  "signal_received",
+  "signal_claimed",
+  "step_started",
+  "step_completed",
+  "finished"
+]
+
 /** Runs of a step woken behind a busy executor: how many times each workflow's body ran. */
 const bufferedRan: Record<string, number> = {}
 /** A workflow whose one step waits for `go` (with `timeout`, if given) and counts its runs. */
@@ -75,6 +88,16 @@ const bufferedWorkflow = (name: string, timeout?: Duration.Input) =>
       }),
       { waitFor: "go", ...(timeout === undefined ? {} : { timeout }) }
     )
+  })
+
+/** Waits for the run to finish with the signal's value (9) as its output. */
+const finishedWithSignal = (runId: string) =>
+  Effect.gen(function* () {
+    yield* eventually(
+      "finished",
+      Effect.map(info(runId), (i) => i.status === "finished")
+    )
+    assert.strictEqual((yield* info(runId)).output, 9)
   })
 
 /**
@@ -202,17 +225,7 @@ layer(
       assert.strictEqual(ran, 1, "the step's body ran once")
       assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:completed"])
       // the trail as main writes it for a step woken through the queue and claimed by stepClaim
-      assert.deepStrictEqual(yield* eventTypes(run.id), [
-        "started",
-        "step_scheduled",
-        "step_started",
-        "step_waiting",
-        "signal_received",
-        "signal_claimed",
-        "step_started",
-        "step_completed",
-        "finished"
-      ])
+      assert.deepStrictEqual(yield* eventTypes(run.id), WOKEN_TRAIL)
       // its message, acknowledged, is deleted: the run's rows and trail record what it did
       const messagesOfRun = (table: string) =>
         Effect.map(
@@ -374,24 +387,10 @@ layer(
         assert.deepStrictEqual(steps, ["got#1:in_progress"], "claimed by the read, its body not yet run")
         assert.strictEqual(bufferedRan[Behind.name] ?? 0, 0)
         yield* Deferred.succeed(gate, undefined)
-        yield* eventually(
-          "finished",
-          Effect.map(info(run.id), (i) => i.status === "finished")
-        )
-        assert.strictEqual((yield* info(run.id)).output, 9)
+        yield* finishedWithSignal(run.id)
         assert.strictEqual(bufferedRan[Behind.name], 1)
         assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:completed"])
-        assert.deepStrictEqual(yield* eventTypes(run.id), [
-          "started",
-          "step_scheduled",
-          "step_started",
-          "step_waiting",
-          "signal_received",
-          "signal_claimed",
-          "step_started",
-          "step_completed",
-          "finished"
-        ])
+        assert.deepStrictEqual(yield* eventTypes(run.id), WOKEN_TRAIL)
       }).pipe(Effect.scoped)
   )
 
@@ -404,11 +403,7 @@ layer(
         const { run, steps } = yield* wokenBehindBusy(Timed, "timed", gate)
         assert.deepStrictEqual(steps, ["got#1:scheduled"], "left to the executor's own claim")
         yield* Deferred.succeed(gate, undefined)
-        yield* eventually(
-          "finished",
-          Effect.map(info(run.id), (i) => i.status === "finished")
-        )
-        assert.strictEqual((yield* info(run.id)).output, 9)
+        yield* finishedWithSignal(run.id)
         assert.strictEqual(bufferedRan[Timed.name], 1)
         assert.deepStrictEqual(yield* stepRows(run.id), ["got#1:completed"])
       }).pipe(Effect.scoped)
@@ -511,5 +506,29 @@ layer(
           assert.notMatch(lines, /Seq Scan on (workflow_|q_)/, `${mode}: ${text}\n${lines}`)
         }
       })
+  )
+})
+
+layer(
+  TestDatabase.layer({
+    pollingInterval: "50 millis",
+    localDispatch: false,
+    visibilityTimeout: "10 minutes",
+    visibilityHeartbeatInterval: "5 minutes",
+    // the sweep would call a step stalled before a buffered message's lease could lapse
+    workflowStallThreshold: "1 minute"
+  }),
+  { excludeTestServices: true }
+)("a woken step claimed in the worker's read, under a stall threshold shorter than a lease", (it) => {
+  it.effect("is not claimed while its message waits in the buffer: the executor claims it when it takes it", () =>
+    Effect.gen(function* () {
+      const Short = bufferedWorkflow("ReadClaimedShortThreshold")
+      const gate = yield* Deferred.make<void>()
+      const { run, steps } = yield* wokenBehindBusy(Short, "short-threshold", gate)
+      assert.deepStrictEqual(steps, ["got#1:scheduled"], "left to the executor's own claim")
+      yield* Deferred.succeed(gate, undefined)
+      yield* finishedWithSignal(run.id)
+      assert.strictEqual(bufferedRan[Short.name], 1)
+    }).pipe(Effect.scoped)
   )
 })
