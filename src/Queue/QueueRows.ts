@@ -48,6 +48,8 @@ export interface ReadClaim {
    * in the worker's buffer), for those the claim allows to wait.
    */
   readonly ctes: (queue: string, limit: number, soon: number, now: Date | null) => Statement.Fragment
+  /** Whether the read could have claimed for this message it delivered (a first delivery of a kind it claims). */
+  readonly claimable: (message: Message) => boolean
   /** Takes the claims a read made (its rows with `rc_msg_id` set), right after the read. */
   readonly claimed: (queue: string, rows: ReadonlyArray<ReadClaimRow>) => void
   /**

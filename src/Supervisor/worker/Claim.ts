@@ -16,6 +16,7 @@ import type { ReadClaim } from "../../Queue/QueueRows.ts"
 import { isBreakerOpen } from "../ConnectionWatch.ts"
 import { CLAIM_ARCHIVE_LIMIT, splitDeleted, takeCompleted } from "./Archive.ts"
 import { forget, gated, isPaused, type QueueRead, room, type WorkerContext, worthClaiming } from "./Context.ts"
+import { readClaimFor } from "./ReadClaimLimits.ts"
 
 /**
  * A rate-limited claim that left jobs behind says when the next token comes, a limited one with
@@ -106,28 +107,6 @@ export const readClaimOf = (ctx: WorkerContext, read: QueueRead): ReadClaim | un
 export const archiveIsLease = (registry: JobRegistry, done: ReadonlyArray<Message>): boolean =>
   done.length > 0 && done.every((m) => jobOf(registry, m).registered?.archiveIsLease === true)
 
-/**
- * A message expected to wait in the buffer less than this (ms, from the jobs' moving average
- * time) has its claim made in the read. A step is claimed so only when its timeout is at least a
- * lease (`ReadClaim`): a hundred times this estimate would still be within it.
- */
-export const SOON_WAIT_MS = 250
-
-/**
- * How many messages of a read another module claims in it: those a free executor takes at once,
- * then those expected to wait in the buffer less than `SOON_WAIT_MS` (each executor starts about
- * one message per job time). A claim left waiting longer would age its step's stall clock, and
- * a drain gives a buffered one back claimed (released: an attempt more, not a reattempt).
- */
-const readClaimLimits = (ctx: WorkerContext, claim: ReadClaim) => {
-  const { concurrency } = ctx.capsule
-  const ahead = ctx.stats.running + ctx.stats.buffered
-  const atOnce = Math.max(0, concurrency - ahead)
-  const jobMs = ctx.readAhead.jobMs()
-  const within = jobMs === undefined ? 0 : Math.floor(concurrency * (1 + SOON_WAIT_MS / Math.max(jobMs, 0.1)))
-  return { claim, limit: atOnce, soon: Math.max(0, within - ahead - atOnce) }
-}
-
 /** Archives the given successes with the read (one statement); on failure they go back on the list. */
 const archiveAndRead = (
   ctx: WorkerContext,
@@ -138,7 +117,7 @@ const archiveAndRead = (
   mark: string,
   limited: boolean | "rates",
   ordered: boolean,
-  readClaim: ReadClaim | undefined
+  readClaim: ReturnType<typeof readClaimFor> | undefined
 ) => {
   const { archived: kept, deleted } = splitDeleted(ctx.deps.registry, done)
   return ctx.store
@@ -148,7 +127,7 @@ const archiveAndRead = (
       visibilityTimeout: ctx.config.visibilityTimeout,
       claimedBy: mark,
       ...(archiveIsLease(ctx.deps.registry, done) ? { archiveIsLease: true } : {}),
-      ...(readClaim === undefined ? {} : { readClaim: readClaimLimits(ctx, readClaim) }),
+      ...(readClaim === undefined ? {} : { readClaim: readClaim.option }),
       ...(limited !== false ? { limited, onRateWait } : {}),
       ...(ordered ? { ordered } : {})
     })
@@ -159,7 +138,8 @@ const archiveAndRead = (
           ctx.flushSignal.openUnsafe()
         })
       ),
-      Effect.tap(({ archived }) => {
+      Effect.tap(({ archived, messages }) => {
+        readClaim?.settled(messages)
         for (const m of done) forget(ctx, m)
         return archived < done.length
           ? Effect.logWarning(
@@ -186,7 +166,17 @@ const readOne = (
   const done = withArchive && plain && ctx.completed.length > 0 ? takeCompleted(ctx, queue) : []
   const mark = `${ctx.deps.processId}#${++ctx.claims}`
   const claimed = plain
-    ? archiveAndRead(ctx, onRateWait, queue, done, limit, mark, limited, ordered, readClaim)
+    ? archiveAndRead(
+        ctx,
+        onRateWait,
+        queue,
+        done,
+        limit,
+        mark,
+        limited,
+        ordered,
+        readClaim === undefined ? undefined : readClaimFor(ctx, read, readClaim)
+      )
     : ctx.store
         .read(queue, {
           limit,

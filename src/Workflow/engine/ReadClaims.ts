@@ -26,6 +26,12 @@ const stepOf = (workflows: ReadonlyMap<string, RegisteredWorkflow>, m: Message) 
   return workflows.has(payload.workflow) ? { workflow: payload.workflow, stepId: BigInt(payload.step) } : undefined
 }
 
+/** A start's message carries the run's input (the statement claims none). */
+const hasInput = (m: Message) => {
+  const payload = (m.message as { payload?: unknown }).payload
+  return typeof payload === "object" && payload !== null && "input" in payload
+}
+
 /** Builds, for the workflows a process registers, the claim its workers' reads make (per queue). */
 export const makeReadClaims =
   (ctx: EngineContext, outcomes: Outcomes) =>
@@ -52,6 +58,8 @@ export const makeReadClaims =
           appRevision: revision,
           now
         }),
+      // as the statement's filter: a first delivery naming a step (no start, no deadline notice)
+      claimable: (m) => m.readCt === 1 && stepOf(workflows, m) !== undefined && !hasInput(m),
       claimed: (_queue, rows: ReadonlyArray<ReadClaimRow>) => {
         for (const row of rows) {
           if (row.rc_msg_id !== null)

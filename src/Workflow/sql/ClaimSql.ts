@@ -42,7 +42,10 @@ const stepClaimInReadOf =
       SELECT DISTINCT ON (m.run_id) m.msg_id, m.read_ct, m.run_id, m.step_id, m.n FROM (
         SELECT f.msg_id, f.read_ct, (f.message->'payload'->>'run')::uuid AS run_id,
           (f.message->'payload'->>'step')::int8 AS step_id, f.n
-        FROM (SELECT msg_id, read_ct, message, row_number() OVER (ORDER BY msg_id) AS n
+        FROM (SELECT msg_id, read_ct, message${
+          // the position tells the messages an executor takes at once from those that wait
+          (p.soon ?? 0) > 0 ? sql`, row_number() OVER (ORDER BY msg_id) AS n` : sql`, 0 AS n`
+        }
               FROM u ORDER BY msg_id LIMIT ${p.limit + (p.soon ?? 0)}) f
         WHERE f.read_ct = 1 AND f.message->>'job' = ${STEP_JOB}::text
           AND f.message->'payload'->>'workflow' = ANY(${textArray(p.workflows)}::text[])
