@@ -2,8 +2,9 @@
  * A woken step claimed in the worker's read (issue 24): the read that delivers a step's message
  * claims the step in the same statement (`stepClaimInRead`), so that its execution has one round
  * trip of its own (its outcome) instead of two: for the messages an executor takes at once, and
- * for those expected to wait in the buffer briefly when their step allows the wait. The claims reach the runner as local dispatch's
- * do (`preclaimed`, by delivery); a message that goes back unrun has its claim released.
+ * for those expected to wait in the buffer briefly when their step allows the wait. The claims
+ * reach the runner as local dispatch's do (`preclaimed`, by delivery); a message that goes back
+ * unrun has its claim released.
  *
  * @since 0.1.0
  */
