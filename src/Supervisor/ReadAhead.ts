@@ -57,6 +57,9 @@ export interface ReadAhead {
   readonly jobMs: () => number | undefined
 }
 
+/** The moving average with a new sample `x` (the sample itself when there is none yet). */
+const ewma = (avg: number | undefined, x: number) => (avg === undefined ? x : avg + ALPHA * (x - avg))
+
 /** A fixed read-ahead (the explicit override); it keeps the jobs' time all the same. */
 export const fixed = (n: number): ReadAhead => {
   let jobMs: number | undefined
@@ -64,7 +67,7 @@ export const fixed = (n: number): ReadAhead => {
     current: () => n,
     claimed: () => {},
     ran: (ms) => {
-      jobMs = jobMs === undefined ? ms : jobMs + ALPHA * (ms - jobMs)
+      jobMs = ewma(jobMs, ms)
     },
     jobMs: () => jobMs
   }
@@ -78,7 +81,6 @@ export const adaptive = (concurrency: number, visibilityMs: number): ReadAhead =
   let ra = concurrency
   let claimMs: number | undefined
   let jobMs: number | undefined
-  const ewma = (avg: number | undefined, x: number) => (avg === undefined ? x : avg + ALPHA * (x - avg))
   const target = (): number => {
     const job = Math.max(jobMs ?? 1, 0.01)
     const claim = Math.max(claimMs ?? 1, 0.1)
