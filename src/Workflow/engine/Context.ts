@@ -21,6 +21,12 @@ import { type ClaimRow, makeWorkflowSql, type WorkflowSql } from "../WorkflowSql
 
 import { encodeError } from "./Errors.ts"
 
+/** A step claimed before its execution, and whether the worker's read claimed it (not a signal). */
+export interface Preclaimed {
+  readonly claim: ClaimRow
+  readonly inRead: boolean
+}
+
 /** Builds the shared context of the engine's parts. */
 export const makeEngineContext = Effect.gen(function* () {
   const config = yield* PgBusConfig
@@ -35,8 +41,11 @@ export const makeEngineContext = Effect.gen(function* () {
   // the runner's shared statements (never in a caller's transaction), over the workers' session
   const sessionStatements: WorkflowSql = makeWorkflowSql(yield* WorkerSession, config.schema, messageCtes)
   const worker = `${os.hostname()}:${process.pid}`
-  /** Steps a signal claimed for this process's worker, by the delivery of their message (local dispatch). */
-  const preclaimed = new Map<string, ClaimRow>()
+  /**
+   * Steps claimed for this process's worker before their execution, by the delivery of their
+   * message: by a signal (local dispatch) or by the worker's read (`inRead`, ReadClaims.ts).
+   */
+  const preclaimed = new Map<string, Preclaimed>()
   const revision = config.appRevision ?? null
   const db =
     (operation: string) =>

@@ -91,8 +91,9 @@ export const makeOutcomes = (ctx: EngineContext) => {
       return true
     })
 
-  // Outcomes of the common case (completed, no signal held, the next step claimed at once or the
-  // run finished) from concurrent executions share a statement: while one is out, the next ones
+  // Outcomes of the common case (completed, holding no signal or one the step was claimed with in
+  // the worker's read, consumed with the outcome; the next step claimed at once or the run
+  // finished) from concurrent executions share a statement: while one is out, the next ones
   // pile up and leave together (one round trip and one commit for several runs; W3 went from
   // 5.4 to 3.1 statements per run). Idle, an outcome leaves at once, alone.
   // Claims of fresh runs with their first step pile up with them and leave in the same statement
@@ -119,7 +120,7 @@ export const makeOutcomes = (ctx: EngineContext) => {
       error: null,
       definitionHash: e.definitionHash,
       next: e.next._tag === "claim" ? { ...e.next, physicalQueue: "" } : e.next,
-      mayHoldSignal: false,
+      mayHoldSignal: e.mayHoldSignal === true,
       now: e.now
     }).pipe(Effect.map((rows) => rows[0]))
 

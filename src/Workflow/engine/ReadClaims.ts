@@ -64,7 +64,7 @@ export const makeReadClaims =
       claimed: (_queue, rows: ReadonlyArray<ReadClaimRow>) => {
         for (const row of rows) {
           if (row.rc_msg_id !== null)
-            preclaimed.set(deliveryKey(row.rc_msg_id, row.read_ct), row as unknown as ClaimRow)
+            preclaimed.set(deliveryKey(row.rc_msg_id, row.read_ct), { claim: row as unknown as ClaimRow, inRead: true })
         }
       },
       // released as a refused hand-over is: a new attempt, by this delivery's mark (nothing when

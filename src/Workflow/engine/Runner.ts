@@ -107,9 +107,11 @@ export const makeRunner = (
       const pre = key === undefined ? undefined : preclaimed.get(key)
       if (pre !== undefined && key !== undefined) {
         preclaimed.delete(key)
-        if (message.step !== null && String(pre.step_id) === message.step) {
-          ex.held = pre.step_id ?? undefined
-          return yield* run(pre, false).pipe(Effect.asVoid)
+        const { claim } = pre
+        if (message.step !== null && String(claim.step_id) === message.step) {
+          ex.held = claim.step_id ?? undefined
+          if (pre.inRead) ex.claimedInRead = claim.step_id ?? undefined
+          return yield* run(claim, false).pipe(Effect.asVoid)
         }
       }
       const now = yield* statementNow

@@ -17,7 +17,7 @@ export const makeOutcomeManySql = (
   /** The claim statements' parts (`ClaimSql`), shared with a claim of first steps. */
   claimFirstParts: ClaimSql["claimFirstParts"]
 ) => {
-  const { runs, steps, events, lockRuns, sql, fromIn, toOf, state } = ctx
+  const { runs, steps, events, signals, lockRuns, sql, fromIn, toOf, state } = ctx
   // a run performing has its next step claimed with the outcome; one paused meanwhile holds it
   const running = state("performing")
 
@@ -36,7 +36,8 @@ export const makeOutcomeManySql = (
             : e.next.output === null
               ? ""
               : `,"f":${e.next.output}`
-        return `{"r":${JSON.stringify(e.runId)},"s":"${e.stepId}","h":${JSON.stringify(e.definitionHash)},"t":${e.now === null ? "null" : JSON.stringify(e.now.toISOString())}${e.output === null ? "" : `,"o":${e.output}`}${next}}`
+        const held = e.mayHoldSignal === true ? `,"g":true` : ""
+        return `{"r":${JSON.stringify(e.runId)},"s":"${e.stepId}","h":${JSON.stringify(e.definitionHash)},"t":${e.now === null ? "null" : JSON.stringify(e.now.toISOString())}${e.output === null ? "" : `,"o":${e.output}`}${next}${held}}`
       })
       .join(",")}]`
     const input = sql`fi AS (
@@ -44,7 +45,7 @@ export const makeOutcomeManySql = (
           u.e->>'h' AS hash, u.e->>'n' AS next_name, (u.e->>'a')::int4 AS next_attempt,
           (u.e->>'p')::int4 AS next_position, u.e->>'q' AS next_queue, (u.e->>'x')::int4 AS next_reattempts,
           (u.e->>'m')::float8 AS next_timeout, u.e->>'c' AS next_claimed_by, u.e->'f' AS final_output,
-          coalesce((u.e->>'t')::timestamptz, now()) AS at
+          u.e ? 'g' AS may_hold_signal, coalesce((u.e->>'t')::timestamptz, now()) AS at
         FROM jsonb_array_elements(${json}::jsonb) WITH ORDINALITY AS u(e, ord))`
     const ctes = sql`fn AS (
         UPDATE ${steps} st SET status = 'completed', finished_at = fi.at, output = fi.output, error = NULL
@@ -52,6 +53,16 @@ export const makeOutcomeManySql = (
         WHERE fi.run_id = locked.id AND st.id = fi.step_id AND st.run_id = locked.id AND st.status = 'in_progress'
           AND ${fromIn("locked.status", ...StepOutcomeVerbs)}
         RETURNING st.id, st.run_id, st.name, st.attempt, locked.status AS before, fi.ord),
+      ${
+        // the signal a woken step held is consumed with its completion (stepFinish's `consumed`)
+        entries.some((e) => e.mayHoldSignal === true)
+          ? sql`fc AS (
+        UPDATE ${signals} sg SET status = 'consumed', consumed_at = fi.at
+        FROM fn JOIN fi ON fi.ord = fn.ord
+        WHERE fi.may_hold_signal AND sg.claimed_by_step = fn.id AND sg.status = 'claimed'
+        RETURNING 1),`
+          : sql``
+      }
       fm AS (
         INSERT INTO ${steps} (run_id, name, attempt, position, status, queue, scheduled_at, due_at, started_at,
                               timeout_ms, reattempts, worker, app_revision, claimed_by)
@@ -99,7 +110,7 @@ export const makeOutcomeManySql = (
 
   /**
    * `stepFinish` for many runs in one statement, in the runner's common case only: each attempt
-   * completed, holds no signal, and its next step is claimed at once (`claim`) or its run
+   * completed (the signal it may hold consumed, `mayHoldSignal`), and its next step is claimed at once (`claim`) or its run
    * finishes (`finish`). Row for row and event for event what `stepFinish` writes for each entry
    * (the runs are locked in id order); one row per entry back, in order. The run ids must differ.
    */

@@ -235,6 +235,8 @@ export interface FinishManyEntry {
   readonly next:
     | Omit<Extract<NextAction, { readonly _tag: "claim" }>, "physicalQueue">
     | { readonly _tag: "finish"; readonly output: string | null }
+  /** The attempt may hold a signal (a woken step's): consumed with the outcome. Absent: it holds none. */
+  readonly mayHoldSignal?: boolean | undefined
   readonly now: Date | null
 }
 

@@ -34,6 +34,11 @@ export interface Execution {
   /** Its claim failed with its connection (it may have committed): sent again, it found nothing to claim. */
   claimLost: boolean
   held: bigint | undefined
+  /**
+   * The step the worker's read claimed for it (ReadClaims.ts): its outcome may share the
+   * workers' statement though it holds a signal (Outcome.ts).
+   */
+  claimedInRead?: bigint | undefined
   pending: Pending | undefined
   /** The workflow's queue (where a continue message goes). */
   queue: string | undefined

@@ -97,7 +97,7 @@ export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
       if (Exit.isSuccess(exit) && state.handover !== undefined && handed !== undefined) {
         const { message, claim } = state.handover
         const key = deliveryKey(message.msgId, message.readCt)
-        preclaimed.set(key, claim)
+        preclaimed.set(key, { claim, inRead: false })
         // a hand-over refused (the worker is stopping, or has no free executor for it), or caught
         // in the buffer by a drain or a pause, has its step released before the message goes
         // back unread; its next read gives the same key, so the claim noted for this delivery
