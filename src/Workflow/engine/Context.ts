@@ -46,6 +46,8 @@ export const makeEngineContext = Effect.gen(function* () {
    * message: by a signal (local dispatch) or by the worker's read (`inRead`, ReadClaims.ts).
    */
   const preclaimed = new Map<string, Preclaimed>()
+  /** When a signal of this process last handed a step over to its worker (clock ms). */
+  const handOvers = { lastAt: Number.NEGATIVE_INFINITY }
   const revision = config.appRevision ?? null
   const db =
     (operation: string) =>
@@ -78,6 +80,7 @@ export const makeEngineContext = Effect.gen(function* () {
     sessionStatements,
     worker,
     preclaimed,
+    handOvers,
     revision,
     db,
     queueOf,

@@ -81,10 +81,11 @@ export const makeOutcome = (
       const inTransaction = Option.isSome(Context.getOption(fiber.context, sql.transactionService))
       // a child's end (or pause) wakes its parent in its transaction: never in a shared statement
       const wakes = isChild && (next._tag === "finish" || next._tag === "cancel" || next._tag === "pause")
-      // a step holding a signal shares the statement only when the worker's read claimed it: one
-      // handed over by a signal of this process waiting for the shared statement held its executor
-      // while the next signals looked for a free one (issue 24: in-process p50 1.2 -> 2.2 ms), where
-      // read-claimed steps, off-process, went from 6.3 to 5.5 ms with less CPU per signal
+      // a step holding a signal shares the statement only when the worker's read claimed it, in a
+      // process whose signals hand no steps over (Runner.ts): one handed over waiting for the shared
+      // statement held its executor while the next signals looked for a free one (issue 24:
+      // in-process p50 1.2 -> 2.2 ms), where read-claimed steps, off-process, went faster with
+      // less PostgreSQL CPU per signal
       const shareable = signalFree.has(step.id) || ex.claimedInRead === step.id
       const batchable =
         !wakes &&

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Exit } from "effect"
+import { Cause, Clock, Effect, Exit } from "effect"
 import { isPassingFailure, retryTransient } from "../../../Database.ts"
 import type { Message } from "../../../Queue/Message.ts"
 import type { LocalSlot } from "../../../Queue/Notifier.ts"
@@ -28,7 +28,7 @@ export const emptyHandOver = (): HandOver => ({ slot: undefined, handover: undef
 
 /** Waking a signalled step, and handing it over to a reader of this process after the commit. */
 export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
-  const { config, store, notifier, statements, worker, preclaimed, revision, queueOf } = ctx
+  const { config, store, notifier, statements, worker, preclaimed, revision, queueOf, handOvers } = ctx
   const { releaseStep } = outcomes
 
   /**
@@ -51,6 +51,7 @@ export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
         ? notifier.reserveLocal(physical, { inOrder: false, runs: { workflow: run.workflow } })
         : undefined
       const slot = state.slot
+      if (slot !== undefined) handOvers.lastAt = yield* Clock.currentTimeMillis
       if (slot === undefined) {
         yield* statements.stepWake({
           workflow: run.workflow,
