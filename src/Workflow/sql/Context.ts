@@ -87,26 +87,33 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
 
   // A step's claim, shared by stepClaim, stepWakeClaim and runLoadForRenewal: its `s` CTE (the claimed step)
   // returns these columns; `claimRest` moves the run to performing and writes `step_started`;
-  // the claim's row (ClaimRow) is `claimColumns` from `r` and `s`.
+  // the claim's row (ClaimRow) is `claimColumns` from `r` and `s`. `after`: FROM items the
+  // `step_started` insert reads, so that the events they write come first in the trail.
   const claimedStepColumns = sql`st.id, st.name, st.attempt, st.position, st.reattempts, st.timed_out, st.timeout_at`
 
-  const claimRest = (runId: string, now: Date | null) => sql`r AS (
+  const claimRest = (runId: string, now: Date | null, after?: Statement.Fragment) => sql`r AS (
         UPDATE ${runs} ru SET status = ${toOf("claim")}, current_step = s.name, updated_at = ${NOW(now)}
         FROM s WHERE ru.id = ${runId}::uuid
         RETURNING ru.*),
       e AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, at)
-        SELECT ${runId}::uuid, 'step_started', s.name, s.attempt, 'system', ${NOW(now)} FROM s)`
+        SELECT ${runId}::uuid, 'step_started', s.name, s.attempt, 'system', ${NOW(now)} FROM s${after ?? sql``})`
 
-  /** The claim's row from the run CTE `r` and the step CTE `s` (named otherwise in a worker's read). */
-  const claimColumnsOf = (rName: string, sName: string) => {
+  /**
+   * The claim's row from the run CTE `r` and the step CTE `s` (named otherwise in a worker's
+   * read); `held`: the held signal's expression when the statement itself claims it (a read of
+   * the table in the same statement sees the signal as it was before).
+   */
+  const claimColumnsOf = (rName: string, sName: string, held?: Statement.Fragment) => {
     const r = sql.literal(rName)
     const s = sql.literal(sName)
+    const heldSignal =
+      held ??
+      sql`(SELECT jsonb_build_object('id', sg.id::text, 'name', sg.name, 'payload', sg.payload)
+           FROM ${signals} sg WHERE sg.claimed_by_step = ${s}.id AND sg.status = 'claimed' ORDER BY sg.id LIMIT 1)`
     return sql`${r}.*, ${s}.id AS step_id, ${s}.name AS step_name, ${s}.attempt AS step_attempt,
         ${s}.position AS step_position, ${s}.reattempts AS step_reattempts, ${s}.timed_out AS step_timed_out,
-        ${s}.timeout_at AS step_timeout_at,
-        (SELECT jsonb_build_object('id', sg.id::text, 'name', sg.name, 'payload', sg.payload)
-           FROM ${signals} sg WHERE sg.claimed_by_step = ${s}.id AND sg.status = 'claimed' ORDER BY sg.id LIMIT 1) AS held_signal,
+        ${s}.timeout_at AS step_timeout_at, ${heldSignal} AS held_signal,
         ${history(sql`${r}.id`)} AS history`
   }
   const claimColumns = claimColumnsOf("r", "s")
@@ -149,12 +156,13 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
     readonly now: Date | null
   }) => sql`sgc AS (
         UPDATE ${signals} sg SET status = 'claimed', claimed_by_step = ${p.stepId}, claimed_at = ${NOW(p.now)}
-        WHERE sg.id = ${p.signalId} AND sg.status = 'pending' RETURNING sg.id, sg.name),
+        WHERE sg.id = ${p.signalId} AND sg.status = 'pending' RETURNING sg.id, sg.name, sg.payload),
       sgc_step AS (SELECT name, attempt FROM ${steps} WHERE id = ${p.stepId}),
       sgc_event AS (
         INSERT INTO ${events} (run_id, type, step, attempt, actor, details, at)
         SELECT ${p.runId}::uuid, 'signal_claimed', sgc_step.name, sgc_step.attempt, 'system',
-          jsonb_build_object('signal', sgc.name, 'signal_id', sgc.id::text), ${NOW(p.now)} FROM sgc, sgc_step)`
+          jsonb_build_object('signal', sgc.name, 'signal_id', sgc.id::text), ${NOW(p.now)} FROM sgc, sgc_step
+        RETURNING 1)`
 
   /** The deadline's notice was not handed to a worker yet, or was handed over long ago and is still pending. */
   const renewalDue = (now: Date | null, thresholdMs: number) =>

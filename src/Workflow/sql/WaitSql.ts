@@ -33,6 +33,7 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
     claimedStepColumns,
     claimRest,
     claimColumns,
+    claimColumnsOf,
     signalClaimCtes,
     signals,
     sql,
@@ -132,7 +133,9 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
    * A signal wakes a waiting run's step for a local reader (local dispatch): the wake and the
    * step's claim in one statement (as `stepWake`, then `stepClaim` for `worker`: step →
    * in_progress, run → performing, `step_started`), the message inserted claimed for that reader.
-   * Returns the claim, as `stepClaim` does, with the message's `claimed_*` columns.
+   * With `claimSignal`, the step takes that pending signal in the same statement (as
+   * `signalClaim`; `signal_claimed` comes before `step_started`). Returns the claim, as
+   * `stepClaim` does, with the message's `claimed_*` columns.
    */
   const stepWakeClaim = (p: {
     readonly workflow: string
@@ -142,8 +145,14 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
     readonly claim: { readonly claimedBy: string; readonly visibilityMs: number }
     readonly worker: string
     readonly appRevision: string | null
+    /** A pending signal the step takes in the same statement. */
+    readonly claimSignal?: bigint | undefined
     readonly now: Date | null
   }) => {
+    const signal =
+      p.claimSignal === undefined
+        ? undefined
+        : signalClaimCtes({ runId: p.runId, signalId: p.claimSignal, stepId: p.stepId, now: p.now })
     const message = messageCtes(
       p.physicalQueue,
       "wake_message",
@@ -159,9 +168,18 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
           claimed_by = ${p.claim.claimedBy}
         FROM locked WHERE st.id = ${p.stepId} AND st.run_id = locked.id AND st.status = 'waiting'
         RETURNING ${claimedStepColumns}),
-      ${claimRest(p.runId, p.now)},
+      ${signal === undefined ? sql`` : sql`${signal},`}
+      ${signal === undefined ? claimRest(p.runId, p.now) : claimRest(p.runId, p.now, sql`, (SELECT count(*) FROM sgc_event) AS sgc_first`)},
       ${message.ctes}
-      SELECT ${claimColumns}, ${message.claimed} FROM r, s`
+      SELECT ${
+        signal === undefined
+          ? claimColumns
+          : claimColumnsOf(
+              "r",
+              "s",
+              sql`(SELECT jsonb_build_object('id', sgc.id::text, 'name', sgc.name, 'payload', sgc.payload) FROM sgc)`
+            )
+      }, ${message.claimed} FROM r, s`
   }
 
   /**

@@ -64,11 +64,8 @@ export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
         })
         return
       }
-      // claimed before the wake-and-claim, whose held signal (read in its snapshot) is this one
-      if (claimSignal !== undefined) {
-        yield* statements.signalClaim({ runId: run.id, signalId: claimSignal, stepId: waiting.id, now })
-      }
-      // woken and claimed for this process's worker: it runs the step with no claim of its own
+      // woken and claimed for this process's worker, with the signal (in the same statement): it
+      // runs the step with no claim of its own
       state.handedStep = { workflow: run.workflow, stepId: waiting.id, queue }
       const [claimRow] = yield* statements.stepWakeClaim({
         workflow: run.workflow,
@@ -78,6 +75,7 @@ export const makeSignalWake = (ctx: EngineContext, outcomes: Outcomes) => {
         claim: { claimedBy: slot.claimedBy, visibilityMs: slot.visibilityMs },
         worker,
         appRevision: revision,
+        claimSignal,
         now
       })
       const message = claimRow === undefined ? undefined : store.claimedMessage(queue, claimRow)
