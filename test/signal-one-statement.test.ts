@@ -7,10 +7,12 @@ import { assert, describe, layer } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { Notifier } from "../src/Queue/Notifier.ts"
+import { QueueStore } from "../src/Queue/QueueStore.ts"
 import { Registry } from "../src/Registry.ts"
 import { performNextStep } from "../src/Testing/Workflows.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
+import { makeWorkflowSql } from "../src/Workflow/WorkflowSql.ts"
 import { awaitLockWaiter } from "./support/connections.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
@@ -255,6 +257,45 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("a signal in one stat
         assert.deepStrictEqual(rows.signals, ["paid:claimed"])
         assert.strictEqual((yield* messagesOf(run.id)) - before, 1, "the woken step's message is sent")
       }).pipe(registered)
+    )
+  })
+
+  describe("the hand-over's wake-and-claim (local dispatch, in the verb's transaction)", () => {
+    it.effect(
+      "takes the pending signal in its statement: the claim carries it held, signal_claimed before step_started",
+      () =>
+        Effect.gen(function* () {
+          const sql = yield* SqlClient.SqlClient
+          const store = yield* QueueStore
+          const run = yield* Paid.start({ id: "wake-claim" })
+          yield* performNextStep(run.id)
+          const [waiting] = yield* sql<{ readonly id: bigint }>`SELECT id FROM pgbus.workflow_steps
+          WHERE run_id = ${run.id}::uuid AND status = 'waiting'`
+          const [signal] = yield* sql<{ readonly id: bigint }>`INSERT INTO pgbus.workflow_signals
+            (run_id, name, payload, status, received_at)
+          VALUES (${run.id}::uuid, 'paid', '{"amount":4}'::jsonb, 'pending', now()) RETURNING id`
+          const [claim] = yield* makeWorkflowSql(sql, "pgbus", store.messageCtes).stepWakeClaim({
+            workflow: Paid.name,
+            runId: run.id,
+            stepId: waiting!.id,
+            physicalQueue: "pgbus_default",
+            claim: { claimedBy: "test#1", visibilityMs: 60_000 },
+            worker: "tester",
+            appRevision: null,
+            claimSignal: signal!.id,
+            now: null
+          })
+          assert.strictEqual(claim?.step_id, waiting!.id)
+          assert.deepStrictEqual(claim?.held_signal, { id: String(signal!.id), name: "paid", payload: { amount: 4 } })
+          const rows = yield* rowsOf(run.id)
+          assert.strictEqual(rows.status, "performing")
+          assert.deepStrictEqual(rows.steps, ["wait:paid#1:in_progress"])
+          assert.deepStrictEqual(rows.signals, ["paid:claimed"])
+          assert.deepStrictEqual(
+            rows.events.slice(-2).map((e) => e.type),
+            ["signal_claimed", "step_started"]
+          )
+        }).pipe(registered)
     )
   })
 })
