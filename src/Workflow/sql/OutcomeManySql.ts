@@ -110,8 +110,8 @@ export const makeOutcomeManySql = (
 
   /**
    * `stepFinish` for many runs in one statement, in the runner's common case only: each attempt
-   * completed (the signal it may hold consumed, `mayHoldSignal`), and its next step is claimed at once (`claim`) or its run
-   * finishes (`finish`). Row for row and event for event what `stepFinish` writes for each entry
+   * completed (the signal it may hold consumed, `mayHoldSignal`), and its next step is claimed
+   * at once (`claim`) or its run finishes (`finish`). Row for row and event for event what `stepFinish` writes for each entry
    * (the runs are locked in id order); one row per entry back, in order. The run ids must differ.
    */
   const stepFinishMany = (entries: ReadonlyArray<FinishManyEntry>, worker: string, appRevision: string | null) => {
