@@ -20,7 +20,7 @@ import * as Workflow from "../src/Workflow/Workflow.ts"
 import { makeWorkflowSql, STEP_JOB } from "../src/Workflow/WorkflowSql.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import { plansInBothModes } from "./support/plans.ts"
-import { eventTypes, info, stepRows } from "./support/runs.ts"
+import { eventTypes, info, stepRows, WOKEN_TRAIL } from "./support/runs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Go = Schema.Struct({ v: Schema.Number })
@@ -61,19 +61,6 @@ const Dies = Workflow.make(
 )
 
 const capsules = [{ name: "c", queues: ["default"], concurrency: 2, readAhead: 0 }]
-
-/** The trail of a step woken through the queue and claimed by `stepClaim` (or as it, in the read). */
-const WOKEN_TRAIL = [
-  "started",
-  "step_scheduled",
-  "step_started",
-  "step_waiting",
-  "signal_received",
-  "signal_claimed",
-  "step_started",
-  "step_completed",
-  "finished"
-]
 
 /** Runs of a step woken behind a busy executor: how many times each workflow's body ran. */
 const bufferedRan: Record<string, number> = {}

@@ -12,7 +12,7 @@ import { QueueStore } from "../src/Queue/QueueStore.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { type FinishManyEntry, makeWorkflowSql } from "../src/Workflow/WorkflowSql.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
-import { eventTypes, info } from "./support/runs.ts"
+import { eventTypes, info, WOKEN_TRAIL } from "./support/runs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
 
 const Woken = Workflow.make("Woken", { payload: Schema.Struct({}) }, function* () {
@@ -189,17 +189,7 @@ layer(
       gate = undefined
       for (const [i, r] of runs.entries()) {
         assert.strictEqual((yield* info(r.id)).output, 10 + i)
-        assert.deepStrictEqual(yield* eventTypes(r.id), [
-          "started",
-          "step_scheduled",
-          "step_started",
-          "step_waiting",
-          "signal_received",
-          "signal_claimed",
-          "step_started",
-          "step_completed",
-          "finished"
-        ])
+        assert.deepStrictEqual(yield* eventTypes(r.id), WOKEN_TRAIL)
       }
       const signals = yield* sql<{ readonly status: string; readonly consumed: boolean }>`SELECT status,
           consumed_at IS NOT NULL AS consumed FROM pgbus.workflow_signals`
