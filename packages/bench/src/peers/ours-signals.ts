@@ -160,7 +160,7 @@ const traceReport = (
     return xs[lo]
   }
   let execBusy = 0
-  /** Runs whose step started with no statement of its own before it (local dispatch: claimed by the signal). */
+  /** Runs whose step started with no claim statement of its own (claimed by the signal, or in the read). */
   let handedOver = 0
   for (let i = 0; i < handles.length; i++) {
     const list = stamps.get(handles[i]!.id) ?? []
@@ -183,8 +183,9 @@ const traceReport = (
     add("commit -> executor takes the message (execute span start)", exec.start - signal.end)
     // sent the usual way (not handed over): the read that delivered it, the last ending before
     // the execute span starts
+    // (a step claimed in the read has no claim statement either: only local dispatch hands over)
     const delivering =
-      claim === undefined
+      claim === undefined && localDispatch
         ? undefined
         : reads
             .filter((r) => r.end <= exec.start + 0.001)
@@ -217,6 +218,13 @@ const traceReport = (
     const s = [...xs].sort((a, b) => a - b)
     return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN
   }
+  const sortedReads = [...reads].sort((a, b) => a.start - b.start)
+  for (let k = 0; k < sortedReads.length; k++) {
+    const r = sortedReads[k]!
+    add("read: duration", r.end - r.start)
+    const next = sortedReads[k + 1]
+    if (next !== undefined) add("read: end -> next read start", next.start - r.end)
+  }
   console.error(`ours-signals trace: ms, over ${handles.length} runs (p50 / p90 / mean)`)
   for (const [k, xs] of Object.entries(parts)) {
     const mean = xs.reduce((a, b) => a + b, 0) / xs.length
@@ -225,7 +233,7 @@ const traceReport = (
     )
   }
   console.error(
-    `  handed over claimed (local dispatch): ${handedOver}; reads: ${reads.length}; notifications: ${notified.length}; executor busy ${(execBusy / wallMs / CONCURRENCY).toFixed(2)} of ${CONCURRENCY} x wall`
+    `  claimed before their execution (handed over, or in the read): ${handedOver}; reads: ${reads.length}; notifications: ${notified.length}; executor busy ${(execBusy / wallMs / CONCURRENCY).toFixed(2)} of ${CONCURRENCY} x wall`
   )
 }
 
