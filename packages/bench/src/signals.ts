@@ -10,7 +10,9 @@
  * table shows medians [min-max]. Diagnostic cases: effect-pgbus and DBOS with one sender (so no
  * backlog can build), and effect-pgbus with local dispatch off (`default-nolocal`: every woken step goes
  * through NOTIFY, read and claim, as for signals sent from a process without a worker of the queue;
- * in the JSON line as ours_nolocal_*).
+ * in the JSON line as ours_nolocal_*). The off-process case (`default-offprocess`, ours_offprocess_*)
+ * is that path for real: the senders are a Node process of their own without a worker
+ * (peers/ours-signals-sender.ts), their times brought to the run process's clock.
  *
  *   npm run bench:signals                   # from the repository root (installs the peers first)
  *   RUNS=1 BENCH_ONLY='ours' npm run bench:signals
@@ -175,54 +177,81 @@ export interface SignalsResult {
   readonly polls: number
 }
 
+/** When each run's send was called and returned (the senders' clock; NaN: not sent), and each call's duration. */
+export interface SendTimes {
+  readonly calledAt: Float64Array
+  readonly sentAt: Float64Array
+  readonly sendMs: Array<number>
+  /** First send -> the last send returned. */
+  readonly allSentMs: number
+}
+
 /**
- * The timed phase: SIG_SENDERS senders call `send(i)` one after the other until every run has
- * its signal (`performance.now()` taken when the call returns, i.e. once its transaction has
- * committed); then `finished()` is read every SIG_POLL_MS until it reports SIG_RUNS. Timed from
- * the first send to the read that saw the last run finished. Latency of run i = the recorder's
- * start of its woken code - the return of its send.
+ * SIG_SENDERS senders call `send(i)` one after the other, in `order`, until every run has its
+ * signal or `capMs` has passed (`performance.now()` taken when the call returns, i.e. once its
+ * transaction has committed); at SIG_RATE > 0, send k is due k / rate after the first.
+ */
+export const sendAll = async (
+  send: (i: number) => Promise<unknown>,
+  order: ReadonlyArray<number>,
+  capMs: number = PHASE_CAP_MS
+): Promise<SendTimes> => {
+  const n = order.reduce((m, i) => Math.max(m, i + 1), SIG_RUNS)
+  const calledAt = new Float64Array(n).fill(Number.NaN)
+  const sentAt = new Float64Array(n).fill(Number.NaN)
+  const sendMs: Array<number> = []
+  const t0 = now()
+  const deadline = t0 + capMs
+  let next = 0
+  await Promise.all(
+    Array.from({ length: SIG_SENDERS }, async () => {
+      while (next < order.length && now() < deadline) {
+        const k = next++
+        const i = order[k]!
+        // a fixed rate: send k is due at t0 + k / rate (a late sender sends at once)
+        if (SIG_RATE > 0) {
+          const due = t0 + (k * 1000) / SIG_RATE
+          const wait = due - now()
+          if (wait > 0) await sleep(wait)
+        }
+        const t = now()
+        calledAt[i] = t
+        await send(i)
+        const back = now()
+        sentAt[i] = back
+        sendMs.push(back - t)
+      }
+    })
+  )
+  return { calledAt, sentAt, sendMs, allSentMs: now() - t0 }
+}
+
+/**
+ * The timed phase: the runs get their signals (`sendAll` with `send`, or `senders`: senders
+ * elsewhere, their times in this process's clock); then `finished()` is read every SIG_POLL_MS
+ * until it reports SIG_RUNS. Timed from the first send to the read that saw the last run
+ * finished. Latency of run i = the recorder's start of its woken code - the return of its send.
  */
 export const runSignals = async (opts: {
-  readonly send: (i: number) => Promise<unknown>
+  readonly send?: (i: number) => Promise<unknown>
+  /** Senders in another process: they send in `order` and give back their times. */
+  readonly senders?: (order: ReadonlyArray<number>) => Promise<SendTimes>
   readonly finished: () => Promise<number> | number
   readonly recorder: StartRecorder
-  /** Called with the time each send returned. */
+  /** Called with the time each send returned, once every signal is sent. */
   readonly onSent?: (i: number, t: number) => void
   /** Order in which the runs get their signal (default 0..SIG_RUNS-1). */
   readonly order?: ReadonlyArray<number>
 }): Promise<SignalsResult> => {
-  const sentAt = new Float64Array(SIG_RUNS).fill(Number.NaN)
-  const calledAt = new Float64Array(SIG_RUNS).fill(Number.NaN)
-  const sendMs: Array<number> = []
   const order = opts.order ?? Array.from({ length: SIG_RUNS }, (_, i) => i)
-  let allSentMs = 0
+  const { send, senders } = opts
+  let times: SendTimes | undefined
   let polls = 0
   const res = await measure(async () => {
-    const t0 = now()
-    const deadline = t0 + PHASE_CAP_MS
-    let next = 0
-    await Promise.all(
-      Array.from({ length: SIG_SENDERS }, async () => {
-        while (next < order.length && now() < deadline) {
-          const k = next++
-          const i = order[k]!
-          // a fixed rate: send k is due at t0 + k / rate (a late sender sends at once)
-          if (SIG_RATE > 0) {
-            const due = t0 + (k * 1000) / SIG_RATE
-            const wait = due - now()
-            if (wait > 0) await sleep(wait)
-          }
-          const t = now()
-          calledAt[i] = t
-          await opts.send(i)
-          const back = now()
-          sentAt[i] = back
-          opts.onSent?.(i, back)
-          sendMs.push(back - t)
-        }
-      })
-    )
-    allSentMs = now() - t0
+    const deadline = now() + PHASE_CAP_MS
+    if (senders !== undefined) times = await senders(order)
+    else if (send !== undefined) times = await sendAll(send, order)
+    else throw new Error("runSignals: give send or senders")
     for (;;) {
       const n = await opts.finished()
       polls++
@@ -230,6 +259,8 @@ export const runSignals = async (opts: {
       await sleep(SIG_POLL_MS)
     }
   })
+  const { calledAt, sentAt, sendMs, allSentMs } = times!
+  if (opts.onSent) for (let i = 0; i < sentAt.length; i++) if (!Number.isNaN(sentAt[i]!)) opts.onSent(i, sentAt[i]!)
   const latencies: Array<number> = []
   const callToStart: Array<number> = []
   for (let i = 0; i < SIG_RUNS; i++) {
@@ -311,6 +342,9 @@ const main = async () => {
     { key: "signals ours default senders1", library: "ours", variant: "default", senders: 1 },
     // local dispatch off: the path of signals sent from a process that runs no worker of the queue
     { key: "signals ours default nolocal", library: "ours", variant: "default-nolocal", senders: SIG_SENDERS },
+    // the senders in a Node process of their own, which runs no worker: the path itself, with
+    // the worker's event loop and pool to itself
+    { key: "signals ours default offprocess", library: "ours", variant: "default-offprocess", senders: SIG_SENDERS },
     { key: "signals dbos recv senders1", library: "dbos", variant: "recv", senders: 1 }
   ]
   const CASES = selected(ALL_CASES).filter((c) => !(c.key.endsWith("senders1") && SIG_SENDERS === 1))
@@ -385,8 +419,12 @@ const main = async () => {
   }
   const label = (c: Case): string =>
     (c.library === "ours"
-      ? `effect-pgbus (this repo), ${readAheadLabel(c.variant.replace(/-nolocal$/, ""))}${
-          c.variant.endsWith("-nolocal") ? ", **local dispatch off** (diagnostic)" : ""
+      ? `effect-pgbus (this repo), ${readAheadLabel(c.variant.replace(/-(nolocal|offprocess)$/, ""))}${
+          c.variant.endsWith("-nolocal")
+            ? ", **local dispatch off** (diagnostic)"
+            : c.variant.endsWith("-offprocess")
+              ? ", **senders in another process**"
+              : ""
         }`
       : c.library === "dbos"
         ? `DBOS ${pkgVersion("@dbos-inc/dbos-sdk")} \`recv\``
@@ -453,9 +491,9 @@ const main = async () => {
   p(`### ${SIG_RUNS} parked runs, ${SIG_RUNS} signals (ms; signal commit → woken code start)`)
   p()
   p(
-    "| library | runs | p50 | p90 | p99 | max | signals/s | all sent after s | wall s | send call p50 | send call p99 | call → woken p50 | call → woken p99 | PG CPU s | Node CPU s | statements / signal | commits / run | row writes / run | peak RSS MiB |"
+    "| library | runs | p50 | p90 | p99 | max | signals/s | all sent after s | wall s | send call p50 | send call p99 | call → woken p50 | call → woken p99 | returns after the woken start | PG CPU s | Node CPU s | statements / signal | commits / run | row writes / run | peak RSS MiB |"
   )
-  p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+  p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for (const c of CASES) {
     const rs = results.get(c.key) ?? []
     p(
@@ -464,7 +502,7 @@ const main = async () => {
         `${cell(rs, (r) => num(r, "result.signalsPerSec"))} | ${cell(rs, (r) => num(r, "result.allSentMs"), 1 / 1000)} | ` +
         `${cell(rs, (r) => num(r, "result.wallMs"), 1 / 1000)} | ${cell(rs, (r) => num(r, "result.sendMs.p50"))} | ` +
         `${cell(rs, (r) => num(r, "result.sendMs.p99"))} | ${cell(rs, (r) => num(r, "result.callToStartMs.p50"))} | ` +
-        `${cell(rs, (r) => num(r, "result.callToStartMs.p99"))} | ${cell(rs, (r) => num(r, "result.pgCpuS"))} | ${cell(rs, (r) => num(r, "result.nodeCpuS"))} | ` +
+        `${cell(rs, (r) => num(r, "result.callToStartMs.p99"))} | ${cell(rs, (r) => num(r, "result.negative"))} | ${cell(rs, (r) => num(r, "result.pgCpuS"))} | ${cell(rs, (r) => num(r, "result.nodeCpuS"))} | ` +
         `${cell(rs, (r) => num(r, "result.statementsPerSignal"))} | ${cell(rs, (r) => perRun(r, (d) => d.xactCommit))} | ` +
         `${cell(rs, (r) => perRun(r, (d) => d.tupWritten))} | ${cell(rs, (r) => r.peakRssMiB)} |`
     )
@@ -472,13 +510,27 @@ const main = async () => {
   p()
   p(
     "Send call = the send API call itself (call → returned). Call → woken = the send call's start → the woken code's start: " +
-      "what the caller sees, with the time a sender spends queued in its own call (the headline p50/p99 start at the call's return). PG CPU = every `postgres` process, Node CPU = the run process, over the timed phase. " +
+      "what the caller sees, with the time a sender spends queued in its own call (the headline p50/p99 start at the call's return). " +
+      "Returns after the woken start = signals whose send call returned after their woken code had started (a negative latency): the return stands for the commit, " +
+      "and a busy sender sees its commit late. PG CPU = every `postgres` process, Node CPU = the run process (and the sender process, senders in another process), over the timed phase. " +
       "Statements / signal (effect-pgbus only, with BENCH_OURS_STATEMENTS=1): SQL statements it ran in the timed phase (sends and woken steps; " +
       "the completion reads removed) / signals; counting them installs a tracer, which makes the library open spans it skips without one, " +
       "so the measured runs go without it (n/a) unless it is set. " +
       "Commits and row writes / run: the run database's `xact_commit` and `tup_inserted + tup_updated + tup_deleted` over the whole process " +
       "(setup, parking and the signals) / runs."
   )
+  const offRuns = results.get("signals ours default offprocess") ?? []
+  if (offRuns.length > 0) {
+    p()
+    p(
+      "Senders in another process: the senders are a Node process of their own (`ours-signals-sender.ts`, the library at its defaults, no supervisor), " +
+        '`WorkflowClient.signal(id, "go", { i })`; their times reach the run process through the machine\'s monotonic clock (`process.hrtime`). ' +
+        "Their process's callbacks ran late by " +
+        `${cell(offRuns, (r) => num(r, "result.sender.loopDelayMs.p50"))} ms at p50 and ${cell(offRuns, (r) => num(r, "result.sender.loopDelayMs.p99"))} ms at p99 ` +
+        "(`monitorEventLoopDelay`): about that much of each signal's commit → woken start happens before its send call returns, so the headline figures of this row " +
+        "are low by up to that much, and call → woken is its bound from above."
+    )
+  }
   p()
   const get = (key: string) => results.get(key) ?? []
   const ours = get("signals ours default")
@@ -500,6 +552,17 @@ const main = async () => {
     summary.ours_nolocal_signals_per_s = rounded(medianOf(nolocal, "result.signalsPerSec"), 1)
     summary.ours_nolocal_call_p50_ms = rounded(medianOf(nolocal, "result.callToStartMs.p50"), 2)
     summary.ours_nolocal_call_p99_ms = rounded(medianOf(nolocal, "result.callToStartMs.p99"), 2)
+  }
+  const offprocess = get("signals ours default offprocess")
+  if (offprocess.length > 0) {
+    // the senders in a process of their own, without a worker of the queue
+    summary.ours_offprocess_p50_ms = rounded(medianOf(offprocess, "result.latencyMs.p50"), 2)
+    summary.ours_offprocess_p99_ms = rounded(medianOf(offprocess, "result.latencyMs.p99"), 2)
+    summary.ours_offprocess_signals_per_s = rounded(medianOf(offprocess, "result.signalsPerSec"), 1)
+    summary.ours_offprocess_call_p50_ms = rounded(medianOf(offprocess, "result.callToStartMs.p50"), 2)
+    summary.ours_offprocess_call_p99_ms = rounded(medianOf(offprocess, "result.callToStartMs.p99"), 2)
+    summary.ours_offprocess_negative = rounded(medianOf(offprocess, "result.negative"), 0)
+    summary.ours_offprocess_sender_loop_delay_p50_ms = rounded(medianOf(offprocess, "result.sender.loopDelayMs.p50"), 2)
   }
   if (dbos.length > 0) {
     summary.dbos_p50_ms = rounded(medianOf(dbos, "result.latencyMs.p50"), 2)

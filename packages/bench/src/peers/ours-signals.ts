@@ -6,7 +6,9 @@
  * (`runSignals` in ../signals.ts) records it when `signal` returns.
  *   tsx packages/bench/src/peers/ours-signals.ts signals [--variant ra<N>] [--run N]
  * Variants: `default` (no readAhead given: the library decides), `ra<N>` = a fixed read-ahead;
- * `-nolocal` after either: local dispatch off.
+ * `-nolocal` after either: local dispatch off; `-offprocess` after either: the senders are another
+ * Node process (ours-signals-sender.ts, the library at its defaults and no worker), their times
+ * brought to this process's clock through the machine's monotonic clock.
  * BENCH_OURS_STATEMENTS=1: counts the statements of the timed phase (statements / signal);
  * BENCH_OURS_PROFILE=1: also tallies every statement and span of the timed phase (count, time)
  * and prints it to stderr; BENCH_OURS_TRACE=1: prints where the latency goes (`traceReport`).
@@ -14,10 +16,21 @@
  * diagnostic run, not one to measure (the measured runs go without, statements / signal n/a).
  * BENCH_OURS_CPUPROF=<file>: a V8 CPU profile of the timed phase (the sends and woken steps).
  */
-import { Effect, type Exit, Option, Schema, Tracer } from "effect"
+import { spawn } from "node:child_process"
+import { fileURLToPath } from "node:url"
+import { Effect, type Exit, Option, Tracer } from "effect"
 import { JobClient, PgBus, PgBusConfig, Registry, Workflow, WorkflowClient } from "../../../../src/index.ts"
 import type { RunHandle } from "../../../../src/Workflow/Client.ts"
-import { makeStartRecorder, park, runSignals, SIG_POLL_MS, SIG_RUNS, SIG_SENDERS, SIG_SETTLE_MS } from "../signals.ts"
+import {
+  makeStartRecorder,
+  park,
+  runSignals,
+  type SendTimes,
+  SIG_POLL_MS,
+  SIG_RUNS,
+  SIG_SENDERS,
+  SIG_SETTLE_MS
+} from "../signals.ts"
 import {
   CONCURRENCY,
   databaseName,
@@ -32,43 +45,40 @@ import {
   sleep
 } from "./common.ts"
 import { cpuProfiler } from "./cpuProfile.ts"
-import { makeOursRuntime } from "./oursRuntime.ts"
+import { makeOursRuntime, monotonicOffsetMs } from "./oursRuntime.ts"
+import { SignalBenchRef } from "./signalBenchRef.ts"
 import { makeSpanTally } from "./spanTally.ts"
 
 const args = parseArgs()
 guard()
 const DB = databaseName("sig_ours")
-const variantMatch = /^(?:ra(\d+)|default)(-nolocal)?$/.exec(args.variant)
+const variantMatch = /^(?:ra(\d+)|default)(-nolocal|-offprocess)?$/.exec(args.variant)
 // `default`: no readAhead given, the library decides (adaptive); an unknown variant: read-ahead 0
 const readAhead: number | undefined =
   variantMatch?.[1] !== undefined ? Number(variantMatch[1]) : variantMatch ? undefined : 0
 // `-nolocal`: local dispatch off, so every woken step goes through NOTIFY, read and claim, as
 // when the signals come from a process that runs no worker of the step's queue
-const localDispatch = variantMatch?.[2] === undefined
-const variant = `${readAhead === undefined ? "default" : `ra${readAhead}`}${localDispatch ? "" : "-nolocal"}`
+const localDispatch = variantMatch?.[2] !== "-nolocal"
+// `-offprocess`: the signals come from another Node process (ours-signals-sender.ts) that runs no
+// worker of the queue, with the library's defaults
+const offProcess = variantMatch?.[2] === "-offprocess"
+const variant = `${readAhead === undefined ? "default" : `ra${readAhead}`}${variantMatch?.[2] ?? ""}`
 
 const recorder = makeStartRecorder()
 
-const SignalBench = Workflow.make(
-  "SignalBench",
-  {
-    payload: Schema.Struct({ i: Schema.Number }),
-    signals: { go: Schema.Struct({ i: Schema.Number }) }
-  },
-  function* ({ payload }) {
-    return yield* Workflow.step(
-      "got",
-      Effect.gen(function* () {
-        const t = now()
-        const ctx = yield* Workflow.context
-        const signalled = (ctx.signal?.payload as { i?: number } | undefined)?.i
-        recorder.record(payload.i, t, signalled)
-        return signalled ?? -1
-      }),
-      { waitFor: "go" }
-    )
-  }
-)
+const SignalBench = Workflow.implement(SignalBenchRef, {}, function* ({ payload }) {
+  return yield* Workflow.step(
+    "got",
+    Effect.gen(function* () {
+      const t = now()
+      const ctx = yield* Workflow.context
+      const signalled = (ctx.signal?.payload as { i?: number } | undefined)?.i
+      recorder.record(payload.i, t, signalled)
+      return signalled ?? -1
+    }),
+    { waitFor: "go" }
+  )
+})
 
 // Statement counter (as in ours-workflows.ts), installed only for a diagnostic run
 // (BENCH_OURS_STATEMENTS=1, _PROFILE or _TRACE): a tracer other than the native one makes the
@@ -168,36 +178,37 @@ const traceReport = (
     const exec = list.find((x) => x.name === "pgbus.workflow.run")
     const step = list.find((x) => x.name === "pgbus.step.run")
     const body = recorder.startedAt[i]!
-    if (signal === undefined || exec === undefined) continue
+    if (exec === undefined || (signal === undefined && !offProcess)) continue
+    // signals sent from the sender process: no span here, the send's return stands for its commit
+    const committed = signal?.end ?? sentAt[i]!
     execBusy += exec.end - exec.start
     const sql = list.filter((x) => x.text !== undefined && x.start >= exec.start && x.end <= (step?.start ?? body))
     const claim = sql[0]
     if (claim === undefined) handedOver++
-    add("signal: span (call -> commit)", signal.end - signal.start)
-    add("signal: span end -> signal() returned to the sender", sentAt[i]! - signal.end)
-    add(
-      "commit -> first NOTIFY seen by a monitor LISTEN",
-      (firstAfter(notified, signal.end) ?? Number.NaN) - signal.end
-    )
-    add("commit -> next worker read starts", (firstAfter(readStarts, signal.end) ?? Number.NaN) - signal.end)
-    add("commit -> executor takes the message (execute span start)", exec.start - signal.end)
+    if (signal !== undefined) {
+      add("signal: span (call -> commit)", signal.end - signal.start)
+      add("signal: span end -> signal() returned to the sender", sentAt[i]! - signal.end)
+    }
+    add("commit -> first NOTIFY seen by a monitor LISTEN", (firstAfter(notified, committed) ?? Number.NaN) - committed)
+    add("commit -> next worker read starts", (firstAfter(readStarts, committed) ?? Number.NaN) - committed)
+    add("commit -> executor takes the message (execute span start)", exec.start - committed)
     // sent the usual way (not handed over): the read that delivered it, the last ending before
     // the execute span starts
     // (a step claimed in the read has no claim statement either: only local dispatch hands over)
     const delivering =
-      claim === undefined && localDispatch
+      claim === undefined && localDispatch && !offProcess
         ? undefined
         : reads
             .filter((r) => r.end <= exec.start + 0.001)
             .reduce<Stamp | undefined>((a, r) => (a === undefined || r.end > a.end ? r : a), undefined)
     if (delivering !== undefined) {
-      add("  commit -> delivering read starts", delivering.start - signal.end)
+      add("  commit -> delivering read starts", delivering.start - committed)
       add("  delivering read duration", delivering.end - delivering.start)
       add("  delivering read end -> execute start", exec.start - delivering.end)
       // reads that started after the commit and ended before the delivering read: they missed it
       add(
         "  reads started after the commit that missed it (count)",
-        reads.filter((r) => r.start >= signal.end && r.end <= delivering.start).length
+        reads.filter((r) => r.start >= committed && r.end <= delivering.start).length
       )
     }
     add("claim statement (execute start -> claim end)", claim === undefined ? undefined : claim.end - exec.start)
@@ -237,6 +248,66 @@ const traceReport = (
   )
 }
 
+/** A payload of the sender process (ours-signals-sender.ts): its times on the monotonic clock. */
+interface SentMessage {
+  readonly type: "sent"
+  readonly calledAt: ReadonlyArray<number | null>
+  readonly sentAt: ReadonlyArray<number | null>
+  readonly sendMs: Array<number>
+  readonly allSentMs: number
+  readonly cpuS: number
+  readonly loopDelayMs: { readonly p50: number; readonly p99: number; readonly max: number }
+}
+
+/**
+ * Starts the sender process and resolves once its pool is warm. `senders` hands it the run ids
+ * and gives back its times in this process's clock (through the machine's monotonic clock, which
+ * both processes read: `performance.timeOrigin` was found off by up to 18 ms between them).
+ */
+const startSenderProcess = async (handles: () => ReadonlyArray<RunHandle>) => {
+  const child = spawn(
+    process.execPath,
+    [...process.execArgv, fileURLToPath(new URL("./ours-signals-sender.ts", import.meta.url))],
+    {
+      env: { ...process.env, BENCH_SENDER_DATABASE: DB },
+      stdio: ["ignore", "inherit", "inherit", "ipc"]
+    }
+  )
+  child.on("exit", (code) => {
+    if (code !== 0 && code !== null) console.error(`ours-signals: the sender process exited with ${code}`)
+  })
+  const next = <M>(type: string) =>
+    new Promise<M>((done, fail) => {
+      const onMessage = (m: { type?: string }) => {
+        if (m.type !== type) return
+        child.off("message", onMessage)
+        done(m as M)
+      }
+      child.on("message", onMessage)
+      child.once("exit", (code) => fail(new Error(`the sender process exited (${code}) before "${type}"`)))
+    })
+  await next("ready")
+  let stats: Pick<SentMessage, "cpuS" | "loopDelayMs"> | undefined
+  const offset = monotonicOffsetMs()
+  const local = (xs: ReadonlyArray<number | null>) =>
+    Float64Array.from(xs, (t) => (t === null ? Number.NaN : t - offset))
+  const senders = async (order: ReadonlyArray<number>): Promise<SendTimes> => {
+    const sent = next<SentMessage>("sent")
+    child.send({ type: "send", ids: handles().map((h) => h.id), order })
+    const m = await sent
+    stats = { cpuS: m.cpuS, loopDelayMs: m.loopDelayMs }
+    return { calledAt: local(m.calledAt), sentAt: local(m.sentAt), sendMs: m.sendMs, allSentMs: m.allSentMs }
+  }
+  return {
+    senders,
+    /** The sender process's CPU over its sends (s) and its event-loop delay (ms). */
+    stats: () => stats,
+    close: () => {
+      if (child.connected) child.disconnect()
+    }
+  }
+}
+
 const counts = () => runP(WorkflowClient.use((client) => client.counts({ workflow: "SignalBench" })))
 
 const base = { library: "effect-pgbus", version: "workspace", workload: args.workload, variant }
@@ -250,6 +321,7 @@ try {
     const stop = startWorkers(queue)
     await sleep(500)
     const handles: Array<RunHandle> = new Array(SIG_RUNS)
+    const sender = offProcess ? await startSenderProcess(() => handles) : undefined
     const parking = await park({
       start: async (i) => {
         handles[i] = await runP(SignalBench.start({ i }))
@@ -276,7 +348,9 @@ try {
     spans.state.recording = true
     const stopProfile = await cpuProfiler(process.env.BENCH_OURS_CPUPROF)
     const r = await runSignals({
-      send: (i) => runP(handles[i]!.signal("go", { i })),
+      ...(sender === undefined
+        ? { send: (i: number) => runP(handles[i]!.signal("go", { i })) }
+        : { senders: sender.senders }),
       finished: async () => (await counts()).finished,
       recorder,
       onSent: (i, t) => {
@@ -286,6 +360,7 @@ try {
     await stopProfile?.()
     spans.state.recording = false
     await stop()
+    sender?.close()
     if (TRACE) traceReport(handles, sentAt, notified, r.wallMs)
     if (PROFILE) spans.print(`ours-signals profile (timed phase, ${r.completed} runs)`, "signal", r.completed)
     // every run finished with the index its signal carried; every signal consumed
@@ -301,6 +376,7 @@ try {
       config: {
         capsule: { queues: [queue], concurrency: CONCURRENCY, readAhead: readAhead ?? "default" },
         senders: SIG_SENDERS,
+        senderProcess: offProcess,
         poolMax: POOL_MAX,
         listenNotify: true,
         settleMs: SIG_SETTLE_MS,
@@ -308,6 +384,10 @@ try {
       },
       result: {
         ...r,
+        // Node CPU: both processes when the senders are one of their own
+        ...(sender === undefined
+          ? {}
+          : { nodeCpuS: Math.round((r.nodeCpuS + (sender.stats()?.cpuS ?? 0)) * 100) / 100, sender: sender.stats() }),
         parkedAfterMs: parking.parkMs,
         // statements of the timed phase, less the completion polls (one WorkflowClient.counts each)
         ...(COUNT

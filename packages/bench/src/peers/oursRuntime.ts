@@ -53,3 +53,23 @@ export const makeOursRuntime = <E>(opts: {
   }
   return { runtime, runP, startWorkers }
 }
+
+/**
+ * The machine's monotonic clock (`process.hrtime`, CLOCK_MONOTONIC on Linux, one for every
+ * process) minus this process's `performance.now()`, ms: how two processes compare their times.
+ */
+export const monotonicOffsetMs = (): number => {
+  let best = Number.POSITIVE_INFINITY
+  let offset = 0
+  // the pair read closest together wins
+  for (let k = 0; k < 20; k++) {
+    const a = performance.now()
+    const h = Number(process.hrtime.bigint()) / 1e6
+    const b = performance.now()
+    if (b - a < best) {
+      best = b - a
+      offset = h - (a + b) / 2
+    }
+  }
+  return offset
+}
