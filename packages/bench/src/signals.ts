@@ -524,7 +524,7 @@ const main = async () => {
     p()
     p(
       "Senders in another process: the senders are a Node process of their own (`ours-signals-sender.ts`, the library at its defaults, no supervisor), " +
-        '`WorkflowClient.signal(id, "go", { i })`; their times reach the run process through the machine\'s monotonic clock (`process.hrtime`). ' +
+        "`SignalBenchRef.signal(id, \"go\", { i })` (the workflow's ref: its name and Schemas, no body); their times reach the run process through the machine's monotonic clock (`process.hrtime`). " +
         "Their process's callbacks ran late by " +
         `${cell(offRuns, (r) => num(r, "result.sender.loopDelayMs.p50"))} ms at p50 and ${cell(offRuns, (r) => num(r, "result.sender.loopDelayMs.p99"))} ms at p99 ` +
         "(`monitorEventLoopDelay`): about that much of each signal's commit → woken start happens before its send call returns, so the headline figures of this row " +
