@@ -4,7 +4,7 @@
  * transaction whenever the statement cannot decide alone (a run changed under its snapshot).
  */
 import { assert, describe, layer } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Schema } from "effect"
+import { Deferred, Effect, Exit, Fiber, Schema, Tracer } from "effect"
 import { SqlClient } from "effect/sql"
 import { Notifier } from "../src/Queue/Notifier.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
@@ -41,8 +41,43 @@ const OwnQueue = Workflow.make(
   }
 )
 
+// its wait has a matcher: only code that loads the workflow can judge a signal
+const Matched = Workflow.make(
+  "OneStatementMatched",
+  {
+    payload: Schema.Struct({ id: Schema.String }),
+    signals: {
+      paid: Workflow.signalMatcher("paid", {
+        schema: Schema.Struct({ amount: Schema.Number }),
+        matches: (p) => p.amount > 0
+      })
+    }
+  },
+  function* ({ waitForSignal }) {
+    return (yield* waitForSignal("paid")).amount
+  }
+)
+
+/** The statements an effect runs, counted under a tracing backend (BEGIN and COMMIT have no span). */
+const statementsOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.gen(function* () {
+    const texts: Array<string> = []
+    const tracer = Tracer.make({
+      span: (options) =>
+        new (class extends Tracer.NativeSpan {
+          override end(endTime: bigint, exit: Parameters<Tracer.NativeSpan["end"]>[1]): void {
+            const text = this.attributes.get("db.query.text")
+            if (typeof text === "string") texts.push(text)
+            super.end(endTime, exit)
+          }
+        })(options)
+    })
+    const value = yield* effect.pipe(Effect.withTracer(tracer))
+    return { value, statements: texts.length }
+  })
+
 const client = WorkflowClient
-const registered = Effect.provide(Registry.layer([Paid, Other, OwnQueue]))
+const registered = Effect.provide(Registry.layer([Paid, Other, OwnQueue, Matched]))
 const rowsOf = (id: string) =>
   Effect.gen(function* () {
     const c = yield* client
@@ -130,6 +165,61 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("a signal in one stat
           yield* performNextStep(moved.id)
           assert.strictEqual((yield* c.get(moved.id)).info.output, "moved")
         }).pipe(registered)
+    )
+
+    it.effect("without the definition (the client by run id): one statement, the transaction's rows and trail", () =>
+      Effect.gen(function* () {
+        const c = yield* client
+        const bare = yield* Paid.start({ id: "bare" })
+        const typed = yield* Paid.start({ id: "typed" })
+        yield* performNextStep(bare.id)
+        yield* performNextStep(typed.id)
+        const before = yield* messagesOf(bare.id)
+        const viaClient = yield* statementsOf(c.signal(bare.id, "paid", { amount: 8 }, { actor: "api" }))
+        const viaTx = yield* statementsOf(
+          Effect.scoped(
+            (yield* Notifier)
+              .offerLocal(["pgbus_default"], { reserve: () => undefined })
+              .pipe(Effect.andThen(c.signal(typed.id, "paid", { amount: 8 }, { actor: "api" })))
+          )
+        )
+        assert.strictEqual(viaClient.statements, 1, "one statement")
+        assert.isAbove(viaTx.statements, 1)
+        assert.deepInclude(viaClient.value, { name: "paid", status: "claimed", claimed: true, duplicate: false })
+        assert.deepStrictEqual(yield* rowsOf(bare.id), yield* rowsOf(typed.id))
+        assert.strictEqual((yield* messagesOf(bare.id)) - before, 1, "the woken step's message is sent")
+        yield* performNextStep(bare.id)
+        assert.strictEqual((yield* c.get(bare.id)).info.output, 8)
+        // stored unchecked, as the transaction stores it (the step decodes it at its gate)
+        const unchecked = yield* Paid.start({ id: "unchecked" })
+        yield* performNextStep(unchecked.id)
+        const receipt = yield* c.signal(unchecked.id, "paid", { amount: "eight" })
+        assert.isTrue(receipt.claimed)
+      }).pipe(registered)
+    )
+
+    it.effect("without the definition: a wait with a matcher, or on another queue, goes to the transaction", () =>
+      Effect.gen(function* () {
+        const c = yield* client
+        const matched = yield* Matched.start({ id: "matched" })
+        yield* performNextStep(matched.id)
+        const judged = yield* statementsOf(c.signal(matched.id, "paid", { amount: 2 }))
+        assert.isAbove(judged.statements, 1, "the statement stepped aside")
+        // this process cannot judge without the definition: the step is woken to decide at its gate
+        assert.deepInclude(judged.value, { status: "pending", claimed: false })
+        assert.deepStrictEqual((yield* rowsOf(matched.id)).steps, ["wait:paid#1:scheduled"])
+        yield* performNextStep(matched.id)
+        assert.strictEqual((yield* c.get(matched.id)).info.output, 2)
+        const own = yield* OwnQueue.start({ id: "own-bare" })
+        yield* performNextStep(own.id)
+        const was = yield* messagesOf(own.id, "own_queue")
+        const sent = yield* statementsOf(c.signal(own.id, "go", {}))
+        assert.isAbove(sent.statements, 1, "the statement stepped aside")
+        assert.isTrue(sent.value.claimed)
+        assert.strictEqual((yield* messagesOf(own.id, "own_queue")) - was, 1, "sent on the step's queue")
+        yield* performNextStep(own.id)
+        assert.strictEqual((yield* c.get(own.id)).info.output, "own-bare")
+      }).pipe(registered)
     )
 
     it.effect("an idempotency key: stored and woken once; the repeat is a duplicate that wakes nothing", () =>

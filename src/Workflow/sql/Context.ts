@@ -65,7 +65,7 @@ export const makeWorkflowSqlContext = (sql: SqlClient.SqlClient, schema: string,
       FROM ${steps} h WHERE h.run_id = ${runRef})`
 
   const stepMessage = (
-    workflow: string,
+    workflow: string | Statement.Fragment,
     stepId: Statement.Fragment,
     runId: Statement.Fragment,
     input: Statement.Fragment = sql``

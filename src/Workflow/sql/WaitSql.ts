@@ -195,7 +195,8 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
    */
   const signalStoreWake = (
     p: SignalInput & {
-      readonly workflow: string
+      /** The workflow the run must be of; null: any (a sender without the definition). */
+      readonly workflow: string | null
       readonly resourceId: string | null
       /** The queue of the step's message, as its row names it (null or empty: `defaultQueue`). */
       readonly queue: string
@@ -206,7 +207,7 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
     const message = messageCtes(
       p.physicalQueue,
       "wake_message",
-      sql`SELECT s.due_at AS vt, ${stepMessage(p.workflow, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s`,
+      sql`SELECT s.due_at AS vt, ${stepMessage(sql`go.workflow`, sql`s.id`, sql`${p.runId}::uuid`)} AS message FROM s, go`,
       p.now
     )
     return sql<SignalStoreWakeRow>`WITH locked AS (
@@ -227,7 +228,8 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
           w.attempt AS step_attempt
         FROM locked LEFT JOIN w ON true),
       go AS (
-        SELECT * FROM v WHERE NOT v.fallback AND ${fromIn("v.status", "signal")} AND v.workflow = ${p.workflow}),
+        SELECT * FROM v WHERE NOT v.fallback AND ${fromIn("v.status", "signal")}
+          AND (${p.workflow}::text IS NULL OR v.workflow = ${p.workflow}::text)),
       sg AS (
         INSERT INTO ${signals} (run_id, name, payload, status, idempotency_key, actor, reason, received_at,
                                 claimed_by_step, claimed_at)

@@ -7,7 +7,8 @@
  *   child  -> { type: "sent", ... }           `sendAll`'s times on the machine's monotonic clock
  *                                             (`monotonicOffsetMs`), its CPU and event-loop delay
  * Each send is `SignalBenchRef.signal(id, "go", { i })` (the workflow's ref, its payload checked
- * by the declared Schema), with the library's defaults.
+ * by the declared Schema), with the library's defaults; with BENCH_SIGNALS_BY_ID=1,
+ * `WorkflowClient.signal(id, "go", { i })` (no definition).
  */
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import { Registry, WorkflowClient } from "../../../../src/index.ts"
@@ -27,6 +28,8 @@ if (database === undefined || process.send === undefined) {
   process.exit(2)
 }
 const post = (message: unknown) => process.send?.(message)
+// BENCH_SIGNALS_BY_ID=1: by run id through `WorkflowClient.signal`, which does not know the Schema
+const BY_ID = process.env.BENCH_SIGNALS_BY_ID === "1"
 
 const { runtime, runP } = makeOursRuntime({
   database,
@@ -45,7 +48,12 @@ process.on("message", (message: SendMessage) => {
   // how late this process's callbacks run: a send's return lags its commit by about as much
   const loop = monitorEventLoopDelay({ resolution: 1 })
   loop.enable()
-  sendAll((i) => runP(SignalBenchRef.signal(ids[i]!, "go", { i })), message.order)
+  sendAll(
+    BY_ID
+      ? (i) => runP(WorkflowClient.use((client) => client.signal(ids[i]!, "go", { i })))
+      : (i) => runP(SignalBenchRef.signal(ids[i]!, "go", { i })),
+    message.order
+  )
     .then((times) => {
       const cpu = process.cpuUsage(cpu0)
       loop.disable()

@@ -1,7 +1,7 @@
 /**
  * A signal in one statement (`signalStoreWake`) instead of the verb's transaction of three: for
- * a signal with the workflow's definition, sent where no reader of this process could take the
- * woken step (local dispatch needs the transaction). A sender off the workers' process then has
+ * a signal sent where no reader of this process could take the woken step (local dispatch needs
+ * the transaction), with the workflow's definition or without it. A sender off the workers' process then has
  * one round trip where it had five (BEGIN, the lock, the store, the wake, COMMIT). Whatever the
  * statement cannot decide alone, it leaves to the transaction.
  *
@@ -33,20 +33,23 @@ export const makeSignalInOneStatement = ({ ctx, queries, tx }: Pick<OutsideEnv, 
     local: boolean
   ): Effect.Effect<SignalReceipt | undefined, SignalError> => {
     const definition = options.workflow
-    if (definition === undefined) return Effect.succeed(undefined)
-    const queue = definition.queue ?? config.workflowQueue
+    // without the definition: the workflow's queue taken as the default one (a step on another
+    // makes the statement step aside), and the payload stored unchecked, as the transaction does
+    const queue = definition?.queue ?? config.workflowQueue
     const { physical } = queueOf(queue)
     // a reader here may take the step claimed (local dispatch): that is the transaction's way
     if (local && notifier.hasLocalReader(physical)) return Effect.succeed(undefined)
     if (!isUuid(id)) return Effect.fail(new RunNotFound({ id }))
     return Effect.gen(function* () {
       // a matcher, or a payload its Schema would not decode back, is for the transaction to judge
-      if (declaredMatcher(definition, name)) return undefined
-      const decodes = yield* matchSignal(definition, name, JSON.parse(payloadText)).pipe(
-        Effect.as(true),
-        Effect.orElseSucceed(() => false)
-      )
-      if (!decodes) return undefined
+      if (definition !== undefined) {
+        if (declaredMatcher(definition, name)) return undefined
+        const decodes = yield* matchSignal(definition, name, JSON.parse(payloadText)).pipe(
+          Effect.as(true),
+          Effect.orElseSucceed(() => false)
+        )
+        if (!decodes) return undefined
+      }
       // the statement names the queue's table: a definition that moved its queue since the run
       // started names one that may not exist yet (known once per process, then no round trip)
       yield* jobs.ensureQueue(queue)
@@ -57,7 +60,7 @@ export const makeSignalInOneStatement = ({ ctx, queries, tx }: Pick<OutsideEnv, 
         idempotencyKey: key,
         actor: options.actor ?? "app",
         reason: options.reason ?? null,
-        workflow: definition.name,
+        workflow: definition?.name ?? null,
         resourceId: options.resourceId ?? null,
         queue,
         defaultQueue: config.workflowQueue,
@@ -67,7 +70,7 @@ export const makeSignalInOneStatement = ({ ctx, queries, tx }: Pick<OutsideEnv, 
       if (row === undefined) return yield* new RunNotFound({ id })
       if (!States.isLegal("signal", row.run_status))
         return yield* tx.verbError("signal", { id, status: row.run_status })
-      if (row.run_workflow !== definition.name) return yield* new RunNotFound({ id })
+      if (definition !== undefined && row.run_workflow !== definition.name) return yield* new RunNotFound({ id })
       // stepped aside, or a repeated key (nothing stored): the transaction answers the duplicate
       if (row.fallback || row.id === null) return undefined
       return toReceipt(row as SignalRow, false)
