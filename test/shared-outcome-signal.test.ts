@@ -5,7 +5,7 @@
  * (issue 24); one handed over by a signal of the process keeps its own statement.
  */
 import { assert, layer } from "@effect/vitest"
-import { Deferred, Effect, Schema, Tracer } from "effect"
+import { Deferred, Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBusConfig } from "../src/Config.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
@@ -14,6 +14,7 @@ import { type FinishManyEntry, makeWorkflowSql } from "../src/Workflow/WorkflowS
 import { eventually, startSupervisor } from "./support/jobs.ts"
 import { eventTypes, info, WOKEN_TRAIL } from "./support/runs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
+import { statementTracer } from "./support/tracing.ts"
 
 const Woken = Workflow.make("Woken", { payload: Schema.Struct({}) }, function* () {
   yield* Workflow.step("one", Effect.void)
@@ -151,17 +152,7 @@ layer(
     Effect.gen(function* () {
       const sql = yield* SqlClient.SqlClient
       // the statements' texts, under a tracing backend (the runner opens its spans for one)
-      const texts: Array<string> = []
-      const tracer = Tracer.make({
-        span: (options) =>
-          new (class extends Tracer.NativeSpan {
-            override end(endTime: bigint, exit: Parameters<Tracer.NativeSpan["end"]>[1]): void {
-              const text = this.attributes.get("db.query.text")
-              if (typeof text === "string") texts.push(text)
-              super.end(endTime, exit)
-            }
-          })(options)
-      })
+      const { tracer, texts } = statementTracer()
       yield* startSupervisor([Together], {
         capsules: [{ name: "c", queues: ["default"], concurrency: TOGETHER }]
       }).pipe(Effect.withTracer(tracer))

@@ -4,7 +4,7 @@
  * transaction whenever the statement cannot decide alone (a run changed under its snapshot).
  */
 import { assert, describe, layer } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Schema, Tracer } from "effect"
+import { Deferred, Effect, Exit, Fiber, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { Notifier } from "../src/Queue/Notifier.ts"
 import { QueueStore } from "../src/Queue/QueueStore.ts"
@@ -15,6 +15,7 @@ import * as Workflow from "../src/Workflow/Workflow.ts"
 import { makeWorkflowSql } from "../src/Workflow/WorkflowSql.ts"
 import { awaitLockWaiter } from "./support/connections.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
+import { statementTracer } from "./support/tracing.ts"
 
 const Paid = Workflow.make(
   "OneStatementPaid",
@@ -61,17 +62,7 @@ const Matched = Workflow.make(
 /** The statements an effect runs, counted under a tracing backend (BEGIN and COMMIT have no span). */
 const statementsOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.gen(function* () {
-    const texts: Array<string> = []
-    const tracer = Tracer.make({
-      span: (options) =>
-        new (class extends Tracer.NativeSpan {
-          override end(endTime: bigint, exit: Parameters<Tracer.NativeSpan["end"]>[1]): void {
-            const text = this.attributes.get("db.query.text")
-            if (typeof text === "string") texts.push(text)
-            super.end(endTime, exit)
-          }
-        })(options)
-    })
+    const { tracer, texts } = statementTracer()
     const value = yield* effect.pipe(Effect.withTracer(tracer))
     return { value, statements: texts.length }
   })

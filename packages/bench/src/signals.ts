@@ -537,40 +537,32 @@ const main = async () => {
   const ours = get("signals ours default")
   const dbos = get("signals dbos recv")
   const pgw = get("signals pgworkflows workers10")
+  /** The JSON line's figures of one case under `prefix` (nothing when the case did not run). */
+  const figures = (prefix: string, rs: ReadonlyArray<RunResult>): Record<string, unknown> =>
+    rs.length === 0
+      ? {}
+      : {
+          [`${prefix}_p50_ms`]: rounded(medianOf(rs, "result.latencyMs.p50"), 2),
+          [`${prefix}_p99_ms`]: rounded(medianOf(rs, "result.latencyMs.p99"), 2),
+          [`${prefix}_signals_per_s`]: rounded(medianOf(rs, "result.signalsPerSec"), 1),
+          [`${prefix}_call_p50_ms`]: rounded(medianOf(rs, "result.callToStartMs.p50"), 2),
+          [`${prefix}_call_p99_ms`]: rounded(medianOf(rs, "result.callToStartMs.p99"), 2)
+        }
+  const offprocess = get("signals ours default offprocess")
   const summary: Record<string, unknown> = {
     bench: "signals",
-    ours_p50_ms: rounded(medianOf(ours, "result.latencyMs.p50"), 2),
-    ours_p99_ms: rounded(medianOf(ours, "result.latencyMs.p99"), 2),
-    ours_signals_per_s: rounded(medianOf(ours, "result.signalsPerSec"), 1),
-    ours_call_p50_ms: rounded(medianOf(ours, "result.callToStartMs.p50"), 2),
-    ours_call_p99_ms: rounded(medianOf(ours, "result.callToStartMs.p99"), 2)
-  }
-  const nolocal = get("signals ours default nolocal")
-  if (nolocal.length > 0) {
-    // local dispatch off: what a sender in a process without a worker of the queue gets
-    summary.ours_nolocal_p50_ms = rounded(medianOf(nolocal, "result.latencyMs.p50"), 2)
-    summary.ours_nolocal_p99_ms = rounded(medianOf(nolocal, "result.latencyMs.p99"), 2)
-    summary.ours_nolocal_signals_per_s = rounded(medianOf(nolocal, "result.signalsPerSec"), 1)
-    summary.ours_nolocal_call_p50_ms = rounded(medianOf(nolocal, "result.callToStartMs.p50"), 2)
-    summary.ours_nolocal_call_p99_ms = rounded(medianOf(nolocal, "result.callToStartMs.p99"), 2)
-  }
-  const offprocess = get("signals ours default offprocess")
-  if (offprocess.length > 0) {
+    ...figures("ours", ours),
+    // local dispatch off: a sender in a process without a worker of the queue, emulated
+    ...figures("ours_nolocal", get("signals ours default nolocal")),
     // the senders in a process of their own, without a worker of the queue
-    summary.ours_offprocess_p50_ms = rounded(medianOf(offprocess, "result.latencyMs.p50"), 2)
-    summary.ours_offprocess_p99_ms = rounded(medianOf(offprocess, "result.latencyMs.p99"), 2)
-    summary.ours_offprocess_signals_per_s = rounded(medianOf(offprocess, "result.signalsPerSec"), 1)
-    summary.ours_offprocess_call_p50_ms = rounded(medianOf(offprocess, "result.callToStartMs.p50"), 2)
-    summary.ours_offprocess_call_p99_ms = rounded(medianOf(offprocess, "result.callToStartMs.p99"), 2)
-    summary.ours_offprocess_negative = rounded(medianOf(offprocess, "result.negative"), 0)
-    summary.ours_offprocess_sender_loop_delay_p50_ms = rounded(medianOf(offprocess, "result.sender.loopDelayMs.p50"), 2)
-  }
-  if (dbos.length > 0) {
-    summary.dbos_p50_ms = rounded(medianOf(dbos, "result.latencyMs.p50"), 2)
-    summary.dbos_p99_ms = rounded(medianOf(dbos, "result.latencyMs.p99"), 2)
-    summary.dbos_signals_per_s = rounded(medianOf(dbos, "result.signalsPerSec"), 1)
-    summary.dbos_call_p50_ms = rounded(medianOf(dbos, "result.callToStartMs.p50"), 2)
-    summary.dbos_call_p99_ms = rounded(medianOf(dbos, "result.callToStartMs.p99"), 2)
+    ...figures("ours_offprocess", offprocess),
+    ...(offprocess.length === 0
+      ? {}
+      : {
+          ours_offprocess_negative: rounded(medianOf(offprocess, "result.negative"), 0),
+          ours_offprocess_sender_loop_delay_p50_ms: rounded(medianOf(offprocess, "result.sender.loopDelayMs.p50"), 2)
+        }),
+    ...figures("dbos", dbos)
   }
   if (pgw.length > 0) {
     summary.pgworkflows_p50_ms = rounded(medianOf(pgw, "result.latencyMs.p50"), 2)
