@@ -13,6 +13,7 @@
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import { Registry, WorkflowClient } from "../../../../src/index.ts"
 import { sendAll } from "../signals.ts"
+import { cpuProfiler } from "./cpuProfile.ts"
 import { makeOursRuntime, monotonicOffsetMs } from "./oursRuntime.ts"
 import { SignalBenchRef } from "./signalBenchRef.ts"
 
@@ -45,16 +46,22 @@ process.on("message", (message: SendMessage) => {
   if (message.type !== "send") return
   const { ids } = message
   const cpu0 = process.cpuUsage()
+  // BENCH_SENDER_CPUPROF=<file>: a V8 CPU profile of the sends
+  const profiling = cpuProfiler(process.env.BENCH_SENDER_CPUPROF)
   // how late this process's callbacks run: a send's return lags its commit by about as much
   const loop = monitorEventLoopDelay({ resolution: 1 })
   loop.enable()
-  sendAll(
-    BY_ID
-      ? (i) => runP(WorkflowClient.use((client) => client.signal(ids[i]!, "go", { i })))
-      : (i) => runP(SignalBenchRef.signal(ids[i]!, "go", { i })),
-    message.order
-  )
-    .then((times) => {
+  profiling
+    .then(() =>
+      sendAll(
+        BY_ID
+          ? (i) => runP(WorkflowClient.use((client) => client.signal(ids[i]!, "go", { i })))
+          : (i) => runP(SignalBenchRef.signal(ids[i]!, "go", { i })),
+        message.order
+      )
+    )
+    .then(async (times) => {
+      await (await profiling)?.()
       const cpu = process.cpuUsage(cpu0)
       loop.disable()
       post({
