@@ -18,7 +18,8 @@
  *   RUNS=1 BENCH_ONLY='ours' npm run bench:signals
  *
  * Knobs (env): RUNS (3), BENCH_ONLY (regex on the case key), BENCH_SIGNALS_RUNS (1000),
- * BENCH_SIGNALS_SENDERS (10), BENCH_SIGNALS_BY_ID (1: the off-process senders signal by run id,
+ * BENCH_SIGNALS_SENDERS (10), BENCH_SENDER_CPUPROF (<file>: a V8 CPU profile of the off-process case's sends),
+ * BENCH_SIGNALS_BY_ID (1: the off-process senders signal by run id,
  * `WorkflowClient.signal`, not through the ref), BENCH_SIGNALS_POLL_MS (completion reads, 5), BENCH_SIGNALS_SETTLE_MS
  * (quiet between "all parked" and the first send, 1000), BENCH_OURS_READ_AHEAD (fixed read-aheads
  * tried besides the library's default, none; 0 was the default before the adaptive read-ahead), BENCH_CONCURRENCY (worker concurrency, 10), BENCH_POOL_MAX (20),
