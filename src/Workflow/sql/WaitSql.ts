@@ -189,9 +189,10 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
    * writes nothing and answers `fallback` when those three must go one by one: the step has a
    * matcher, the run is paused, the step's queue is not `queue`, or the run changed between the
    * statement's snapshot and its lock (the steps read would be the snapshot's, not the lock's).
-   * Nothing is written either for a run the verb may not signal or of another workflow, nor for
-   * an idempotency key already stored (no signal row comes back: the duplicate is the
-   * transaction's to answer).
+   * Nothing is written either for a run the verb may not signal or of another workflow than
+   * `workflow` (when given), nor for an idempotency key already stored (no signal row comes
+   * back: the duplicate is the transaction's to answer). The step's message names the run's
+   * workflow, as its row has it.
    */
   const signalStoreWake = (
     p: SignalInput & {

@@ -1,9 +1,9 @@
 /**
  * A signal in one statement (`signalStoreWake`) instead of the verb's transaction of three: for
  * a signal sent where no reader of this process could take the woken step (local dispatch needs
- * the transaction), with the workflow's definition or without it. A sender off the workers' process then has
- * one round trip where it had five (BEGIN, the lock, the store, the wake, COMMIT). Whatever the
- * statement cannot decide alone, it leaves to the transaction.
+ * the transaction), with the workflow's definition or without it. A sender off the workers'
+ * process then has one round trip where it had five (BEGIN, the lock, the store, the wake,
+ * COMMIT). Whatever the statement cannot decide alone, it leaves to the transaction.
  *
  * @since 0.1.0
  */
