@@ -196,7 +196,7 @@ const makeParkWakeSql = (ctx: WorkflowSqlContext) => {
    */
   const signalStoreWake = (
     p: SignalInput & {
-      /** The workflow the run must be of; null: any (a sender without the definition). */
+      /** The workflow the run must be of; null: whichever it is (a sender without the definition). */
       readonly workflow: string | null
       readonly resourceId: string | null
       /** The queue of the step's message, as its row names it (null or empty: `defaultQueue`). */
