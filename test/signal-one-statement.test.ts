@@ -181,11 +181,16 @@ layer(TestDatabase.layer(), { excludeTestServices: true })("a signal in one stat
         assert.strictEqual((yield* messagesOf(bare.id)) - before, 1, "the woken step's message is sent")
         yield* performNextStep(bare.id)
         assert.strictEqual((yield* c.get(bare.id)).info.output, 8)
-        // stored unchecked, as the transaction stores it (the step decodes it at its gate)
+        // stored unchecked, as the transaction stores it
         const unchecked = yield* Paid.start({ id: "unchecked" })
         yield* performNextStep(unchecked.id)
         const receipt = yield* c.signal(unchecked.id, "paid", { amount: "eight" })
         assert.isTrue(receipt.claimed)
+        yield* performNextStep(unchecked.id)
+        // the gate's decode fails the step, and the default policy pauses the run
+        assert.strictEqual((yield* c.get(unchecked.id)).info.status, "paused")
+        const failed = (yield* c.steps(unchecked.id)).find((st) => st.status === "failed")
+        assert.include(JSON.stringify(failed?.error ?? null), "Expected number")
       }).pipe(registered)
     )
 
