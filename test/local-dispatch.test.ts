@@ -17,7 +17,9 @@ import { Processes } from "../src/Supervisor/Processes.ts"
 import { WorkflowClient } from "../src/Workflow/Client.ts"
 import * as Workflow from "../src/Workflow/Workflow.ts"
 import { eventually, startSupervisor } from "./support/jobs.ts"
+import { WOKEN_TRAIL } from "./support/runs.ts"
 import * as TestDatabase from "./support/TestDatabase.ts"
+import { statementTracer } from "./support/tracing.ts"
 
 /** When set, the step's body waits for it (the test reads the step's message meanwhile). */
 let hold: Deferred.Deferred<void> | undefined
@@ -259,6 +261,34 @@ layer(TestDatabase.layer({ pollingInterval: "50 millis", localDispatch: false })
         )
         const t = yield* trail(run.id)
         assert.isAbove(t.started!, t.received!, "claimed by the worker, in a later transaction")
+      }).pipe(Effect.scoped)
+    )
+
+    it.effect("by run id, without the definition: one statement, and the live worker runs the step once", () =>
+      Effect.gen(function* () {
+        yield* startSupervisor([LocalWake], { capsules: [{ name: "c", queues: ["default"], concurrency: 2 }] })
+        const client = yield* WorkflowClient
+        const run = yield* LocalWake.start({ id: "by-id" })
+        yield* eventually(
+          "waiting",
+          Effect.map(statusOf(run.id), (s) => s === "waiting")
+        )
+        // as a process that has neither the workflow's code nor its ref sends it
+        const { tracer, texts } = statementTracer()
+        const receipt = yield* client.signal(run.id, "go", { v: 11 }).pipe(Effect.withTracer(tracer))
+        assert.strictEqual(texts.length, 1, "one statement")
+        assert.isTrue(receipt.claimed)
+        yield* eventually(
+          "finished",
+          Effect.map(statusOf(run.id), (s) => s === "finished")
+        )
+        assert.strictEqual((yield* client.get(run.id)).info.output, 11)
+        assert.deepStrictEqual((yield* trail(run.id)).types, WOKEN_TRAIL)
+        // one start after the signal (the trail), and its message acknowledged
+        yield* eventually(
+          "acknowledged",
+          Effect.map(stepMessages(run.id, "q"), (readCts) => readCts.length === 0)
+        )
       }).pipe(Effect.scoped)
     )
   }
