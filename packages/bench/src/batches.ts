@@ -10,13 +10,16 @@
  *
  * Knobs (env): RUNS (5), BENCH_BATCH_JOBS (10000), BENCH_CONCURRENCY (10), BENCH_READ_AHEAD (190),
  * BENCH_POOL_MAX (20), DATABASE_URL.
- * Last line: {"bench":"batches","ours_jobs_per_s":N,"callback_lag_ms":N}
+ * Each round's commits and WAL bytes per job come from the WAL (cost.ts, `phaseCost`).
+ * Last line: {"bench":"batches","ours_jobs_per_s":N,"callback_lag_ms":N,"ours_commits_per_job":N,
+ *   "ours_wal_bytes_per_job":N,"plain_commits_per_job":N,"plain_wal_bytes_per_job":N}
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Deferred, Effect, Layer, References, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { Batch, Job, PgBus, QueueStore, Registry, Supervisor } from "../../../src/index.ts"
-import { benchConfig, benchDatabase, machine, median, round } from "./common.ts"
+import { benchConfig, benchDatabase, exitOnWorkersFailure, machine, median, round } from "./common.ts"
+import { type PhaseCost, perUnit, withPhaseCost } from "./cost.ts"
 
 const RUNS = Number(process.env.RUNS ?? 5)
 const JOBS = Number(process.env.BENCH_BATCH_JOBS ?? 10_000)
@@ -112,23 +115,37 @@ const program = Effect.gen(function* () {
 
   const measured = Effect.gen(function* () {
     const pg = yield* serverVersion
-    yield* Supervisor.runWith({
+    const workers = yield* Supervisor.runWith({
       capsules: [{ name: "bench", queues: [QUEUE], concurrency: CONCURRENCY, readAhead: READ_AHEAD }]
     }).pipe(Effect.provide(Registry.layer([Member, Done])), Effect.forkScoped)
+    exitOnWorkersFailure(workers)
     // warm-up (JIT, prepared statements, the supervisor's start), not counted
     yield* batchRound
     yield* plainRound
     const batched: Array<Round> = []
     const plain: Array<Round> = []
+    const batchedCosts: Array<PhaseCost> = []
+    const plainCosts: Array<PhaseCost> = []
     for (let r = 0; r < RUNS; r++) {
-      batched.push(yield* batchRound)
-      plain.push(yield* plainRound)
+      const [b, bCost] = yield* withPhaseCost(database, batchRound)
+      batched.push(b)
+      batchedCosts.push(bCost)
+      const [p, pCost] = yield* withPhaseCost(database, plainRound)
+      plain.push(p)
+      plainCosts.push(pCost)
       process.stderr.write(`round ${r + 1}/${RUNS} done\n`)
     }
-    return { pg, batched, plain }
+    return { pg, batched, plain, batchedCosts, plainCosts }
   }).pipe(Effect.scoped, Effect.provide(pgbus), Effect.provide(quiet))
 
-  const { pg, batched, plain } = yield* measured
+  const { pg, batched, plain, batchedCosts, plainCosts } = yield* measured
+  // per job (commits n/a where pg_waldump could not read the WAL)
+  const commits = (costs: ReadonlyArray<PhaseCost>) =>
+    costs.flatMap((c) => {
+      const n = perUnit(c, JOBS).commits
+      return n === null ? [] : [n]
+    })
+  const walBytes = (costs: ReadonlyArray<PhaseCost>) => costs.map((c) => perUnit(c, JOBS).walBytes)
   const rate = (rounds: ReadonlyArray<Round>, pick: (r: Round) => number | undefined) =>
     rounds.flatMap((r) => {
       const ms = pick(r)
@@ -147,20 +164,24 @@ const program = Effect.gen(function* () {
       "log level Warn; members enqueued with one `batch.enqueue(Member.enqueueMany(...))`; the onFinish callback on the " +
       "same queue; each batch round followed by the same jobs without a batch",
     "",
-    "| jobs | runs | enqueue ms | enqueue → last handler, jobs/s | enqueue → callback, jobs/s | last member → callback, ms |",
-    "|---|---|---|---|---|---|",
-    `| in one batch | ${batched.length} | ${fmt(batched.map((r) => r.enqueueMs))} | ${fmt(rate(batched, (r) => r.lastHandledMs))} | ${fmt(toCallback)} | ${fmt(lags, 1)} |`,
-    `| no batch | ${plain.length} | ${fmt(plain.map((r) => r.enqueueMs))} | ${fmt(rate(plain, (r) => r.lastHandledMs))} | n/a | n/a |`,
+    "| jobs | runs | enqueue ms | enqueue → last handler, jobs/s | enqueue → callback, jobs/s | last member → callback, ms | commits / job | WAL bytes / job |",
+    "|---|---|---|---|---|---|---|---|",
+    `| in one batch | ${batched.length} | ${fmt(batched.map((r) => r.enqueueMs))} | ${fmt(rate(batched, (r) => r.lastHandledMs))} | ${fmt(toCallback)} | ${fmt(lags, 1)} | ${fmt(commits(batchedCosts), 3)} | ${fmt(walBytes(batchedCosts))} |`,
+    `| no batch | ${plain.length} | ${fmt(plain.map((r) => r.enqueueMs))} | ${fmt(rate(plain, (r) => r.lastHandledMs))} | n/a | n/a | ${fmt(commits(plainCosts), 3)} | ${fmt(walBytes(plainCosts))} |`,
     "",
     "ours_jobs_per_s = enqueue → callback (median); callback_lag_ms = the end of the last member's handler → the start " +
       "of the callback's handler (median): its archive, the batch update that finishes it, the callback's send, the " +
-      "wake-up and the claim."
+      "wake-up and the claim. Commits / job: the commit records of the round's writing transactions, from the WAL."
   ]
   process.stdout.write(
     `${lines.join("\n")}\n${JSON.stringify({
       bench: "batches",
       ours_jobs_per_s: round(median(toCallback)),
-      callback_lag_ms: round(median(lags), 1)
+      callback_lag_ms: round(median(lags), 1),
+      ours_commits_per_job: commits(batchedCosts).length === RUNS ? round(median(commits(batchedCosts)), 3) : null,
+      ours_wal_bytes_per_job: round(median(walBytes(batchedCosts))),
+      plain_commits_per_job: commits(plainCosts).length === RUNS ? round(median(commits(plainCosts)), 3) : null,
+      plain_wal_bytes_per_job: round(median(walBytes(plainCosts)))
     })}\n`
   )
 }).pipe(Effect.scoped)

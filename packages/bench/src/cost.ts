@@ -12,10 +12,16 @@
  *   database, plus the commit records of their transactions. When pg_waldump cannot read the WAL
  *   (not on the server's machine, no permission, segment recycled) the plain LSN difference is
  *   reported instead (`walExact: false`), which counts every database's WAL.
+ *
+ * The single-process benches (events, queue, batches, streams) hold their database open while
+ * they measure, so they take a phase's cost from the WAL alone (`phaseCost`): the bytes as above
+ * and the commit records of the database's transactions (writing commits: a read-only
+ * transaction writes none, and waits for no flush).
  */
 import { spawn } from "node:child_process"
 import { existsSync } from "node:fs"
 import { createInterface } from "node:readline"
+import { Effect } from "effect"
 import { monitorClient, now, type PgClientLike, serverUrl, sleep } from "./peers/common.ts"
 
 /** What a run cost its database. */
@@ -41,25 +47,34 @@ const admin = async <A>(f: (client: PgClientLike) => Promise<A>): Promise<A> => 
   }
 }
 
-const RECORD = /len \(rec\/tot\):\s*\d+\/\s*(\d+), tx:\s*(\d+),/
+const RECORD = /^rmgr: (\w+)\s+len \(rec\/tot\):\s*\d+\/\s*(\d+), tx:\s*(\d+),.*?desc: (\S+)/
 const REL = /rel \d+\/(\d+)\//g
+
+/** What the WAL between two LSNs holds for one database. */
+interface WalShare {
+  readonly bytes: number
+  /** Commit records of the transactions that wrote to the database. */
+  readonly commits: number
+}
 
 /**
  * Sums the WAL records between two LSNs that belong to database `oid` (a relation of it in a
- * block reference or description, or the commit/abort of a transaction that wrote one).
+ * block reference or description, or the commit/abort of a transaction that wrote one), and
+ * counts those transactions' commits.
  */
-const waldumpBytes = (binary: string, walDir: string, start: string, end: string, oid: string) =>
-  new Promise<number | undefined>((done) => {
+const waldumpShare = (binary: string, walDir: string, start: string, end: string, oid: string) =>
+  new Promise<WalShare | undefined>((done) => {
     const child = spawn(binary, ["-p", walDir, "-s", start, "-e", end], { stdio: ["ignore", "pipe", "ignore"] })
     const txs = new Set<string>()
     let bytes = 0
+    let commits = 0
     let lines = 0
     const rl = createInterface({ input: child.stdout })
     rl.on("line", (line) => {
       const m = RECORD.exec(line)
       if (m === null) return
       lines++
-      const tx = m[2]!
+      const tx = m[3]!
       let ours = false
       for (const r of line.matchAll(REL)) {
         if (r[1] === oid) {
@@ -69,12 +84,55 @@ const waldumpBytes = (binary: string, walDir: string, start: string, end: string
       }
       if (!ours && tx !== "0" && txs.has(tx)) ours = true
       if (ours) {
-        bytes += Number(m[1])
+        bytes += Number(m[2])
         if (tx !== "0") txs.add(tx)
+        if (m[1] === "Transaction" && m[4] === "COMMIT") commits++
       }
     })
     child.on("error", () => done(undefined))
-    child.on("close", (code) => done(code === 0 || lines > 0 ? bytes : undefined))
+    child.on("close", (code) => done(code === 0 || lines > 0 ? { bytes, commits } : undefined))
+  })
+
+/** The LSN difference and, where pg_waldump can read the WAL, the database's share of it. */
+const walBetween = async (c: PgClientLike, oid: string, walStart: string, walEnd: string) => {
+  const { rows } = await c.query<{ b: string; dir: string; v: string }>(
+    `SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::text AS b,
+       current_setting('data_directory') || '/pg_wal' AS dir, current_setting('server_version_num') AS v`,
+    [walStart, walEnd]
+  )
+  const info = rows[0]
+  const serverBytes = info ? Number(info.b) : undefined
+  const binary = info ? `/usr/lib/postgresql/${Math.floor(Number(info.v) / 10000)}/bin/pg_waldump` : ""
+  const share =
+    info && existsSync(binary) && existsSync(info.dir)
+      ? await waldumpShare(binary, info.dir, walStart, walEnd, oid)
+      : undefined
+  return { serverBytes, share }
+}
+
+/** What one phase of a single-process bench cost its database, from the WAL. */
+export interface PhaseCost {
+  /** WAL bytes written for the database (every database's when not exact). */
+  readonly walBytes: number
+  /** Commit records of the database's writing transactions; undefined when pg_waldump could not read the WAL. */
+  readonly commits: number | undefined
+  readonly exact: boolean
+}
+
+/** The server's WAL position now: a phase's start or end mark for `phaseCost`. */
+export const walMark = (): Promise<string> =>
+  admin(async (c) => (await c.query<{ l: string }>("SELECT pg_current_wal_lsn()::text AS l")).rows[0]!.l)
+
+/** The cost to `database` of the WAL written between two marks (taken with `walMark`). */
+export const phaseCost = (database: string, walStart: string, walEnd: string): Promise<PhaseCost> =>
+  admin(async (c) => {
+    const { rows } = await c.query<{ oid: string }>("SELECT oid::text AS oid FROM pg_database WHERE datname = $1", [
+      database
+    ])
+    const { serverBytes, share } = await walBetween(c, rows[0]!.oid, walStart, walEnd)
+    return share !== undefined
+      ? { walBytes: share.bytes, commits: share.commits, exact: true }
+      : { walBytes: serverBytes ?? 0, commits: undefined, exact: false }
   })
 
 /**
@@ -112,19 +170,28 @@ export const runCost = (
     }
     const { walStart, walEnd } = marks ?? {}
     if (typeof walStart !== "string" || typeof walEnd !== "string") return base
-    const diff = await c.query<{ b: string; dir: string; v: string }>(
-      `SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::text AS b,
-         current_setting('data_directory') || '/pg_wal' AS dir, current_setting('server_version_num') AS v`,
-      [walStart, walEnd]
-    )
-    const info = diff.rows[0]
-    const walServerBytes = info ? Number(info.b) : undefined
-    const binary = info ? `/usr/lib/postgresql/${Math.floor(Number(info.v) / 10000)}/bin/pg_waldump` : ""
-    const exact =
-      info && existsSync(binary) && existsSync(info.dir)
-        ? await waldumpBytes(binary, info.dir, walStart, walEnd, row.oid!)
-        : undefined
-    return exact !== undefined
-      ? { ...base, walBytes: exact, walServerBytes, walExact: true }
+    const { serverBytes: walServerBytes, share } = await walBetween(c, row.oid!, walStart, walEnd)
+    return share !== undefined
+      ? { ...base, walBytes: share.bytes, walServerBytes, walExact: true }
       : { ...base, walBytes: walServerBytes, walServerBytes, walExact: false }
   })
+
+/** Runs one phase of a single-process bench between two WAL marks: what it returned and what it cost. */
+export const withPhaseCost = <A, E, R>(database: string, phase: Effect.Effect<A, E, R>) =>
+  Effect.gen(function* () {
+    const start = yield* Effect.promise(walMark)
+    const result = yield* phase
+    const end = yield* Effect.promise(walMark)
+    const cost = yield* Effect.promise(() => phaseCost(database, start, end))
+    return [result, cost] as const
+  })
+
+/** A phase's commits and WAL bytes per unit (event, message, job) as two table cells. */
+export const costCells = (cost: PhaseCost, units: number): string =>
+  `${cost.commits === undefined ? "n/a" : (cost.commits / units).toFixed(3)} | ${Math.round(cost.walBytes / units)}${cost.exact ? "" : " (server)"}`
+
+/** A phase's commits and WAL bytes per unit (null commits when the WAL could not be read). */
+export const perUnit = (cost: PhaseCost, units: number) => ({
+  commits: cost.commits === undefined ? null : Number((cost.commits / units).toFixed(3)),
+  walBytes: Math.round(cost.walBytes / units)
+})

@@ -1,8 +1,10 @@
 /**
  * bench:queue: 20,000 messages sent in batches of 100, then read in batches of 100 and archived,
  * on one queue; the same lifecycle with hand-written SQL (same driver, same table shape) in
- * the same run. Rounds alternate between the two; medians are reported.
- * Last line: {"bench":"queue","ours_msgs_per_s":N,"raw_sql_msgs_per_s":N,"ratio":N}
+ * the same run. Rounds alternate between the two; medians are reported, with each side's commits
+ * and WAL bytes per message (from the WAL: cost.ts, `phaseCost`).
+ * Last line: {"bench":"queue","ours_msgs_per_s":N,"raw_sql_msgs_per_s":N,"ratio":N,
+ *   "ours_commits_per_msg":N,"ours_wal_bytes_per_msg":N,"raw_sql_commits_per_msg":N,"raw_sql_wal_bytes_per_msg":N}
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
@@ -10,6 +12,7 @@ import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import { PgBus, QueueStore } from "../../../src/index.ts"
 import { benchConfig, benchDatabase, machine, median, rawClient, round } from "./common.ts"
+import { type PhaseCost, perUnit, withPhaseCost } from "./cost.ts"
 
 const TOTAL = Number(process.env.BENCH_QUEUE_MESSAGES ?? 20_000)
 const BATCH = 100
@@ -75,26 +78,56 @@ const program = Effect.gen(function* () {
   yield* PgBus.migrate.pipe(Effect.provide(pgbus))
   const oursRates: Array<number> = []
   const rawRates: Array<number> = []
+  const oursCosts: Array<PhaseCost> = []
+  const rawCosts: Array<PhaseCost> = []
   // warm-up round of each (JIT, prepared statements), not counted
   yield* ours("warm").pipe(Effect.provide(pgbus))
   yield* raw("warm").pipe(Effect.provide(rawClient(database)))
   for (let round_ = 0; round_ < ROUNDS; round_++) {
-    oursRates.push(yield* ours(`r${round_}`).pipe(Effect.provide(pgbus)))
-    rawRates.push(yield* raw(`r${round_}`).pipe(Effect.provide(rawClient(database))))
+    const [oursRate, oursCost] = yield* withPhaseCost(database, ours(`r${round_}`).pipe(Effect.provide(pgbus)))
+    oursRates.push(oursRate)
+    oursCosts.push(oursCost)
+    const [rawRate, rawCost] = yield* withPhaseCost(
+      database,
+      raw(`r${round_}`).pipe(Effect.provide(rawClient(database)))
+    )
+    rawRates.push(rawRate)
+    rawCosts.push(rawCost)
   }
   const oursMedian = median(oursRates)
   const rawMedian = median(rawRates)
+  // per message, the median round's (commits are null where pg_waldump could not read the WAL)
+  const costOf = (costs: ReadonlyArray<PhaseCost>) => {
+    const per = costs.map((c) => perUnit(c, TOTAL))
+    const commits = per.flatMap((p) => (p.commits === null ? [] : [p.commits]))
+    return {
+      commits: commits.length === per.length ? median(commits) : null,
+      walBytes: median(per.map((p) => p.walBytes))
+    }
+  }
+  const oursCost = costOf(oursCosts)
+  const rawCost = costOf(rawCosts)
   console.log(`bench:queue — ${TOTAL} messages, batches of ${BATCH}, ${ROUNDS} rounds; ${machine()}`)
-  console.log("| lifecycle (send batch → read batch → archive) | msgs/s (median) | rounds |")
-  console.log("| --- | --- | --- |")
-  console.log(`| effect-pgbus QueueStore | ${round(oursMedian)} | ${oursRates.map((r) => round(r)).join(", ")} |`)
-  console.log(`| hand-written SQL, same driver | ${round(rawMedian)} | ${rawRates.map((r) => round(r)).join(", ")} |`)
+  console.log(
+    "| lifecycle (send batch → read batch → archive) | msgs/s (median) | rounds | commits / msg | WAL bytes / msg |"
+  )
+  console.log("| --- | --- | --- | --- | --- |")
+  console.log(
+    `| effect-pgbus QueueStore | ${round(oursMedian)} | ${oursRates.map((r) => round(r)).join(", ")} | ${oursCost.commits ?? "n/a"} | ${oursCost.walBytes} |`
+  )
+  console.log(
+    `| hand-written SQL, same driver | ${round(rawMedian)} | ${rawRates.map((r) => round(r)).join(", ")} | ${rawCost.commits ?? "n/a"} | ${rawCost.walBytes} |`
+  )
   console.log(
     JSON.stringify({
       bench: "queue",
       ours_msgs_per_s: round(oursMedian),
       raw_sql_msgs_per_s: round(rawMedian),
-      ratio: round(oursMedian / rawMedian, 3)
+      ratio: round(oursMedian / rawMedian, 3),
+      ours_commits_per_msg: oursCost.commits,
+      ours_wal_bytes_per_msg: oursCost.walBytes,
+      raw_sql_commits_per_msg: rawCost.commits,
+      raw_sql_wal_bytes_per_msg: rawCost.walBytes
     })
   )
 }).pipe(Effect.scoped)

@@ -10,7 +10,8 @@
  *     the frame's arrival: fan-out latency p50/p99 over every (broadcast, connection);
  *   - throughput: BENCH_BROADCASTS broadcasts from BENCH_SENDERS concurrent senders, one per
  *     transaction, durable, then the same ephemeral (NOTIFY only): broadcasts/s committed, and
- *     delivered (until every connection had every frame).
+ *     delivered (until every connection had every frame), and each one's commits and WAL bytes
+ *     (from the WAL: cost.ts, `phaseCost`).
  * Last line: {"bench":"streams", ...}
  */
 import { type ChildProcess, spawn } from "node:child_process"
@@ -20,6 +21,7 @@ import { Context, Effect, Fiber, Layer, References } from "effect"
 import { HttpRouter, HttpServer } from "effect/http"
 import { PgBus, QueueStore, Streams } from "../../../src/index.ts"
 import { benchConfig, benchDatabase, machine, round } from "./common.ts"
+import { costCells, type PhaseCost, perUnit, withPhaseCost } from "./cost.ts"
 
 const COUNTS = (process.env.BENCH_CONNECTIONS ?? "100,1000").split(",").map(Number)
 const LATENCY_BROADCASTS = Number(process.env.BENCH_LATENCY_BROADCASTS ?? 200)
@@ -123,6 +125,7 @@ const program = Effect.gen(function* () {
     const run = <A, E>(effect: Effect.Effect<A, E, Streams.Streams | QueueStore>) =>
       effect.pipe(Effect.provide(context))
     const rows: Array<Record<string, number>> = []
+    const costs: Array<{ readonly durable: PhaseCost; readonly ephemeral: PhaseCost }> = []
 
     // the in-run reference: the same messages sent with the queue store alone (no stream, no hub work)
     const store = Context.get(context, QueueStore)
@@ -173,9 +176,9 @@ const program = Effect.gen(function* () {
           )
         )
       process.stderr.write(`bench:streams ${connections} connections: durable throughput phase\n`)
-      const durable = yield* throughput(true)
+      const [durable, durableCost] = yield* withPhaseCost(database, throughput(true))
       process.stderr.write(`bench:streams ${connections} connections: ephemeral throughput phase\n`)
-      const ephemeral = yield* throughput(false)
+      const [ephemeral, ephemeralCost] = yield* withPhaseCost(database, throughput(false))
       const rate = (r: typeof durable) => ({
         committed: (BROADCASTS / (r.sentAt - r.start)) * 1000,
         delivered: (BROADCASTS / (r.result.lastAt - r.start)) * 1000
@@ -198,6 +201,7 @@ const program = Effect.gen(function* () {
         durable_incomplete: durable.result.incomplete + latency.result.incomplete,
         ephemeral_incomplete: ephemeral.result.incomplete
       })
+      costs.push({ durable: durableCost, ephemeral: ephemeralCost })
     }
 
     console.log(`bench:streams — one stream, SSE connections from a second process; ${machine()}`)
@@ -208,20 +212,27 @@ const program = Effect.gen(function* () {
       `reference in this run: QueueStore.send of the same ${BROADCASTS} messages (no stream, warmed up): ${round(plainPerS)} messages/s committed`
     )
     console.log(
-      "| connections | fan-out p50 / p99 / max (paced) | durable: committed/s, delivered/s, p50 / p99 | ephemeral: committed/s, delivered/s, p50 / p99 | closed by the server (reconnected) | frames twice | connections missing frames: durable, ephemeral |"
+      "| connections | fan-out p50 / p99 / max (paced) | durable: committed/s, delivered/s, p50 / p99 | ephemeral: committed/s, delivered/s, p50 / p99 | closed by the server (reconnected) | frames twice | connections missing frames: durable, ephemeral | durable: commits / WAL bytes per broadcast | ephemeral: commits / WAL bytes per broadcast |"
     )
-    console.log("| --- | --- | --- | --- | --- | --- | --- |")
-    for (const r of rows) {
+    console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    rows.forEach((r, i) => {
+      const cost = costs[i]!
       console.log(
-        `| ${r.connections} | ${round(r.latency_p50_ms!, 1)} / ${round(r.latency_p99_ms!, 1)} / ${round(r.latency_max_ms!, 1)} ms | ${round(r.durable_committed_per_s!)}, ${round(r.durable_delivered_per_s!)}, ${round(r.durable_p50_ms!, 1)} / ${round(r.durable_p99_ms!, 1)} ms | ${round(r.ephemeral_committed_per_s!)}, ${round(r.ephemeral_delivered_per_s!)}, ${round(r.ephemeral_p50_ms!, 1)} / ${round(r.ephemeral_p99_ms!, 1)} ms | ${r.closed} | ${r.duplicates} | ${r.durable_incomplete}, ${r.ephemeral_incomplete} |`
+        `| ${r.connections} | ${round(r.latency_p50_ms!, 1)} / ${round(r.latency_p99_ms!, 1)} / ${round(r.latency_max_ms!, 1)} ms | ${round(r.durable_committed_per_s!)}, ${round(r.durable_delivered_per_s!)}, ${round(r.durable_p50_ms!, 1)} / ${round(r.durable_p99_ms!, 1)} ms | ${round(r.ephemeral_committed_per_s!)}, ${round(r.ephemeral_delivered_per_s!)}, ${round(r.ephemeral_p50_ms!, 1)} / ${round(r.ephemeral_p99_ms!, 1)} ms | ${r.closed} | ${r.duplicates} | ${r.durable_incomplete}, ${r.ephemeral_incomplete} | ${costCells(cost.durable, BROADCASTS).replace(" | ", " / ")} | ${costCells(cost.ephemeral, BROADCASTS).replace(" | ", " / ")} |`
       )
-    }
+    })
     const json: Record<string, unknown> = { bench: "streams", plain_send_per_s: round(plainPerS) }
-    for (const r of rows) {
+    rows.forEach((r, i) => {
+      const durable = perUnit(costs[i]!.durable, BROADCASTS)
+      const ephemeral = perUnit(costs[i]!.ephemeral, BROADCASTS)
+      json[`c${r.connections}_durable_commits_per_broadcast`] = durable.commits
+      json[`c${r.connections}_durable_wal_bytes_per_broadcast`] = durable.walBytes
+      json[`c${r.connections}_ephemeral_commits_per_broadcast`] = ephemeral.commits
+      json[`c${r.connections}_ephemeral_wal_bytes_per_broadcast`] = ephemeral.walBytes
       json[`c${r.connections}_p50_ms`] = round(r.latency_p50_ms!, 1)
       json[`c${r.connections}_p99_ms`] = round(r.latency_p99_ms!, 1)
       json[`c${r.connections}_broadcasts_per_s`] = round(r.durable_delivered_per_s!)
-    }
+    })
     console.log(JSON.stringify(json))
   }).pipe(Effect.scoped)
 }).pipe(Effect.scoped, Effect.provideService(References.MinimumLogLevel, "Warn"))
