@@ -64,7 +64,7 @@ describe("dispatcher maintenance permits", () => {
               task([], true, Effect.andThen(Deferred.succeed(archiveStarted, undefined), Deferred.await(archiveHeld)))
           },
           outbox: { pollerRole: Effect.void },
-          afterFirstClaims: (loop) => Effect.andThen(loop, Effect.never),
+          afterWorkersRamp: (loop) => Effect.andThen(loop, Effect.never),
           maintain: (name, t, every) => repeatMaintenance(name, t, every)
         })
         // the archive retention (forked last) holds its permit until the test ends it

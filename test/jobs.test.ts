@@ -872,6 +872,43 @@ layer(
       }).pipe(Effect.scoped, Effect.provide(TestDatabase.layer({ pollingInterval: "10 seconds" }), { local: true }))
     )
 
+    it.effect("a supervisor with workers starts its dispatcher's rounds a second after their first claims", () =>
+      Effect.gen(function* () {
+        const processes = yield* Processes
+        const sql = yield* SqlClient.SqlClient
+        const queue = unique("bootramp")
+        const ran: Array<number> = []
+        const job = Job.make("BootRamp", { payload: Payload, queue }, ({ id }) => Effect.sync(() => ran.push(id)))
+        yield* registerGone("dead-at-boot-3")
+        yield* sql`UPDATE pgbus.processes SET last_beat_at = now() - interval '1 hour' WHERE id = 'dead-at-boot-3'`
+        yield* job.enqueue({ id: 1 })
+        // the supervisor's clock is a TestClock the test moves: the workers claim and run without
+        // it, the dispatcher's first round waits a second of it after their first claims
+        const clock = yield* Layer.build(TestClock.layer())
+        yield* Supervisor.runWith({
+          roles: ["workers", "dispatcher"],
+          capsules: [{ name: "c", queues: [queue], concurrency: 1 }]
+        }).pipe(Effect.provide(Registry.layer([job])), Effect.provide(clock), Effect.forkScoped)
+        yield* eventually(
+          "the backlog's job ran",
+          Effect.sync(() => ran.length === 1),
+          "10 seconds"
+        )
+        // the workers' first claim has ended: the old boot reaped within a few ms of it
+        yield* Effect.sleep("500 millis")
+        assert.isTrue(
+          (yield* processes.list).some((p) => p.id === "dead-at-boot-3"),
+          "reaped during the ramp"
+        )
+        yield* TestClock.adjust("1 second").pipe(Effect.provide(clock))
+        yield* eventually(
+          "reaped once the ramp is over",
+          Effect.map(processes.list, (ps) => !ps.some((p) => p.id === "dead-at-boot-3")),
+          "10 seconds"
+        )
+      }).pipe(Effect.scoped)
+    )
+
     it.effect("a supervisor without workers starts its dispatcher at once (no first claim to wait for)", () =>
       Effect.gen(function* () {
         const store = yield* QueueStore

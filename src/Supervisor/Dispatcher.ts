@@ -109,28 +109,28 @@ export interface DispatcherDeps {
   readonly jobStatsSql: { readonly jobStatsDeleteOld: (olderThanMs: number, now: null) => Task<unknown> }
   /** Reaps stale processes (ProcessRow.ts: not right after this process's own trouble). */
   readonly reapStale: Task<void>
-  /** Runs a loop while this process leads the dispatcher role, after the workers' first claims. */
-  readonly afterFirstClaims: <A, E>(loop: Effect.Effect<A, E>) => Effect.Effect<never, E>
+  /** Runs a loop while this process leads the dispatcher role, once the workers' boot ramp is over. */
+  readonly afterWorkersRamp: <A, E>(loop: Effect.Effect<A, E>) => Effect.Effect<never, E>
   /** repeatMaintenance, quiet while the connection breaker is open. */
   readonly maintain: <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) => Effect.Effect<never>
 }
 
 /**
- * Forks the dispatcher's loops in the current scope, each behind `afterFirstClaims`; their
+ * Forks the dispatcher's loops in the current scope, each behind `afterWorkersRamp`; their
  * rounds share the maintenance permits (`maintenanceLanes`), the outbox poller (delivery, not
  * maintenance) does not.
  */
 export const forkDispatcherLoops = (deps: DispatcherDeps) =>
   Effect.gen(function* () {
     const { config, store, sweep, batchSweep, processedEvents, outbox, uniqueKeys, jobStatsSql } = deps
-    const { afterFirstClaims } = deps
+    const { afterWorkersRamp } = deps
     const lanes = yield* maintenanceLanes
     const maintain = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration) =>
       deps.maintain(name, lanes.bounded(task), every)
     const walk = <A, E>(name: string, task: Effect.Effect<A, E>, every: Duration.Duration = ARCHIVE_CLEANUP_EVERY) =>
       deps.maintain(name, lanes.walk(task), every)
     yield* Effect.forkScoped(
-      afterFirstClaims(
+      afterWorkersRamp(
         maintain(
           "workflow sweep",
           Effect.flatMap(sweep.runOnce, (r) =>
@@ -145,7 +145,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
       )
     )
     yield* Effect.forkScoped(
-      afterFirstClaims(
+      afterWorkersRamp(
         walk(
           "batch sweep",
           Effect.flatMap(batchSweep.runOnce, (r) =>
@@ -160,10 +160,10 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
       )
     )
     yield* Effect.forkScoped(
-      afterFirstClaims(maintain("reaping stale processes", deps.reapStale, config.dispatchInterval))
+      afterWorkersRamp(maintain("reaping stale processes", deps.reapStale, config.dispatchInterval))
     )
     yield* Effect.forkScoped(
-      afterFirstClaims(
+      afterWorkersRamp(
         walk(
           "uniqueness key reaper",
           Effect.flatMap(uniqueKeys.reap, (r) =>
@@ -176,7 +176,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
       )
     )
     yield* Effect.forkScoped(
-      afterFirstClaims(
+      afterWorkersRamp(
         walk(
           "processed-events retention",
           Effect.flatMap(processedEvents.purge, (n) =>
@@ -189,9 +189,9 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
     )
     // the outbox poller (returns at once unless outboxEnabled); pollers on several processes
     // never relay one entry twice (SKIP LOCKED)
-    yield* Effect.forkScoped(afterFirstClaims(outbox.pollerRole))
+    yield* Effect.forkScoped(afterWorkersRamp(outbox.pollerRole))
     yield* Effect.forkScoped(
-      afterFirstClaims(
+      afterWorkersRamp(
         walk(
           "job statistics retention",
           jobStatsSql.jobStatsDeleteOld(Duration.toMillis(JobStats.STATS_RETENTION), null)
@@ -199,7 +199,7 @@ export const forkDispatcherLoops = (deps: DispatcherDeps) =>
       )
     )
     yield* Effect.forkScoped(
-      afterFirstClaims(
+      afterWorkersRamp(
         walk(
           "archive retention",
           Effect.flatMap(store.cleanupArchive(), (report) =>

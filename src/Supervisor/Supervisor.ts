@@ -60,6 +60,9 @@ export interface SupervisorOptions {
 /** Longest the dispatcher's first round waits at boot for the workers' first claims. */
 const FIRST_CLAIMS_WAIT = Duration.seconds(1)
 
+/** How long after the workers' first claims the dispatcher's first round waits (their ramp). */
+const WORKERS_RAMP = Duration.seconds(1)
+
 /** Longest the boot waits for the leader campaign's first round (won, lost or failed). */
 const FIRST_ROUND_WAIT = Duration.seconds(5)
 
@@ -77,7 +80,7 @@ const campaignRoles = (
 ) =>
   Effect.gen(function* () {
     // The campaigns for the maintenance roles start now, so that their connection is open by the
-    // time the dispatcher's loops start. Every dispatcher loop runs through afterFirstClaims, so
+    // time the dispatcher's loops start. Every dispatcher loop runs through afterWorkersRamp, so
     // only while this process leads the role; the scheduler only on a process with tasks (the
     // leader's code is the list that fires, its sync removes the others).
     const recurring = registry.recurring ?? []
@@ -198,10 +201,12 @@ export const runWith = (given: SupervisorOptions = {}) =>
     if (runsWorkers && local.length > 0) yield* Effect.forkScoped(openAhead(yield* WorkerSession))
     const stats: Array<WorkerStats> = runsWorkers ? local.map(makeStats) : []
     const childSlots = makeChildSlots()
-    // At boot the workers claim first and the dispatcher's rounds start after their first
-    // claims (1 s at most): a process (or a fleet) restarting with a backlog puts its work
-    // ahead of sweeps and retention, which otherwise compete with the first claims for the
-    // database (about 30 ms of every 20,000-job run of bench:jobs).
+    // At boot the workers claim first and the dispatcher's rounds start a second after their
+    // first claims (which wait 1 s at most): a process (or a fleet) restarting with a backlog
+    // puts its work ahead of sweeps and retention, whose first round (a dozen statements on
+    // new backends) otherwise competes with the workers' ramp for the database (bench:jobs W1,
+    // 20,000 jobs: the round's statements took 10-45 ms each beside the claims; see
+    // packages/bench/README.md, "The dispatcher's first round after the workers' ramp").
     const firstClaims = yield* Deferred.make<void>()
     const claimedOnce = new Set<number>()
     const firstClaimOf = (i: number) =>
@@ -209,7 +214,15 @@ export const runWith = (given: SupervisorOptions = {}) =>
         claimedOnce.add(i)
         return claimedOnce.size >= local.length ? Deferred.succeed(firstClaims, undefined) : Effect.void
       })
-    if (!runsWorkers || local.length === 0) yield* Deferred.succeed(firstClaims, undefined)
+    const workersFirst = runsWorkers && local.length > 0
+    if (!workersFirst) yield* Deferred.succeed(firstClaims, undefined)
+    const maintenanceMayStart = yield* Deferred.make<void>()
+    yield* Effect.forkScoped(
+      Effect.timeoutOption(Deferred.await(firstClaims), FIRST_CLAIMS_WAIT).pipe(
+        Effect.andThen(workersFirst ? Effect.sleep(WORKERS_RAMP) : Effect.void),
+        Effect.andThen(Deferred.succeed(maintenanceMayStart, undefined))
+      )
+    )
 
     // newer database, skipped or pending migrations: one read of each side
     yield* checkMigrated
@@ -233,11 +246,8 @@ export const runWith = (given: SupervisorOptions = {}) =>
       )
     }
     // (the dispatcher's loops: they run while this process leads the role, see Leader.ts)
-    const afterFirstClaims = <A, E>(loop: Effect.Effect<A, E>) =>
-      leadership.whileLeading(
-        "dispatcher",
-        Effect.andThen(Effect.timeoutOption(Deferred.await(firstClaims), FIRST_CLAIMS_WAIT), loop)
-      )
+    const afterWorkersRamp = <A, E>(loop: Effect.Effect<A, E>) =>
+      leadership.whileLeading("dispatcher", Effect.andThen(Deferred.await(maintenanceMayStart), loop))
 
     for (const line of bootBanner(config, registry, roles, runsWorkers, selection, child)) {
       yield* Effect.logInfo(`[pgbus] ${line}`)
@@ -257,7 +267,7 @@ export const runWith = (given: SupervisorOptions = {}) =>
         uniqueKeys,
         jobStatsSql,
         reapStale,
-        afterFirstClaims,
+        afterWorkersRamp,
         maintain
       })
     }

@@ -12,7 +12,9 @@
  * BENCH_OURS_CPUPROF=<file> (a V8 CPU profile of W1's timed phase), BENCH_OURS_OPS=1 (Effect
  * primitives per job, by primitive and span; BENCH_OURS_OPS_DETAIL=<span>|(none) by source),
  * BENCH_OURS_TIMELINE=1 with BENCH_OURS_PROFILE=1 (every span of the phase's first
- * BENCH_OURS_TIMELINE_MS, 200 by default), BENCH_OURS_W2_SERIES=1 (W2's samples in order).
+ * BENCH_OURS_TIMELINE_MS, 200 by default), BENCH_OURS_W2_SERIES=1 (W2's samples in order),
+ * BENCH_OURS_ROLES=workers (the supervisor runs the workers alone: no leader campaign, no
+ * maintenance, as a worker process of a fleet whose maintenance runs elsewhere).
  */
 import { Effect, type Exit, Fiber, Layer, ManagedRuntime, References, Schema, Tracer } from "effect"
 import { Job, JobClient, PgBus, QueueStore, Registry, Supervisor } from "../../../../src/index.ts"
@@ -226,7 +228,8 @@ const startWorkers = (): (() => Promise<void>) => {
           concurrency: CONCURRENCY,
           ...(readAhead === undefined ? {} : { readAhead })
         }
-      ]
+      ],
+      ...(process.env.BENCH_OURS_ROLES === "workers" ? { roles: ["workers"] as const } : {})
     }).pipe(
       Effect.provide(Registry.layer([W1Run, W2, Echo])),
       Effect.provideService(References.MinimumLogLevel, "Warn"),
