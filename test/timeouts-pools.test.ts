@@ -121,14 +121,22 @@ describe("pool size", () => {
     )
   })
 
-  it.live("a set pool smaller than the capsules need fails the boot, naming both numbers", () =>
+  it.live("a set pool smaller than the capsules need fails the boot, naming both numbers, and logs it", () =>
     TestDatabase.onFreshDatabase({ poolSize: 6, workers: "small_pool: 8" }, () =>
       Effect.gen(function* () {
-        const exit = yield* Supervisor.runWith().pipe(Effect.provide(Registry.layer([])), Effect.exit)
+        const lines: Array<string> = []
+        const exit = yield* withCapturedLogs(
+          lines,
+          Supervisor.runWith().pipe(Effect.provide(Registry.layer([])), Effect.exit)
+        )
         assert.isTrue(Exit.isFailure(exit))
         const text = Exit.isFailure(exit) ? Cause.pretty(exit.cause) : ""
         assert.include(text, "poolSize")
         assert.include(text, "11 in all, the pool has 6")
+        // a supervisor forked and never joined would otherwise fail unseen
+        const logged = lines.filter((l) => l.includes("[pgbus] the supervisor stopped on a failure"))
+        assert.strictEqual(logged.length, 1, lines.join("\n"))
+        assert.include(logged[0], "11 in all, the pool has 6")
       })
     )
   )

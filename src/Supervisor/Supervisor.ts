@@ -331,7 +331,16 @@ export const runWith = (given: SupervisorOptions = {}) =>
     yield* Effect.logInfo("[pgbus] ready")
     // a child returns when it recycles (or its parent is gone): its scope closes, it drains
     return yield* recycle
-  }).pipe(Effect.scoped)
+  }).pipe(Effect.scoped, Effect.tapCause(logFailure))
+
+/**
+ * A supervisor that fails says so in the log, at boot (a pool too small, the schema behind) or
+ * later: one forked and never joined would otherwise stop unseen, its jobs left waiting.
+ */
+const logFailure = (cause: Cause.Cause<unknown>) =>
+  Cause.hasInterruptsOnly(cause)
+    ? Effect.void
+    : Effect.logError("[pgbus] the supervisor stopped on a failure", Cause.pretty(cause))
 
 /** Runs the supervisor with the config's capsules and every role. */
 export const run = runWith()
