@@ -15,7 +15,10 @@
  *    time, as the client sees it), backlog, dead tuples of the queue table; how long after
  *    the last reader ends throughput and backlog are back (within 10 % of the rate, backlog
  *    under one second's worth), whether every later 5-s window stays so to the end, and the
- *    worst 5-s window after the last reader. Per second: the slowest claim too.
+ *    worst 5-s window after the last reader. Per second: the slowest claim too. Every window
+ *    also gives its commits per job (`pg_stat_database`, sampled each second) and WAL bytes per
+ *    job (`pg_current_wal_lsn()` each second: the server's, every database's; during the bench
+ *    its database is the only busy one).
  *
  * Short by default (~2 minutes). BENCH_PRESSURE_LONG=1: the 10-minute version (saturated 60 s
  * clean + 120 s held; steady 600 s with three 120-s readers started 60 s apart, the first at
@@ -155,6 +158,10 @@ interface Sample {
   readonly probeClientMs: number
   /** The slowest claim statement that ended in this second (ms; 0 when none did). */
   readonly claimMaxMs: number
+  /** WAL the server wrote in the second (every database's: the bench's is the only busy one), bytes */
+  readonly walBytes: number
+  /** The database's commits in the second (`pg_stat_database.xact_commit`, a second late at most) */
+  readonly commits: number
 }
 
 /** An open REPEATABLE READ transaction that has taken its snapshot. */
@@ -284,6 +291,15 @@ const main = async () => {
         ).rows[0]?.n ?? Number.NaN
       )
 
+    /** The server's WAL position (bytes) and the database's commits so far. */
+    const writes = async (): Promise<{ readonly wal: number; readonly commits: number }> => {
+      const { rows } = await mon.query<{ w: string; c: string }>(
+        `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text AS w,
+           (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())::text AS c`
+      )
+      return { wal: Number(rows[0]?.w ?? Number.NaN), commits: Number(rows[0]?.c ?? Number.NaN) }
+    }
+
     /**
      * Runs `ms` of a scenario in three loops: `tick` every 20 ms (the producer), a sample every
      * second (counters and `pg_stat_user_tables` only, cheap), and the full-walk probe, which
@@ -314,6 +330,7 @@ const main = async () => {
         }
       }
       const sampler = async () => {
+        let lastWrites = await writes()
         let lastAt = now()
         let lastDone = handled
         let lastCpu = process.cpuUsage()
@@ -328,6 +345,7 @@ const main = async () => {
           lastClaim = claimMs.length
           const at = now()
           const cpu = process.cpuUsage(lastCpu)
+          const w = await writes()
           const done = handled - lastDone
           lastCpu = process.cpuUsage()
           lastDone = handled
@@ -343,8 +361,11 @@ const main = async () => {
             cpuMs: (cpu.user + cpu.system) / 1000,
             enqueueMs: enqueueMs - lastEnqueueMs,
             probeClientMs: probeClientMs - lastProbeMs,
-            claimMaxMs
+            claimMaxMs,
+            walBytes: w.wal - lastWrites.wal,
+            commits: w.commits - lastWrites.commits
           })
+          lastWrites = w
           lastAt = at
           lastEnqueueMs = enqueueMs
           lastProbeMs = probeClientMs
@@ -387,6 +408,8 @@ const main = async () => {
         enqueueMsPerS: round2(ss.reduce((n, s) => n + s.enqueueMs, 0) / secs),
         probeMsPerS: round2(ss.reduce((n, s) => n + s.probeClientMs, 0) / secs),
         jobsPerS: Math.round(done / secs),
+        commitsPerJob: done > 0 ? Math.round((ss.reduce((n, s) => n + s.commits, 0) / done) * 1000) / 1000 : null,
+        walBytesPerJob: done > 0 ? Math.round(ss.reduce((n, s) => n + s.walBytes, 0) / done) : null,
         claimP50Ms: claims.length ? round2(percentile(claims, 50)) : null,
         claimP99Ms: claims.length ? round2(percentile(claims, 99)) : null,
         claimMaxMs: claims.length ? round2(claims.at(-1)!) : null,
@@ -404,13 +427,13 @@ const main = async () => {
     const p = (s = "") => lines.push(s)
     const row = (name: string, w: ReturnType<typeof windowOf>) =>
       p(
-        `| ${name} | ${w.jobsPerS} | ${w.claimP50Ms ?? "n/a"} | ${w.claimP99Ms ?? "n/a"} | ${w.claimMaxMs ?? "n/a"} | ${w.backlogMax} | ${w.backlogEnd ?? "n/a"} | ${w.deadTuplesMax} | ${w.probeBuffersMax} | ${w.probeMsMax} |`
+        `| ${name} | ${w.jobsPerS} | ${w.claimP50Ms ?? "n/a"} | ${w.claimP99Ms ?? "n/a"} | ${w.claimMaxMs ?? "n/a"} | ${w.backlogMax} | ${w.backlogEnd ?? "n/a"} | ${w.deadTuplesMax} | ${w.probeBuffersMax} | ${w.probeMsMax} | ${w.commitsPerJob ?? "n/a"} | ${w.walBytesPerJob ?? "n/a"} |`
       )
     const header = () => {
       p(
-        "| window | jobs/s | claim p50 ms | claim p99 ms | claim max ms | backlog max | backlog at end | dead tuples max (q_ table) | full-walk probe buffers max | full-walk probe ms max |"
+        "| window | jobs/s | claim p50 ms | claim p99 ms | claim max ms | backlog max | backlog at end | dead tuples max (q_ table) | full-walk probe buffers max | full-walk probe ms max | commits / job | WAL bytes / job (server's) |"
       )
-      p("|---|---|---|---|---|---|---|---|---|---|")
+      p("|---|---|---|---|---|---|---|---|---|---|---|---|")
     }
 
     /** Where a window's time went: this process's CPU, the producer, the probe, every statement kind. */
@@ -481,6 +504,9 @@ const main = async () => {
       out.saturated_clean_claim_p99_ms = clean.claimP99Ms
       out.saturated_held_claim_p99_ms = held.claimP99Ms
       out.saturated_dead_tuples_max = held.deadTuplesMax
+      out.saturated_clean_commits_per_job = clean.commitsPerJob
+      out.saturated_clean_wal_bytes_per_job = clean.walBytesPerJob
+      out.saturated_held_wal_bytes_per_job = held.walBytesPerJob
       // drain before the next scenario; let autovacuum clear the dead rows of this one
       while (enqueued - handled > 0) await sleep(50)
       await mon.query(`VACUUM pgbus.${rel}`).catch(() => undefined)
@@ -579,6 +605,9 @@ const main = async () => {
         steady_before_jobs_per_s: before.jobsPerS,
         steady_during_jobs_per_s: during.jobsPerS,
         steady_after_jobs_per_s: after.jobsPerS,
+        steady_before_commits_per_job: before.commitsPerJob,
+        steady_before_wal_bytes_per_job: before.walBytesPerJob,
+        steady_during_wal_bytes_per_job: during.walBytesPerJob,
         steady_before_claim_p99_ms: before.claimP99Ms,
         steady_during_claim_p99_ms: during.claimP99Ms,
         steady_after_claim_p99_ms: after.claimP99Ms,

@@ -12,7 +12,8 @@
  * worker's own `messageRead`, as QueueSql builds it, limit BENCH_SCALE_CLAIM_LIMIT) under
  * EXPLAIN (ANALYZE, BUFFERS) in a rolled-back transaction, three times before the run (median
  * execution time, shared buffers hit + read), and the queue table's and its indexes' buffers
- * (pg_statio) per claim during the run. Before each run the backlog is topped up to its size and
+ * (pg_statio) per claim during the run, and its commits and WAL bytes per job (from the WAL:
+ * cost.ts, `phaseCost`; W3's per run). Before each run the backlog is topped up to its size and
  * vacuumed (as autovacuum would have).
  *
  * Delayed messages (BENCH_SCALE_DELAYED, 1,000,000 scheduled a day ahead, one INSERT ... SELECT
@@ -34,7 +35,8 @@
  *
  * The last line of stdout is one JSON object:
  * {"bench":"scale","w1_jobs_per_s":{"10000":N,...},"w1_ratio_largest_vs_smallest":N,
- *  "claim_ms":{...},"claim_buffers":{...},"w3_runs_per_s_empty":N,"w3_runs_per_s_finished":N,
+ *  "claim_ms":{...},"claim_buffers":{...},"w1_commits_per_job":{...},"w1_wal_bytes_per_job":{...},
+ *  "w3_wal_bytes_per_run_empty":N,"w3_wal_bytes_per_run_finished":N,"w3_runs_per_s_empty":N,"w3_runs_per_s_finished":N,
  *  "delayed":{"<phase>_<queue>":{"claim_buffers":N,"jobs_per_s":N,"buffers_per_claim":N,"pg_cores":N},...}}
  */
 import os from "node:os"
@@ -46,6 +48,7 @@ import { makeQueueSql } from "../../../src/Queue/QueueSql.ts"
 import type { QueueStore } from "../../../src/Queue/QueueStore.ts"
 import { WorkerQueueStore } from "../../../src/Queue/WorkerQueueStore.ts"
 import { benchConfig, machine, median } from "./common.ts"
+import { phaseCost, walMark } from "./cost.ts"
 import {
   CONCURRENCY,
   dropDatabase,
@@ -466,6 +469,7 @@ const main = async () => {
         handled = 0
         claimCalls = 0
         let first = Number.NaN
+        const walStart = await walMark()
         const stop = startWorkers("bench")
         const ok = await waitUntil(
           () => {
@@ -480,6 +484,7 @@ const main = async () => {
         await stop()
         // every job the run handled, the drain's included (the buffers are read after it too)
         const handledAtStop = handled
+        const cost = await phaseCost(DB, walStart, await walMark())
         await sleep(STATS_SETTLE_MS)
         const buffersAfter = await tableBuffers(mon, schema, qTable)
         const r: W1Result = {
@@ -490,20 +495,29 @@ const main = async () => {
           claimRows: plans[0]?.rows ?? 0,
           runBuffersPerClaim: claims > 0 ? (buffersAfter - buffersBefore) / claims : Number.NaN,
           runBuffersPerJob: (buffersAfter - buffersBefore) / Math.max(1, handledAtStop),
-          claims
+          claims,
+          commitsPerJob: cost.commits === undefined ? Number.NaN : cost.commits / Math.max(1, handledAtStop),
+          walBytesPerJob: cost.walBytes / Math.max(1, handledAtStop)
         }
         results.push(r)
         log(
           `>> rep ${rep}/${REPEATS} W1 backlog ${size} (filled in ${fillS.toFixed(1)} s): ${Math.round(r.jobsPerS)} jobs/s, ` +
             `claim of ${CLAIM_LIMIT}: ${r.claimMs.toFixed(2)} ms, ${r.claimBuffers} buffers (EXPLAIN); ` +
-            `${r.runBuffersPerClaim.toFixed(1)} queue-table buffers per claim over ${claims} claims in the run, ${r.runBuffersPerJob.toFixed(1)} per job`
+            `${r.runBuffersPerClaim.toFixed(1)} queue-table buffers per claim over ${claims} claims in the run, ${r.runBuffersPerJob.toFixed(1)} per job; ` +
+            `${r.commitsPerJob.toFixed(3)} commits and ${Math.round(r.walBytesPerJob)} WAL bytes per job`
         )
       }
     }
     await mon.query(`TRUNCATE ${q}`)
 
     // ---- workflows: W3 with no finished run, then with WF_FINISHED of them
-    const wf: Array<{ finished: number; runsPerS: number; buffersPerRun: number }> = []
+    const wf: Array<{
+      finished: number
+      runsPerS: number
+      buffersPerRun: number
+      commitsPerRun: number
+      walBytesPerRun: number
+    }> = []
     if (WF_FINISHED > 0) {
       const queue = config.workflowQueue
       await runP(JobClient.use((client) => client.ensureQueue(queue)))
@@ -518,6 +532,7 @@ const main = async () => {
             ).rows[0]?.b ?? 0
           )
         const b0 = await blocks()
+        const walStart = await walMark()
         const stop = startWorkers(queue)
         const t = now()
         let next = 0
@@ -545,14 +560,18 @@ const main = async () => {
         const ms = now() - t
         await stop()
         const b1 = await blocks()
+        const cost = await phaseCost(DB, walStart, await walMark())
         const r = {
           finished: finishedBefore,
           runsPerS: done ? (WF_RUNS / ms) * 1000 : Number.NaN,
-          buffersPerRun: (b1 - b0) / WF_RUNS
+          buffersPerRun: (b1 - b0) / WF_RUNS,
+          commitsPerRun: cost.commits === undefined ? Number.NaN : cost.commits / WF_RUNS,
+          walBytesPerRun: cost.walBytes / WF_RUNS
         }
         wf.push(r)
         log(
-          `>> W3 with ${finishedBefore} finished runs in the tables: ${Math.round(r.runsPerS)} runs/s, ${r.buffersPerRun.toFixed(0)} buffers per run (database)`
+          `>> W3 with ${finishedBefore} finished runs in the tables: ${Math.round(r.runsPerS)} runs/s, ${r.buffersPerRun.toFixed(0)} buffers per run (database), ` +
+            `${r.commitsPerRun.toFixed(2)} commits and ${Math.round(r.walBytesPerRun)} WAL bytes per run`
         )
       }
       await w3(0)
@@ -602,6 +621,9 @@ interface W1Result {
   readonly runBuffersPerClaim: number
   readonly runBuffersPerJob: number
   readonly claims: number
+  /** Writing commits (from the WAL) per job handled; NaN where pg_waldump could not read it. */
+  readonly commitsPerJob: number
+  readonly walBytesPerJob: number
 }
 
 const startedAt = now()
@@ -633,15 +655,16 @@ p(
 )
 p()
 p(
-  `| backlog | W1 jobs/s | claim of ${CLAIM_LIMIT} (EXPLAIN ANALYZE) ms | claim buffers (EXPLAIN) | queue-table buffers per claim (run) | per job (run) | claims per run |`
+  `| backlog | W1 jobs/s | claim of ${CLAIM_LIMIT} (EXPLAIN ANALYZE) ms | claim buffers (EXPLAIN) | queue-table buffers per claim (run) | per job (run) | claims per run | commits / job | WAL bytes / job |`
 )
-p("|---|---|---|---|---|---|---|")
+p("|---|---|---|---|---|---|---|---|---|")
 const by = (size: number) => results.filter((r) => r.size === size)
 for (const size of SIZES) {
   const rs = by(size)
   p(
     `| ${size} | ${cell(rs.map((r) => r.jobsPerS))} | ${cell(rs.map((r) => r.claimMs))} | ${cell(rs.map((r) => r.claimBuffers))} | ` +
-      `${cell(rs.map((r) => r.runBuffersPerClaim))} | ${cell(rs.map((r) => r.runBuffersPerJob))} | ${cell(rs.map((r) => r.claims))} |`
+      `${cell(rs.map((r) => r.runBuffersPerClaim))} | ${cell(rs.map((r) => r.runBuffersPerJob))} | ${cell(rs.map((r) => r.claims))} | ` +
+      `${cell(rs.map((r) => r.commitsPerJob))} | ${cell(rs.map((r) => r.walBytesPerJob))} |`
   )
 }
 p()
@@ -652,11 +675,13 @@ for (const { due, plan } of sweeps) {
 }
 if (sweeps.length > 0) p()
 if (wf.length > 0) {
-  p("| finished runs in the tables | W3 runs/s | database buffers per run |")
-  p("|---|---|---|")
+  p("| finished runs in the tables | W3 runs/s | database buffers per run | commits / run | WAL bytes / run |")
+  p("|---|---|---|---|---|")
   for (const n of [...new Set(wf.map((w) => w.finished))]) {
     const ws = wf.filter((w) => w.finished === n)
-    p(`| ${n} | ${cell(ws.map((w) => w.runsPerS))} | ${cell(ws.map((w) => w.buffersPerRun))} |`)
+    p(
+      `| ${n} | ${cell(ws.map((w) => w.runsPerS))} | ${cell(ws.map((w) => w.buffersPerRun))} | ${cell(ws.map((w) => w.commitsPerRun))} | ${cell(ws.map((w) => w.walBytesPerRun))} |`
+    )
   }
   p()
 }
@@ -695,6 +720,10 @@ const summary = {
       : null,
   claim_ms: Object.fromEntries(SIZES.map((s) => [s, medianOf(by(s).map((r) => r.claimMs))])),
   claim_buffers: Object.fromEntries(SIZES.map((s) => [s, medianOf(by(s).map((r) => r.claimBuffers))])),
+  w1_commits_per_job: Object.fromEntries(SIZES.map((s) => [s, medianOf(by(s).map((r) => r.commitsPerJob))])),
+  w1_wal_bytes_per_job: Object.fromEntries(SIZES.map((s) => [s, medianOf(by(s).map((r) => r.walBytesPerJob))])),
+  w3_wal_bytes_per_run_empty: medianOf(wf.filter((w) => w.finished === 0).map((w) => w.walBytesPerRun)),
+  w3_wal_bytes_per_run_finished: medianOf(wf.filter((w) => w.finished > 0).map((w) => w.walBytesPerRun)),
   w3_runs_per_s_empty: medianOf(wf.filter((w) => w.finished === 0).map((w) => w.runsPerS)),
   w3_runs_per_s_finished: medianOf(wf.filter((w) => w.finished > 0).map((w) => w.runsPerS)),
   delayed: Object.fromEntries(
