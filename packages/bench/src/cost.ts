@@ -13,7 +13,7 @@
  *   (not on the server's machine, no permission, segment recycled) the plain LSN difference is
  *   reported instead (`walExact: false`), which counts every database's WAL.
  *
- * The single-process benches (events, queue, batches, streams) hold their database open while
+ * The single-process benches (events, queue, batches, streams, scale) hold their database open while
  * they measure, so they take a phase's cost from the WAL alone (`phaseCost`): the bytes as above
  * and the commit records of the database's transactions (writing commits: a read-only
  * transaction writes none, and waits for no flush).
@@ -22,7 +22,7 @@ import { spawn } from "node:child_process"
 import { existsSync } from "node:fs"
 import { createInterface } from "node:readline"
 import { Effect } from "effect"
-import { monitorClient, now, type PgClientLike, serverUrl, sleep } from "./peers/common.ts"
+import { monitorClient, now, type PgClientLike, serverUrl, sleep, walLsn } from "./peers/common.ts"
 
 /** What a run cost its database. */
 export interface RunCost {
@@ -120,8 +120,11 @@ export interface PhaseCost {
 }
 
 /** The server's WAL position now: a phase's start or end mark for `phaseCost`. */
-export const walMark = (): Promise<string> =>
-  admin(async (c) => (await c.query<{ l: string }>("SELECT pg_current_wal_lsn()::text AS l")).rows[0]!.l)
+export const walMark = async (): Promise<string> => {
+  const lsn = await walLsn()
+  if (lsn === undefined) throw new Error("bench: could not read the server's WAL position")
+  return lsn
+}
 
 /** The cost to `database` of the WAL written between two marks (taken with `walMark`). */
 export const phaseCost = (database: string, walStart: string, walEnd: string): Promise<PhaseCost> =>
