@@ -5,6 +5,7 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
+import { TestClock } from "effect/testing"
 import { Event, EventBus, Job, QueueStore, Registry } from "effect-pgbus"
 import * as Testing from "effect-pgbus/testing"
 import { withServer } from "./support/server.ts"
@@ -42,6 +43,17 @@ layer(TestDatabase.layer({ retryBackoff: "1 second", maxRetries: 2 }), { exclude
           const queued = yield* Testing.enqueued(Welcome)
           assert.lengthOf(queued, 0)
         })
+    )
+
+    it.effect("performJob stamps the message with the Clock's time, so a TestClock reaches the handler's context", () =>
+      Effect.gen(function* () {
+        const stamps: Array<Date> = []
+        const Stamp = Job.make("Stamp", { payload: Signup }, (_, ctx) => Effect.sync(() => stamps.push(ctx.enqueuedAt)))
+        yield* TestClock.setTime(86_400_000)
+        const outcome = yield* Testing.performJob(Stamp, { userId: "u1", at: new Date(0) })
+        assert.strictEqual(outcome._tag, "Succeeded")
+        assert.strictEqual(stamps[0]?.getTime(), 86_400_000)
+      }).pipe(Effect.provide(TestClock.layer()))
     )
 
     it.effect("assertEnqueued and refuteEnqueued read the queue, payloads matched by the keys given", () =>

@@ -12,9 +12,11 @@ import type { SqlClient, Statement } from "effect/sql"
 import { READ_COUNT_LIMIT } from "./Message.ts"
 import type { ReceiptParams } from "./QueueRows.ts"
 
+/** A typed PostgreSQL array parameter (`oid` is the element type's), for `unnest` and `= ANY`. */
 export const typedArray = (values: ReadonlyArray<unknown>, oid: number): unknown =>
   Result.getOrThrow(PgTypes.array(values, oid))
 
+/** The statement's clock: the given time (a test's `Clock`), else the server's `now()`. */
 export const NOW = (sql: SqlClient.SqlClient, now: Date | null) => sql`coalesce(${now}::timestamptz, now())`
 
 /** `col` is not among the ids of the statement's receipts (the `rids` CTE): one map lookup per row. */

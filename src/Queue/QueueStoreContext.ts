@@ -23,14 +23,18 @@ import type { ClaimedMessageRow, FairMessageRow, MessageRow, ReceiptParams } fro
 import { makeQueueSql } from "./QueueSql.ts"
 import type { Target } from "./QueueStore.ts"
 
+/** A count from the driver (bigint or number) as a number. */
 export const toNumber = (n: bigint | number): number => Number(n)
 
+/** Whether a value is a plain JSON object (not null, not an array). */
 export const isObject = (u: unknown): u is Readonly<Record<string, unknown>> =>
   typeof u === "object" && u !== null && !Array.isArray(u)
 
 const decodeFailure = Schema.decodeUnknownOption(FailureRecord)
+/** The dead-letter block of a message's headers, if it has a valid one. */
 export const decodeDeadLetter = Schema.decodeUnknownOption(DeadLetterBlock)
 
+/** A message row of `queue` as the `Message` handlers and callers see. */
 export const toMessage = (queue: string, row: MessageRow): Message => ({
   queue,
   msgId: row.msg_id,
@@ -42,6 +46,7 @@ export const toMessage = (queue: string, row: MessageRow): Message => ({
   lastError: row.last_error === null ? undefined : Option.getOrUndefined(decodeFailure(row.last_error))
 })
 
+/** The message a combined statement claimed (its `claimed_*` columns), if it claimed one. */
 export const claimedMessage = (queue: string, row: ClaimedMessageRow): Message | undefined =>
   row.claimed_msg_id === null || row.claimed_msg_id === undefined
     ? undefined
@@ -55,17 +60,21 @@ export const claimedMessage = (queue: string, row: ClaimedMessageRow): Message |
         last_error: null
       })
 
+/** Orders messages by id (oldest first). */
 export const byMsgId = (a: Message, b: Message) => (a.msgId < b.msgId ? -1 : a.msgId > b.msgId ? 1 : 0)
 
+/** Orders fair-share rows by virtual start, then by id. */
 export const byStart = (a: FairMessageRow, b: FairMessageRow) =>
   a.fair_start !== b.fair_start ? a.fair_start - b.fair_start : a.msg_id < b.msg_id ? -1 : a.msg_id > b.msg_id ? 1 : 0
 
+/** The fair-share claim of a row: its key, weight and virtual start. */
 export const claimOf = (row: FairMessageRow): FairClaim => ({
   key: row.fair_key,
   weight: row.fair_weight,
   start: row.fair_start
 })
 
+/** Splits targets into receipts (id and read count, checked against the lease) and bare ids. */
 export const splitTargets = (targets: ReadonlyArray<Target>): { receipts: ReceiptParams; ids: Array<bigint> } => {
   const ids: Array<bigint> = []
   const receiptIds: Array<bigint> = []

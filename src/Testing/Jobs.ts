@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { type Context, Effect, Schema } from "effect"
+import { Clock, type Context, Effect, Schema } from "effect"
 import { Batches } from "../Batch/Batch.ts"
 import { PgBusConfig } from "../Config.ts"
 import { makeCompleter, type Outcome } from "../Job/Completer.ts"
@@ -69,7 +69,7 @@ export const performJob = <P, A, E, R>(
     const services = (yield* Effect.context<R>()) as Context.Context<never>
     const jobs = yield* registerJobs(config, [job], cachedProvide(services))
     const encoded: unknown = JSON.parse(JSON.stringify(yield* Schema.encodeEffect(job.payload)(payload)) ?? "null")
-    const now = new Date()
+    const now = new Date(yield* Clock.currentTimeMillis)
     const message: Message = {
       queue: job.queue ?? config.defaultQueue,
       msgId: 0n,

@@ -49,6 +49,8 @@ export interface Breaker {
 
 const breakers = new Map<string, Breaker>()
 
+// Fed from socket callbacks outside any fiber and shared by every layer of the process, so its
+// times are the wall clock's (`Date.now`): no Effect `Clock` is in reach there.
 const makeBreaker = (target: string): Breaker => {
   let failures = 0
   let opened: number | undefined

@@ -22,6 +22,7 @@ const progress = (b: BatchView): Html => {
 
 const statusOf = (b: BatchView) => (b.stalled ? "stalled" : b.status)
 
+/** The page module (its routes and nav entries), as the module's comment describes. */
 export const batches: PageModule = {
   pages: [
     {

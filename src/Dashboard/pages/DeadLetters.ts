@@ -32,6 +32,7 @@ const bulk = (verb: "retry" | "discard") => ({
     })
 })
 
+/** The page module (its routes and nav entries), as the module's comment describes. */
 export const deadLetters: PageModule = {
   pages: [
     {

@@ -14,6 +14,7 @@ import { n, nextLink, payload, table } from "../Views.ts"
 
 const OUTBOX_STATES = ["pending", "failing", "published"] as const
 
+/** The page module (its routes and nav entries), as the module's comment describes. */
 export const events: PageModule = {
   pages: [
     {

@@ -45,6 +45,7 @@ const rateForm = (
     fields: html`<input name="limit" type="number" min="1" step="1" value="${effective?.limit ?? ""}" aria-label="limit" required> per <input name="period" value="${effective === null ? "" : periodText(effective.periodMs)}" placeholder="1 minute" aria-label="period" required>`
   })
 
+/** The page module (its routes and nav entries), as the module's comment describes. */
 export const flow: PageModule = {
   pages: [
     {

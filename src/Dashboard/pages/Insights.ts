@@ -69,6 +69,7 @@ const queueCharts = (view: JobStatsView): Html => {
   })}`
 }
 
+/** The page module (its routes and nav entries), as the module's comment describes. */
 export const insights: PageModule = {
   pages: [
     {

@@ -20,6 +20,7 @@ export const verdictStrip = (verdict: { readonly status: string; readonly reason
 <span class="muted">${verdict.status === "OK" ? "every process beats and no queue waits past its limit" : verdict.status === "DEGRADED" ? "work goes on, but something needs a look (readiness stays up)" : verdict.status === "STALLED" ? "processes beat, yet claimable work waits past the stall limit (readiness fails)" : "the database cannot be reached"}</span>
 ${verdict.reasons.length > 0 ? html`<ul>${verdict.reasons.map((r) => html`<li>${r}</li>`)}</ul>` : ""}</section>`
 
+/** The overview page. */
 export const overview: PageModule = {
   pages: [
     {

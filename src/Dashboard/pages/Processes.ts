@@ -12,6 +12,7 @@ import { html } from "../Html.ts"
 import type { PageModule } from "../Page.ts"
 import { meter, n, table } from "../Views.ts"
 
+/** The page module (its routes and nav entries), as the module's comment describes. */
 export const processes: PageModule = {
   pages: [
     {

@@ -19,6 +19,7 @@ const JOB_STATES: ReadonlyArray<JobState> = ["ready", "scheduled", "running", "r
 
 const queueOf = (params: Readonly<Record<string, string | undefined>>) => params.queue ?? ""
 
+/** The page module (its routes and nav entries), as the module's comment describes. */
 export const queues: PageModule = {
   pages: [
     {

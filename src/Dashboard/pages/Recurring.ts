@@ -30,6 +30,7 @@ const lastManual = (t: RecurringTaskView, now: number) => {
   return html`<br><small class="muted last-manual">run now ${ago(m.runAt, now)} by ${m.actor ?? "(not recorded)"}${m.reason === null ? "" : html`: ${m.reason}`}</small>`
 }
 
+/** The page module (its routes and nav entries), as the module's comment describes. */
 export const recurring: PageModule = {
   pages: [
     {

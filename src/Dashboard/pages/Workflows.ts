@@ -200,6 +200,7 @@ const signalForm = (ctx: PageContext, detail: RunDetail): Html =>
       })}<p class="muted">The form carries an idempotency key: a double submit sends one signal.</p>`
     : html``
 
+/** The page module (its routes and nav entries), as the module's comment describes. */
 export const workflows: PageModule = {
   pages: [
     {

@@ -34,10 +34,13 @@ export const ErrorReporter = Context.Reference<{
   })
 })
 
+/** Whether a value is a non-null object. */
 export const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null
 
+/** Whether a failure is the driver's `SqlError`. */
 export const isSqlError = (u: unknown): u is SqlError => isObject(u) && u._tag === "SqlError"
 
+/** Whether a failure is one of the engine's own typed errors (passed through as is). */
 export const isTagged = (u: unknown): boolean =>
   isObject(u) &&
   typeof u._tag === "string" &&

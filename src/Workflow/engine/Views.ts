@@ -7,6 +7,7 @@ import type { AuditEvent, RunInfo, StepAttempt } from "../Client.ts"
 import * as States from "../States.ts"
 import type { EventRow, RunRow, StepRow } from "../WorkflowSql.ts"
 
+/** A run row as the `RunInfo` callers see. */
 export const toRunInfo = (row: RunRow): RunInfo => ({
   id: row.id,
   workflow: row.workflow,
@@ -33,6 +34,7 @@ export const toRunInfo = (row: RunRow): RunInfo => ({
   ...(row.parent_run_id == null ? {} : { parentRunId: row.parent_run_id, parentStep: row.parent_step ?? undefined })
 })
 
+/** A step row as a `StepAttempt`. */
 export const toStepAttempt = (row: StepRow): StepAttempt => ({
   id: row.id,
   name: row.name,
@@ -52,6 +54,7 @@ export const toStepAttempt = (row: StepRow): StepAttempt => ({
   batchId: row.batch_id ?? undefined
 })
 
+/** An audit-trail row as an `AuditEvent`. */
 export const toAuditEvent = (row: EventRow): AuditEvent => ({
   id: row.id,
   type: row.type,
@@ -63,8 +66,10 @@ export const toAuditEvent = (row: EventRow): AuditEvent => ({
   at: row.at
 })
 
+/** The opaque cursor of a listing's last row (its time and id). */
 export const encodeCursor = (row: { readonly cursor_at: string; readonly id: string }) =>
   Buffer.from(`${row.cursor_at}|${row.id}`).toString("base64url")
+/** A cursor's time and id, or undefined for a malformed cursor. */
 export const decodeCursor = (cursor: string): { readonly createdAt: string; readonly id: string } | undefined => {
   const [at, id] = Buffer.from(cursor, "base64url").toString("utf8").split("|")
   const valid = at !== undefined && !Number.isNaN(new Date(at).getTime())

@@ -22,6 +22,7 @@ export type RunnerStepOptions<A> = StepOptions<A> & { readonly takesHeldSignal?:
 // their name sequences: a memo spares a sha256 per step (about 3% of the runner's CPU in W3 of
 // bench:workflows).
 export const hashJoined = boundedMemo((joined) => createHash("sha256").update(joined).digest("hex").slice(0, 32))
+/** The hash of a run's step names so far, recorded with each outcome. */
 export const hashNames = (names: ReadonlyArray<string>): string => hashJoined(names.join("\u0000"))
 
 /**
