@@ -44,7 +44,12 @@ export type Outcome =
    * The handler succeeded: archive the message (with `result`, the output encoded with the
    * job's `success` Schema, when it declares one).
    */
-  | { readonly _tag: "Succeeded"; readonly result?: unknown }
+  | {
+      readonly _tag: "Succeeded"
+      readonly result?: unknown
+      /** Still settling (`Settling.ts`): the slot is free, the message acknowledged once this commits. */
+      readonly settle?: Effect.Effect<void, unknown> | undefined
+    }
   /** The attempt failed: record it and deliver again after `delayMs`. */
   | { readonly _tag: "Retry"; readonly delayMs: number; readonly failure: Failure }
   /**

@@ -15,6 +15,7 @@ import { type JobRegistry, jobOf } from "./RegisteredJob.ts"
 import { CurrentAttributes, contextOf } from "./RequestContext.ts"
 import type { ResolvedRetryPolicy } from "./Retry.ts"
 import * as RunningJobs from "./RunningJobs.ts"
+import { Settling } from "./Settling.ts"
 
 export { decide, failureOf, type Outcome } from "./Completer.ts"
 export { jobOf } from "./RegisteredJob.ts"
@@ -144,6 +145,10 @@ export const execute = (
           toBreaker(breaker, message.queue, decide(Exit.failCause(cause), message.readCt, policy, random))
         ),
       (value) => {
+        if (value instanceof Settling) {
+          const settling: Outcome = { _tag: "Succeeded", settle: value.settle }
+          return breaker === undefined ? Effect.succeed(settling) : toBreaker(breaker, message.queue, settling)
+        }
         if (registered?.encodeResult === undefined) {
           return breaker === undefined ? succeeded : toBreaker(breaker, message.queue, SUCCEEDED)
         }

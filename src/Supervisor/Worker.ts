@@ -38,7 +38,8 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     // what becomes of each delivery (retries, dead letters, batch members' ends) is the completer's
     const completer = makeCompleter({ store, registry, recordBatchOutcomes, uniqueKeys })
     const flush = makeFlush(ctx, completer)
-    const executor = makeExecutor(ctx, completer)
+    const settlers = yield* FiberSet.make()
+    const executor = makeExecutor(ctx, completer, settlers)
     const readLoop = makeReadLoop(ctx)
 
     yield* offerLocalDispatch(ctx)
@@ -54,7 +55,7 @@ export const runWorker = (capsule: Capsule, deps: WorkerDeps, stats: WorkerStats
     if (deps.config.visibilityHeartbeat) yield* Effect.forkScoped(makeHeartbeat(ctx))
 
     // Added after the fibers above, so it runs before they are interrupted.
-    yield* Effect.addFinalizer(() => drain(ctx, executors, flusherFiber, flush))
+    yield* Effect.addFinalizer(() => drain(ctx, executors, settlers, flusherFiber, flush))
 
     return yield* readLoop
   })

@@ -15,6 +15,7 @@ import { servedQueues } from "../Job/JobClient.ts"
 import type { InvalidJobDefinition } from "../Job/JobError.ts"
 import { cachedProvide, jobOf, registerJobs } from "../Job/RegisteredJob.ts"
 import { resolvePolicy } from "../Job/Retry.ts"
+import { settleOutcome } from "../Job/Settling.ts"
 import type { Message } from "../Queue/Message.ts"
 import type { QueueError } from "../Queue/QueueError.ts"
 import { QueueStore } from "../Queue/QueueStore.ts"
@@ -114,7 +115,10 @@ export const drainQueue = (
         const messages = yield* store.read(physical, { limit: 100 })
         for (const m of messages) {
           ran++
-          const outcome = yield* execute(registry, policy, m)
+          // a success still settling (a workflow run's last outcome) is awaited, as a worker would
+          const outcome = yield* Effect.flatMap(execute(registry, policy, m), (o) =>
+            settleOutcome(o, m.readCt, jobOf(registry, m).registered?.policy ?? policy)
+          )
           if (outcome._tag === "Succeeded") {
             // as a worker acknowledges it: archived, or deleted (a workflow step's, `deleteOnSuccess`)
             if (jobOf(registry, m).registered?.deleteOnSuccess === true) yield* store.delete(m.queue, [m])

@@ -73,7 +73,8 @@ export const registerWorkflows = (
             attempt: context.attempt,
             msgId: context.msgId,
             queue: context.queue,
-            last: isLastAttempt(stepPolicy, context.attempt)
+            last: isLastAttempt(stepPolicy, context.attempt),
+            settles: true
           }),
         // the step's outcome commits with the step (synchronously): a lost archive only makes the
         // message visible again, and its redelivery finds the step moved on; the run's rows and

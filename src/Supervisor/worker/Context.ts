@@ -141,6 +141,8 @@ export interface WorkerContext {
   readonly readAhead: ReadAhead.ReadAhead
   /** Set by the drain: no more claims or local hand-overs. */
   stopping: boolean
+  /** Successes still settling (`Job/Settling.ts`): their slots are free, their messages held until they commit. */
+  settling: number
   /** Whether the last claim left messages behind (else only a notification or the poll is news). */
   queuesMayHaveMore: boolean
   /** Drained, woken while every slot was taken: the next freed slot wakes the read loop again. */
@@ -278,6 +280,7 @@ export const makeWorkerContext = (capsule: Capsule, deps: WorkerDeps, stats: Wor
           ? ReadAhead.adaptive(capsule.concurrency, visibilityMs)
           : ReadAhead.fixed(explicitReadAhead),
       stopping: false,
+      settling: 0,
       queuesMayHaveMore: true,
       wokenWhileFull: false,
       claimDue: false,

@@ -1,6 +1,7 @@
 /**
  * A worker's drain, when its scope closes: stop claiming, give buffered messages back at once,
- * let running jobs finish up to the drain timeout, give back what is left, archive the successes.
+ * let running jobs (and successes still settling) finish up to the drain timeout, give back what is
+ * left, archive the successes.
  *
  * @since 0.1.0
  */
@@ -13,6 +14,7 @@ import { giveBackBuffered } from "./GiveBack.ts"
 export const drain = (
   ctx: WorkerContext,
   executors: FiberSet.FiberSet,
+  settlers: FiberSet.FiberSet,
   flusherFiber: Fiber.Fiber<never>,
   flush: Effect.Effect<boolean>
 ): Effect.Effect<void> =>
@@ -33,15 +35,20 @@ export const drain = (
         `pgbus: draining: waiting for ${running.size} running job(s) to finish (${shown.join(", ")}${more}), at most ${Duration.format(config.drainTimeout)}`
       )
     }
+    // a success still settling (its write in flight) is waited for as a running job is
     const waited = yield* Effect.repeat(
-      Effect.sync(() => stats.running),
-      { until: (running) => running === 0, schedule: Schedule.spaced("10 millis") }
+      Effect.sync(() => stats.running + ctx.settling),
+      { until: (left) => left === 0, schedule: Schedule.spaced("10 millis") }
     ).pipe(Effect.timeoutOption(config.drainTimeout))
     if (waited._tag === "None") {
-      yield* Effect.logWarning(`pgbus: drain timeout: abandoning ${stats.running} running job(s)`)
+      yield* Effect.logWarning(
+        `pgbus: drain timeout: abandoning ${stats.running} running job(s)${ctx.settling > 0 ? ` and ${ctx.settling} success(es) still settling` : ""}`
+      )
     }
-    // interrupting executors gives back what still runs; then archive what succeeded
+    // interrupting executors gives back what still runs (a settling success once its write,
+    // uninterruptible, has ended); then archive what succeeded
     yield* FiberSet.clear(executors)
+    yield* FiberSet.clear(settlers)
     yield* Fiber.interrupt(flusherFiber)
     yield* flush
   }).pipe(Effect.annotateLogs({ capsule: ctx.capsule.name }))

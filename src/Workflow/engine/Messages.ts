@@ -87,6 +87,11 @@ export interface Delivery {
   readonly queue?: string | undefined
   /** The message's last delivery: a run it cannot execute pauses as undeliverable instead of its message dead-lettered. */
   readonly last?: boolean | undefined
+  /**
+   * The caller (a worker) takes a `Settling` back: a run's last outcome, shared with other runs',
+   * may then be left in flight when the execution returns (`execution/Outcome.ts`).
+   */
+  readonly settles?: boolean | undefined
 }
 
 /** Identifies one delivery of a message (id and read count). */

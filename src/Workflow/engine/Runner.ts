@@ -6,6 +6,7 @@
 import { Cause, Clock, Effect } from "effect"
 import { isPassingFailure, retryTransient, statementNow } from "../../Database.ts"
 import { runSpan, withHotSpan } from "../../internal/span.ts"
+import { Settling } from "../../Job/Settling.ts"
 import type { QueueError } from "../../Queue/QueueError.ts"
 import { type DatabaseError, type RunNotFound, WorkflowNotRegistered } from "../WorkflowError.ts"
 import type { EngineContext } from "./Context.ts"
@@ -53,14 +54,16 @@ export const makeRunner = (
     workflows: ReadonlyMap<string, RegisteredWorkflow>,
     message: StepMessage,
     delivery: Delivery
-  ): Effect.Effect<void, DatabaseError | QueueError | WorkflowNotRegistered> => {
+  ): Effect.Effect<Settling | undefined, DatabaseError | QueueError | WorkflowNotRegistered> => {
     const ex: Execution = {
       mark: claimMarkOf(delivery),
       claimLost: false,
       held: undefined,
       pending: undefined,
       queue: undefined,
-      workflows
+      workflows,
+      // on its last delivery a failure pauses the run (below): its outcome is awaited here
+      mayLeaveSettling: delivery.settles === true && delivery.last !== true
     }
     const executed = Effect.gen(function* () {
       const registered = workflows.get(message.workflow)
@@ -183,8 +186,10 @@ export const makeRunner = (
                   )
                 )
           )
+    // the run's last outcome left in flight goes back to the worker, which awaits it
+    const result = Effect.map(lastChance, () => (ex.settling === undefined ? undefined : new Settling(ex.settling)))
     // no span without a tracing backend (see hotSpan)
-    return withHotSpan(lastChance, ...runSpan(message.workflow, message.run))
+    return withHotSpan(result, ...runSpan(message.workflow, message.run))
   }
 
   const next = (runId: string): Effect.Effect<NextWork, DatabaseError | RunNotFound> =>

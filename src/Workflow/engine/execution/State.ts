@@ -45,6 +45,10 @@ export interface Execution {
   queue: string | undefined
   /** The workflows this process registered (a `Workflow.child` step refuses a child not among them). */
   workflows?: ReadonlyMap<string, RegisteredWorkflow> | undefined
+  /** Its delivery's worker takes a `Settling` back (see `Delivery.settles`). */
+  mayLeaveSettling?: boolean | undefined
+  /** The run's last outcome, left in flight: the execution's caller awaits it. */
+  settling?: Effect.Effect<void, unknown> | undefined
 }
 
 export interface Target {
