@@ -125,8 +125,8 @@ export const makeExecutor = (
     settleOutcome(outcome, m.readCt, jobOf(registry, m).registered?.policy ?? defaultPolicy)
   // A success still settling (a workflow run's last outcome in flight): its slot is freed now
   // and its write awaited aside, the message held (the heartbeat keeps its claim) until it
-  // commits; then applied as any outcome, an interrupted or broken wait giving the message back.
-  // With `SETTLING_PER_SLOT` per slot settling already, the executor awaits it, as any outcome.
+  // commits; then applied like every other outcome, an interrupted or broken wait giving the
+  // message back. With `SETTLING_PER_SLOT` per slot settling already, the executor awaits it.
   const settleAside = (m: Message, outcome: Outcome): Effect.Effect<void> =>
     Effect.suspend(() => {
       if (ctx.settling >= settlingLimit)
